@@ -1,0 +1,54 @@
+# servelab: the two commands are `make demo` and `make test`. Each sets itself up from nothing:
+# a virtual environment in .venv, the Rust extension built by maturin (release), dependencies
+# from PyPI and crates.io.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+OUT    ?= out
+# Hypothesis profile for tests: "ci" (sized for a 2-core machine) unless told otherwise.
+HYPOTHESIS_PROFILE ?= ci
+export HYPOTHESIS_PROFILE
+
+RUST_SOURCES := $(shell find rust -name '*.rs') Cargo.toml
+STAMP_VENV   := $(VENV)/.deps-stamp
+STAMP_BUILD  := $(VENV)/.build-stamp
+
+.PHONY: demo test bench build venv clean test-rust test-python stubtest
+
+demo: $(STAMP_BUILD)
+	$(VENV)/bin/servelab demo all --out $(OUT)
+
+test: $(STAMP_BUILD) test-rust test-python stubtest
+
+test-rust:
+	cargo test --release --quiet
+
+test-python: $(STAMP_BUILD)
+	$(PY) -m pytest -q tests
+
+stubtest: $(STAMP_BUILD)
+	$(PY) -m mypy.stubtest servelab._core
+
+bench: $(STAMP_BUILD)
+	$(PY) -m benchmarks
+
+venv: $(STAMP_VENV)
+build: $(STAMP_BUILD)
+
+$(STAMP_VENV):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "maturin>=1.9,<2"
+	touch $@
+
+# maturin develop installs servelab (editable: python/ is used in place) with the freshly
+# built extension, and the runtime and `dev` dependencies that pyproject.toml lists.
+# flock: two builds at once (two terminals, parallel make) must not interleave pip installs.
+$(STAMP_BUILD): $(STAMP_VENV) $(RUST_SOURCES) pyproject.toml $(shell find python -name '*.pyi')
+	flock $(VENV)/.build-lock env VIRTUAL_ENV=$(abspath $(VENV)) \
+		$(VENV)/bin/maturin develop --release --extras dev --quiet
+	touch $@
+
+clean:
+	rm -rf $(VENV) target $(OUT) .pytest_cache .hypothesis

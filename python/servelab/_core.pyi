@@ -1,0 +1,83 @@
+# Typed surface of the Rust extension (rust/src/py/). Checked by `python -m mypy.stubtest
+# servelab._core` in `make test`: a function added in Rust must be added here.
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+# PyO3 exports every name it registers in __all__; keep this list in step with rust/src/py/.
+__all__ = [
+    "__version__",
+    "MAX_DIM",
+    "MAX_TOKENS",
+    "validate_model",
+    "validate_gpu",
+    "validate_efficiency",
+    "param_count",
+    "weight_bytes",
+    "kv_bytes_per_token",
+    "kv_capacity_tokens",
+    "max_batch",
+    "step_cost",
+    "step_cost_many",
+    "step_cost_uniform_many",
+]
+
+__version__: str
+
+# ---- paper GPU (rust/src/cost.rs) ------------------------------------------------------------
+
+MAX_DIM: int
+MAX_TOKENS: int
+
+class _ModelLike(Protocol):
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    d_ff: int
+    vocab_size: int
+    tie_embeddings: bool
+    bytes_per_param: float
+
+class _GpuLike(Protocol):
+    peak_flops: float
+    hbm_bandwidth: float
+    memory_bytes: float
+
+class _EfficiencyLike(Protocol):
+    compute: float
+    bandwidth: float
+    overhead_s: float
+
+_StepTuple = tuple[float, float, float, float, float, float, float, bool, float, float, int, int]
+_I64 = npt.NDArray[np.int64]
+
+def validate_model(model: _ModelLike) -> None: ...
+def validate_gpu(gpu: _GpuLike) -> None: ...
+def validate_efficiency(efficiency: _EfficiencyLike) -> None: ...
+def param_count(model: _ModelLike) -> int: ...
+def weight_bytes(model: _ModelLike) -> float: ...
+def kv_bytes_per_token(model: _ModelLike) -> float: ...
+def kv_capacity_tokens(model: _ModelLike, gpu: _GpuLike, mem_util: float) -> int: ...
+def max_batch(model: _ModelLike, gpu: _GpuLike, context_len: int, mem_util: float) -> int: ...
+def step_cost(
+    model: _ModelLike, gpu: _GpuLike, efficiency: _EfficiencyLike, batch: list[tuple[int, int]]
+) -> _StepTuple: ...
+def step_cost_many(
+    model: _ModelLike,
+    gpu: _GpuLike,
+    efficiency: _EfficiencyLike,
+    new_tokens: _I64,
+    context_len: _I64,
+    offsets: _I64,
+) -> dict[str, np.ndarray]: ...
+def step_cost_uniform_many(
+    model: _ModelLike,
+    gpu: _GpuLike,
+    efficiency: _EfficiencyLike,
+    batch_size: _I64,
+    new_tokens: _I64,
+    context_len: _I64,
+) -> dict[str, np.ndarray]: ...

@@ -1,0 +1,27 @@
+"""The lecture's demos, one module each: ``demo01`` ... ``demo04`` (and more as the course grows).
+
+Each demo module defines ``TITLE`` (one line) and ``run(out_dir, console)``, which prints its
+parts as rich tables and writes any plots into ``out_dir``. The CLI finds demos by module name,
+so adding ``demoNN.py`` (or ``demo_name.py``) here is all it takes to register one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from types import ModuleType
+
+
+def available() -> list[str]:
+    """Names of the demos that exist, in order: ``['01', '02', ...]``."""
+    names = [m.name[len("demo"):] for m in pkgutil.iter_modules(__path__)
+             if m.name.startswith("demo")]
+    return sorted(n.lstrip("_") for n in names)
+
+
+def load(name: str) -> ModuleType:
+    """The demo module called ``name`` (``'02'`` or ``'2'`` -> ``servelab.demos.demo02``)."""
+    key = name.zfill(2) if name.isdigit() else name
+    if key not in available():
+        raise ValueError(f"demo must be one of {', '.join(available())} or 'all', got {name!r}")
+    return importlib.import_module(f"{__name__}.demo{key if key.isdigit() else '_' + key}")

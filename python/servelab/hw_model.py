@@ -1,0 +1,363 @@
+"""The paper GPU: how long one forward step of an LLM would take on a real GPU (lecture §3).
+
+A roofline with the lecture's three discounts (§0.6, §3.2)::
+
+    time = max(F / (0.70 * peak_flops), M / (0.80 * hbm_bandwidth)) + 0.5 ms
+
+where ``F`` counts the FLOPs of the step and ``M`` the bytes it moves from HBM. The counting
+itself runs in Rust (``servelab._core``, file ``rust/src/cost.rs``); this module holds the
+presets, the typed Python surface, and the docs. A pure-Python twin of the same formulas lives
+in :mod:`servelab.reference.step_cost` and is checked against the Rust path by property tests.
+
+What the model counts (each rule is pinned by a number the lecture prints):
+
+* every weight matrix is read once per step, except an untied embedding table, of which only
+  the looked-up rows are read;
+* matmuls cost 2 FLOPs per weight per token; the LM head runs only for the last token of each
+  sequence in the step;
+* attention is causal: new token ``i`` of a sequence with ``c`` cached tokens attends to
+  ``c + i`` keys (4 FLOPs per key per query-head dimension);
+* the step reads the KV cache of every sequence's context and writes the new tokens' KV.
+
+What the model ignores (§8.3, pitfall 10: paper milliseconds are trends and orders of
+magnitude, not a real engine's timings):
+
+* kernel efficiency beyond the two flat discounts: tile quantisation, small-batch GEMV paths,
+  attention kernels that do not reach the roofline, kernel launch gaps inside a step;
+* overlap limits: compute and memory are assumed to overlap perfectly (``max``, not sum);
+* the FLOPs of norms, softmax, rotary embeddings and activations, and sampling;
+* the CPU side: tokenisation, scheduling, Python overhead (only the flat 0.5 ms covers it);
+* communication: tensor/pipeline parallelism, PCIe and NVLink traffic, host offload;
+* memory fragmentation, activation memory and the CUDA context (only ``mem_util`` covers them);
+* caches (L2, SRAM reuse across sequences), quantisation and sparsity;
+* clock throttling, power and thermals.
+
+Example:
+    >>> from servelab import hw_model
+    >>> step = hw_model.step_cost(hw_model.LLAMA3_8B, hw_model.H100, [(1, 512)])
+    >>> round(step.time_s * 1e3, 2), step.bound
+    (6.13, 'memory')
+    >>> hw_model.kv_capacity_tokens(hw_model.LLAMA3_8B, hw_model.H100)
+    426784
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Iterable, Literal, Sequence
+
+import numpy as np
+
+from servelab import _core
+
+__all__ = [
+    "ModelSpec",
+    "GpuSpec",
+    "Efficiency",
+    "StepCost",
+    "StepCosts",
+    "DEFAULT_EFFICIENCY",
+    "LLAMA3_8B",
+    "LLAMA3_70B",
+    "H100",
+    "H200",
+    "A100_80GB",
+    "GPUS",
+    "MODELS",
+    "step_cost",
+    "step_cost_many",
+    "decode_step_cost",
+    "decode_step_costs",
+    "prefill_cost",
+    "kv_capacity_tokens",
+    "max_batch",
+    "weight_read_lower_bound_s",
+]
+
+GB = 1e9  # the lecture's GB is decimal (SPEC.md §2)
+KiB = 1024
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Shape of a Llama-style decoder-only transformer (GQA attention, SwiGLU MLP, RMSNorm).
+
+    Validated on construction; a bad field raises ``ValueError`` naming it.
+
+    >>> import dataclasses
+    >>> no_gqa = dataclasses.replace(LLAMA3_8B, n_kv_heads=32)   # exercise 3
+    >>> no_gqa.kv_bytes_per_token // KiB
+    512
+    >>> ModelSpec("bad", 32, 4096, 32, 7, 128, 14336, 128256)
+    Traceback (most recent call last):
+    ...
+    ValueError: n_heads must be a multiple of n_kv_heads, got n_heads=32 and n_kv_heads=7
+    """
+
+    name: str
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    d_ff: int
+    vocab_size: int
+    tie_embeddings: bool = False
+    bytes_per_param: float = 2.0  # BF16
+
+    def __post_init__(self) -> None:
+        _core.validate_model(self)
+
+    @property
+    def param_count(self) -> int:
+        """Every parameter: layers, norms, embedding table, LM head (unless tied)."""
+        return int(_core.param_count(self))
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of all weights at ``bytes_per_param``."""
+        return float(_core.weight_bytes(self))
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """``2 (K and V) x n_layers x n_kv_heads x d_head x bytes_per_param`` (§2.4)."""
+        return float(_core.kv_bytes_per_token(self))
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """A GPU as the roofline sees it: dense peak FLOP/s, HBM bandwidth (B/s), memory (B).
+
+    >>> round(H100.ridge_point)
+    295
+    """
+
+    name: str
+    peak_flops: float
+    hbm_bandwidth: float
+    memory_bytes: float
+
+    def __post_init__(self) -> None:
+        _core.validate_gpu(self)
+
+    @property
+    def ridge_point(self) -> float:
+        """FLOP per byte at which the roofline bends: ``peak_flops / hbm_bandwidth`` (§3.2)."""
+        return self.peak_flops / self.hbm_bandwidth
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The lecture's discounts: fraction of peak compute and bandwidth reached, fixed overhead.
+
+    >>> Efficiency(compute=0.5).bandwidth
+    0.8
+    """
+
+    compute: float = 0.70
+    bandwidth: float = 0.80
+    overhead_s: float = 0.5e-3
+
+    def __post_init__(self) -> None:
+        _core.validate_efficiency(self)
+
+
+DEFAULT_EFFICIENCY = Efficiency()
+
+# Public configs of Meta's Llama 3 (SPEC.md §2). Untied embeddings, vocabulary 128256.
+LLAMA3_8B = ModelSpec("Llama-3-8B", n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8,
+                      d_head=128, d_ff=14336, vocab_size=128256)
+LLAMA3_70B = ModelSpec("Llama-3-70B", n_layers=80, d_model=8192, n_heads=64, n_kv_heads=8,
+                       d_head=128, d_ff=28672, vocab_size=128256)
+
+# NVIDIA datasheets: BF16 dense (no sparsity) peak, HBM bandwidth, memory in decimal GB.
+H100 = GpuSpec("H100-SXM", peak_flops=989e12, hbm_bandwidth=3.35e12, memory_bytes=80 * GB)
+H200 = GpuSpec("H200", peak_flops=989e12, hbm_bandwidth=4.8e12, memory_bytes=141 * GB)
+A100_80GB = GpuSpec("A100-80GB", peak_flops=312e12, hbm_bandwidth=2.039e12, memory_bytes=80 * GB)
+
+GPUS: dict[str, GpuSpec] = {g.name: g for g in (H100, H200, A100_80GB)}
+MODELS: dict[str, ModelSpec] = {m.name: m for m in (LLAMA3_8B, LLAMA3_70B)}
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """The price of one forward step. Times in seconds, FLOPs and bytes as floats."""
+
+    time_s: float
+    flops: float
+    bytes_moved: float
+    weight_bytes: float  # weights streamed + embedding rows looked up
+    kv_bytes: float  # KV cache read (contexts) + written (new tokens)
+    compute_s: float
+    memory_s: float
+    bound: Literal["compute", "memory"]
+    mfu: float  # achieved FLOP/s / peak FLOP/s over the whole step, overhead included
+    intensity: float  # FLOP per byte moved
+    n_tokens: int
+    n_seqs: int
+
+    @classmethod
+    def _from_core(cls, t: tuple) -> StepCost:  # type: ignore[type-arg]
+        (time_s, flops, bytes_moved, weight_bytes, kv_bytes, compute_s, memory_s,
+         compute_bound, mfu, intensity, n_tokens, n_seqs) = t
+        return cls(time_s, flops, bytes_moved, weight_bytes, kv_bytes, compute_s, memory_s,
+                   "compute" if compute_bound else "memory", mfu, intensity, n_tokens, n_seqs)
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """Many steps' costs as numpy columns (what the vectorised entry points return)."""
+
+    time_s: np.ndarray
+    flops: np.ndarray
+    bytes_moved: np.ndarray
+    weight_bytes: np.ndarray
+    kv_bytes: np.ndarray
+    compute_s: np.ndarray
+    memory_s: np.ndarray
+    compute_bound: np.ndarray
+    mfu: np.ndarray
+    intensity: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.time_s)
+
+
+def _int_array(name: str, values: Iterable[int] | np.ndarray) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _as_batch(batch: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    out = []
+    for i, seq in enumerate(batch):
+        try:
+            new_tokens, context_len = seq
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"batch[{i}] must be a pair (new_tokens, context_len), got {seq!r}") from None
+        out.append((_as_int(f"batch[{i}].new_tokens", new_tokens),
+                    _as_int(f"batch[{i}].context_len", context_len)))
+    return out
+
+
+def _as_int(name: str, value: object) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    return int(value)
+
+
+def step_cost(model: ModelSpec, gpu: GpuSpec, batch: Sequence[tuple[int, int]],
+              efficiency: Efficiency = DEFAULT_EFFICIENCY) -> StepCost:
+    """Cost of one forward over ``batch``, a list of ``(new_tokens, context_len)`` per sequence.
+
+    ``context_len`` is the number of tokens already in that sequence's KV cache: a prefill of
+    a 2048-token prompt is ``[(2048, 0)]``, a decode step of 64 sequences at context 1024 is
+    ``[(1, 1024)] * 64``, and a chunked prefill mixes both in one step.
+
+    >>> s = step_cost(LLAMA3_8B, H100, [(2048, 0)])
+    >>> round(s.time_s / 2048 * 1e6, 1), s.bound
+    (21.2, 'compute')
+    """
+    t = _core.step_cost(model, gpu, efficiency, _as_batch(batch))
+    return StepCost._from_core(t)
+
+
+def _costs(d: dict[str, np.ndarray]) -> StepCosts:
+    return StepCosts(**d)
+
+
+def step_cost_many(model: ModelSpec, gpu: GpuSpec, new_tokens: Sequence[int] | np.ndarray,
+                   context_len: Sequence[int] | np.ndarray, offsets: Sequence[int] | np.ndarray,
+                   efficiency: Efficiency = DEFAULT_EFFICIENCY) -> StepCosts:
+    """Vectorised :func:`step_cost` over many steps (runs in Rust without the GIL).
+
+    The steps come in compressed form: step ``s`` holds the sequences
+    ``offsets[s]:offsets[s+1]`` of the ``new_tokens`` and ``context_len`` columns.
+
+    >>> c = step_cost_many(LLAMA3_8B, H100, [2048, 1, 1], [0, 512, 512], [0, 1, 3])
+    >>> len(c), [b for b in c.compute_bound]
+    (2, [True, False])
+    """
+    return _costs(_core.step_cost_many(model, gpu, efficiency, _int_array("new_tokens", new_tokens),
+                                       _int_array("context_len", context_len),
+                                       _int_array("offsets", offsets)))
+
+
+def decode_step_costs(model: ModelSpec, gpu: GpuSpec, batch_size: Sequence[int] | np.ndarray,
+                      context_len: Sequence[int] | np.ndarray, new_tokens: Sequence[int] | np.ndarray | None = None,
+                      efficiency: Efficiency = DEFAULT_EFFICIENCY) -> StepCosts:
+    """Vectorised cost of uniform steps: ``batch_size[s]`` sequences, each with
+    ``new_tokens[s]`` (default 1: decode) on top of ``context_len[s]`` cached tokens.
+
+    >>> c = decode_step_costs(LLAMA3_8B, H100, [1, 64], [1024, 1024])
+    >>> [round(t * 1e3, 2) for t in c.time_s]
+    [6.15, 9.31]
+    """
+    b = _int_array("batch_size", batch_size)
+    n = np.ones_like(b) if new_tokens is None else _int_array("new_tokens", new_tokens)
+    return _costs(_core.step_cost_uniform_many(model, gpu, efficiency, b, n,
+                                               _int_array("context_len", context_len)))
+
+
+def decode_step_cost(model: ModelSpec, gpu: GpuSpec, batch_size: int, context_len: int,
+                     efficiency: Efficiency = DEFAULT_EFFICIENCY) -> StepCost:
+    """One decode step: ``batch_size`` sequences, one new token each, ``context_len`` cached.
+
+    >>> round(decode_step_cost(LLAMA3_8B, A100_80GB, 1, 512).time_s * 1e3, 2)
+    9.74
+    """
+    return step_cost(model, gpu, [(1, _as_int("context_len", context_len))] * _positive("batch_size", batch_size),
+                     efficiency)
+
+
+def _positive(name: str, value: object) -> int:
+    v = _as_int(name, value)
+    if v < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v}")
+    return v
+
+
+def prefill_cost(model: ModelSpec, gpu: GpuSpec, prompt_len: int,
+                 efficiency: Efficiency = DEFAULT_EFFICIENCY) -> StepCost:
+    """Prefill of one prompt of ``prompt_len`` tokens with an empty cache.
+
+    >>> round(prefill_cost(LLAMA3_8B, H100, 8192).time_s, 1)
+    0.2
+    """
+    return step_cost(model, gpu, [(_positive("prompt_len", prompt_len), 0)], efficiency)
+
+
+def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, mem_util: float = 0.9) -> int:
+    """Tokens of KV cache that fit beside the weights in ``mem_util`` of the GPU's memory
+    (§3.5; 0.9 is vLLM's default). Zero, never negative, when the weights alone do not fit.
+
+    >>> kv_capacity_tokens(LLAMA3_70B, H100)   # exercise 1d
+    0
+    """
+    return int(_core.kv_capacity_tokens(model, gpu, float(mem_util)))
+
+
+def max_batch(model: ModelSpec, gpu: GpuSpec, context_len: int, mem_util: float = 0.9) -> int:
+    """Most sequences of ``context_len`` tokens whose KV caches fit at once (§3.5).
+
+    >>> max_batch(LLAMA3_8B, H100, 1024)
+    416
+    """
+    return int(_core.max_batch(model, gpu, _as_int("context_len", context_len), float(mem_util)))
+
+
+def weight_read_lower_bound_s(model: ModelSpec, gpu: GpuSpec) -> float:
+    """Time to stream every weight once at full nominal bandwidth: the physical floor of a
+    batch-1 decode step (§3.3), with no efficiency discount and no overhead.
+
+    >>> round(weight_read_lower_bound_s(LLAMA3_8B, H100) * 1e3, 1)
+    4.8
+    """
+    return model.weight_bytes / gpu.hbm_bandwidth
+

@@ -1,0 +1,10 @@
+//! servelab-core: the Rust half of servelab.
+//!
+//! Plain Rust, tested with `cargo test` without Python. The Python bindings live in `py/`
+//! only, behind the `python` cargo feature that maturin switches on.
+
+pub mod cost;
+pub mod error;
+
+#[cfg(feature = "python")]
+mod py;

@@ -1,0 +1,208 @@
+//! Bindings of the paper GPU (`cost.rs`).
+//!
+//! Specs cross the boundary as any Python object with the right attributes (the frozen
+//! dataclasses of `servelab.hw_model`), read by attribute name. Every `CoreError` becomes a
+//! Python exception here; nothing in the core panics on user input.
+
+use numpy::{IntoPyArray, PyReadonlyArray1};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::cost::{self, Efficiency, GpuSpec, ModelSpec, StepCost, StepCosts};
+
+#[derive(FromPyObject)]
+struct PyModelSpec {
+    n_layers: i64,
+    d_model: i64,
+    n_heads: i64,
+    n_kv_heads: i64,
+    d_head: i64,
+    d_ff: i64,
+    vocab_size: i64,
+    tie_embeddings: bool,
+    bytes_per_param: f64,
+}
+
+impl From<PyModelSpec> for ModelSpec {
+    fn from(m: PyModelSpec) -> ModelSpec {
+        ModelSpec {
+            n_layers: m.n_layers,
+            d_model: m.d_model,
+            n_heads: m.n_heads,
+            n_kv_heads: m.n_kv_heads,
+            d_head: m.d_head,
+            d_ff: m.d_ff,
+            vocab_size: m.vocab_size,
+            tie_embeddings: m.tie_embeddings,
+            bytes_per_param: m.bytes_per_param,
+        }
+    }
+}
+
+#[derive(FromPyObject)]
+struct PyGpuSpec {
+    peak_flops: f64,
+    hbm_bandwidth: f64,
+    memory_bytes: f64,
+}
+
+impl From<PyGpuSpec> for GpuSpec {
+    fn from(g: PyGpuSpec) -> GpuSpec {
+        GpuSpec { peak_flops: g.peak_flops, hbm_bandwidth: g.hbm_bandwidth, memory_bytes: g.memory_bytes }
+    }
+}
+
+#[derive(FromPyObject)]
+struct PyEfficiency {
+    compute: f64,
+    bandwidth: f64,
+    overhead_s: f64,
+}
+
+impl From<PyEfficiency> for Efficiency {
+    fn from(e: PyEfficiency) -> Efficiency {
+        Efficiency { compute: e.compute, bandwidth: e.bandwidth, overhead_s: e.overhead_s }
+    }
+}
+
+type StepTuple = (f64, f64, f64, f64, f64, f64, f64, bool, f64, f64, i64, i64);
+
+fn to_tuple(c: StepCost) -> StepTuple {
+    (
+        c.time_s,
+        c.flops,
+        c.bytes_moved,
+        c.weight_bytes,
+        c.kv_bytes,
+        c.compute_s,
+        c.memory_s,
+        c.compute_bound,
+        c.mfu,
+        c.intensity,
+        c.n_tokens,
+        c.n_seqs,
+    )
+}
+
+fn to_dict<'py>(py: Python<'py>, c: StepCosts) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("time_s", c.time_s.into_pyarray(py))?;
+    d.set_item("flops", c.flops.into_pyarray(py))?;
+    d.set_item("bytes_moved", c.bytes_moved.into_pyarray(py))?;
+    d.set_item("weight_bytes", c.weight_bytes.into_pyarray(py))?;
+    d.set_item("kv_bytes", c.kv_bytes.into_pyarray(py))?;
+    d.set_item("compute_s", c.compute_s.into_pyarray(py))?;
+    d.set_item("memory_s", c.memory_s.into_pyarray(py))?;
+    d.set_item("compute_bound", c.compute_bound.into_pyarray(py))?;
+    d.set_item("mfu", c.mfu.into_pyarray(py))?;
+    d.set_item("intensity", c.intensity.into_pyarray(py))?;
+    Ok(d)
+}
+
+fn slice<'a>(name: &str, a: &'a PyReadonlyArray1<'_, i64>) -> PyResult<&'a [i64]> {
+    a.as_slice()
+        .map_err(|_| PyValueError::new_err(format!("{name} must be a contiguous 1-D int64 array")))
+}
+
+#[pyfunction]
+fn validate_model(model: PyModelSpec) -> PyResult<()> {
+    Ok(ModelSpec::from(model).validate()?)
+}
+
+#[pyfunction]
+fn validate_gpu(gpu: PyGpuSpec) -> PyResult<()> {
+    Ok(GpuSpec::from(gpu).validate()?)
+}
+
+#[pyfunction]
+fn validate_efficiency(efficiency: PyEfficiency) -> PyResult<()> {
+    Ok(Efficiency::from(efficiency).validate()?)
+}
+
+#[pyfunction]
+fn param_count(model: PyModelSpec) -> PyResult<i128> {
+    let m = ModelSpec::from(model);
+    m.validate()?;
+    Ok(m.param_count())
+}
+
+#[pyfunction]
+fn weight_bytes(model: PyModelSpec) -> PyResult<f64> {
+    let m = ModelSpec::from(model);
+    m.validate()?;
+    Ok(m.weight_bytes())
+}
+
+#[pyfunction]
+fn kv_bytes_per_token(model: PyModelSpec) -> PyResult<f64> {
+    let m = ModelSpec::from(model);
+    m.validate()?;
+    Ok(m.kv_bytes_per_token())
+}
+
+#[pyfunction]
+fn kv_capacity_tokens(model: PyModelSpec, gpu: PyGpuSpec, mem_util: f64) -> PyResult<i64> {
+    Ok(cost::kv_capacity_tokens(&model.into(), &gpu.into(), mem_util)?)
+}
+
+#[pyfunction]
+fn max_batch(model: PyModelSpec, gpu: PyGpuSpec, context_len: i64, mem_util: f64) -> PyResult<i64> {
+    Ok(cost::max_batch(&model.into(), &gpu.into(), context_len, mem_util)?)
+}
+
+#[pyfunction]
+fn step_cost(model: PyModelSpec, gpu: PyGpuSpec, efficiency: PyEfficiency, batch: Vec<(i64, i64)>) -> PyResult<StepTuple> {
+    let c = cost::step_cost(&model.into(), &gpu.into(), &efficiency.into(), &batch)?;
+    Ok(to_tuple(c))
+}
+
+#[pyfunction]
+fn step_cost_many<'py>(
+    py: Python<'py>,
+    model: PyModelSpec,
+    gpu: PyGpuSpec,
+    efficiency: PyEfficiency,
+    new_tokens: PyReadonlyArray1<'py, i64>,
+    context_len: PyReadonlyArray1<'py, i64>,
+    offsets: PyReadonlyArray1<'py, i64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let (m, g, e) = (model.into(), gpu.into(), efficiency.into());
+    let (n, c, o) = (slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?, slice("offsets", &offsets)?);
+    // A sweep of a million steps takes milliseconds to seconds: let other Python threads run.
+    let costs = py.detach(|| cost::step_cost_many(&m, &g, &e, n, c, o))?;
+    to_dict(py, costs)
+}
+
+#[pyfunction]
+fn step_cost_uniform_many<'py>(
+    py: Python<'py>,
+    model: PyModelSpec,
+    gpu: PyGpuSpec,
+    efficiency: PyEfficiency,
+    batch_size: PyReadonlyArray1<'py, i64>,
+    new_tokens: PyReadonlyArray1<'py, i64>,
+    context_len: PyReadonlyArray1<'py, i64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let (m, g, e) = (model.into(), gpu.into(), efficiency.into());
+    let (b, n, c) = (slice("batch_size", &batch_size)?, slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?);
+    let costs = py.detach(|| cost::step_cost_uniform_many(&m, &g, &e, b, n, c))?;
+    to_dict(py, costs)
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("MAX_DIM", cost::MAX_DIM)?;
+    m.add("MAX_TOKENS", cost::MAX_TOKENS)?;
+    m.add_function(wrap_pyfunction!(validate_model, m)?)?;
+    m.add_function(wrap_pyfunction!(validate_gpu, m)?)?;
+    m.add_function(wrap_pyfunction!(validate_efficiency, m)?)?;
+    m.add_function(wrap_pyfunction!(param_count, m)?)?;
+    m.add_function(wrap_pyfunction!(weight_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(kv_bytes_per_token, m)?)?;
+    m.add_function(wrap_pyfunction!(kv_capacity_tokens, m)?)?;
+    m.add_function(wrap_pyfunction!(max_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(step_cost, m)?)?;
+    m.add_function(wrap_pyfunction!(step_cost_many, m)?)?;
+    m.add_function(wrap_pyfunction!(step_cost_uniform_many, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,27 @@
+//! Python bindings (the `python` feature): the only place that knows about PyO3.
+//!
+//! One file per core module (`py/cost.rs` binds `cost.rs`, ...), each with a `register`
+//! function called below. Every `CoreError` becomes a Python exception here; nothing in the
+//! core panics on user input.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::error::CoreError;
+
+mod cost;
+
+impl From<CoreError> for PyErr {
+    fn from(e: CoreError) -> PyErr {
+        match e {
+            CoreError::InvalidArgument(msg) => PyValueError::new_err(msg),
+        }
+    }
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    cost::register(m)?;
+    Ok(())
+}

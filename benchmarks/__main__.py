@@ -18,9 +18,12 @@ def main(argv: list[str] | None = None) -> int:
     found = sorted(m.name[len("bench_"):] for m in pkgutil.iter_modules([str(here)])
                    if m.name.startswith("bench_"))
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
-    parser.add_argument("names", nargs="*", choices=found + [[]], help="benchmarks to run (default: all)")
+    parser.add_argument("names", nargs="*", help=f"benchmarks to run, of {found} (default: all)")
     parser.add_argument("--quick", action="store_true", help="smaller inputs, for a smoke run")
     args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in found]
+    if unknown:
+        parser.error(f"names must be among {found}, got {unknown}")
     console = Console()
     for name in args.names or found:
         console.rule(f"[bold]bench {name}")

@@ -79,6 +79,16 @@ GB = 1e9  # the lecture's GB is decimal (SPEC.md §2)
 KiB = 1024
 
 
+def _validate(check, spec: object) -> None:
+    """Runs a Rust validator; a Python int too large for i64 becomes a ValueError too."""
+    try:
+        check(spec)
+    except TypeError as exc:  # PyO3 wraps the OverflowError of an i64 field in a TypeError
+        if not isinstance(exc.__cause__, OverflowError):
+            raise
+        raise ValueError(f"{exc.args[0]} (out of the 64-bit range) in {spec!r}") from None
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Shape of a Llama-style decoder-only transformer (GQA attention, SwiGLU MLP, RMSNorm).
@@ -87,8 +97,8 @@ class ModelSpec:
 
     >>> import dataclasses
     >>> no_gqa = dataclasses.replace(LLAMA3_8B, n_kv_heads=32)   # exercise 3
-    >>> no_gqa.kv_bytes_per_token // KiB
-    512
+    >>> no_gqa.kv_bytes_per_token / KiB
+    512.0
     >>> ModelSpec("bad", 32, 4096, 32, 7, 128, 14336, 128256)
     Traceback (most recent call last):
     ...
@@ -107,7 +117,7 @@ class ModelSpec:
     bytes_per_param: float = 2.0  # BF16
 
     def __post_init__(self) -> None:
-        _core.validate_model(self)
+        _validate(_core.validate_model, self)
 
     @property
     def param_count(self) -> int:
@@ -139,7 +149,7 @@ class GpuSpec:
     memory_bytes: float
 
     def __post_init__(self) -> None:
-        _core.validate_gpu(self)
+        _validate(_core.validate_gpu, self)
 
     @property
     def ridge_point(self) -> float:
@@ -160,7 +170,7 @@ class Efficiency:
     overhead_s: float = 0.5e-3
 
     def __post_init__(self) -> None:
-        _core.validate_efficiency(self)
+        _validate(_core.validate_efficiency, self)
 
 
 DEFAULT_EFFICIENCY = Efficiency()
@@ -249,7 +259,10 @@ def _as_batch(batch: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
 def _as_int(name: str, value: object) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"{name} must be an integer, got {value!r}")
+    if not -(2**63) <= int(value) < 2**63:  # the core counts in i64
+        raise ValueError(f"{name} must fit in a signed 64-bit integer, got {value}")
     return int(value)
+
 
 
 def step_cost(model: ModelSpec, gpu: GpuSpec, batch: Sequence[tuple[int, int]],
@@ -281,7 +294,7 @@ def step_cost_many(model: ModelSpec, gpu: GpuSpec, new_tokens: Sequence[int] | n
     ``offsets[s]:offsets[s+1]`` of the ``new_tokens`` and ``context_len`` columns.
 
     >>> c = step_cost_many(LLAMA3_8B, H100, [2048, 1, 1], [0, 512, 512], [0, 1, 3])
-    >>> len(c), [b for b in c.compute_bound]
+    >>> len(c), c.compute_bound.tolist()
     (2, [True, False])
     """
     return _costs(_core.step_cost_many(model, gpu, efficiency, _int_array("new_tokens", new_tokens),
@@ -296,7 +309,7 @@ def decode_step_costs(model: ModelSpec, gpu: GpuSpec, batch_size: Sequence[int] 
     ``new_tokens[s]`` (default 1: decode) on top of ``context_len[s]`` cached tokens.
 
     >>> c = decode_step_costs(LLAMA3_8B, H100, [1, 64], [1024, 1024])
-    >>> [round(t * 1e3, 2) for t in c.time_s]
+    >>> [round(t * 1e3, 2) for t in c.time_s.tolist()]
     [6.15, 9.31]
     """
     b = _int_array("batch_size", batch_size)

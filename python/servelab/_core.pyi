@@ -1,6 +1,6 @@
 # Typed surface of the Rust extension (rust/src/py/). Checked by `python -m mypy.stubtest
 # servelab._core` in `make test`: a function added in Rust must be added here.
-from typing import Protocol
+from typing import Protocol, final
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +21,10 @@ __all__ = [
     "step_cost",
     "step_cost_many",
     "step_cost_uniform_many",
+    "EventQueue",
+    "MAX_REQUEST_TOKENS",
+    "sim_batch1",
+    "sim_static_batching",
 ]
 
 __version__: str
@@ -81,3 +85,40 @@ def step_cost_uniform_many(
     new_tokens: _I64,
     context_len: _I64,
 ) -> dict[str, np.ndarray]: ...
+
+# ---- event queue (rust/src/events.rs) --------------------------------------------------------
+
+@final
+class EventQueue:
+    def __init__(self) -> None: ...
+    def push(self, time_s: float, payload: object) -> None: ...
+    def pop(self) -> tuple[float, object]: ...
+    def peek(self) -> tuple[float, object]: ...
+    def __len__(self) -> int: ...
+
+# ---- serving simulator (rust/src/sim/) -------------------------------------------------------
+
+MAX_REQUEST_TOKENS: int
+_F64 = npt.NDArray[np.float64]
+
+def sim_batch1(
+    model: _ModelLike,
+    gpu: _GpuLike,
+    efficiency: _EfficiencyLike,
+    arrival_s: _F64,
+    prompt_len: _I64,
+    output_len: _I64,
+    trace: bool,
+) -> dict[str, object]: ...
+def sim_static_batching(
+    model: _ModelLike,
+    gpu: _GpuLike,
+    efficiency: _EfficiencyLike,
+    arrival_s: _F64,
+    prompt_len: _I64,
+    output_len: _I64,
+    batch_size: int,
+    max_wait_s: float,
+    ride_along: bool,
+    trace: bool,
+) -> dict[str, object]: ...

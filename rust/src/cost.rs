@@ -350,6 +350,20 @@ impl Pricer {
         Ok(self.finish(tokens, seqs, keys, ctx_tokens))
     }
 
+    /// Prices a step from its totals, for simulators that keep them as they go: `tokens` new
+    /// tokens over `seqs` sequences, `keys` attention (query, key) pairs (`sum n*c + n(n+1)/2`)
+    /// and `ctx_tokens` cached tokens read. Unchecked: the caller guarantees `tokens >= 1` and
+    /// `seqs >= 1`. Bit for bit the same arithmetic as [`Pricer::price`] when the totals are
+    /// exact (integers below 2^53).
+    pub fn price_totals(&self, tokens: i64, seqs: i64, keys: f64, ctx_tokens: f64) -> StepCost {
+        self.finish(tokens, seqs, keys, ctx_tokens)
+    }
+
+    /// Peak dense FLOP/s of the GPU this pricer was built for (MFU's denominator).
+    pub fn peak_flops(&self) -> f64 {
+        self.peak_flops
+    }
+
     fn finish(&self, tokens: i64, seqs: i64, keys: f64, ctx_tokens: f64) -> StepCost {
         let t = tokens as f64;
         let flops = self.matmul_flops_per_token * t

@@ -5,6 +5,8 @@
 
 pub mod cost;
 pub mod error;
+pub mod events;
+pub mod sim;
 
 #[cfg(feature = "python")]
 mod py;

@@ -12,7 +12,7 @@ use pyo3::types::PyDict;
 use crate::cost::{self, Efficiency, GpuSpec, ModelSpec, StepCost, StepCosts};
 
 #[derive(FromPyObject)]
-struct PyModelSpec {
+pub(super) struct PyModelSpec {
     n_layers: i64,
     d_model: i64,
     n_heads: i64,
@@ -41,7 +41,7 @@ impl From<PyModelSpec> for ModelSpec {
 }
 
 #[derive(FromPyObject)]
-struct PyGpuSpec {
+pub(super) struct PyGpuSpec {
     peak_flops: f64,
     hbm_bandwidth: f64,
     memory_bytes: f64,
@@ -54,7 +54,7 @@ impl From<PyGpuSpec> for GpuSpec {
 }
 
 #[derive(FromPyObject)]
-struct PyEfficiency {
+pub(super) struct PyEfficiency {
     compute: f64,
     bandwidth: f64,
     overhead_s: f64,

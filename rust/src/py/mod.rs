@@ -10,6 +10,8 @@ use pyo3::prelude::*;
 use crate::error::CoreError;
 
 mod cost;
+mod events;
+mod sim;
 
 impl From<CoreError> for PyErr {
     fn from(e: CoreError) -> PyErr {
@@ -23,5 +25,7 @@ impl From<CoreError> for PyErr {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     cost::register(m)?;
+    events::register(m)?;
+    sim::register(m)?;
     Ok(())
 }

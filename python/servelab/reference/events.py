@@ -1,0 +1,44 @@
+"""Pure-Python twin of :class:`servelab.events.EventQueue`: a heap keyed by ``(time, seq)``.
+
+``seq`` counts pushes, so events at equal times pop in insertion order (FIFO), and the heap
+never compares two payloads. Same errors, same messages as the Rust queue.
+
+>>> q = EventQueue()
+>>> q.push(1.0, "b"); q.push(0.0, "a"); q.push(1.0, "c")
+>>> [q.pop() for _ in range(3)]
+[(0.0, 'a'), (1.0, 'b'), (1.0, 'c')]
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Any
+
+
+class EventQueue:
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Any]] = []
+        self._seq = 0
+
+    def push(self, time_s: float, payload: Any) -> None:
+        time_s = float(time_s)
+        if not (math.isfinite(time_s) and time_s >= 0.0):
+            raise ValueError(f"time_s must be a finite number >= 0, got {time_s!r}")
+        heapq.heappush(self._heap, (time_s + 0.0, self._seq, payload))  # + 0.0: -0.0 -> 0.0
+        self._seq += 1
+
+    def pop(self) -> tuple[float, Any]:
+        if not self._heap:
+            raise IndexError("pop from an empty EventQueue")
+        time_s, _, payload = heapq.heappop(self._heap)
+        return time_s, payload
+
+    def peek(self) -> tuple[float, Any]:
+        if not self._heap:
+            raise IndexError("peek at an empty EventQueue")
+        time_s, _, payload = self._heap[0]
+        return time_s, payload
+
+    def __len__(self) -> int:
+        return len(self._heap)

@@ -1,0 +1,114 @@
+//! Bindings of the serving simulator (`sim/`): numpy columns in, a dict of numpy columns out.
+
+use numpy::{IntoPyArray, PyReadonlyArray1};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::cost::{PyEfficiency, PyGpuSpec, PyModelSpec};
+use crate::cost::Pricer;
+use crate::error::CoreResult;
+use crate::sim::batch1::{self, AcceptAll};
+use crate::sim::static_batching::{self, StaticParams};
+use crate::sim::{SimOutput, Workload};
+
+fn slice<'a, T: numpy::Element>(name: &str, a: &'a PyReadonlyArray1<'_, T>) -> PyResult<&'a [T]> {
+    a.as_slice().map_err(|_| PyValueError::new_err(format!("{name} must be a contiguous 1-D array")))
+}
+
+fn to_dict<'py>(py: Python<'py>, o: SimOutput) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("start_s", o.start_s.into_pyarray(py))?;
+    d.set_item("first_token_s", o.first_token_s.into_pyarray(py))?;
+    d.set_item("finish_s", o.finish_s.into_pyarray(py))?;
+    d.set_item("rejected", o.rejected.into_pyarray(py))?;
+    d.set_item("batch_id", o.batch_id.into_pyarray(py))?;
+    d.set_item("busy_s", o.busy_s)?;
+    d.set_item("flops", o.flops)?;
+    d.set_item("n_steps", o.n_steps)?;
+    d.set_item("peak_kv_tokens", o.peak_kv_tokens)?;
+    match o.trace {
+        Some(t) => {
+            let tr = PyDict::new(py);
+            tr.set_item("start_s", t.start_s.into_pyarray(py))?;
+            tr.set_item("step_s", t.step_s.into_pyarray(py))?;
+            tr.set_item("batch_size", t.batch_size.into_pyarray(py))?;
+            tr.set_item("tokens", t.tokens.into_pyarray(py))?;
+            tr.set_item("n_prefill", t.n_prefill.into_pyarray(py))?;
+            tr.set_item("n_decode", t.n_decode.into_pyarray(py))?;
+            tr.set_item("kv_tokens", t.kv_tokens.into_pyarray(py))?;
+            d.set_item("trace", tr)?;
+        }
+        None => d.set_item("trace", py.None())?,
+    }
+    Ok(d)
+}
+
+/// Validates everything, then runs `f` without the GIL.
+#[allow(clippy::too_many_arguments)]
+fn simulate<'py, F>(
+    py: Python<'py>,
+    model: PyModelSpec,
+    gpu: PyGpuSpec,
+    efficiency: PyEfficiency,
+    arrival_s: PyReadonlyArray1<'py, f64>,
+    prompt_len: PyReadonlyArray1<'py, i64>,
+    output_len: PyReadonlyArray1<'py, i64>,
+    f: F,
+) -> PyResult<Bound<'py, PyDict>>
+where
+    F: FnOnce(&Pricer, &Workload<'_>) -> CoreResult<SimOutput> + Send,
+{
+    let pricer = Pricer::new(&model.into(), &gpu.into(), &efficiency.into())?;
+    let (a, p, l) = (slice("arrival_s", &arrival_s)?, slice("prompt_len", &prompt_len)?, slice("output_len", &output_len)?);
+    let w = Workload::new(a, p, l)?;
+    // A million-step run takes tens of milliseconds: let other Python threads run meanwhile.
+    let out = py.detach(|| f(&pricer, &w))?;
+    to_dict(py, out)
+}
+
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn sim_batch1<'py>(
+    py: Python<'py>,
+    model: PyModelSpec,
+    gpu: PyGpuSpec,
+    efficiency: PyEfficiency,
+    arrival_s: PyReadonlyArray1<'py, f64>,
+    prompt_len: PyReadonlyArray1<'py, i64>,
+    output_len: PyReadonlyArray1<'py, i64>,
+    trace: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    simulate(py, model, gpu, efficiency, arrival_s, prompt_len, output_len, |pr, w| {
+        Ok(batch1::run(pr, w, &mut AcceptAll, trace))
+    })
+}
+
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn sim_static_batching<'py>(
+    py: Python<'py>,
+    model: PyModelSpec,
+    gpu: PyGpuSpec,
+    efficiency: PyEfficiency,
+    arrival_s: PyReadonlyArray1<'py, f64>,
+    prompt_len: PyReadonlyArray1<'py, i64>,
+    output_len: PyReadonlyArray1<'py, i64>,
+    batch_size: i64,
+    max_wait_s: f64,
+    ride_along: bool,
+    trace: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let params = StaticParams { batch_size, max_wait_s, ride_along };
+    params.validate()?;
+    simulate(py, model, gpu, efficiency, arrival_s, prompt_len, output_len, move |pr, w| {
+        static_batching::run(pr, w, &params, trace)
+    })
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("MAX_REQUEST_TOKENS", crate::sim::MAX_REQUEST_TOKENS)?;
+    m.add_function(wrap_pyfunction!(sim_batch1, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_static_batching, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,285 @@
+//! The serving simulator (lecture §4.5): requests arrive, a policy decides what the GPU runs in
+//! each forward step, and the paper GPU (`cost.rs`) says how long each step takes. The clock
+//! jumps from step to step; no wall time passes.
+//!
+//! One file per policy: [`batch1`] (one request at a time, FCFS) and [`static_batching`]
+//! (start a batch when `batch_size` wait or the oldest has waited `max_wait_s`, run it until its
+//! longest request ends).
+//!
+//! # What a step costs: the context convention
+//!
+//! Every step is priced as a list of sequences `(new_tokens, context_len)`, where `context_len`
+//! is the number of tokens already in that sequence's KV cache when the step starts:
+//!
+//! * **prefill** of a prompt of `p` tokens is `(p, 0)`; it writes `p` tokens of KV and produces
+//!   output token 1 (the first token is known at the end of the prefill step);
+//! * **decode step `s`** (`s = 1 .. L_o - 1`) feeds output token `s` and produces token `s + 1`:
+//!   `(1, p + s - 1)`. After it the cache holds `p + s` tokens. A request of `L_o` output tokens
+//!   therefore takes one prefill and `L_o - 1` decode steps; its last token is never fed back
+//!   (§2.1: 8 tokens = 1 prefill + 7 decodes).
+//! * **riding along** (static batching with `ride_along = true`): a request whose tokens are all
+//!   out keeps computing padding tokens until the batch ends, exactly as if it were still
+//!   decoding: at decode step `s` it is `(1, p + s - 1)` like everyone else, so its KV keeps
+//!   growing. With `ride_along = false` (exercise 5) it drops out of the step: the step holds
+//!   only the requests with `L_o - 1 >= s` (the lecture's `works`), but its seat stays empty
+//!   until the batch ends.
+//!
+//! The step trace's `kv_tokens` is the KV held by the sequences that computed in the step,
+//! after it: `sum(context_len + new_tokens)`. Batch 1 and static batching do not model a KV
+//! memory limit (the lecture's code does not either); `peak_kv_tokens` tells how close a run came.
+//!
+//! # Floating point
+//!
+//! A step's totals (tokens, sequences, attention keys, context tokens) are summed as integers
+//! and converted to `f64` once; times accumulate as `t = t + step_time` in step order. The
+//! pure-Python reference (`servelab.reference.sim`) performs the same IEEE-754 operations in the
+//! same order, so the two agree bit for bit.
+
+pub mod batch1;
+pub mod static_batching;
+
+use crate::cost::{fmt_f64, Pricer, StepCost};
+use crate::error::{CoreError, CoreResult};
+
+/// Largest prompt or output length of one request (16,777,216 tokens): far beyond any model's
+/// context, small enough that a bad length can never make a run take forever or overflow.
+pub const MAX_REQUEST_TOKENS: i64 = 1 << 24;
+
+/// The requests of a run, as parallel columns, validated.
+#[derive(Debug, Clone, Copy)]
+pub struct Workload<'a> {
+    pub arrival_s: &'a [f64],
+    pub prompt_len: &'a [i64],
+    pub output_len: &'a [i64],
+}
+
+impl<'a> Workload<'a> {
+    /// Checks the columns: equal lengths; arrival times finite, `>= 0` and sorted; prompt and
+    /// output lengths in `[1, MAX_REQUEST_TOKENS]`. The error names the first bad value.
+    pub fn new(arrival_s: &'a [f64], prompt_len: &'a [i64], output_len: &'a [i64]) -> CoreResult<Self> {
+        let n = arrival_s.len();
+        if prompt_len.len() != n || output_len.len() != n {
+            return Err(CoreError::invalid(format!(
+                "arrival_s, prompt_len and output_len must have the same length, got {}, {} and {}",
+                n,
+                prompt_len.len(),
+                output_len.len()
+            )));
+        }
+        for (i, &a) in arrival_s.iter().enumerate() {
+            if !(a.is_finite() && a >= 0.0) {
+                return Err(CoreError::invalid(format!(
+                    "arrival_s[{i}] must be a finite number >= 0, got {}",
+                    fmt_f64(a)
+                )));
+            }
+            if i > 0 && a < arrival_s[i - 1] {
+                return Err(CoreError::invalid(format!(
+                    "arrival_s must be sorted, got arrival_s[{}]={} after arrival_s[{}]={}",
+                    i,
+                    fmt_f64(a),
+                    i - 1,
+                    fmt_f64(arrival_s[i - 1])
+                )));
+            }
+        }
+        for (name, col) in [("prompt_len", prompt_len), ("output_len", output_len)] {
+            if let Some((i, v)) = col.iter().enumerate().find(|(_, &v)| !(1..=MAX_REQUEST_TOKENS).contains(&v)) {
+                return Err(CoreError::invalid(format!(
+                    "{name}[{i}] must be an integer in [1, {MAX_REQUEST_TOKENS}], got {v}"
+                )));
+            }
+        }
+        Ok(Workload { arrival_s, prompt_len, output_len })
+    }
+
+    pub fn len(&self) -> usize {
+        self.arrival_s.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.arrival_s.is_empty()
+    }
+}
+
+/// One row per forward step (filled only when asked for: a long run has millions of steps).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepTrace {
+    /// When the step starts.
+    pub start_s: Vec<f64>,
+    /// How long it takes (the paper GPU's price).
+    pub step_s: Vec<f64>,
+    /// Sequences that compute in the step (riders included).
+    pub batch_size: Vec<i64>,
+    /// New tokens computed in the step (prompt tokens of a prefill, one per decoding sequence).
+    pub tokens: Vec<i64>,
+    /// Sequences whose prefill ends in this step (each produces its first output token).
+    pub n_prefill: Vec<i64>,
+    /// Sequences that produce a real (not padding) later output token in this step.
+    pub n_decode: Vec<i64>,
+    /// KV tokens held by the sequences of the step, after it.
+    pub kv_tokens: Vec<i64>,
+}
+
+/// Per-request timestamps and run totals. Rejected requests have NaN times and batch `-1`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimOutput {
+    pub start_s: Vec<f64>,
+    pub first_token_s: Vec<f64>,
+    pub finish_s: Vec<f64>,
+    pub rejected: Vec<bool>,
+    /// Which batch served the request (batch 1: its rank among the served requests).
+    pub batch_id: Vec<i64>,
+    /// Sum of step times: time the GPU computed.
+    pub busy_s: f64,
+    /// Sum of the FLOPs of every step.
+    pub flops: f64,
+    pub n_steps: u64,
+    pub peak_kv_tokens: i64,
+    pub trace: Option<StepTrace>,
+}
+
+/// What one step holds, summed over its sequences (see the module docs for the convention).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepShape {
+    pub seqs: i64,
+    pub tokens: i64,
+    /// sum over sequences of `n * c + n * (n + 1) / 2`
+    pub keys: i128,
+    /// sum over sequences of `c`
+    pub ctx_tokens: i128,
+    pub n_prefill: i64,
+    pub n_decode: i64,
+}
+
+impl StepShape {
+    /// `count` sequences decoding one token each on top of `ctx_sum` cached tokens in total,
+    /// `useful` of which produce a real output token.
+    pub fn decode(count: i64, ctx_sum: i128, useful: i64) -> Self {
+        StepShape {
+            seqs: count,
+            tokens: count,
+            keys: ctx_sum + count as i128,
+            ctx_tokens: ctx_sum,
+            n_prefill: 0,
+            n_decode: useful,
+        }
+    }
+
+    /// Adds the prefill of one prompt of `p` tokens onto an empty cache.
+    pub fn add_prefill(&mut self, p: i64) {
+        let p128 = p as i128;
+        self.seqs += 1;
+        self.tokens += p;
+        self.keys += p128 * (p128 + 1) / 2;
+        self.n_prefill += 1;
+    }
+}
+
+/// Runs the clock: prices steps, accumulates totals, and keeps the trace.
+pub(crate) struct Recorder<'p> {
+    pricer: &'p Pricer,
+    out: SimOutput,
+}
+
+impl<'p> Recorder<'p> {
+    pub(crate) fn new(pricer: &'p Pricer, n: usize, trace: bool) -> Self {
+        Recorder {
+            pricer,
+            out: SimOutput {
+                start_s: vec![f64::NAN; n],
+                first_token_s: vec![f64::NAN; n],
+                finish_s: vec![f64::NAN; n],
+                rejected: vec![false; n],
+                batch_id: vec![-1; n],
+                busy_s: 0.0,
+                flops: 0.0,
+                n_steps: 0,
+                peak_kv_tokens: 0,
+                trace: trace.then(StepTrace::default),
+            },
+        }
+    }
+
+    /// Executes one step starting at `now`; returns when it ends.
+    pub(crate) fn step(&mut self, now: f64, shape: StepShape) -> f64 {
+        let cost: StepCost =
+            self.pricer.price_totals(shape.tokens, shape.seqs, shape.keys as f64, shape.ctx_tokens as f64);
+        let o = &mut self.out;
+        o.busy_s += cost.time_s;
+        o.flops += cost.flops;
+        o.n_steps += 1;
+        let kv = (shape.ctx_tokens + shape.tokens as i128).min(i64::MAX as i128) as i64;
+        o.peak_kv_tokens = o.peak_kv_tokens.max(kv);
+        if let Some(t) = o.trace.as_mut() {
+            t.start_s.push(now);
+            t.step_s.push(cost.time_s);
+            t.batch_size.push(shape.seqs);
+            t.tokens.push(shape.tokens);
+            t.n_prefill.push(shape.n_prefill);
+            t.n_decode.push(shape.n_decode);
+            t.kv_tokens.push(kv);
+        }
+        now + cost.time_s
+    }
+
+    pub(crate) fn out(&mut self) -> &mut SimOutput {
+        &mut self.out
+    }
+
+    pub(crate) fn finish(self) -> SimOutput {
+        self.out
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_util {
+    use crate::cost::{Efficiency, GpuSpec, ModelSpec, Pricer};
+
+    pub fn pricer() -> Pricer {
+        let m = ModelSpec {
+            n_layers: 32,
+            d_model: 4096,
+            n_heads: 32,
+            n_kv_heads: 8,
+            d_head: 128,
+            d_ff: 14336,
+            vocab_size: 128256,
+            tie_embeddings: false,
+            bytes_per_param: 2.0,
+        };
+        let g = GpuSpec { peak_flops: 989e12, hbm_bandwidth: 3.35e12, memory_bytes: 80e9 };
+        Pricer::new(&m, &g, &Efficiency::default()).unwrap()
+    }
+
+    /// The price of one step given as `(new_tokens, context_len)` per sequence, through the
+    /// checked path of `cost.rs`.
+    pub fn price(batch: &[(i64, i64)]) -> f64 {
+        let p = pricer();
+        p.price(batch.iter().map(|&(n, c)| (String::new(), crate::cost::SeqGroup::one(n, c))))
+            .unwrap()
+            .time_s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workload_errors_name_the_value() {
+        let e = Workload::new(&[0.0, -1.0], &[1, 1], &[1, 1]).unwrap_err();
+        assert_eq!(e.to_string(), "arrival_s[1] must be a finite number >= 0, got -1.0");
+        let e = Workload::new(&[f64::NAN], &[1], &[1]).unwrap_err();
+        assert_eq!(e.to_string(), "arrival_s[0] must be a finite number >= 0, got nan");
+        let e = Workload::new(&[2.0, 1.0], &[1, 1], &[1, 1]).unwrap_err();
+        assert_eq!(e.to_string(), "arrival_s must be sorted, got arrival_s[1]=1.0 after arrival_s[0]=2.0");
+        let e = Workload::new(&[0.0], &[0], &[1]).unwrap_err();
+        assert_eq!(e.to_string(), format!("prompt_len[0] must be an integer in [1, {MAX_REQUEST_TOKENS}], got 0"));
+        let e = Workload::new(&[0.0], &[1], &[-3]).unwrap_err();
+        assert!(e.to_string().starts_with("output_len[0] must be an integer"));
+        let e = Workload::new(&[0.0], &[1, 2], &[1]).unwrap_err();
+        assert!(e.to_string().contains("same length"));
+        assert!(Workload::new(&[], &[], &[]).unwrap().is_empty());
+    }
+}

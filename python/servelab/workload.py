@@ -102,11 +102,11 @@ def _int_column(name: str, values: object) -> np.ndarray:
         bad = ~np.isfinite(arr) | (arr != np.round(arr))
         if bad.any():
             i = int(np.argmax(bad))
-            raise ValueError(f"{name}[{i}] must be an integer in [1, {MAX_REQUEST_TOKENS}], got {arr[i]!r}")
+            raise ValueError(f"{name}[{i}] must be an integer in [1, {MAX_REQUEST_TOKENS}], got {float(arr[i])!r}")
         big = np.abs(arr) > MAX_REQUEST_TOKENS
         if big.any():
             i = int(np.argmax(big))
-            raise ValueError(f"{name}[{i}] must be an integer in [1, {MAX_REQUEST_TOKENS}], got {arr[i]!r}")
+            raise ValueError(f"{name}[{i}] must be an integer in [1, {MAX_REQUEST_TOKENS}], got {float(arr[i])!r}")
         return arr.astype(np.int64)
     if arr.dtype == object:  # a list of Python ints too big for int64 lands here
         try:
@@ -382,6 +382,7 @@ def load_trace_csv(path: str | Path, *, limit: int | None = None, start_at_zero:
         io = _pick(header, _OUTPUT_COLUMNS, "output length", path)
         times: list[float] = []
         ticks: list[int] = []
+        lines: list[int] = []
         prompts: list[int] = []
         outputs: list[int] = []
         for row in reader:
@@ -390,6 +391,7 @@ def load_trace_csv(path: str | Path, *, limit: int | None = None, start_at_zero:
             line = reader.line_num
             if not row or all(not c.strip() for c in row):
                 continue
+            lines.append(line)
             try:
                 raw_t, raw_p, raw_o = row[ia], row[ip], row[io]
             except IndexError:
@@ -409,6 +411,11 @@ def load_trace_csv(path: str | Path, *, limit: int | None = None, start_at_zero:
                                      f"YYYY-MM-DD HH:MM:SS.fffffff, got {raw_t!r}") from None
     if times and ticks:
         raise ValueError(f"{path}: arrival times mix seconds and timestamps")
+    raw: list[float] | list[int] = ticks or times
+    for k in range(1, len(raw)):  # checked before any shift, so the message names the file's values
+        if raw[k] < raw[k - 1]:
+            raise ValueError(f"{path}, line {lines[k]}: rows must be sorted by arrival time, got "
+                             f"{raw[k]!r} after {raw[k - 1]!r}")
     if ticks:
         t0 = ticks[0] if start_at_zero else 0
         arrival = np.array([(t - t0) / 1e7 for t in ticks], dtype=np.float64)

@@ -50,16 +50,17 @@ impl StaticParams {
 pub fn run(pricer: &Pricer, w: &Workload<'_>, params: &StaticParams, trace: bool) -> CoreResult<SimOutput> {
     params.validate()?;
     let n = w.len();
-    let b = usize::try_from(params.batch_size).unwrap_or(usize::MAX).min(n.max(1));
+    let b = usize::try_from(params.batch_size).unwrap_or(usize::MAX);
     let a = w.arrival_s;
     let mut rec = Recorder::new(pricer, n, trace);
     let mut free_at = 0.0f64;
-    let mut order: Vec<usize> = Vec::with_capacity(b);
+    let mut order: Vec<usize> = Vec::with_capacity(b.min(n));
     let mut i = 0; // oldest request not yet served
     let mut batch_id = 0i64;
     while i < n {
         let deadline = a[i] + params.max_wait_s;
-        let full = if i + b - 1 < n { a[i + b - 1] } else { f64::INFINITY };
+        // the arrival that makes the batch full; never, if fewer than b requests are left
+        let full = if b <= n - i { a[i + b - 1] } else { f64::INFINITY };
         let trigger = if full < deadline { full } else { deadline };
         let start = if free_at > trigger { free_at } else { trigger };
         let mut end = i + 1; // a[i] <= deadline and a[i] <= full, so a[i] <= start
@@ -109,7 +110,7 @@ fn run_batch(
 
     let all_prompts: i128 = members.clone().map(|j| pl[j] as i128).sum();
     let mut working_prompts: i128 = order[done..].iter().map(|&j| pl[j] as i128).sum();
-    let l_max = ol[*order.last().expect("a batch has at least one member")];
+    let l_max = order.last().map_or(1, |&j| ol[j]); // a batch has at least one member
     let mut t = first;
     for s in 1..l_max {
         let n_work = (order.len() - done) as i64;
@@ -225,6 +226,15 @@ mod tests {
         assert!(off.finish_s[3] < on.finish_s[3]);
         assert!(off.flops < on.flops);
         assert_eq!(on.n_steps, off.n_steps);
+    }
+
+    /// Fewer requests left than the batch size: the batch waits `max_wait_s` for more.
+    #[test]
+    fn a_lone_request_waits_for_the_timeout() {
+        let o = run_simple(&[0.0], &[1], &[1], 2, 0.2, true);
+        assert_eq!(o.start_s[0], 0.2);
+        let o = run_simple(&[0.0, 1.0], &[1, 1], &[1, 1], 2, 0.2, false);
+        assert_eq!(o.start_s, vec![0.2, 1.2]);
     }
 
     #[test]

@@ -61,3 +61,43 @@ def decode_batch(path: Path, batch: np.ndarray, step_ms: np.ndarray, tok_per_s: 
                  textcoords="offset points", xytext=(-130, -20), fontsize=8, color="red")
     ax1.set_title("Batching amortises the weight read; KV memory caps the batch")
     return _save(fig, path)
+
+
+def ttft_vs_rate(path: Path, rates: Sequence[float], curves: dict[str, tuple[np.ndarray, np.ndarray]],
+                 slo_ttft_s: float) -> Path:
+    """TTFT P50 (solid) and P99 (dashed) against arrival rate, one colour per policy: the
+    queueing "hockey stick" of §4.5."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, (p50, p99) in curves.items():
+        line, = ax.plot(rates, p50, "o-", label=f"{label} P50")
+        ax.plot(rates, p99, "s--", color=line.get_color(), alpha=0.7, label=f"{label} P99")
+    ax.axhline(slo_ttft_s, color="red", linestyle=":", linewidth=1)
+    ax.annotate(f"SLO {slo_ttft_s:g} s", (rates[0], slo_ttft_s), textcoords="offset points",
+                xytext=(0, 4), fontsize=8, color="red")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arrival rate (requests/s)")
+    ax.set_ylabel("TTFT (s)")
+    ax.set_title("TTFT against load: the hockey stick (§4.5)")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(True, which="both", alpha=0.3)
+    return _save(fig, path)
+
+
+def goodput_vs_rate(path: Path, rates: Sequence[float], curves: dict[str, np.ndarray],
+                    throughput: dict[str, np.ndarray] | None = None) -> Path:
+    """Goodput (requests/s meeting the SLO) against arrival rate, one line per policy (§4.4);
+    optionally the raw throughput in requests/s, dotted, to show that busy is not useful."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, g in curves.items():
+        line, = ax.plot(rates, g, "o-", label=f"{label} goodput")
+        if throughput is not None and label in throughput:
+            ax.plot(rates, throughput[label], ":", color=line.get_color(), alpha=0.6,
+                    label=f"{label} throughput")
+    ax.set_xscale("log")
+    ax.set_xlabel("arrival rate (requests/s)")
+    ax.set_ylabel("requests/s")
+    ax.set_title("Goodput rises, then collapses; throughput keeps rising (§4.4-§4.5)")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(True, which="both", alpha=0.3)
+    return _save(fig, path)

@@ -84,15 +84,23 @@ def test_samplers_return_a_valid_token_deterministically(logits, seed, step):
         assert s(x, step) == t
 
 
-@given(st.lists(st.floats(-20, 20), min_size=2, max_size=50), st.floats(0.01, 1.0),
-       st.integers(0, 2**32), st.integers(0, 1000))
-def test_top_p_only_samples_from_the_nucleus(logits, p, seed, step):
+@given(st.lists(st.floats(-20, 20), min_size=1, max_size=50), st.floats(0.01, 1.0),
+       st.floats(0.2, 2.0), st.integers(0, 2**32))
+def test_top_p_nucleus_is_the_smallest_most_likely_set_reaching_p(logits, p, temperature, seed):
     x = np.array(logits, dtype=np.float64)
-    probs = tiny_llm.softmax(x)
-    t = TopP(p, 1.0, seed)(x, step)
-    # every token more likely than the chosen one fits in the nucleus with it
-    mass_above = probs[probs > probs[t]].sum()
-    assert mass_above < p * probs.sum() + 1e-12
+    sampler = TopP(p, temperature, seed)
+    probs = tiny_llm.softmax(x, temperature)
+    # by hand: the tokens from most to least likely (ties: lower id first), cut where the mass
+    # first reaches p (up to float rounding at the cut)
+    ranked = sorted(range(len(x)), key=lambda i: (-probs[i], i))
+    kept = sampler.nucleus(x).tolist()
+    assert kept == ranked[:len(kept)]
+    mass = float(np.sum(probs[kept]))
+    assert mass >= p * (1 - 1e-9)
+    assert mass - probs[kept[-1]] < p * (1 + 1e-9)  # one fewer would not reach p
+    expected = kept
+    draws = {sampler(x, step) for step in range(30)}
+    assert draws <= set(expected)
 
 
 def test_temperature_sampling_follows_the_distribution():

@@ -118,13 +118,22 @@ class TopP:
             raise ValueError(f"p must be in (0, 1], got {self.p!r}")
         Temperature(self.temperature, self.seed)  # same checks
 
-    def __call__(self, logits: np.ndarray, step: int) -> int:
+    def nucleus(self, logits: np.ndarray) -> np.ndarray:
+        """Token ids kept, most likely first (ties: lower id first, deterministic).
+
+        >>> TopP(p=0.8).nucleus(np.log(np.array([0.1, 0.6, 0.3]))).tolist()
+        [1, 2]
+        """
         probs = softmax(_check_logits(logits), self.temperature)
-        order = np.argsort(-probs, kind="stable")  # ties: lower id first, deterministic
+        order = np.argsort(-probs, kind="stable")
         cumulative = np.cumsum(probs[order])
         keep = int(np.searchsorted(cumulative, self.p * cumulative[-1], side="left")) + 1
-        kept = order[:keep]
-        return int(kept[_draw(probs[kept], self.seed, step)])
+        return order[:min(keep, len(order))]
+
+    def __call__(self, logits: np.ndarray, step: int) -> int:
+        kept = self.nucleus(logits)
+        probs = softmax(np.asarray(logits)[kept], self.temperature)
+        return int(kept[_draw(probs, self.seed, step)])
 
 
 GREEDY = Greedy()

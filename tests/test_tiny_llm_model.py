@@ -236,3 +236,57 @@ def test_other_bad_arguments():
         tiny_llm.ModelConfig(seed=-1)
     with pytest.raises(ValueError, match="config must be a ModelConfig"):
         TinyLLM(hw_model.LLAMA3_8B)
+
+
+# ---- against a naive re-implementation --------------------------------------------------------
+
+def _naive_logits(model: TinyLLM, tokens: list[int]) -> np.ndarray:
+    """The same Llama written token by token and head by head, in float64, with no cache and
+    no batching: a check of RoPE, the GQA head mapping, SwiGLU and the norms."""
+    cfg, w = model.config, model.weights
+    f = lambda a: np.asarray(a, dtype=np.float64)  # noqa: E731
+    half = cfg.d_head // 2
+    inv_freq = cfg.rope_theta ** (-np.arange(half) / half)
+
+    def norm(x, g):
+        return x / np.sqrt(np.mean(x * x) + cfg.norm_eps) * f(g)
+
+    def rope(vec, pos):  # rotate pairs (i, i + half) by pos * inv_freq[i]
+        out = vec.copy()
+        for i in range(half):
+            c, s = np.cos(pos * inv_freq[i]), np.sin(pos * inv_freq[i])
+            out[i], out[i + half] = vec[i] * c - vec[i + half] * s, vec[i] * s + vec[i + half] * c
+        return out
+
+    xs = [f(w.embed[t]) for t in tokens]
+    group = cfg.n_heads // cfg.n_kv_heads
+    for layer in w.layers:
+        ks, vs, qs = [], [], []
+        for pos, x in enumerate(xs):
+            qkv = norm(x, layer.attn_norm) @ f(layer.wqkv)
+            q, k, v = np.split(qkv, [cfg.q_dim, cfg.q_dim + cfg.kv_dim])
+            qs.append([rope(q[h * cfg.d_head:(h + 1) * cfg.d_head], pos) for h in range(cfg.n_heads)])
+            ks.append([rope(k[h * cfg.d_head:(h + 1) * cfg.d_head], pos) for h in range(cfg.n_kv_heads)])
+            vs.append([v[h * cfg.d_head:(h + 1) * cfg.d_head] for h in range(cfg.n_kv_heads)])
+        new_xs = []
+        for pos, x in enumerate(xs):
+            heads = []
+            for h in range(cfg.n_heads):
+                kv = h // group
+                scores = np.array([qs[pos][h] @ ks[j][kv] for j in range(pos + 1)]) / np.sqrt(cfg.d_head)
+                p = np.exp(scores - scores.max())
+                p /= p.sum()
+                heads.append(sum(p[j] * vs[j][kv] for j in range(pos + 1)))
+            x = x + np.concatenate(heads) @ f(layer.wo)
+            gu = norm(x, layer.mlp_norm) @ f(layer.w_gate_up)
+            gate, up = gu[:cfg.d_ff], gu[cfg.d_ff:]
+            new_xs.append(x + (gate / (1 + np.exp(-gate)) * up) @ f(layer.w_down))
+        xs = new_xs
+    return np.stack([norm(x, w.final_norm) @ f(w.lm_head) for x in xs])
+
+
+@given(prompts(1, 12))
+def test_forward_matches_a_naive_float64_implementation(prompt):
+    expected = _naive_logits(MODEL, prompt)
+    np.testing.assert_allclose(MODEL.forward(prompt, None, all_logits=True), expected,
+                               rtol=1e-4, atol=1e-4)

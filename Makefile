@@ -14,18 +14,22 @@ RUST_SOURCES := $(shell find rust -name '*.rs') Cargo.toml
 STAMP_VENV   := $(VENV)/.deps-stamp
 STAMP_BUILD  := $(VENV)/.build-stamp
 
-.PHONY: demo test bench build venv clean test-rust test-python stubtest
+.PHONY: demo test bench build venv clean test-rust test-python test-assignments stubtest
 
 demo: $(STAMP_BUILD)
 	$(VENV)/bin/servelab demo all --out $(OUT)
 
-test: $(STAMP_BUILD) test-rust test-python stubtest
+test: $(STAMP_BUILD) test-rust test-python test-assignments stubtest
 
 test-rust:
 	cargo test --release --quiet
 
 test-python: $(STAMP_BUILD)
 	$(PY) -m pytest -q tests
+
+# the reference solutions must score full marks (the points table prints at the end)
+test-assignments: $(STAMP_BUILD)
+	$(PY) -m pytest -q -p no:cacheprovider assignments
 
 stubtest: $(STAMP_BUILD)
 	$(PY) -m mypy.stubtest servelab._core

@@ -265,22 +265,22 @@ impl SeqGroup {
     }
 }
 
-fn check_group(label: &str, g: &SeqGroup) -> CoreResult<()> {
+fn check_group(g: &SeqGroup) -> CoreResult<()> {
     if !(1..=MAX_TOKENS).contains(&g.new_tokens) {
         return Err(CoreError::invalid(format!(
-            "{label}new_tokens must be an integer in [1, {MAX_TOKENS}], got {}",
+            "new_tokens must be an integer in [1, {MAX_TOKENS}], got {}",
             g.new_tokens
         )));
     }
     if !(0..=MAX_TOKENS).contains(&g.context_len) {
         return Err(CoreError::invalid(format!(
-            "{label}context_len must be an integer in [0, {MAX_TOKENS}], got {}",
+            "context_len must be an integer in [0, {MAX_TOKENS}], got {}",
             g.context_len
         )));
     }
     if !(1..=MAX_TOKENS).contains(&g.count) {
         return Err(CoreError::invalid(format!(
-            "{label}batch_size must be an integer in [1, {MAX_TOKENS}], got {}",
+            "batch_size must be an integer in [1, {MAX_TOKENS}], got {}",
             g.count
         )));
     }
@@ -327,22 +327,24 @@ impl Pricer {
         })
     }
 
-    /// Prices a step given as groups of identical sequences. `label` prefixes error messages
-    /// with where the bad group sits (e.g. `batch[3].`).
-    pub fn price<I>(&self, groups: I) -> CoreResult<StepCost>
+    /// Prices a step given as groups of identical sequences. `label(k)` names group `k` in an
+    /// error message (e.g. `batch[3].`); it is only called on bad input, so the hot loop never
+    /// allocates.
+    pub fn price<I, L>(&self, groups: I, label: L) -> CoreResult<StepCost>
     where
-        I: IntoIterator<Item = (String, SeqGroup)>,
+        I: IntoIterator<Item = SeqGroup>,
+        L: Fn(usize) -> String,
     {
         let (mut tokens, mut seqs) = (0i64, 0i64);
         let (mut keys, mut ctx_tokens) = (0f64, 0f64);
-        for (label, g) in groups {
-            check_group(&label, &g)?;
-            let (n, c, k) = (g.new_tokens as f64, g.context_len as f64, g.count as f64);
+        for (k, g) in groups.into_iter().enumerate() {
+            check_group(&g).map_err(|e| e.prefixed(&label(k)))?;
+            let (n, c, cnt) = (g.new_tokens as f64, g.context_len as f64, g.count as f64);
             tokens += g.new_tokens * g.count;
             seqs += g.count;
             // token i (1-based) of this step attends to c + i keys: sum = n*c + n(n+1)/2
-            keys += k * (n * c + n * (n + 1.0) / 2.0);
-            ctx_tokens += k * c;
+            keys += cnt * (n * c + n * (n + 1.0) / 2.0);
+            ctx_tokens += cnt * c;
         }
         if seqs == 0 {
             return Err(CoreError::invalid("batch must hold at least one sequence, got an empty batch"));
@@ -395,12 +397,7 @@ impl Pricer {
 /// Step cost of one batch of `(new_tokens, context_len)` sequences.
 pub fn step_cost(model: &ModelSpec, gpu: &GpuSpec, eff: &Efficiency, batch: &[(i64, i64)]) -> CoreResult<StepCost> {
     let pricer = Pricer::new(model, gpu, eff)?;
-    pricer.price(
-        batch
-            .iter()
-            .enumerate()
-            .map(|(i, &(n, c))| (format!("batch[{i}]."), SeqGroup::one(n, c))),
-    )
+    pricer.price(batch.iter().map(|&(n, c)| SeqGroup::one(n, c)), |i| format!("batch[{i}]."))
 }
 
 /// Column-wise results of many steps, for sweeps.
@@ -478,15 +475,20 @@ pub fn step_cost_many(
     let mut out = StepCosts::with_capacity(n_steps);
     for s in 0..n_steps {
         let (lo, hi) = (offsets[s], offsets[s + 1]);
-        if hi <= lo {
+        if hi <= lo || hi > new_tokens.len() as i64 {
+            // strictly increasing offsets inside [0, len] keep every slice below in bounds
             return Err(CoreError::invalid(format!(
-                "step {s} must hold at least one sequence, got offsets[{s}]={lo} and offsets[{}]={hi}",
-                s + 1
+                "step {s} must hold at least one sequence within the columns, got offsets[{s}]={lo} \
+                 and offsets[{}]={hi} for {} sequences",
+                s + 1,
+                new_tokens.len()
             )));
         }
-        let cost = pricer.price((lo as usize..hi as usize).map(|i| {
-            (format!("new_tokens/context_len[{i}]: "), SeqGroup::one(new_tokens[i], context_len[i]))
-        }))?;
+        let (lo, hi) = (lo as usize, hi as usize);
+        let cost = pricer.price(
+            new_tokens[lo..hi].iter().zip(&context_len[lo..hi]).map(|(&n, &c)| SeqGroup::one(n, c)),
+            |k| format!("new_tokens/context_len[{}]: ", lo + k),
+        )?;
         out.push(cost);
     }
     Ok(out)
@@ -515,7 +517,7 @@ pub fn step_cost_uniform_many(
     let mut out = StepCosts::with_capacity(n);
     for s in 0..n {
         let g = SeqGroup { new_tokens: new_tokens[s], context_len: context_len[s], count: batch_size[s] };
-        out.push(pricer.price(std::iter::once((format!("step {s}: "), g)))?);
+        out.push(pricer.price(std::iter::once(g), |_| format!("step {s}: "))?);
     }
     Ok(out)
 }
@@ -591,7 +593,7 @@ mod tests {
     fn batch_equals_groups() {
         let pricer = Pricer::new(&llama3_8b(), &h100(), &Efficiency::default()).unwrap();
         let grouped = pricer
-            .price([("".to_string(), SeqGroup { new_tokens: 3, context_len: 100, count: 5 })])
+            .price([SeqGroup { new_tokens: 3, context_len: 100, count: 5 }], |_| String::new())
             .unwrap();
         let flat = step_cost(&llama3_8b(), &h100(), &Efficiency::default(), &[(3, 100); 5]).unwrap();
         assert!((grouped.time_s - flat.time_s).abs() <= 1e-12 * flat.time_s);
@@ -625,6 +627,8 @@ mod tests {
         assert_eq!(e.to_string(), "peak_flops must be a positive finite number, got nan");
         let e = step_cost_many(&llama3_8b(), &h100(), &Efficiency::default(), &[1], &[0], &[0, 2]).unwrap_err();
         assert!(e.to_string().starts_with("offsets must"));
+        let e = step_cost_many(&llama3_8b(), &h100(), &Efficiency::default(), &[1, 1], &[0, 0], &[0, 5, 2]).unwrap_err();
+        assert!(e.to_string().starts_with("step 0 must hold"), "{e}");
     }
 
     #[test]

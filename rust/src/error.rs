@@ -14,6 +14,13 @@ impl CoreError {
     pub fn invalid(msg: impl Into<String>) -> Self {
         CoreError::InvalidArgument(msg.into())
     }
+
+    /// The same error, its message prefixed with where the bad value sits (`batch[3].`).
+    pub fn prefixed(self, prefix: &str) -> Self {
+        match self {
+            CoreError::InvalidArgument(msg) => CoreError::InvalidArgument(format!("{prefix}{msg}")),
+        }
+    }
 }
 
 impl fmt::Display for CoreError {

@@ -1,0 +1,95 @@
+"""tiny_llm: a real miniature Llama in numpy, the reference every optimisation must match (§2, §6.5).
+
+Byte-level vocabulary (256 tokens: ``list(b"hello world")`` is an 11-token prompt), RMSNorm,
+rotary positions, grouped-query attention, SwiGLU; FP32 weights drawn from a seeded generator
+(about 120 thousand parameters in ``TINY``). No download and no training: the weights are random,
+so the text is gibberish, but the computation is real, which is what correctness checks need.
+
+The lecture's API (§2.3)::
+
+    logits = tiny_llm.forward(token_ids, cache)   # prefill: the prompt; decode: one token
+
+Where things live:
+
+* :mod:`.config` -- :class:`ModelConfig`, the presets ``TINY`` (demo 01) and ``SMALL``
+  (d_model 256, 4 layers: demo 04), and ``config.spec``, the same model as a
+  :class:`servelab.hw_model.ModelSpec` so the paper GPU can price it;
+* :mod:`.model` -- :class:`TinyLLM`: weights, ``forward`` and the batched ``forward_batch``;
+* :mod:`.cache` -- :class:`KVCache` (grows), :class:`ContiguousKVCache` (reserves ``max_len``),
+  and the four-call protocol any other cache layout implements;
+* :mod:`.counters` -- :class:`ForwardStats`: tokens, FLOPs and bytes of each forward, counted
+  as ``hw_model`` counts;
+* :mod:`.sampling` -- greedy, temperature and top-p samplers, seeded;
+* :mod:`.generation` -- :func:`generate`, with or without the cache.
+
+>>> from servelab import tiny_llm
+>>> cache = tiny_llm.KVCache(tiny_llm.TINY)
+>>> logits = tiny_llm.forward(list(b"hello world"), cache)
+>>> len(cache), logits.shape
+(11, (256,))
+>>> g = tiny_llm.generate(list(b"hello world"), 8)
+>>> len(g.tokens), sum(s.kind == "decode" for s in g.steps)
+(8, 7)
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from servelab.tiny_llm.cache import ContiguousKVCache, KVCache, KVCacheProtocol
+from servelab.tiny_llm.config import BYTES_PER_PARAM, PRESETS, SMALL, TINY, ModelConfig
+from servelab.tiny_llm.counters import ForwardStats, forward_stats
+from servelab.tiny_llm.generation import Generation, StepRecord, generate
+from servelab.tiny_llm.model import LayerWeights, TinyLLM, Weights, as_token_ids, model_for
+from servelab.tiny_llm.sampling import GREEDY, Greedy, Sampler, Temperature, TopP, softmax
+
+__all__ = [
+    "ModelConfig", "TINY", "SMALL", "PRESETS", "BYTES_PER_PARAM",
+    "TinyLLM", "Weights", "LayerWeights", "model_for", "as_token_ids",
+    "KVCacheProtocol", "KVCache", "ContiguousKVCache",
+    "ForwardStats", "forward_stats",
+    "Sampler", "Greedy", "Temperature", "TopP", "GREEDY", "softmax",
+    "Generation", "StepRecord", "generate",
+    "forward", "forward_batch", "encode", "decode",
+]
+
+
+def forward(token_ids: Sequence[int] | np.ndarray, cache: KVCacheProtocol | None = None, *,
+            model: TinyLLM | None = None, all_logits: bool = False) -> np.ndarray:
+    """The lecture's ``forward(token_ids, cache) -> logits`` (§2.3): see :meth:`TinyLLM.forward`.
+
+    ``model`` defaults to the shared model of the cache's config (``TINY`` without a cache).
+    """
+    if model is None:
+        model = model_for(cache.config if isinstance(cache, KVCacheProtocol) else TINY)
+    return model.forward(token_ids, cache, all_logits=all_logits)
+
+
+def forward_batch(batch_token_ids: Sequence[Sequence[int] | np.ndarray],
+                  caches: Sequence[KVCacheProtocol | None] | None = None, *,
+                  model: TinyLLM | None = None, all_logits: bool = False) -> list[np.ndarray]:
+    """Several sequences, ragged lengths, one forward: see :meth:`TinyLLM.forward_batch`."""
+    if model is None:
+        configs = {c.config for c in caches or () if isinstance(c, KVCacheProtocol)}
+        model = model_for(configs.pop() if len(configs) == 1 else TINY)
+    return model.forward_batch(batch_token_ids, caches, all_logits=all_logits)
+
+
+def encode(text: str) -> list[int]:
+    """Text to byte tokens.
+
+    >>> encode("hello world")
+    [104, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100]
+    """
+    return list(text.encode("utf-8"))
+
+
+def decode(token_ids: Sequence[int]) -> str:
+    """Byte tokens to text (invalid UTF-8 replaced).
+
+    >>> decode(encode("hello world"))
+    'hello world'
+    """
+    return bytes(list(token_ids)).decode("utf-8", errors="replace")

@@ -1,0 +1,100 @@
+"""The assignments' tests can fail (issue 6): the reference scores full marks, stubs score zero
+without a crash, a skipped test earns nothing, and every planted mutant loses points on its own
+task only. Each case runs pytest on a temporary copy of assignments/ in a child process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from servelab.grading.manifest import Manifest
+from servelab.grading.solutions import count_regions, strip_solutions
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSIGNMENTS = ROOT / "assignments"
+MANIFEST = Manifest.load(ASSIGNMENTS / "manifest.toml")
+MUTANTS = [m for f in sorted((ROOT / "autograder" / "mutants").glob("*.toml"))
+           for m in tomllib.loads(f.read_text())["mutant"]]
+
+
+def copy_assignments(tmp_path: Path) -> Path:
+    dst = tmp_path / "assignments"
+    shutil.copytree(ASSIGNMENTS, dst, ignore=shutil.ignore_patterns("__pycache__", ".hypothesis"))
+    return dst
+
+
+def grade(copy: Path) -> tuple[dict, subprocess.CompletedProcess]:
+    out = copy.parent / "points.json"
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(copy),
+                          "--points-json", str(out)], capture_output=True, text=True, cwd=copy.parent,
+                         timeout=600, env={**os.environ, "HYPOTHESIS_PROFILE": "ci"})
+    assert out.exists(), f"no points table written:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    return json.loads(out.read_text()), run
+
+
+def points_by_task(summary: dict) -> dict[str, int]:
+    return {t["id"]: t["points"] for t in summary["tasks"]}
+
+
+@pytest.fixture(scope="module")
+def reference_points(tmp_path_factory) -> dict[str, int]:
+    summary, run = grade(copy_assignments(tmp_path_factory.mktemp("ref")))
+    assert run.returncode == 0, run.stdout[-3000:]
+    return points_by_task(summary)
+
+
+def test_reference_scores_full_marks(reference_points):
+    assert reference_points == {t.id: t.points for t in MANIFEST.tasks}
+    assert sum(reference_points.values()) == MANIFEST.total_points
+
+
+def test_every_edited_file_has_solution_regions():
+    for task in MANIFEST.tasks:
+        for rel in task.edit:
+            assert count_regions((ASSIGNMENTS / rel).read_text()) > 0, rel
+
+
+def test_stubs_score_zero_and_fail_cleanly(tmp_path):
+    copy = copy_assignments(tmp_path)
+    for task in MANIFEST.tasks:
+        for rel in task.edit:
+            path = copy / rel
+            path.write_text(strip_solutions(path.read_text(), rel))
+    summary, run = grade(copy)
+    assert run.returncode == 1, f"expected test failures only (exit 1), got {run.returncode}"
+    assert "ERROR collecting" not in run.stdout and "INTERNALERROR" not in run.stdout + run.stderr
+    assert "NotImplementedError" in run.stdout
+    assert summary["points"] == 0
+    assert all(t["status"] == "failing" for t in summary["tasks"])
+
+
+def test_a_skipped_test_earns_nothing(tmp_path, reference_points):
+    copy = copy_assignments(tmp_path)
+    task = MANIFEST.tasks[0]
+    test_id = next(iter(task.tests))
+    path_rel, func = test_id.split("::")
+    path = copy / path_rel
+    text = path.read_text().replace(f"\ndef {func}(", f"\n@__import__('pytest').mark.skip\ndef {func}(", 1)
+    path.write_text(text)
+    summary, _ = grade(copy)
+    assert points_by_task(summary)[task.id] == reference_points[task.id] - task.tests[test_id]
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m["why"] for m in MUTANTS])
+def test_each_mutant_loses_points_on_its_task_only(tmp_path, reference_points, mutant):
+    copy = copy_assignments(tmp_path)
+    path = copy / mutant["file"]
+    text = path.read_text()
+    assert text.count(mutant["find"]) == 1, f"mutant no longer applies: {mutant['find']!r}"
+    path.write_text(text.replace(mutant["find"], mutant["replace"]))
+    got = points_by_task(grade(copy)[0])
+    assert got[mutant["task"]] < reference_points[mutant["task"]], f"mutant survived: {mutant['why']}"
+    others = {k: v for k, v in got.items() if k != mutant["task"]}
+    assert others == {k: v for k, v in reference_points.items() if k != mutant["task"]}

@@ -256,7 +256,7 @@ pub(crate) mod test_util {
     /// checked path of `cost.rs`.
     pub fn price(batch: &[(i64, i64)]) -> f64 {
         let p = pricer();
-        p.price(batch.iter().map(|&(n, c)| (String::new(), crate::cost::SeqGroup::one(n, c))))
+        p.price(batch.iter().map(|&(n, c)| crate::cost::SeqGroup::one(n, c)), |k| format!("batch[{k}]."))
             .unwrap()
             .time_s
     }

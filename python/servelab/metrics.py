@@ -187,7 +187,7 @@ def meets_slo(r: SimResult, slo: SLO) -> np.ndarray:
     t = tpot(r)
     with np.errstate(invalid="ignore"):
         ok_tpot = np.isnan(t) | (t <= slo.tpot_s)
-        return _served(r) & (ttft(r) <= slo.ttft_s) & ok_tpot & (r.requests.output_len >= 1)
+        return _served(r) & (ttft(r) <= slo.ttft_s) & ok_tpot
 
 
 def attainment(r: SimResult, slo: SLO) -> float:

@@ -4,17 +4,20 @@
 //! function called below. Every `CoreError` becomes a Python exception here; nothing in the
 //! core panics on user input.
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::error::CoreError;
 
+mod blocks;
 mod cost;
 
 impl From<CoreError> for PyErr {
     fn from(e: CoreError) -> PyErr {
         match e {
             CoreError::InvalidArgument(msg) => PyValueError::new_err(msg),
+            CoreError::Key(msg) => PyKeyError::new_err(msg),
+            CoreError::OutOfBlocks(msg) => blocks::OutOfBlocks::new_err(msg),
         }
     }
 }
@@ -23,5 +26,6 @@ impl From<CoreError> for PyErr {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     cost::register(m)?;
+    blocks::register(m)?;
     Ok(())
 }

@@ -74,6 +74,8 @@ fn slice<'a>(name: &str, a: &'a PyReadonlyArray1<'_, i64>) -> PyResult<&'a [i64]
         .map_err(|_| PyValueError::new_err(format!("{name} must be a contiguous 1-D int64 array")))
 }
 
+type I64Array<'py> = Bound<'py, PyArray1<i64>>;
+
 /// The paged KV block allocator; `servelab.blocks.BlockAllocator` wraps it.
 #[pyclass(module = "servelab._core", name = "BlockAllocator")]
 pub struct PyBlockAllocator {
@@ -138,10 +140,7 @@ impl PyBlockAllocator {
         self.inner.seq_ids()
     }
 
-    fn block_tables<'py>(
-        &self,
-        py: Python<'py>,
-    ) -> (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>) {
+    fn block_tables<'py>(&self, py: Python<'py>) -> (I64Array<'py>, I64Array<'py>, I64Array<'py>) {
         let (ids, offsets, blocks) = self.inner.block_tables();
         (ids.into_pyarray(py), offsets.into_pyarray(py), blocks.into_pyarray(py))
     }

@@ -14,7 +14,7 @@ RUST_SOURCES := $(shell find rust -name '*.rs') Cargo.toml
 STAMP_VENV   := $(VENV)/.deps-stamp
 STAMP_BUILD  := $(VENV)/.build-stamp
 
-.PHONY: demo test bench build venv clean test-rust test-python test-assignments stubtest
+.PHONY: demo test bench build venv clean test-rust test-python test-assignments stubtest fuzz
 
 demo: $(STAMP_BUILD)
 	$(VENV)/bin/servelab demo all --out $(OUT)
@@ -36,6 +36,12 @@ stubtest: $(STAMP_BUILD)
 
 bench: $(STAMP_BUILD)
 	$(PY) -m benchmarks
+
+# Long soak (outside CI): the block allocator's state machine, Rust vs the Python reference,
+# under the `thorough` profile; prints how many operations ran. FUZZ_EXAMPLES=20000 for longer.
+FUZZ_EXAMPLES ?= 2000
+fuzz: $(STAMP_BUILD)
+	HYPOTHESIS_PROFILE=thorough $(PY) tests/test_blocks_state_machine.py $(FUZZ_EXAMPLES)
 
 venv: $(STAMP_VENV)
 build: $(STAMP_BUILD)

@@ -3,6 +3,7 @@
 //! Plain Rust, tested with `cargo test` without Python. The Python bindings live in `py/`
 //! only, behind the `python` cargo feature that maturin switches on.
 
+pub mod blocks;
 pub mod cost;
 pub mod error;
 pub mod events;

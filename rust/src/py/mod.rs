@@ -4,11 +4,12 @@
 //! function called below. Every `CoreError` becomes a Python exception here; nothing in the
 //! core panics on user input.
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::error::CoreError;
 
+mod blocks;
 mod cost;
 mod events;
 mod sim;
@@ -17,6 +18,8 @@ impl From<CoreError> for PyErr {
     fn from(e: CoreError) -> PyErr {
         match e {
             CoreError::InvalidArgument(msg) => PyValueError::new_err(msg),
+            CoreError::Key(msg) => PyKeyError::new_err(msg),
+            CoreError::OutOfBlocks(msg) => blocks::OutOfBlocks::new_err(msg),
         }
     }
 }
@@ -27,5 +30,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     cost::register(m)?;
     events::register(m)?;
     sim::register(m)?;
+    blocks::register(m)?;
     Ok(())
 }

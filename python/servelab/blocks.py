@@ -1,0 +1,250 @@
+"""Paged KV blocks (lecture §2.4, §3.5; PagedAttention; the course project's milestones 2-3).
+
+Reserving ``max_len`` slots of KV cache per request wastes most of the memory that limits the
+batch size. A paged cache cuts KV memory into blocks of ``block_size`` tokens and gives each
+sequence a *block table*, so memory is taken a block at a time, shared between sequences
+(``fork``, prefix caching) and given back the moment a request ends.
+
+:class:`BlockAllocator` is the bookkeeping half: which block holds which tokens of which
+sequence. It runs in Rust (``servelab._core``, file ``rust/src/blocks.rs``); a pure-Python twin
+of the same rules, :mod:`servelab.reference.blocks`, is checked against it operation by
+operation by a Hypothesis state machine (``tests/test_blocks_state_machine.py``).
+
+The rules are vLLM's, kept exact so that the two implementations choose the same block at every
+step:
+
+* **Tables.** A sequence of ``n`` tokens holds ``ceil(n / block_size)`` blocks, the last maybe
+  partly filled. ``allocate`` gives a new sequence its blocks; ``append`` adds one token and
+  takes a new block when the last one is full.
+* **Sharing.** ``fork`` gives a child every block of its parent (reference counts).
+  ``append`` into a shared, partly filled last block first copies it into a fresh block
+  (copy-on-write) and returns the copy ``(src, dst)``, for the KV cache to copy the data. A
+  shared *full* block is never written (the next token goes into a new block), so it needs no copy.
+* **Free queue.** A block with no reference is free, whether or not it still holds a cached
+  prefix; ``num_free_blocks`` counts them all. Free blocks wait in one queue, initially
+  ``0, 1, ..., num_blocks - 1``. New blocks come from its front; ``free`` puts a sequence's
+  newly unreferenced blocks at its back, *last block first*: the least recently freed block is
+  reused first and, within a sequence, tail blocks before head blocks (a head is the prefix
+  other requests are likeliest to share).
+* **Prefix caching** (``prefix_caching=True``). A full block's *key* is a hash chain,
+  ``key_i = block_key(key_{i-1}, tokens of block i)`` with ``key_{-1} = ROOT_KEY = 0``, so a
+  key stands for the whole prefix up to and including the block. The cache maps a key to at
+  most one block; when a block's key is already cached in another block, the first one stays the
+  cached copy and the newcomer is not cached. A free block keeps its key and its tokens until it
+  is taken from the free queue for new content: that is an *eviction*. ``allocate`` walks the
+  prompt's full blocks and reuses cached ones until the first miss. A hit is checked on the stored
+  data, never on the hash alone: the block's tokens and its parent key must both equal the
+  request's. At most ``(n - 1) // block_size`` blocks can hit, so that at least one prompt
+  token is always left to compute (as vLLM does: the model must run on one token to produce the
+  next one's logits). ``num_cached_tokens(seq_id)`` is the number of tokens reused
+  (``hits * block_size``); a forked child inherits its parent's. ``allocate`` takes all its new
+  blocks first (evicting as it goes), then registers the keys of its new full blocks;
+  ``append`` registers a block's key when it writes the block's last slot.
+* **The hash.** :func:`block_key` is SplitMix64's finaliser folded over 64-bit words (the
+  parent key, then each token): deterministic across runs and machines, and computed
+  identically by the Rust core and the reference (Python's ``hash()`` is salted per process,
+  so it cannot be used). It is not cryptographic; since a hit is checked on the block's tokens
+  and parent key, a wrong hit needs two different prefixes to collide on all 64 bits of an
+  earlier key.
+* **Errors.** ``allocate`` and ``append`` check the pool first and raise :class:`OutOfBlocks`
+  with nothing changed (tables, counts, queue, counters). An unknown ``seq_id`` (so also a
+  second ``free`` of the same sequence) or one already in use raises ``KeyError``; bad token ids
+  raise ``TypeError`` (not an integer) or ``ValueError`` (outside ``[0, 2**32)``, or an empty
+  prompt), naming the first bad one.
+* **Counters.** ``num_lookups`` counts the blocks ``allocate`` could have reused (at most
+  ``(n - 1) // block_size`` a prompt), ``num_hits`` those it did, ``num_evictions`` cached blocks
+  given new content, ``num_copies`` copy-on-writes.
+* ``can_allocate(n_tokens)`` is ``ceil(n_tokens / block_size) <= num_free_blocks``: when it is
+  true, ``allocate`` of that many tokens cannot fail (prefix hits only lower the need).
+
+Example:
+    >>> from servelab.blocks import BlockAllocator
+    >>> a = BlockAllocator(num_blocks=8, block_size=4, prefix_caching=True)
+    >>> a.allocate(0, [1, 2, 3, 4, 5, 6])       # 6 tokens: one full block and a partial one
+    [0, 1]
+    >>> a.fork(0, 1)                            # the child shares both blocks
+    >>> a.append(1, 7)                          # block 1 is shared and partly full: copy it
+    (1, 2)
+    >>> a.block_table(0), a.block_table(1)
+    ([0, 1], [0, 2])
+    >>> a.allocate(2, [1, 2, 3, 4, 9])          # the first block is a prefix hit
+    [0, 3]
+    >>> a.num_cached_tokens(2), a.num_free_blocks
+    (4, 4)
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from servelab import _core
+from servelab._core import OutOfBlocks
+
+__all__ = ["BlockAllocator", "OutOfBlocks", "block_key", "ROOT_KEY", "TOKEN_LIMIT",
+           "OP_ALLOCATE", "OP_APPEND", "OP_FORK", "OP_FREE",
+           "STATUS_OK", "STATUS_COPIED", "STATUS_OUT_OF_BLOCKS"]
+
+ROOT_KEY: int = _core.ROOT_KEY
+TOKEN_LIMIT: int = _core.TOKEN_LIMIT
+
+# Op codes and statuses of BlockAllocator.replay.
+OP_ALLOCATE, OP_APPEND, OP_FORK, OP_FREE = 0, 1, 2, 3
+STATUS_OK, STATUS_COPIED, STATUS_OUT_OF_BLOCKS = 0, 1, 2
+
+
+def block_key(parent_key: int, token_ids: Iterable[int]) -> int:
+    """The cache key of a full block: the hash chain step over its parent's key and its tokens.
+
+    >>> block_key(ROOT_KEY, [1, 2, 3, 4]) == block_key(ROOT_KEY, [1, 2, 3, 4])
+    True
+    """
+    return _core.block_key(parent_key, token_ids)
+
+
+class BlockAllocator:
+    """A pool of ``num_blocks`` KV blocks of ``block_size`` tokens, shared by sequences.
+
+    See the module docstring for the rules. ``seq_id`` is any integer that fits in int64;
+    token ids are integers in ``[0, 2**32)``.
+    """
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False):
+        self._inner = _core.BlockAllocator(num_blocks, block_size, prefix_caching)
+
+    # ---- operations --------------------------------------------------------------------------
+
+    def allocate(self, seq_id: int, token_ids: Iterable[int]) -> list[int]:
+        """Gives a new sequence the blocks for its prompt and returns its block table.
+
+        Raises ``KeyError`` if ``seq_id`` is in use, :class:`OutOfBlocks` if the pool is short.
+        """
+        return self._inner.allocate(seq_id, token_ids)
+
+    def append(self, seq_id: int, token_id: int) -> tuple[int, int] | None:
+        """Adds one token; returns the copy-on-write ``(src, dst)`` if one was needed."""
+        return self._inner.append(seq_id, token_id)
+
+    def fork(self, parent_id: int, child_id: int) -> None:
+        """Makes ``child_id`` a new sequence sharing every block (and token) of ``parent_id``."""
+        self._inner.fork(parent_id, child_id)
+
+    def free(self, seq_id: int) -> None:
+        """Drops the sequence; its blocks without another reference become free."""
+        self._inner.free(seq_id)
+
+    def replay(self, op: np.ndarray, seq: np.ndarray, arg: np.ndarray,
+               tokens: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """Runs a recorded trace of operations inside Rust, without the GIL.
+
+        All five are 1-D int64 arrays. Op ``i`` is ``op[i]`` (``OP_ALLOCATE``, ``OP_APPEND``,
+        ``OP_FORK``, ``OP_FREE``) on sequence ``seq[i]``; ``arg[i]`` is the prompt index for
+        allocate (its tokens are ``tokens[offsets[a]:offsets[a + 1]]``), the token for append,
+        the child id for fork, and ignored for free. Returns one status per op: ``STATUS_OK``,
+        ``STATUS_COPIED`` (an append that made a copy-on-write) or ``STATUS_OUT_OF_BLOCKS`` (the
+        op changed nothing). Any other error stops the replay, its message prefixed with
+        ``op {i}: ``; the ops before it stay done.
+        """
+        return self._inner.replay(op, seq, arg, tokens, offsets)
+
+    # ---- queries -----------------------------------------------------------------------------
+
+    def block_table(self, seq_id: int) -> list[int]:
+        return self._inner.block_table(seq_id)
+
+    def block_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every block table at once, as CSR: ``(seq_ids ascending, offsets, blocks)``; the
+        table of ``seq_ids[i]`` is ``blocks[offsets[i]:offsets[i + 1]]``."""
+        return self._inner.block_tables()
+
+    def num_tokens(self, seq_id: int) -> int:
+        return self._inner.num_tokens(seq_id)
+
+    def num_cached_tokens(self, seq_id: int) -> int:
+        """Prompt tokens whose KV was reused from the prefix cache at ``allocate``."""
+        return self._inner.num_cached_tokens(seq_id)
+
+    def can_allocate(self, n_tokens: int) -> bool:
+        """Whether ``allocate`` of ``n_tokens`` tokens surely succeeds now."""
+        return self._inner.can_allocate(n_tokens)
+
+    def can_append(self, seq_id: int) -> bool:
+        """Whether ``append`` to ``seq_id`` succeeds now."""
+        return self._inner.can_append(seq_id)
+
+    def seq_ids(self) -> list[int]:
+        return self._inner.seq_ids()
+
+    def block_tokens(self, block_id: int) -> list[int]:
+        """The tokens a block holds (a free block keeps its last content until reused)."""
+        return self._inner.block_tokens(block_id)
+
+    def key_of(self, block_id: int) -> int | None:
+        """The block's cache key, or None if the block is not the cached copy of a prefix."""
+        return self._inner.key_of(block_id)
+
+    def ref_counts(self) -> np.ndarray:
+        """References of every block (int64, indexed by block id)."""
+        return self._inner.ref_counts()
+
+    def free_queue(self) -> np.ndarray:
+        """Free block ids, in the order they will be reused."""
+        return self._inner.free_queue()
+
+    def stats(self) -> dict[str, int]:
+        """Sizes and counters in one call."""
+        return self._inner.stats()
+
+    def check_invariants(self) -> None:
+        """Raises ``RuntimeError`` naming the first broken internal invariant (for tests)."""
+        self._inner.check_invariants()
+
+    @property
+    def num_blocks(self) -> int:
+        return self._inner.num_blocks
+
+    @property
+    def block_size(self) -> int:
+        return self._inner.block_size
+
+    @property
+    def prefix_caching(self) -> bool:
+        return self._inner.prefix_caching
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks without a reference, cached or not."""
+        return self._inner.num_free_blocks
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks that are the cached copy of a prefix (in use or free)."""
+        return self._inner.num_cached_blocks
+
+    @property
+    def num_hits(self) -> int:
+        return self._inner.num_hits
+
+    @property
+    def num_lookups(self) -> int:
+        return self._inner.num_lookups
+
+    @property
+    def num_evictions(self) -> int:
+        return self._inner.num_evictions
+
+    @property
+    def num_copies(self) -> int:
+        return self._inner.num_copies
+
+    def __contains__(self, seq_id: int) -> bool:
+        return seq_id in self._inner
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __repr__(self) -> str:
+        return repr(self._inner)

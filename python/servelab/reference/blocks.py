@@ -1,0 +1,397 @@
+"""Pure-Python reference of the paged KV block allocator (lecture §2.4, §3.5; PagedAttention).
+
+Small and readable on purpose (nano-vllm's block manager is its model): this is what
+``servelab.blocks.BlockAllocator`` (Rust, ``rust/src/blocks.rs``) computes, and it doubles as the
+solution of the paged-KV assignment. The Rust path must make the same choice of block at every
+step, report the same copies and counters, and raise the same errors with the same messages
+(``tests/test_blocks_state_machine.py`` drives both with the same operations).
+
+The semantics, in short (the module docstring of :mod:`servelab.blocks` has the long version):
+
+* a sequence of ``n`` tokens holds ``ceil(n / block_size)`` blocks; a block with no reference is
+  free, cached or not;
+* new blocks come from the front of one free queue; ``free`` puts a sequence's newly free blocks
+  at the back, last block first (least recently freed is reused first, tails before heads);
+* ``fork`` shares blocks; ``append`` into a shared, partly filled block copies it first and
+  returns ``(src, dst)``;
+* with prefix caching, a full block's key is ``block_key(parent key, its tokens)``; a key maps to
+  at most one block (first wins); a free block keeps its key until it is reused (an eviction);
+  ``allocate`` reuses cached blocks for the longest verified prefix, but at most
+  ``(n - 1) // block_size`` of them, so that one prompt token is always left to compute;
+* ``allocate`` and ``append`` check first and raise :class:`OutOfBlocks` with nothing changed.
+
+>>> a = BlockAllocator(num_blocks=4, block_size=2, prefix_caching=True)
+>>> a.allocate(1, [7, 8, 9])
+[0, 1]
+>>> a.free(1)
+>>> a.allocate(2, [7, 8, 5])   # block 0 ([7, 8]) is reused from the cache
+[0, 2]
+>>> a.num_cached_tokens(2)
+2
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import OrderedDict
+from typing import Any, Iterable
+
+import numpy as np
+
+from servelab.blocks import OutOfBlocks
+
+__all__ = ["BlockAllocator", "OutOfBlocks", "block_key", "ROOT_KEY", "TOKEN_LIMIT"]
+
+MAX_NUM_BLOCKS = 1 << 24  # same bounds as rust/src/blocks.rs
+MAX_BLOCK_SIZE = 1 << 16
+TOKEN_LIMIT = 1 << 32
+ROOT_KEY = 0  # the parent key of a sequence's first block
+
+# ---- the hash chain: SplitMix64's finaliser, on 64-bit integers ------------------------------
+
+_M64 = (1 << 64) - 1
+_KEY_SEED = 0x7365_7276_656C_6162  # "servelab"
+_GOLDEN = 0x9E37_79B9_7F4A_7C15
+
+
+def _mix(x: int) -> int:
+    x = ((x ^ (x >> 30)) * 0xBF58_476D_1CE4_E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D0_49BB_1331_11EB) & _M64
+    return x ^ (x >> 31)
+
+
+def block_key(parent_key: int, token_ids: Iterable[int]) -> int:
+    """The cache key of a full block: a hash of its parent block's key and its own tokens.
+    Deterministic across runs and equal to Rust's (Python's ``hash`` is salted per process)."""
+    h = _mix(((_KEY_SEED ^ parent_key) + _GOLDEN) & _M64)
+    for t in token_ids:
+        h = _mix(((h ^ t) + _GOLDEN) & _M64)
+    return h
+
+
+# ---- argument checks (messages identical to the Rust core's) ---------------------------------
+
+def _seq_id(x: Any) -> int:
+    v = operator.index(x)  # TypeError for a non-integer, as in Rust
+    if not -(1 << 63) <= v < (1 << 63):
+        raise OverflowError(f"seq_id must fit in int64, got {v}")
+    return v
+
+
+def _token(name: str, t: Any) -> int:
+    try:
+        v = operator.index(t)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {t!r}") from None
+    if not 0 <= v < TOKEN_LIMIT:
+        raise ValueError(f"{name} must be in [0, {TOKEN_LIMIT}), got {v}")
+    return v
+
+
+def _tokens(token_ids: Any) -> list[int]:
+    if isinstance(token_ids, (str, bytes)) or not hasattr(token_ids, "__iter__"):
+        raise TypeError(f"token_ids must be a sequence of integers, got {type(token_ids).__name__}")
+    out = [_token(f"token_ids[{i}]", t) for i, t in enumerate(token_ids)]
+    if not out:
+        raise ValueError("token_ids must not be empty")
+    return out
+
+
+def _out_of_blocks(seq_id: int, need: int, free: int) -> OutOfBlocks:
+    return OutOfBlocks(f"seq_id {seq_id} needs {need} new block{'' if need == 1 else 's'}, {free} free")
+
+
+# ---- the allocator ---------------------------------------------------------------------------
+
+class Block:
+    __slots__ = ("block_id", "ref_count", "key", "parent_key", "token_ids")
+
+    def __init__(self, block_id: int):
+        self.block_id = block_id
+        self.ref_count = 0
+        self.key: int | None = None  # set iff the cache maps this key to this block
+        self.parent_key = ROOT_KEY  # what the key was made with, checked on a hit
+        self.token_ids: list[int] = []
+
+
+class Seq:
+    __slots__ = ("block_table", "keys", "num_tokens", "num_cached_tokens")
+
+    def __init__(self, block_table: list[int], keys: list[int], num_tokens: int, num_cached_tokens: int):
+        self.block_table = block_table
+        self.keys = keys  # chain keys of the full blocks (prefix caching only)
+        self.num_tokens = num_tokens
+        self.num_cached_tokens = num_cached_tokens
+
+    def copy(self) -> "Seq":
+        return Seq(list(self.block_table), list(self.keys), self.num_tokens, self.num_cached_tokens)
+
+
+class BlockAllocator:
+    """Same interface as :class:`servelab.blocks.BlockAllocator`."""
+
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False):
+        num_blocks, block_size = operator.index(num_blocks), operator.index(block_size)
+        for name, v, hi in (("num_blocks", num_blocks, MAX_NUM_BLOCKS), ("block_size", block_size, MAX_BLOCK_SIZE)):
+            if not 1 <= v <= hi:
+                raise ValueError(f"{name} must be an integer in [1, {hi}], got {v}")
+        if not isinstance(prefix_caching, bool):
+            raise TypeError(f"prefix_caching must be a bool, got {prefix_caching!r}")
+        self.block_size = block_size
+        self.prefix_caching = prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free_ids: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # LRU order
+        self.cache: dict[int, int] = {}  # key -> block id
+        self.seqs: dict[int, Seq] = {}
+        self.num_hits = self.num_lookups = self.num_evictions = self.num_copies = 0
+
+    # -- internals --
+
+    def _take_free(self) -> Block:
+        """The least recently freed block, for new content; its cached key is evicted."""
+        block_id, _ = self.free_ids.popitem(last=False)
+        block = self.blocks[block_id]
+        if block.key is not None:
+            del self.cache[block.key]
+            block.key = None
+            self.num_evictions += 1
+        block.token_ids = []
+        block.ref_count = 1
+        return block
+
+    def _register(self, block: Block, key: int, parent_key: int) -> None:
+        if key not in self.cache:  # first wins
+            self.cache[key] = block.block_id
+            block.key, block.parent_key = key, parent_key
+
+    def _seq(self, seq_id: Any) -> Seq:
+        seq_id = _seq_id(seq_id)
+        if seq_id not in self.seqs:
+            raise KeyError(f"seq_id {seq_id} is not allocated")
+        return self.seqs[seq_id]
+
+    # -- operations --
+
+    def allocate(self, seq_id: int, token_ids: Iterable[int]) -> list[int]:
+        seq_id = _seq_id(seq_id)
+        tokens = _tokens(token_ids)
+        if seq_id in self.seqs:
+            raise KeyError(f"seq_id {seq_id} is already allocated")
+        bs, n = self.block_size, len(tokens)
+        chunks = [tokens[i:i + bs] for i in range(0, n, bs)]
+        keys: list[int] = []
+        if self.prefix_caching:
+            for chunk in chunks[:n // bs]:
+                keys.append(block_key(keys[-1] if keys else ROOT_KEY, chunk))
+        # Longest cached prefix, verified on parent key and tokens; one token left to compute.
+        max_hits = (n - 1) // bs if self.prefix_caching else 0
+        hits: list[Block] = []
+        for i in range(max_hits):
+            block_id = self.cache.get(keys[i])
+            parent = keys[i - 1] if i else ROOT_KEY
+            if block_id is None:
+                break
+            block = self.blocks[block_id]
+            if block.parent_key != parent or block.token_ids != chunks[i]:
+                break
+            hits.append(block)
+        need = len(chunks) - len(hits)
+        free = len(self.free_ids) - sum(b.ref_count == 0 for b in hits)
+        if need > free:
+            raise _out_of_blocks(seq_id, need, free)
+        # Commit: nothing below can fail.
+        self.num_lookups += max_hits
+        self.num_hits += len(hits)
+        for block in hits:
+            if block.ref_count == 0:
+                del self.free_ids[block.block_id]
+            block.ref_count += 1
+        table = [b.block_id for b in hits]
+        for chunk in chunks[len(hits):]:  # take every new block first...
+            block = self._take_free()
+            block.token_ids = list(chunk)
+            table.append(block.block_id)
+        for i in range(len(hits), len(keys)):  # ...then register the new full blocks' keys
+            self._register(self.blocks[table[i]], keys[i], keys[i - 1] if i else ROOT_KEY)
+        self.seqs[seq_id] = Seq(table, keys, n, len(hits) * bs)
+        return list(table)
+
+    def append(self, seq_id: int, token_id: int) -> tuple[int, int] | None:
+        seq_id = _seq_id(seq_id)
+        token = _token("token_id", token_id)
+        seq = self._seq(seq_id)
+        last = self.blocks[seq.block_table[-1]]
+        last_full = seq.num_tokens % self.block_size == 0
+        shared = last.ref_count > 1
+        if (last_full or shared) and not self.free_ids:
+            raise _out_of_blocks(seq_id, 1, 0)
+        copy = None
+        if last_full:  # a new block
+            block = self._take_free()
+            seq.block_table.append(block.block_id)
+        elif shared:  # copy-on-write
+            block = self._take_free()
+            block.token_ids = list(last.token_ids)
+            last.ref_count -= 1
+            seq.block_table[-1] = block.block_id
+            self.num_copies += 1
+            copy = (last.block_id, block.block_id)
+        else:
+            block = last
+        block.token_ids.append(token)
+        seq.num_tokens += 1
+        if self.prefix_caching and seq.num_tokens % self.block_size == 0:
+            parent = seq.keys[-1] if seq.keys else ROOT_KEY
+            key = block_key(parent, block.token_ids)
+            seq.keys.append(key)
+            self._register(block, key, parent)
+        return copy
+
+    def fork(self, parent_id: int, child_id: int) -> None:
+        child_id = _seq_id(child_id)
+        parent = self._seq(parent_id)
+        if child_id in self.seqs:
+            raise KeyError(f"seq_id {child_id} is already allocated")
+        for block_id in parent.block_table:
+            self.blocks[block_id].ref_count += 1
+        self.seqs[child_id] = parent.copy()
+
+    def free(self, seq_id: int) -> None:
+        seq_id = _seq_id(seq_id)
+        seq = self._seq(seq_id)
+        del self.seqs[seq_id]
+        for block_id in reversed(seq.block_table):  # tail first: reused before the head
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self.free_ids[block_id] = None
+
+    # -- queries --
+
+    def block_table(self, seq_id: int) -> list[int]:
+        return list(self._seq(seq_id).block_table)
+
+    def num_tokens(self, seq_id: int) -> int:
+        return self._seq(seq_id).num_tokens
+
+    def num_cached_tokens(self, seq_id: int) -> int:
+        return self._seq(seq_id).num_cached_tokens
+
+    def can_allocate(self, n_tokens: int) -> bool:
+        n_tokens = operator.index(n_tokens)
+        if n_tokens < 0:
+            raise ValueError(f"n_tokens must be a non-negative integer, got {n_tokens}")
+        return -(-n_tokens // self.block_size) <= len(self.free_ids)
+
+    def can_append(self, seq_id: int) -> bool:
+        seq = self._seq(seq_id)
+        needs_block = (seq.num_tokens % self.block_size == 0
+                       or self.blocks[seq.block_table[-1]].ref_count > 1)
+        return not needs_block or bool(self.free_ids)
+
+    def __contains__(self, seq_id: int) -> bool:
+        return _seq_id(seq_id) in self.seqs
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def seq_ids(self) -> list[int]:
+        return sorted(self.seqs)
+
+    def block_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ids = self.seq_ids()
+        tables = [self.seqs[i].block_table for i in ids]
+        offsets = np.cumsum([0] + [len(t) for t in tables], dtype=np.int64)
+        return (np.array(ids, dtype=np.int64), offsets,
+                np.array([b for t in tables for b in t], dtype=np.int64))
+
+    def _block(self, block_id: int) -> Block:
+        block_id = operator.index(block_id)
+        if not 0 <= block_id < len(self.blocks):
+            raise ValueError(f"block_id must be in [0, {len(self.blocks)}), got {block_id}")
+        return self.blocks[block_id]
+
+    def block_tokens(self, block_id: int) -> list[int]:
+        return list(self._block(block_id).token_ids)
+
+    def key_of(self, block_id: int) -> int | None:
+        return self._block(block_id).key
+
+    def ref_counts(self) -> np.ndarray:
+        return np.array([b.ref_count for b in self.blocks], dtype=np.int64)
+
+    def free_queue(self) -> np.ndarray:
+        return np.array(list(self.free_ids), dtype=np.int64)
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_ids)
+
+    @property
+    def num_cached_blocks(self) -> int:
+        return len(self.cache)
+
+    def stats(self) -> dict[str, int]:
+        return {"num_blocks": self.num_blocks, "block_size": self.block_size,
+                "num_free_blocks": self.num_free_blocks, "num_cached_blocks": self.num_cached_blocks,
+                "num_seqs": len(self.seqs), "num_hits": self.num_hits, "num_lookups": self.num_lookups,
+                "num_evictions": self.num_evictions, "num_copies": self.num_copies}
+
+    def replay(self, op: np.ndarray, seq: np.ndarray, arg: np.ndarray,
+               tokens: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """Runs a recorded trace; see :meth:`servelab.blocks.BlockAllocator.replay`."""
+        op, seq, arg = op.tolist(), seq.tolist(), arg.tolist()
+        tokens, offsets = tokens.tolist(), offsets.tolist()
+        if not len(op) == len(seq) == len(arg):
+            raise ValueError(f"op, seq and arg must have the same length, "
+                             f"got {len(op)}, {len(seq)} and {len(arg)}")
+        status = []
+        for i, (code, s, a) in enumerate(zip(op, seq, arg)):
+            try:
+                if code == 0:
+                    if not 0 <= a < len(offsets) - 1:
+                        raise ValueError(f"prompt index must be in [0, {max(len(offsets) - 1, 0)}), got {a}")
+                    lo, hi = offsets[a], offsets[a + 1]
+                    if not 0 <= lo <= hi <= len(tokens):
+                        raise ValueError(f"prompt {a} spans [{lo}, {hi}), outside tokens of length {len(tokens)}")
+                    self.allocate(s, tokens[lo:hi])
+                    status.append(0)
+                elif code == 1:
+                    status.append(0 if self.append(s, a) is None else 1)
+                elif code == 2:
+                    self.fork(s, a)
+                    status.append(0)
+                elif code == 3:
+                    self.free(s)
+                    status.append(0)
+                else:
+                    raise ValueError(f"unknown op code {code} (0 allocate, 1 append, 2 fork, 3 free)")
+            except OutOfBlocks:
+                status.append(2)
+            except (KeyError, ValueError) as e:
+                raise type(e)(f"op {i}: {e.args[0]}") from None
+        return np.array(status, dtype=np.int64)
+
+    def check_invariants(self) -> None:
+        """Asserts the allocator's invariants (raises AssertionError naming the broken one)."""
+        refs = [0] * len(self.blocks)
+        for seq_id, seq in self.seqs.items():
+            assert len(seq.block_table) == -(-seq.num_tokens // self.block_size), seq_id
+            for block_id in seq.block_table:
+                refs[block_id] += 1
+        for block in self.blocks:
+            assert block.ref_count == refs[block.block_id], f"block {block.block_id}: ref_count"
+            assert (block.ref_count == 0) == (block.block_id in self.free_ids), f"block {block.block_id}: free"
+            if block.key is not None:
+                assert self.cache[block.key] == block.block_id
+                assert len(block.token_ids) == self.block_size
+                assert block_key(block.parent_key, block.token_ids) == block.key
+        assert all(self.blocks[b].key == k for k, b in self.cache.items())
+
+    def __repr__(self) -> str:
+        return (f"BlockAllocator(num_blocks={self.num_blocks}, block_size={self.block_size}, "
+                f"prefix_caching={self.prefix_caching}, free={self.num_free_blocks}, seqs={len(self.seqs)})")

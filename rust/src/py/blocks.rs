@@ -1,0 +1,280 @@
+//! Bindings of the paged KV block allocator (`blocks.rs`) and its `OutOfBlocks` error.
+//!
+//! Token ids are read with the same checks, in the same order, and with the same messages as
+//! the pure-Python reference (`servelab.reference.blocks`): first a fast path for a list, tuple
+//! or array of machine integers; when it fails, a slow path walks the items with
+//! `operator.index` to name the first bad one exactly as the reference would.
+
+use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyString};
+
+use crate::blocks::{self, BlockAllocator};
+
+// Named after its public home, `servelab.blocks` (which re-exports it), so tracebacks and
+// pickles name the module users import. A RuntimeError, not a MemoryError: running out of KV
+// blocks is an ordinary, recoverable scheduling event (the engine preempts or waits), and
+// `except MemoryError` is for the interpreter's own heap.
+pyo3::create_exception!(
+    servelab.blocks,
+    OutOfBlocks,
+    PyRuntimeError,
+    "The KV block pool cannot serve an allocate or append; the allocator is unchanged."
+);
+
+fn slow_token(py: Python<'_>, name: &str, item: &Bound<'_, PyAny>) -> PyResult<i64> {
+    let index = py.import("operator")?.getattr("index")?;
+    let v = index.call1((item,)).map_err(|_| {
+        let r = item.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".into());
+        PyTypeError::new_err(format!("{name} must be an integer, got {r}"))
+    })?;
+    match v.extract::<i64>() {
+        Ok(t) => Ok(t),
+        Err(_) => Err(PyValueError::new_err(format!(
+            "{name} must be in [0, {}), got {}",
+            blocks::TOKEN_LIMIT,
+            v.str()?
+        ))),
+    }
+}
+
+fn extract_tokens(obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+    let is_text = obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>();
+    if !is_text {
+        if let Ok(v) = obj.extract::<Vec<i64>>() {
+            return Ok(v);
+        }
+    }
+    let not_a_sequence = || {
+        let tname = obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
+        PyTypeError::new_err(format!("token_ids must be a sequence of integers, got {tname}"))
+    };
+    if is_text {
+        return Err(not_a_sequence());
+    }
+    let iter = obj.try_iter().map_err(|_| not_a_sequence())?;
+    let py = obj.py();
+    let mut out = Vec::new();
+    for (i, item) in iter.enumerate() {
+        out.push(slow_token(py, &format!("token_ids[{i}]"), &item?)?);
+    }
+    Ok(out)
+}
+
+fn extract_token(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    match obj.extract::<i64>() {
+        Ok(t) => Ok(t),
+        Err(_) => slow_token(obj.py(), "token_id", obj),
+    }
+}
+
+fn slice<'a>(name: &str, a: &'a PyReadonlyArray1<'_, i64>) -> PyResult<&'a [i64]> {
+    a.as_slice()
+        .map_err(|_| PyValueError::new_err(format!("{name} must be a contiguous 1-D int64 array")))
+}
+
+type I64Array<'py> = Bound<'py, PyArray1<i64>>;
+
+/// The paged KV block allocator; `servelab.blocks.BlockAllocator` wraps it.
+#[pyclass(module = "servelab._core", name = "BlockAllocator")]
+pub struct PyBlockAllocator {
+    inner: BlockAllocator,
+}
+
+#[pymethods]
+impl PyBlockAllocator {
+    #[new]
+    #[pyo3(signature = (num_blocks, block_size, prefix_caching = false))]
+    fn new(num_blocks: i64, block_size: i64, prefix_caching: bool) -> PyResult<Self> {
+        Ok(PyBlockAllocator { inner: BlockAllocator::new(num_blocks, block_size, prefix_caching)? })
+    }
+
+    fn allocate(&mut self, seq_id: i64, token_ids: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+        let tokens = extract_tokens(token_ids)?;
+        Ok(self.inner.allocate(seq_id, &tokens)?.to_vec())
+    }
+
+    fn append(&mut self, seq_id: i64, token_id: &Bound<'_, PyAny>) -> PyResult<Option<(u32, u32)>> {
+        let token = extract_token(token_id)?;
+        Ok(self.inner.append(seq_id, token)?)
+    }
+
+    fn fork(&mut self, parent_id: i64, child_id: i64) -> PyResult<()> {
+        Ok(self.inner.fork(parent_id, child_id)?)
+    }
+
+    fn free(&mut self, seq_id: i64) -> PyResult<()> {
+        Ok(self.inner.free(seq_id)?)
+    }
+
+    fn block_table(&self, seq_id: i64) -> PyResult<Vec<u32>> {
+        Ok(self.inner.block_table(seq_id)?.to_vec())
+    }
+
+    fn num_tokens(&self, seq_id: i64) -> PyResult<usize> {
+        Ok(self.inner.num_tokens(seq_id)?)
+    }
+
+    fn num_cached_tokens(&self, seq_id: i64) -> PyResult<usize> {
+        Ok(self.inner.num_cached_tokens(seq_id)?)
+    }
+
+    fn can_allocate(&self, n_tokens: i64) -> PyResult<bool> {
+        Ok(self.inner.can_allocate(n_tokens)?)
+    }
+
+    fn can_append(&self, seq_id: i64) -> PyResult<bool> {
+        Ok(self.inner.can_append(seq_id)?)
+    }
+
+    fn __contains__(&self, seq_id: i64) -> bool {
+        self.inner.contains(seq_id)
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.num_seqs()
+    }
+
+    fn seq_ids(&self) -> Vec<i64> {
+        self.inner.seq_ids()
+    }
+
+    fn block_tables<'py>(&self, py: Python<'py>) -> (I64Array<'py>, I64Array<'py>, I64Array<'py>) {
+        let (ids, offsets, blocks) = self.inner.block_tables();
+        (ids.into_pyarray(py), offsets.into_pyarray(py), blocks.into_pyarray(py))
+    }
+
+    fn block_tokens(&self, block_id: i64) -> PyResult<Vec<u32>> {
+        Ok(self.inner.block_tokens(block_id)?.to_vec())
+    }
+
+    fn key_of(&self, block_id: i64) -> PyResult<Option<u64>> {
+        Ok(self.inner.block_key_of(block_id)?)
+    }
+
+    fn ref_counts<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+        self.inner.ref_counts().into_pyarray(py)
+    }
+
+    fn free_queue<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+        self.inner.free_queue().into_pyarray(py)
+    }
+
+    #[getter]
+    fn num_blocks(&self) -> usize {
+        self.inner.num_blocks()
+    }
+    #[getter]
+    fn block_size(&self) -> usize {
+        self.inner.block_size()
+    }
+    #[getter]
+    fn prefix_caching(&self) -> bool {
+        self.inner.prefix_caching()
+    }
+    #[getter]
+    fn num_free_blocks(&self) -> usize {
+        self.inner.num_free_blocks()
+    }
+    #[getter]
+    fn num_cached_blocks(&self) -> usize {
+        self.inner.num_cached_blocks()
+    }
+    #[getter]
+    fn num_hits(&self) -> u64 {
+        self.inner.num_hits()
+    }
+    #[getter]
+    fn num_lookups(&self) -> u64 {
+        self.inner.num_lookups()
+    }
+    #[getter]
+    fn num_evictions(&self) -> u64 {
+        self.inner.num_evictions()
+    }
+    #[getter]
+    fn num_copies(&self) -> u64 {
+        self.inner.num_copies()
+    }
+
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.inner.stats();
+        let d = PyDict::new(py);
+        d.set_item("num_blocks", s.num_blocks)?;
+        d.set_item("block_size", s.block_size)?;
+        d.set_item("num_free_blocks", s.num_free_blocks)?;
+        d.set_item("num_cached_blocks", s.num_cached_blocks)?;
+        d.set_item("num_seqs", s.num_seqs)?;
+        d.set_item("num_hits", s.num_hits)?;
+        d.set_item("num_lookups", s.num_lookups)?;
+        d.set_item("num_evictions", s.num_evictions)?;
+        d.set_item("num_copies", s.num_copies)?;
+        Ok(d)
+    }
+
+    fn replay<'py>(
+        &mut self,
+        py: Python<'py>,
+        op: PyReadonlyArray1<'py, i64>,
+        seq: PyReadonlyArray1<'py, i64>,
+        arg: PyReadonlyArray1<'py, i64>,
+        tokens: PyReadonlyArray1<'py, i64>,
+        offsets: PyReadonlyArray1<'py, i64>,
+    ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+        let (o, s, a) = (slice("op", &op)?, slice("seq", &seq)?, slice("arg", &arg)?);
+        let (t, f) = (slice("tokens", &tokens)?, slice("offsets", &offsets)?);
+        let inner = &mut self.inner;
+        // A long trace runs for a while: let other Python threads go on meanwhile.
+        let status = py.detach(|| inner.replay(o, s, a, t, f))?;
+        Ok(status.into_pyarray(py))
+    }
+
+    fn check_invariants(&self) -> PyResult<()> {
+        self.inner.check_invariants().map_err(PyRuntimeError::new_err)
+    }
+
+    fn __repr__(&self) -> String {
+        let a = &self.inner;
+        format!(
+            "BlockAllocator(num_blocks={}, block_size={}, prefix_caching={}, free={}, seqs={})",
+            a.num_blocks(),
+            a.block_size(),
+            if a.prefix_caching() { "True" } else { "False" },
+            a.num_free_blocks(),
+            a.num_seqs()
+        )
+    }
+}
+
+/// The cache key of a full block: the hash chain step over its parent's key and its tokens.
+#[pyfunction]
+fn block_key(parent_key: u64, token_ids: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let tokens = extract_tokens(token_ids)?
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| {
+            if (0..blocks::TOKEN_LIMIT).contains(&t) {
+                Ok(t as u32)
+            } else {
+                Err(PyValueError::new_err(format!(
+                    "token_ids[{i}] must be in [0, {}), got {t}",
+                    blocks::TOKEN_LIMIT
+                )))
+            }
+        })
+        .collect::<PyResult<Vec<u32>>>()?;
+    Ok(blocks::block_key(parent_key, &tokens))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("OutOfBlocks", py.get_type::<OutOfBlocks>())?;
+    m.add("MAX_NUM_BLOCKS", blocks::MAX_NUM_BLOCKS)?;
+    m.add("MAX_BLOCK_SIZE", blocks::MAX_BLOCK_SIZE)?;
+    m.add("TOKEN_LIMIT", blocks::TOKEN_LIMIT)?;
+    m.add("ROOT_KEY", blocks::ROOT_KEY)?;
+    m.add_class::<PyBlockAllocator>()?;
+    m.add_function(wrap_pyfunction!(block_key, m)?)?;
+    Ok(())
+}

@@ -5,6 +5,7 @@
 //! or array of machine integers; when it fails, a slow path walks the items with
 //! `operator.index` to name the first bad one exactly as the reference would.
 
+use super::slice;
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -69,10 +70,6 @@ fn extract_token(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
     }
 }
 
-fn slice<'a>(name: &str, a: &'a PyReadonlyArray1<'_, i64>) -> PyResult<&'a [i64]> {
-    a.as_slice()
-        .map_err(|_| PyValueError::new_err(format!("{name} must be a contiguous 1-D int64 array")))
-}
 
 type I64Array<'py> = Bound<'py, PyArray1<i64>>;
 

@@ -4,8 +4,8 @@
 //! dataclasses of `servelab.hw_model`), read by attribute name. Every `CoreError` becomes a
 //! Python exception here; nothing in the core panics on user input.
 
+use super::slice;
 use numpy::{IntoPyArray, PyReadonlyArray1};
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -100,10 +100,6 @@ fn to_dict<'py>(py: Python<'py>, c: StepCosts) -> PyResult<Bound<'py, PyDict>> {
     Ok(d)
 }
 
-fn slice<'a>(name: &str, a: &'a PyReadonlyArray1<'_, i64>) -> PyResult<&'a [i64]> {
-    a.as_slice()
-        .map_err(|_| PyValueError::new_err(format!("{name} must be a contiguous 1-D int64 array")))
-}
 
 #[pyfunction]
 fn validate_model(model: PyModelSpec) -> PyResult<()> {

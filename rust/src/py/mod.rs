@@ -24,6 +24,13 @@ impl From<CoreError> for PyErr {
     }
 }
 
+/// A 1-D numpy array's data as a slice; a non-contiguous array is a ValueError naming `name`
+/// (the Python wrappers pass `np.ascontiguousarray`, so users rarely see it).
+fn slice<'a, T: numpy::Element>(name: &str, a: &'a numpy::PyReadonlyArray1<'_, T>) -> PyResult<&'a [T]> {
+    a.as_slice()
+        .map_err(|_| PyValueError::new_err(format!("{name} must be a contiguous 1-D array")))
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -1,7 +1,7 @@
 //! Bindings of the serving simulator (`sim/`): numpy columns in, a dict of numpy columns out.
 
+use super::slice;
 use numpy::{IntoPyArray, PyReadonlyArray1};
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -12,9 +12,6 @@ use crate::sim::batch1::{self, AcceptAll};
 use crate::sim::static_batching::{self, StaticParams};
 use crate::sim::{SimOutput, Workload};
 
-fn slice<'a, T: numpy::Element>(name: &str, a: &'a PyReadonlyArray1<'_, T>) -> PyResult<&'a [T]> {
-    a.as_slice().map_err(|_| PyValueError::new_err(format!("{name} must be a contiguous 1-D array")))
-}
 
 fn to_dict<'py>(py: Python<'py>, o: SimOutput) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);

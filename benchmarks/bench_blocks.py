@@ -20,10 +20,10 @@ Every replay must give the same status for every op and the same final observabl
 
 from __future__ import annotations
 
-import time
 from collections import deque
 
 import numpy as np
+from benchmarks.timing import best_of
 from rich.console import Console
 from rich.table import Table
 
@@ -122,13 +122,6 @@ def op_by_op(a, ops) -> np.ndarray:
     return np.array(status, dtype=np.int64)
 
 
-def timed(fn, repeat: int):
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
 
 
 def run(console: Console, quick: bool = False) -> None:
@@ -161,7 +154,7 @@ def run(console: Console, quick: bool = False) -> None:
             allocs.append(new(kind))
             return fn(allocs[-1])
 
-        seconds, status = timed(once, repeat)
+        seconds, status = best_of(once, repeat)
         assert np.array_equal(status, recorded), f"{label}: statuses differ from the recording"
         assert observables(allocs[-1]) == final, f"{label}: final state differs from the recording"
         rows.append((label, seconds))

@@ -7,12 +7,12 @@ side, because absolute times on a shared machine drift.
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.timing import best_of
 from servelab import hw_model as hw
 from servelab.reference import step_cost as ref
 
@@ -59,22 +59,15 @@ def rust_step_costs(new_tokens: np.ndarray, context: np.ndarray, offsets: np.nda
     return hw.step_cost_many(MODEL, GPU, new_tokens, context, offsets, EFF).time_s
 
 
-def _best_of(fn, args, repeats: int) -> tuple[float, np.ndarray]:
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn(*args)
-        best = min(best, time.perf_counter() - t0)
-    return best, out
 
 
 def run(console: Console, quick: bool = False) -> None:
     n_steps = 20_000 if quick else 1_000_000
     steps = random_steps(n_steps)
     console.print(f"{n_steps:,} random steps ({int(steps[2][-1]):,} sequences), Llama-3-8B on H100")
-    t_rust, rust = _best_of(rust_step_costs, steps, 3)
-    t_np, numpy_ = _best_of(numpy_step_costs, steps, 3)
-    t_py, python = _best_of(python_step_costs, steps, 1)  # tens of seconds: once is enough
+    t_rust, rust = best_of(lambda: rust_step_costs(*steps), 3)
+    t_np, numpy_ = best_of(lambda: numpy_step_costs(*steps), 3)
+    t_py, python = best_of(lambda: python_step_costs(*steps), 1)  # tens of seconds: once is enough
     assert np.allclose(rust, python, rtol=1e-9, atol=0), "Rust and the reference disagree"
     assert np.allclose(numpy_, python, rtol=1e-9, atol=0), "numpy and the reference disagree"
     t = Table(title="step cost: same steps, same answers")

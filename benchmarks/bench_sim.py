@@ -7,25 +7,18 @@ once. Prints simulated requests and steps per second and the ratio.
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.timing import best_of
 from servelab import serving_core as sc
 from servelab.hw_model import DEFAULT_EFFICIENCY, H100, LLAMA3_8B
 from servelab.reference import sim as ref
 from servelab.workload import chat_requests
 
 
-def _best_of(f, repeat: int) -> tuple[float, object]:
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = f()
-        best = min(best, time.perf_counter() - t)
-    return best, out
 
 
 def run(console: Console, quick: bool = False) -> None:
@@ -42,8 +35,8 @@ def run(console: Console, quick: bool = False) -> None:
     for c in ("policy", "steps", "Rust ms", "Python s", "Rust req/s", "Python req/s", "Rust Msteps/s", "ratio"):
         t.add_column(c, justify="left" if c == "policy" else "right")
     for name, fast, slow in policies:
-        t_rust, r = _best_of(fast, 5)
-        t_py, p = _best_of(slow, 1)
+        t_rust, r = best_of(fast, 5)
+        t_py, p = best_of(slow, 1)
         for k in ("start_s", "first_token_s", "finish_s", "batch_id"):
             assert np.array_equal(getattr(r, k), p[k]), (name, k)  # equal first, then timed
         assert r.busy_s == p["busy_s"] and r.n_steps == p["n_steps"]

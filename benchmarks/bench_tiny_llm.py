@@ -7,23 +7,16 @@
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from benchmarks.timing import best_of
 from servelab import tiny_llm
 from servelab.tiny_llm import SMALL, TINY, KVCache, TinyLLM
 
 
-def _best_of(fn, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def run(console: Console, quick: bool) -> None:
@@ -31,8 +24,8 @@ def run(console: Console, quick: bool) -> None:
     n_new = 50 if quick else 200
     model = TinyLLM(TINY)
     prompt = rng.integers(0, 256, 32)
-    t_cache = _best_of(lambda: tiny_llm.generate(prompt, n_new, model=model), 3)
-    t_none = _best_of(lambda: tiny_llm.generate(prompt, n_new, model=model, use_cache=False),
+    t_cache, _ = best_of(lambda: tiny_llm.generate(prompt, n_new, model=model), 3)
+    t_none, _ = best_of(lambda: tiny_llm.generate(prompt, n_new, model=model, use_cache=False),
                       1 if not quick else 2)
     table = Table(title=f"Generation 32 + {n_new}, TINY: with vs without the KV cache")
     for col in ("without cache (s)", "with cache (s)", "ratio"):
@@ -66,7 +59,7 @@ def run(console: Console, quick: bool) -> None:
                 reset()
                 m.forward_batch(tokens, caches)
 
-            t_sep, t_bat = _best_of(separate, 5), _best_of(batched, 5)
+            t_sep, t_bat = best_of(separate, 5)[0], best_of(batched, 5)[0]
             table.add_row(config.name, str(batch), f"{t_sep * 1e3:.2f}", f"{t_bat * 1e3:.2f}",
                           f"{t_sep / t_bat:.1f}x")
     console.print(table)

@@ -1,0 +1,23 @@
+"""``make bench`` keeps working: every benchmark runs on small inputs, and each one's own
+checks (the Rust and Python answers are equal before anything is timed) hold. Speed itself is
+never asserted here."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_benchmark_runs_quick():
+    run = subprocess.run([sys.executable, "-m", "benchmarks", "--quick"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    for name in ("blocks", "cost", "sim", "tiny_llm"):
+        assert f"bench {name}" in run.stdout, name
+
+
+def test_unknown_benchmark_is_refused():
+    run = subprocess.run([sys.executable, "-m", "benchmarks", "nonsense"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 2 and "names must be among" in run.stderr

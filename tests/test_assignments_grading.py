@@ -56,6 +56,14 @@ def test_reference_scores_full_marks(reference_points):
     assert sum(reference_points.values()) == MANIFEST.total_points
 
 
+def test_marker_selects_one_task(tmp_path):
+    task = MANIFEST.tasks[-1]
+    summary, run = grade(copy_assignments(tmp_path), "-m", task.marker)
+    got = points_by_task(summary)
+    assert got[task.id] == task.points, run.stdout[-2000:]
+    assert all(v == 0 for k, v in got.items() if k != task.id)
+
+
 def test_every_edited_file_has_solution_regions():
     for task in MANIFEST.tasks:
         for rel in task.edit:
@@ -97,7 +105,10 @@ def test_each_mutant_loses_points_on_its_task(tmp_path, reference_points, mutant
     assert text.count(mutant["find"]) == 1, f"mutant no longer applies: {mutant['find']!r}"
     assert mutant["file"] in next(t for t in MANIFEST.tasks if t.id == mutant["task"]).edit
     path.write_text(text.replace(mutant["find"], mutant["replace"]))
-    got = points_by_task(grade(copy, "-m", f"task_{mutant['task']}")[0])
+    summary = grade(copy, "-m", f"task_{mutant['task']}")[0]
+    status = {t["id"]: t["status"] for t in summary["tasks"]}
+    assert status[mutant["task"]] == "failing", status  # ran, and lost points
+    got = points_by_task(summary)
     assert got[mutant["task"]] < reference_points[mutant["task"]], f"mutant survived: {mutant['why']}"
 
 

@@ -2,7 +2,8 @@
 
 A region runs from a line ``### BEGIN SOLUTION`` to a line ``### END SOLUTION``; a release
 replaces it with a ``raise NotImplementedError`` at the same indentation, so that a stub
-imports cleanly and every test of it fails with a message that says what to do.
+imports cleanly and every test of it fails with a message that says what to do. Regions
+therefore belong inside function bodies: one at module or class level would raise at import.
 
 >>> print(strip_solutions('''def f():
 ...     ### BEGIN SOLUTION

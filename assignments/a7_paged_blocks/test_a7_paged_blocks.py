@@ -1,0 +1,98 @@
+"""Tests of assignment 7 (paged blocks): a Hypothesis state machine drives your allocator and
+servelab's Rust allocator with the same operations and demands the same block tables, copies,
+free counts and errors after every step; plus hand-checked cases."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+import paged_blocks as mine
+from servelab.blocks import BlockAllocator, OutOfBlocks
+
+SEQ_IDS = st.integers(0, 11)
+
+
+def outcome(fn, *args):
+    """What a call did: ("ok", result) or ("error", exception type)."""
+    try:
+        return ("ok", fn(*args))
+    except (OutOfBlocks, KeyError) as exc:
+        return ("error", type(exc))
+
+
+class SameAsRust(RuleBasedStateMachine):
+    @initialize(num_blocks=st.integers(1, 12), block_size=st.integers(1, 4))
+    def start(self, num_blocks, block_size):
+        self.mine = mine.PagedAllocator(num_blocks, block_size)
+        self.rust = BlockAllocator(num_blocks, block_size)
+        self.log = [f"PagedAllocator({num_blocks}, {block_size})"]
+
+    def both(self, name, mine_call, rust_call, *args):
+        self.log.append(f"{name}{args}")
+        got, want = outcome(mine_call, *args), outcome(rust_call, *args)
+        assert got == want, f"after {' ; '.join(self.log)}: expected {want}, got {got}"
+
+    @rule(seq_id=SEQ_IDS, n_tokens=st.integers(1, 12))
+    def allocate(self, seq_id, n_tokens):
+        self.both("allocate", self.mine.allocate, lambda s, n: self.rust.allocate(s, [0] * n), seq_id, n_tokens)
+
+    @rule(seq_id=SEQ_IDS)
+    def append(self, seq_id):
+        self.both("append", self.mine.append, lambda s: self.rust.append(s, 0), seq_id)
+
+    @rule(parent=SEQ_IDS, child=SEQ_IDS)
+    def fork(self, parent, child):
+        self.both("fork", self.mine.fork, self.rust.fork, parent, child)
+
+    @rule(seq_id=SEQ_IDS)
+    def free(self, seq_id):
+        self.both("free", self.mine.free, self.rust.free, seq_id)
+
+    @invariant()
+    def same_state(self):
+        if not hasattr(self, "rust"):
+            return
+        assert self.mine.num_free_blocks == self.rust.num_free_blocks, f"num_free_blocks after {' ; '.join(self.log)}"
+        for s in range(12):
+            assert outcome(self.mine.block_table, s) == outcome(self.rust.block_table, s), \
+                f"block_table({s}) after {' ; '.join(self.log)}"
+
+
+TestSameAsRust = SameAsRust.TestCase
+
+
+def test_copy_on_write():
+    a = mine.PagedAllocator(4, 4)
+    assert a.allocate(1, 6) == [0, 1]
+    a.fork(1, 2)
+    assert a.num_free_blocks == 2
+    assert a.append(2) == (1, 2), "appending into a shared, partly filled block copies it"
+    assert a.block_table(2) == [0, 2] and a.block_table(1) == [0, 1]
+    assert a.append(1) is None, "block 1 is no longer shared: write in place"
+
+
+def test_tail_blocks_are_reused_first():
+    a = mine.PagedAllocator(6, 2)
+    a.allocate(1, 6)  # blocks 0, 1, 2
+    a.allocate(2, 2)  # block 3
+    a.free(1)  # free queue: 4, 5, 2, 1, 0
+    assert a.allocate(3, 8) == [4, 5, 2, 1]
+    assert a.num_free_blocks == 1
+
+
+def test_out_of_blocks_changes_nothing():
+    a = mine.PagedAllocator(2, 2)
+    a.allocate(1, 4)
+    with pytest.raises(OutOfBlocks):
+        a.append(1)
+    with pytest.raises(OutOfBlocks):
+        a.allocate(2, 1)
+    assert a.block_table(1) == [0, 1] and a.num_free_blocks == 0
+    with pytest.raises(KeyError):
+        a.free(2)
+    a.free(1)
+    with pytest.raises(KeyError):
+        a.free(1)
+    assert a.num_free_blocks == 2

@@ -229,7 +229,7 @@ class Engine:
         if not batch:
             if self.waiting or self.running:  # pragma: no cover - rules 1-4 rule this out
                 raise RuntimeError(f"step {s}: work is left but nothing could be scheduled")
-            self.steps.append(EngineStep(s, (), (), (), (), 0.0, self.clock_s))
+            self.steps.append(EngineStep(s, (), (), (), (), 0.0, self.clock_s, self._blocks_used()))
             return self.steps[-1]
         # 5. the forward, then sampling
         entries: list[BatchEntry] = [(r.rid, n, r.computed) for r, n in batch]
@@ -256,11 +256,14 @@ class Engine:
                 self._results[r.rid] = self._finish(r, "finished", s, self.clock_s)
                 finished.append(r.rid)
         step = EngineStep(s, tuple(entries), tuple(preempted), tuple(admitted), tuple(finished),
-                          cost, self.clock_s)
+                          cost, self.clock_s, self._blocks_used())
         self.steps.append(step)
         return step
 
     # ---- helpers -----------------------------------------------------------------------------
+
+    def _blocks_used(self) -> int:
+        return self.num_blocks - self.allocator.num_free_blocks
 
     def _arrival_s(self, step: int) -> float:
         return self.steps[step - 1].clock_s if step > 0 else 0.0

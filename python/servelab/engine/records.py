@@ -83,6 +83,7 @@ class EngineStep:
     finished: tuple[int, ...]
     cost_s: float  # hw_model.step_cost of the batch (0 for an empty step)
     clock_s: float  # simulated clock at the end of the step
+    blocks_used: int = 0  # KV blocks held by requests at the end of the step
 
     @property
     def num_tokens(self) -> int:

@@ -3,7 +3,7 @@ k blocks fewer, and still gets the tokens it gets alone."""
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from servelab.engine import Request, serve
@@ -74,3 +74,43 @@ def test_a_system_prompt_shared_by_many_requests_is_computed_once():
     res = serve(requests, num_blocks=64, block_size=16, prefix_caching=True, model=MODEL)
     assert [r.num_cached_tokens for r in res.requests] == [0] + [64] * 5
     assert [r.tokens for r in res.requests] == [alone(r) for r in requests]
+
+
+def test_requests_arriving_together_share_the_prefix_computed_in_the_same_step():
+    # rule 6: A's blocks are ready as soon as A's prompt is scheduled; B, admitted after A in
+    # the same step, reads them in the same forward (A writes each layer before B reads it)
+    shared = list(range(30, 42))  # 3 blocks of 4
+    a, b = Request(shared + [1], 3), Request(shared + [2, 3], 3, Temperature(1.0, 1))
+    res = serve([a, b], num_blocks=32, block_size=4, prefix_caching=True, model=MODEL)
+    assert res.batch_log()[0] == [(0, 13, 0), (1, 2, 12)]
+    assert [r.tokens for r in res.requests] == [alone(a), alone(b)]
+
+
+@st.composite
+def crowded_shared_setups(draw):
+    """Shared prefixes, chunked prefill, prefix caching, a pool barely big enough and a small
+    token budget: preemptions land in the middle of chunked prefills (rules 3 and 6)."""
+    bs = draw(st.sampled_from([2, 4]))
+    base = draw(st.lists(tokens, min_size=2 * bs, max_size=6 * bs))
+    requests = []
+    for i in range(draw(st.integers(2, 5))):
+        share = draw(st.integers(bs, len(base)))
+        own = draw(st.lists(tokens, min_size=1, max_size=6))
+        requests.append(Request(base[:share] + own, draw(st.integers(2, 10)),
+                                Temperature(1.0, draw(st.integers(0, 999))),
+                                draw(st.integers(0, 3))))
+    most = max(-(-(len(r.prompt) + r.max_new_tokens - 1) // bs) for r in requests)
+    eng = dict(num_blocks=most + draw(st.integers(0, 3)), block_size=bs, prefix_caching=True,
+               chunked_prefill=True, max_num_batched_tokens=draw(st.integers(2, 12)),
+               max_num_seqs=draw(st.integers(2, 5)), model=MODEL)
+    return requests, eng
+
+
+@given(crowded_shared_setups())
+def test_crowded_shared_prefixes_with_chunks_and_preemption_keep_the_tokens(setup):
+    requests, eng = setup
+    res = serve(requests, **eng)
+    assert [r.tokens for r in res.requests] == [alone(r) for r in requests]
+    event(f"preempted: {any(s.preempted for s in res.steps)}")
+    skipped = sum(r.num_cached_tokens for r in res.requests)
+    event(f"non-ready hits recomputed: {skipped < res.stats['num_hits'] * eng['block_size']}")

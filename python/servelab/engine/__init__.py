@@ -58,12 +58,14 @@ Steps are numbered 0, 1, 2, ...; step ``s`` does, in this order:
    ones; entry ``(request_id, new_tokens, context_len = computed)``. One
    ``TinyLLM.forward_batch`` runs it; the step costs ``hw_model.step_cost`` of the entries
    (an idle step, with nothing to run, costs 0 and logs ``[]``).
-6. **Ready blocks.** A block is ready once a scheduled chunk has covered its last slot; a block
-   taken for new content (allocate's non-hit blocks, append's new block or copy) is not. Only
-   ready hits are skipped in rule 4: the allocator keys a prompt's full blocks when it allocates
-   them, before a chunked prefill has computed them. A non-ready hit is recomputed (into the
-   shared block, with the same values). Within a step a reader always comes after the writer in
-   the batch, and each layer writes a sequence's KV before the next sequence reads it.
+6. **Ready blocks.** A block becomes ready the moment a chunk covering its last slot is
+   scheduled (rules 2 and 4, in scheduling order); a block taken for new content (allocate's
+   non-hit blocks, append's new block or copy) is not ready. Only ready hits are skipped in
+   rule 4: the allocator keys a prompt's full blocks when it allocates them, before a chunked
+   prefill has computed them (or never, if the request is preempted first). A non-ready hit is
+   recomputed (into the shared block, with the same values). A block made ready earlier in the
+   same step may be read by a request admitted after its writer: the reader comes later in the
+   batch, and each layer writes a sequence's KV before the next sequence reads it.
 7. **Sampling and leaving.** A request whose tokens are all computed samples its next token
    with ``sampler(logits, len(generated))``; the first one sets its first-token time (the
    clock at the end of the step). At ``m`` tokens it finishes: its blocks are freed at once.

@@ -206,7 +206,7 @@ class Engine:
                     break
                 self._append(r)
                 n = 1
-            batch.append((r, n))
+            self._schedule(batch, r, n)
             budget -= n
             i += 1
         # 4. admission, FCFS, only in a step that preempted nobody
@@ -224,7 +224,7 @@ class Engine:
             n = len(r.tokens) - r.computed
             if self.chunked_prefill:
                 n = min(n, budget)
-            batch.append((r, n))
+            self._schedule(batch, r, n)
             budget -= n
         if not batch:
             if self.waiting or self.running:  # pragma: no cover - rules 1-4 rule this out
@@ -239,7 +239,6 @@ class Engine:
         self.clock_s += cost
         finished: list[int] = []
         for (r, n), lg in zip(batch, logits):
-            self._mark_ready(r, r.computed, r.computed + n)
             r.computed += n
             r.computed_tokens += n
             if r.computed < r.held:
@@ -310,8 +309,11 @@ class Engine:
         r.preemptions += 1
         self.waiting.appendleft(r)
 
-    def _mark_ready(self, r: _Live, lo: int, hi: int) -> None:
-        bs = self.block_size
+    def _schedule(self, batch: list[tuple[_Live, int]], r: _Live, n: int) -> None:
+        """Put ``n`` tokens of ``r`` in the batch; mark the blocks they complete ready (rule 6):
+        this forward writes them before any later sequence of the batch reads them."""
+        batch.append((r, n))
+        bs, lo, hi = self.block_size, r.computed, r.computed + n
         table = self.allocator.block_table(r.rid)
         for j in range(lo // bs, hi // bs):  # blocks whose last slot lies in [lo, hi)
             self._ready[table[j]] = True

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import numpy as np
+
 from hypothesis import event, given
 from hypothesis import strategies as st
 
@@ -31,7 +33,16 @@ def check_log(res: EngineResult, requests: list[Request], eng: dict) -> None:
             # every token stored exactly once, minus the prefix-cache hits (§3.5)
             assert r.num_computed_tokens == need(requests[r.request_id]) - r.num_cached_tokens
         if r.status == "finished":
-            assert r.arrival_s <= r.first_token_s <= r.finish_s
+            # the simulated clock: arrival at the start of the arrival step, first token and
+            # finish at the end of the steps that produced them, every step priced by step_cost
+            clock = [s.clock_s for s in res.steps]
+            assert r.arrival_s == (clock[r.arrival_step - 1] if r.arrival_step else 0.0)
+            assert r.first_token_s == clock[r.first_token_step]
+            assert r.finish_s == clock[r.finish_step]
+            assert r.request_id in res.steps[r.finish_step].finished
+            assert r.arrival_s < r.first_token_s <= r.finish_s
+    assert [s.index for s in res.steps] == list(range(len(res.steps)))
+    assert np.allclose(np.cumsum([s.cost_s for s in res.steps]), [s.clock_s for s in res.steps])
 
 
 @st.composite
@@ -119,3 +130,11 @@ def test_chunked_prefill_spreads_a_long_prompt_within_the_budget():
     assert log[1] == [(0, 16, 16)]  # the running prefill takes the whole budget first
     assert log[2] == [(0, 8, 32), (1, 2, 0)]
     assert [r.tokens for r in res.requests] == [alone(r) for r in requests]
+
+
+@given(engine_setups())
+def test_the_same_requests_give_the_same_schedule_bit_for_bit(setup):
+    requests, eng = setup
+    a, b = serve(requests, **eng), serve(requests, **eng)
+    assert a.batch_log() == b.batch_log() and a.steps == b.steps
+    assert [(r.tokens, r.ttft_s) for r in a.requests] == [(r.tokens, r.ttft_s) for r in b.requests]

@@ -88,20 +88,26 @@ def test_requests_arriving_together_share_the_prefix_computed_in_the_same_step()
 
 @st.composite
 def crowded_shared_setups(draw):
-    """Shared prefixes, chunked prefill, prefix caching, a pool barely big enough and a small
-    token budget: preemptions land in the middle of chunked prefills (rules 3 and 6)."""
+    """Early requests that decode for long, then later ones with long shared prompts prefilled
+    in small chunks, in a pool barely big enough: the decoders' new blocks preempt the newest
+    request in the middle of its chunked prefill, whose blocks the allocator has already keyed
+    (rules 3 and 6)."""
     bs = draw(st.sampled_from([2, 4]))
-    base = draw(st.lists(tokens, min_size=2 * bs, max_size=6 * bs))
+    base = draw(st.lists(tokens, min_size=3 * bs, max_size=6 * bs))
     requests = []
-    for i in range(draw(st.integers(2, 5))):
+    for i in range(draw(st.integers(1, 2))):  # decoders
+        requests.append(Request(draw(st.lists(tokens, min_size=1, max_size=bs)),
+                                draw(st.integers(bs + 1, 4 * bs)),
+                                Temperature(1.0, draw(st.integers(0, 999))), 0))
+    for i in range(draw(st.integers(1, 4))):  # prefillers sharing a prefix
         share = draw(st.integers(bs, len(base)))
-        own = draw(st.lists(tokens, min_size=1, max_size=6))
-        requests.append(Request(base[:share] + own, draw(st.integers(2, 10)),
+        own = draw(st.lists(tokens, min_size=1, max_size=4))
+        requests.append(Request(base[:share] + own, draw(st.integers(1, 6)),
                                 Temperature(1.0, draw(st.integers(0, 999))),
-                                draw(st.integers(0, 3))))
+                                draw(st.integers(1, 4))))
     most = max(-(-(len(r.prompt) + r.max_new_tokens - 1) // bs) for r in requests)
-    eng = dict(num_blocks=most + draw(st.integers(0, 3)), block_size=bs, prefix_caching=True,
-               chunked_prefill=True, max_num_batched_tokens=draw(st.integers(2, 12)),
+    eng = dict(num_blocks=most + draw(st.integers(0, 2)), block_size=bs, prefix_caching=True,
+               chunked_prefill=True, max_num_batched_tokens=draw(st.integers(2, 6)),
                max_num_seqs=draw(st.integers(2, 5)), model=MODEL)
     return requests, eng
 

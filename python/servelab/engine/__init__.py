@@ -73,6 +73,11 @@ Steps are numbered 0, 1, 2, ...; step ``s`` does, in this order:
 Simulated times: a request arriving at step ``s`` arrives at the clock's value when step ``s``
 starts (the end of step ``s - 1``).
 
+The schedule depends on token *values* only through prefix-cache hits (block keys hash the
+tokens, generated ones included); without prefix caching it is a function of the lengths,
+arrival steps and engine settings alone. ``EngineResult.batch_log()`` is the plain record to
+compare against: one list per step of ``(request_id, new_tokens, context_len)``.
+
 >>> from servelab.tiny_llm import generate
 >>> res = serve([Request(list(b"hello"), 4), Request(list(b"hello world"), 3, arrival_step=1)],
 ...             num_blocks=16, block_size=4)

@@ -177,19 +177,40 @@ class Engine:
         if not (self._arrivals or self.waiting or self.running):
             return None
         s = len(self.steps)
-        start_clock = self.clock_s
-        # 1. arrivals
+        self._arrive(s)
+        batch: list[tuple[_Live, int]] = []
+        budget, preempted = self._continue_running(batch)
+        admitted = [] if preempted else self._admit_waiting(batch, budget)
+        if not batch:
+            if self.waiting or self.running:  # pragma: no cover - rules 1-4 rule this out
+                raise RuntimeError(f"step {s}: work is left but nothing could be scheduled")
+            step = EngineStep(s, (), (), (), (), 0.0, self.clock_s, self._blocks_used())
+        else:
+            entries: list[BatchEntry] = [(r.rid, n, r.computed) for r, n in batch]
+            cost = hw_model.step_cost(self.cost_model, self.gpu,
+                                      [(n, c) for _, n, c in entries]).time_s
+            self.clock_s += cost
+            finished = self._forward_and_sample(batch, s)
+            step = EngineStep(s, tuple(entries), tuple(preempted), tuple(admitted),
+                              tuple(finished), cost, self.clock_s, self._blocks_used())
+        self.steps.append(step)
+        return step
+
+    def _arrive(self, s: int) -> None:
+        """Rule 1: this step's arrivals join the back of the queue, or are unservable."""
         while self._arrivals and self._arrivals[0].request.arrival_step == s:
             r = self._arrivals.popleft()
             reason = self.unservable_reason(len(r.request.prompt), r.request.max_new_tokens)
             if reason:
-                self._results[r.rid] = self._finish(r, "unservable", s, start_clock, reason)
+                self._results[r.rid] = self._finish(r, "unservable", s, self.clock_s, reason)
             else:
                 self.waiting.append(r)
+
+    def _continue_running(self, batch: list[tuple[_Live, int]]) -> tuple[int, list[int]]:
+        """Rules 2-3: running requests, oldest admitted first, within the token budget.
+        Returns the budget left and the ids preempted."""
         budget = self.max_num_batched_tokens
-        batch: list[tuple[_Live, int]] = []
         preempted: list[int] = []
-        # 2. running requests, oldest admitted first
         i = 0
         while i < len(self.running) and budget > 0:
             r = self.running[i]
@@ -197,22 +218,22 @@ class Engine:
                 n = min(r.held - r.computed, budget)
             else:  # decode: the last sampled token needs a slot
                 while not self.allocator.can_append(r.rid):
-                    victim = self.running.pop()  # 3. preempt the newest running request
+                    victim = self.running.pop()  # rule 3: the newest running request
                     self._preempt(victim)
                     preempted.append(victim.rid)
                     if victim is r:
-                        break
-                if preempted and preempted[-1] == r.rid:
-                    break
+                        return budget, preempted
                 self._append(r)
                 n = 1
             self._schedule(batch, r, n)
             budget -= n
             i += 1
-        # 4. admission, FCFS, only in a step that preempted nobody
+        return budget, preempted
+
+    def _admit_waiting(self, batch: list[tuple[_Live, int]], budget: int) -> list[int]:
+        """Rule 4: strict FCFS admission while seats, budget and blocks allow."""
         admitted: list[int] = []
-        while not preempted and self.waiting and budget > 0 \
-                and len(self.running) < self.max_num_seqs:
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             r = self.waiting[0]
             if not self.chunked_prefill and len(r.tokens) > budget:
                 break
@@ -226,38 +247,30 @@ class Engine:
                 n = min(n, budget)
             self._schedule(batch, r, n)
             budget -= n
-        if not batch:
-            if self.waiting or self.running:  # pragma: no cover - rules 1-4 rule this out
-                raise RuntimeError(f"step {s}: work is left but nothing could be scheduled")
-            self.steps.append(EngineStep(s, (), (), (), (), 0.0, self.clock_s, self._blocks_used()))
-            return self.steps[-1]
-        # 5. the forward, then sampling
-        entries: list[BatchEntry] = [(r.rid, n, r.computed) for r, n in batch]
+        return admitted
+
+    def _forward_and_sample(self, batch: list[tuple[_Live, int]], s: int) -> list[int]:
+        """Rules 5 and 7: one forward over the batch, then sampling; returns the finished ids."""
         logits = self.model.forward_batch([r.tokens[r.computed:r.computed + n] for r, n in batch],
                                           [r.cache for r, _ in batch])
-        cost = hw_model.step_cost(self.cost_model, self.gpu, [(n, c) for _, n, c in entries]).time_s
-        self.clock_s += cost
         finished: list[int] = []
         for (r, n), lg in zip(batch, logits):
             r.computed += n
             r.computed_tokens += n
             if r.computed < r.held:
                 continue  # a chunk that is not the prompt's last: its logits are not used
-            token = int(r.request.sampler(lg, len(r.out)))
+            token = int(r.request.sampler(lg, len(r.out)))  # seeded by (seed, output index)
             r.out.append(token)
             r.tokens.append(token)
             if r.first_step is None:
                 r.first_step, r.first_s = s, self.clock_s
-            if len(r.out) == r.request.max_new_tokens:  # 7. leave at once
+            if len(r.out) == r.request.max_new_tokens:  # leave at once: blocks back to the pool
                 self.allocator.free(r.rid)
                 self.running.remove(r)
                 r.cache = None
                 self._results[r.rid] = self._finish(r, "finished", s, self.clock_s)
                 finished.append(r.rid)
-        step = EngineStep(s, tuple(entries), tuple(preempted), tuple(admitted), tuple(finished),
-                          cost, self.clock_s, self._blocks_used())
-        self.steps.append(step)
-        return step
+        return finished
 
     # ---- helpers -----------------------------------------------------------------------------
 

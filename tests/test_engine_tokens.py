@@ -138,3 +138,12 @@ def test_the_same_requests_give_the_same_schedule_bit_for_bit(setup):
     a, b = serve(requests, **eng), serve(requests, **eng)
     assert a.batch_log() == b.batch_log() and a.steps == b.steps
     assert [(r.tokens, r.ttft_s) for r in a.requests] == [(r.tokens, r.ttft_s) for r in b.requests]
+
+
+def test_idle_steps_before_an_arrival_are_logged_empty_and_cost_nothing():
+    req = Request([5, 6, 7], 2, arrival_step=3)
+    res = serve([req], num_blocks=8, block_size=4, model=MODEL)
+    assert res.batch_log() == [[], [], [], [(0, 3, 0)], [(0, 1, 3)]]
+    r = res.requests[0]
+    assert r.arrival_s == 0.0 and r.ttft_s == res.steps[3].cost_s > 0
+    assert r.tpot_s == res.steps[4].cost_s and r.tokens == alone(req)

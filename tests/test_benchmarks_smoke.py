@@ -13,7 +13,7 @@ def test_every_benchmark_runs_quick():
     run = subprocess.run([sys.executable, "-m", "benchmarks", "--quick"], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
-    for name in ("blocks", "cost", "sim", "tiny_llm"):
+    for name in ("blocks", "cost", "engine", "sim", "tiny_llm"):
         assert f"bench {name}" in run.stdout, name
 
 

@@ -17,6 +17,8 @@ Where things live:
 * :mod:`.model` -- :class:`TinyLLM`: weights, ``forward`` and the batched ``forward_batch``;
 * :mod:`.cache` -- :class:`KVCache` (grows), :class:`ContiguousKVCache` (reserves ``max_len``),
   and the four-call protocol any other cache layout implements;
+* :mod:`.paged` -- :class:`PagedKVPool` and :class:`PagedKVCache`: KV in blocks addressed
+  through a :class:`servelab.blocks.BlockAllocator`'s block tables (``servelab.engine`` uses it);
 * :mod:`.counters` -- :class:`ForwardStats`: tokens, FLOPs and bytes of each forward, counted
   as ``hw_model`` counts;
 * :mod:`.sampling` -- greedy, temperature and top-p samplers, seeded;
@@ -43,12 +45,13 @@ from servelab.tiny_llm.config import BYTES_PER_PARAM, PRESETS, SMALL, TINY, Mode
 from servelab.tiny_llm.counters import ForwardStats, forward_stats
 from servelab.tiny_llm.generation import Generation, StepRecord, generate
 from servelab.tiny_llm.model import LayerWeights, TinyLLM, Weights, as_token_ids, model_for
+from servelab.tiny_llm.paged import PagedKVCache, PagedKVPool
 from servelab.tiny_llm.sampling import GREEDY, Greedy, Sampler, Temperature, TopP, softmax
 
 __all__ = [
     "ModelConfig", "TINY", "SMALL", "PRESETS", "BYTES_PER_PARAM",
     "TinyLLM", "Weights", "LayerWeights", "model_for", "as_token_ids",
-    "KVCacheProtocol", "KVCache", "ContiguousKVCache",
+    "KVCacheProtocol", "KVCache", "ContiguousKVCache", "PagedKVPool", "PagedKVCache",
     "ForwardStats", "forward_stats",
     "Sampler", "Greedy", "Temperature", "TopP", "GREEDY", "softmax",
     "Generation", "StepRecord", "generate",

@@ -146,3 +146,23 @@ def test_bad_predictions_name_the_value():
         sc.run_batch1(reqs, LLAMA3_8B, H100, admission="oracle")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="slo_ttft_s must be a positive number, got 0"):
         admission_report(sc.run_batch1(reqs, LLAMA3_8B, H100), 0)
+
+
+def test_parity_in_overload_with_a_long_queue():
+    """A queue of tens of requests at every arrival: the quick bound decides most arrivals, and
+    must decide them as the reference's step-by-step layout does."""
+    reqs = chat_requests(150, 2.0, seed=5)
+    for slo, est in ((10.0, MeanLength()), (20.0, NoisyPredictor(0.25)), (5.0, Oracle())):
+        adm = EarlyReject(slo, est)
+        rust = sc.run_batch1(reqs, LLAMA3_8B, H100, admission=adm)
+        py = ref.run_batch1(reqs, LLAMA3_8B, H100, DEFAULT_EFFICIENCY, slo_ttft_s=slo,
+                            predicted_len=adm.predicted_len(reqs))
+        assert_parity(rust, py)
+        assert 0 < rust.rejected.sum() < len(reqs)
+
+
+def test_a_generous_slo_on_a_long_overloaded_run_is_accept_all():
+    reqs = chat_requests(3000, 5.0, seed=2)
+    want = sc.run_batch1(reqs, LLAMA3_8B, H100)
+    got = sc.run_batch1(reqs, LLAMA3_8B, H100, admission=EarlyReject(1e6, "mean"))
+    assert np.array_equal(got.finish_s, want.finish_s) and not got.rejected.any()

@@ -43,14 +43,14 @@ def test_cnn_early_rejection(cnn):
 
 
 def test_llm_oracle_is_81_5_percent(llm):
-    o = llm["oracle: true length"]
+    o = llm["oracle"]
     assert o.n == 600
     assert abs(o.on_time - 489) <= 6  # lecture 489/600; ours 490
     assert o.accepted_late == 0 and o.false_rejections == 0
 
 
 def test_llm_mean_estimate(llm):
-    m, o, every = llm["estimate: mean length"], llm["oracle: true length"], llm["accept all"]
+    m, o, every = llm["mean length"], llm["oracle"], llm["accept all"]
     assert m.attainment == pytest.approx(0.70, abs=0.04)  # ours 73.2%
     assert every.attainment < m.attainment < o.attainment
     assert m.late_share_of_accepted == pytest.approx(0.17, abs=0.04)  # ours 14.8%
@@ -62,9 +62,9 @@ def test_exercise9_degrades_smoothly_to_the_mean_estimate(llm):
     (70%); the loss is mostly false rejections. Ours: 81.7, 80.5, 78.5, 76.2, 73.7%."""
     rows = demo04.exercise9()
     att = [rows[s].attainment for s in demo04.SIGMAS]
-    assert rows[0.0] == llm["oracle: true length"]
+    assert rows[0.0] == llm["oracle"]
     assert all(a > b for a, b in zip(att, att[1:]))
-    assert att[-1] == pytest.approx(llm["estimate: mean length"].attainment, abs=0.03)
+    assert att[-1] == pytest.approx(llm["mean length"].attainment, abs=0.03)
     fr = [rows[s].false_rejections for s in demo04.SIGMAS]
     late = [rows[s].accepted_late for s in demo04.SIGMAS]
     assert all(a <= b for a, b in zip(fr, fr[1:])) and fr[-1] > 2 * late[-1]

@@ -19,6 +19,7 @@ from rich.table import Table
 from benchmarks import simpy_batch1
 from benchmarks.timing import best_of
 from servelab import serving_core as sc
+from servelab.admission import EarlyReject
 from servelab.hw_model import DEFAULT_EFFICIENCY, H100, LLAMA3_8B
 from servelab.reference import sim as ref
 from servelab.workload import chat_requests
@@ -31,6 +32,11 @@ def run(console: Console, quick: bool = False) -> None:
     reqs = chat_requests(n=n, rate=2.0, seed=0)
     policies = [("batch 1", lambda: sc.run_batch1(reqs, LLAMA3_8B, H100),
                  lambda: ref.run_batch1(reqs, LLAMA3_8B, H100, DEFAULT_EFFICIENCY))]
+    adm = EarlyReject(2.0, "mean")  # §5.5's admission control, demo 04's SLO
+    pred = adm.predicted_len(reqs)
+    policies.append(("early reject", lambda: sc.run_batch1(reqs, LLAMA3_8B, H100, admission=adm),
+                     lambda: ref.run_batch1(reqs, LLAMA3_8B, H100, DEFAULT_EFFICIENCY, slo_ttft_s=2.0,
+                                            predicted_len=pred)))
     for b in (8, 32, 128):
         policies.append((f"static B={b}",
                          lambda b=b: sc.run_static_batching(reqs, LLAMA3_8B, H100, b),
@@ -42,8 +48,8 @@ def run(console: Console, quick: bool = False) -> None:
     for name, fast, slow in policies:
         t_rust, r = best_of(fast, 5)
         t_py, p = best_of(slow, 1)
-        for k in ("start_s", "first_token_s", "finish_s", "batch_id"):
-            assert np.array_equal(getattr(r, k), p[k]), (name, k)  # equal first, then timed
+        for k in ("start_s", "first_token_s", "finish_s", "batch_id", "rejected"):
+            assert np.array_equal(getattr(r, k), p[k], equal_nan=True), (name, k)  # equal first, then timed
         assert r.busy_s == p["busy_s"] and r.n_steps == p["n_steps"]
         t.add_row(name, f"{r.n_steps:,}", f"{t_rust * 1e3:.1f}", f"{t_py:.2f}", f"{n / t_rust:,.0f}",
                   f"{n / t_py:,.0f}", f"{r.n_steps / t_rust / 1e6:.0f}", f"{t_py / t_rust:,.0f}x")

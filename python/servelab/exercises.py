@@ -24,6 +24,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -32,7 +33,7 @@ from servelab import metrics as mx
 from servelab.admission import AdmissionReport
 from servelab.demos import demo03, demo04
 from servelab.metrics import SLO
-from servelab.serving_core import run_batch1, run_static_batching
+from servelab.serving_core import SimResult, run_batch1, run_static_batching
 from servelab.workload import chat_requests
 
 __all__ = ["PolicyGoodput", "Exercise4", "RideVsStop", "exercise4", "exercise5", "exercise9",
@@ -46,11 +47,15 @@ def _policy_label(policy: str | int) -> str:
     return "batch 1" if policy == "batch1" else f"static B={policy}"
 
 
-def _simulate(policy: str | int, rate: float, n: int, seed: int, ride_along: bool = True):
+def _simulate(policy: str | int, rate: float, n: int, seed: int, ride_along: bool = True) -> SimResult:
     reqs = chat_requests(n, rate, seed)
     if policy == "batch1":
         return run_batch1(reqs, demo03.MODEL, demo03.GPU)
     return run_static_batching(reqs, demo03.MODEL, demo03.GPU, int(policy), demo03.MAX_WAIT_S, ride_along)
+
+
+def _simulate_at(policy: str | int, n: int, seed: int, rate: float) -> SimResult:
+    return _simulate(policy, rate, n, seed)
 
 
 def _check_policies(policies: Sequence[str | int]) -> list[str | int]:
@@ -103,9 +108,9 @@ def exercise4(slos: Sequence[float] = EX4_SLOS, policies: Sequence[str | int] = 
         rows = {}
         for p in dict.fromkeys([*pols, *d2]):  # each policy once, in order
             g = tuple(mx.goodput(_simulate(p, r, n, seed), slo) for r in rates) if p in pols else ()
-            best = max(range(len(g)), key=lambda k: g[k]) if g else -1
+            best = int(max(range(len(g)), key=g.__getitem__)) if g else -1
             if p in d2:
-                s = mx.max_rate_at_attainment(lambda rate, p=p: _simulate(p, rate, n, seed), slo, target,
+                s = mx.max_rate_at_attainment(functools.partial(_simulate_at, p, n, seed), slo, target,
                                               rates=def2_rates, refine=0)
                 att = dict(s.evaluated).get(s.rate, math.nan)
                 d2_rate, d2_att, curve = s.rate, att, tuple(s.evaluated)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -87,7 +87,7 @@ def run_fixed_service(arrival_s: Sequence[float] | np.ndarray, service_s: float 
         raise ValueError(f"arrival_s must be one-dimensional, got shape {a.shape}")
     service = _check_positive("service_s", service_s)
     slo = None if slo_s is None else _check_positive("slo_s", slo_s)
-    d = _core.sim_fixed_service(a, service, slo)
+    d: dict[str, Any] = _core.sim_fixed_service(a, service, slo)
     a.flags.writeable = False
     return FixedServiceResult(a, service, slo, d["start_s"], d["finish_s"], d["rejected"], float(d["busy_s"]))
 

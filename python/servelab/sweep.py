@@ -118,7 +118,7 @@ def _check_values(name: str, values: Sequence[Any], ok: Callable[[Any], bool], w
 
 
 def _positive(v: Any) -> bool:
-    return not isinstance(v, bool) and isinstance(v, numbers.Real) and math.isfinite(v) and v > 0
+    return not isinstance(v, bool) and isinstance(v, numbers.Real) and math.isfinite(float(v)) and float(v) > 0
 
 
 @dataclass(frozen=True)
@@ -142,11 +142,11 @@ class Grid:
                 raise ValueError(f"policies must be among {sorted(POLICIES)}, got {p!r}")
         object.__setattr__(self, "policies", tuple(dict.fromkeys(pols)))
         object.__setattr__(self, "rates", _check_values("rates", self.rates, _positive, "positive finite numbers"))
-        checks = {
-            "batch_size": (lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1,
+        checks: dict[str, tuple[Callable[[Any], bool], str]] = {
+            "batch_size": (lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= 1,
                            "positive integers"),
-            "max_wait_s": (lambda v: not isinstance(v, bool) and isinstance(v, numbers.Real) and math.isfinite(v)
-                           and v >= 0, "finite numbers >= 0"),
+            "max_wait_s": (lambda v: not isinstance(v, bool) and isinstance(v, numbers.Real)
+                           and math.isfinite(float(v)) and float(v) >= 0, "finite numbers >= 0"),
             "ride_along": (lambda v: isinstance(v, bool), "True or False"),
             "estimator": (lambda v: _estimator(v) is not None, "'mean', 'oracle' or 'sigma=<number>'"),
         }
@@ -159,7 +159,7 @@ class Grid:
 
     def points(self) -> list[Point]:
         """Every point, in a fixed order: policy, then its parameters, then rate."""
-        out = []
+        out: list[Point] = []
         for p in self.policies:
             axes = POLICIES[p]
             for combo in itertools.product(*(getattr(self, a) for a in axes)):

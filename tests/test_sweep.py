@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 
 import pytest
 
@@ -31,6 +31,23 @@ def test_jobs_1_and_2_and_any_executor_give_identical_results():
         three = sw.sweep(GRID, n=60, executor=pool)
     assert one.rows == two.rows == three.rows
     assert one.to_csv() == two.to_csv() and one.to_json() == three.to_json()
+
+
+class _Eager(Executor):
+    """Runs each point at submission and hands back a finished future: ``as_completed`` then
+    yields them in set order, not grid order, which the sweep must undo."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        f: Future = Future()
+        f.set_result(fn(*args, **kwargs))
+        return f
+
+
+def test_rows_come_back_in_grid_order_whatever_the_completion_order():
+    want = sw.sweep(GRID, n=30)
+    got = sw.sweep(GRID, n=30, executor=_Eager())
+    assert [r.config for r in got.rows] == [p.config for p in GRID.points()]
+    assert got.rows == want.rows
 
 
 def test_a_point_is_what_demo03_computes():

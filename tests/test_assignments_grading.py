@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,10 +31,10 @@ def copy_assignments(tmp_path: Path) -> Path:
     return dst
 
 
-def grade(copy: Path) -> tuple[dict, subprocess.CompletedProcess]:
+def grade(copy: Path, *extra: str) -> tuple[dict, subprocess.CompletedProcess]:
     out = copy.parent / "points.json"
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(copy),
-                          "--points-json", str(out)], capture_output=True, text=True, cwd=copy.parent,
+                          "--points-json", str(out), *extra], capture_output=True, text=True, cwd=copy.parent,
                          timeout=600, env={**os.environ, "HYPOTHESIS_PROFILE": "ci"})
     assert out.exists(), f"no points table written:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     return json.loads(out.read_text()), run
@@ -53,6 +54,14 @@ def reference_points(tmp_path_factory) -> dict[str, int]:
 def test_reference_scores_full_marks(reference_points):
     assert reference_points == {t.id: t.points for t in MANIFEST.tasks}
     assert sum(reference_points.values()) == MANIFEST.total_points
+
+
+def test_marker_selects_one_task(tmp_path):
+    task = MANIFEST.tasks[-1]
+    summary, run = grade(copy_assignments(tmp_path), "-m", task.marker)
+    got = points_by_task(summary)
+    assert got[task.id] == task.points, run.stdout[-2000:]
+    assert all(v == 0 for k, v in got.items() if k != task.id)
 
 
 def test_every_edited_file_has_solution_regions():
@@ -88,13 +97,37 @@ def test_a_skipped_test_earns_nothing(tmp_path, reference_points):
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m["why"] for m in MUTANTS])
-def test_each_mutant_loses_points_on_its_task_only(tmp_path, reference_points, mutant):
+def test_each_mutant_loses_points_on_its_task(tmp_path, reference_points, mutant):
+    # only the mutant's task runs (-m): the others cannot change, see the test below
     copy = copy_assignments(tmp_path)
     path = copy / mutant["file"]
     text = path.read_text()
     assert text.count(mutant["find"]) == 1, f"mutant no longer applies: {mutant['find']!r}"
+    assert mutant["file"] in next(t for t in MANIFEST.tasks if t.id == mutant["task"]).edit
     path.write_text(text.replace(mutant["find"], mutant["replace"]))
-    got = points_by_task(grade(copy)[0])
+    summary = grade(copy, "-m", f"task_{mutant['task']}")[0]
+    status = {t["id"]: t["status"] for t in summary["tasks"]}
+    assert status[mutant["task"]] == "failing", status  # ran, and lost points
+    got = points_by_task(summary)
     assert got[mutant["task"]] < reference_points[mutant["task"]], f"mutant survived: {mutant['why']}"
-    others = {k: v for k, v in got.items() if k != mutant["task"]}
-    assert others == {k: v for k, v in reference_points.items() if k != mutant["task"]}
+
+
+def test_tasks_do_not_import_each_other():
+    # why a mutant in one task cannot cost points in another: no task's files name another
+    # task's module, so a task's score depends on its own edited files only
+    modules = {t.id: {Path(rel).stem for rel in t.edit} for t in MANIFEST.tasks}
+    for task in MANIFEST.tasks:
+        own_files = [ASSIGNMENTS / rel for rel in task.edit] + [ASSIGNMENTS / t.split("::")[0] for t in task.tests]
+        text = "\n".join(p.read_text() for p in own_files)
+        for other, names in modules.items():
+            if other == task.id:
+                continue
+            for name in names:
+                assert not re.search(rf"^\s*(import|from)\s+{name}\b", text, re.M), (task.id, name)
+
+
+def test_every_task_has_at_least_two_mutants():
+    counts = {t.id: 0 for t in MANIFEST.tasks}
+    for m in MUTANTS:
+        counts[m["task"]] += 1
+    assert all(n >= 2 for n in counts.values()), counts

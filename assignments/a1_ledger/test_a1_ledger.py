@@ -4,33 +4,16 @@ Hypothesis-generated models. Each failure names the input, the expected and the 
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 import ledger
+from assignment_strategies import models, plain
 from servelab import hw_model as hw
 from servelab.hw_model import H100, LLAMA3_70B, LLAMA3_8B
 
 NO_GQA = dataclasses.replace(LLAMA3_8B, n_kv_heads=32)
-
-
-def plain(spec):
-    """The spec's fields only: the answer must come from the fields, not from the properties
-    (``model.param_count``) that servelab's own ModelSpec carries."""
-    return SimpleNamespace(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)})
-
-
-@st.composite
-def models(draw):
-    n_kv = draw(st.integers(1, 16))
-    return hw.ModelSpec("random", n_layers=draw(st.integers(1, 128)), d_model=draw(st.integers(1, 16384)),
-                        n_heads=n_kv * draw(st.integers(1, 8)), n_kv_heads=n_kv,
-                        d_head=draw(st.integers(1, 256)), d_ff=draw(st.integers(1, 65536)),
-                        vocab_size=draw(st.integers(1, 300_000)), tie_embeddings=draw(st.booleans()),
-                        bytes_per_param=draw(st.sampled_from([1.0, 2.0, 4.0])))
-
 
 gpus = st.builds(hw.GpuSpec, name=st.just("random"), peak_flops=st.just(1e15), hbm_bandwidth=st.just(3e12),
                  memory_bytes=st.floats(1e9, 1e12))

@@ -65,7 +65,8 @@ class GradingPlugin:
         for task in self.manifest.tasks:
             config.addinivalue_line("markers", f"{task.marker}: tests of task {task.id} ({task.title})")
 
-    @pytest.hookimpl(trylast=True)
+    # tryfirst: the task markers must be on the items before `-m` deselects by them
+    @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         for item in items:
             key = self._key(item)

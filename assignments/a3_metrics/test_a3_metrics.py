@@ -1,0 +1,111 @@
+"""Tests of assignment 3 (metrics) against servelab.metrics on simulated runs of random
+workloads (batch 1 and static batching on the paper GPU), plus hand-made cases."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+import metrics_hw as mine
+from servelab import metrics as ref
+from servelab.hw_model import H100, LLAMA3_8B
+from servelab.serving_core import run_batch1, run_static_batching
+from servelab.workload import Requests
+
+
+@st.composite
+def runs(draw):
+    n = draw(st.integers(1, 40))
+    gaps = draw(st.lists(st.floats(0.0, 2.0), min_size=n, max_size=n))
+    arrival = np.cumsum(gaps)
+    prompt = draw(st.lists(st.integers(1, 2048), min_size=n, max_size=n))
+    out = draw(st.lists(st.integers(1, 600), min_size=n, max_size=n))
+    reqs = Requests(arrival_s=arrival, prompt_len=prompt, output_len=out)
+    if draw(st.booleans()):
+        return run_batch1(reqs, LLAMA3_8B, H100)
+    return run_static_batching(reqs, LLAMA3_8B, H100, batch_size=draw(st.integers(1, 16)),
+                               ride_along=draw(st.booleans()))
+
+
+def cols(r):
+    q = r.requests
+    return q.arrival_s, r.first_token_s, r.finish_s, q.output_len, r.rejected
+
+
+def same(what, expected, actual):
+    e, a = np.asarray(expected, dtype=float), np.asarray(actual, dtype=float)
+    assert e.shape == a.shape and np.allclose(e, a, rtol=1e-12, atol=0, equal_nan=True), \
+        f"{what}: expected {e.tolist()[:8]}..., got {a.tolist()[:8]}..."
+
+
+slos = st.tuples(st.floats(0.01, 20.0), st.floats(0.001, 0.2))
+
+
+@given(runs())
+def test_latencies_match(r):
+    a, f, fin, lo, _ = cols(r)
+    same("ttft", ref.ttft(r), mine.ttft(a, f))
+    same("tpot", ref.tpot(r), mine.tpot(f, fin, lo))
+    same("e2e", ref.e2e(r), mine.e2e(a, fin))
+
+
+@given(runs())
+def test_percentiles_match(r):
+    want = ref.percentiles(ref.ttft(r))
+    same("p50/p90/p99 of TTFT", [want.p50, want.p90, want.p99], mine.p50_p90_p99(ref.ttft(r)))
+
+
+@given(runs(), slos)
+def test_slo_attainment_goodput_match(r, slo):
+    a, f, fin, lo, rej = cols(r)
+    good = mine.meets_slo(a, f, fin, lo, rej, *slo)
+    s = ref.SLO(*slo)
+    same("meets_slo", ref.meets_slo(r, s), good)
+    same("attainment", ref.attainment(r, s), mine.attainment(ref.meets_slo(r, s)))
+    same("span", ref.span_s(r), mine.span_s(a, fin))
+    same("goodput", ref.goodput(r, s), mine.goodput(ref.meets_slo(r, s), ref.span_s(r)))
+
+
+@given(runs(), st.floats(0.5, 10.0))
+def test_throughput_and_cost_match(r, usd):
+    a, _, fin, lo, rej = cols(r)
+    tok = mine.throughput_tok_s(lo, rej, ref.span_s(r))
+    same("throughput tok/s", ref.throughput_tok_s(r), tok)
+    same("cost per million tokens", ref.cost_per_million_tokens(r, usd),
+         mine.cost_per_million_tokens(ref.throughput_tok_s(r), usd))
+
+
+def test_hand_made_case():
+    # two requests: one of 1 token (no TPOT), one of 11 tokens over 1 s (TPOT 0.1 s)
+    a = np.array([0.0, 1.0])
+    f = np.array([0.5, 1.2])
+    fin = np.array([0.5, 2.2])
+    lo = np.array([1, 11])
+    rej = np.array([False, False])
+    t = mine.tpot(f, fin, lo)
+    assert math.isnan(t[0]) and math.isclose(t[1], 0.1), f"tpot: expected [nan, 0.1], got {t.tolist()}"
+    good = mine.meets_slo(a, f, fin, lo, rej, 0.4, 0.05)
+    assert good.tolist() == [False, False], f"meets_slo at TTFT<=0.4, TPOT<=0.05: got {good.tolist()}"
+    good = mine.meets_slo(a, f, fin, lo, rej, 0.5, 0.11)
+    assert good.tolist() == [True, True], f"meets_slo at TTFT<=0.5, TPOT<=0.11: got {good.tolist()}"
+    assert mine.span_s(a, fin) == 2.2
+    assert mine.p50_p90_p99(np.array([np.nan, 1.0, 3.0])) == (2.0, 2.8, 2.98)
+    assert math.isclose(mine.cost_per_million_tokens(160.0, 3.0), 5.208333333333333), "$3/h at 160 tok/s"
+
+
+def test_rejected_requests_count_as_missed():
+    # the third request was turned away by admission control: NaN times, still in the span
+    a = np.array([0.0, 1.0, 5.0])
+    f = np.array([0.5, 1.2, np.nan])
+    fin = np.array([1.0, 2.2, np.nan])
+    lo = np.array([6, 11, 50])
+    rej = np.array([False, False, True])
+    good = mine.meets_slo(a, f, fin, lo, rej, 1.0, 0.2)
+    assert good.tolist() == [True, True, False], f"meets_slo with a rejected request: got {good.tolist()}"
+    assert math.isclose(mine.attainment(good), 2 / 3), "attainment counts rejected requests as missed"
+    assert mine.span_s(a, fin) == 5.0, f"span runs to the last arrival (5.0), got {mine.span_s(a, fin)}"
+    assert math.isclose(mine.goodput(good, 5.0), 0.4)
+    assert math.isclose(mine.throughput_tok_s(lo, rej, 5.0), 17 / 5), "rejected tokens are not output"

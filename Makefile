@@ -34,7 +34,10 @@ test-assignments: $(STAMP_BUILD)
 stubtest: $(STAMP_BUILD)
 	$(PY) -m mypy.stubtest servelab._core
 
+# SimPy is the `bench` extra of pyproject.toml (the simulator benchmark's peer); installed here
+# on its own, without rebuilding the extension.
 bench: $(STAMP_BUILD)
+	$(PY) -m pip install --quiet "simpy>=4.1,<5"
 	$(PY) -m benchmarks
 
 # Long soak (outside CI): the block allocator's state machine, Rust vs the Python reference,

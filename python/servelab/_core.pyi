@@ -25,6 +25,8 @@ __all__ = [
     "MAX_REQUEST_TOKENS",
     "sim_batch1",
     "sim_static_batching",
+    "sim_batch1_early_reject",
+    "sim_fixed_service",
     "OutOfBlocks",
     "MAX_NUM_BLOCKS",
     "MAX_BLOCK_SIZE",
@@ -129,6 +131,19 @@ def sim_static_batching(
     ride_along: bool,
     trace: bool,
 ) -> dict[str, object]: ...
+def sim_batch1_early_reject(
+    model: _ModelLike,
+    gpu: _GpuLike,
+    efficiency: _EfficiencyLike,
+    arrival_s: _F64,
+    prompt_len: _I64,
+    output_len: _I64,
+    slo_ttft_s: float,
+    predicted_len: _I64,
+    trace: bool,
+) -> dict[str, object]: ...
+def sim_fixed_service(arrival_s: _F64, service_s: float, slo_s: float | None) -> dict[str, object]: ...
+
 # ---- paged KV block allocator (rust/src/blocks.rs) -------------------------------------------
 
 MAX_NUM_BLOCKS: int

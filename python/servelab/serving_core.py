@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from servelab import _core
+from servelab.admission import EarlyReject
 from servelab.hw_model import DEFAULT_EFFICIENCY, Efficiency, GpuSpec, ModelSpec
 from servelab.workload import Requests
 
@@ -90,6 +91,9 @@ class SimResult:
     n_steps: int
     peak_kv_tokens: int
     trace: StepTrace | None = field(default=None)
+    # with admission control: when each request's first token would have come had it been
+    # admitted at its arrival (see servelab.admission)
+    would_first_token_s: np.ndarray | None = field(default=None)
 
     @property
     def label(self) -> str:
@@ -97,6 +101,8 @@ class SimResult:
         if self.policy == "static":
             extra = "" if self.params["ride_along"] else " no ride"
             return f"static B={self.params['batch_size']}{extra}"
+        if "admission" in self.params:
+            return f"batch 1, {self.params['admission']}"
         return "batch 1"
 
     def __repr__(self) -> str:
@@ -125,25 +131,32 @@ def _result(policy: str, params: dict[str, Any], requests: Requests, model: Mode
         start_s=d["start_s"], first_token_s=d["first_token_s"], finish_s=d["finish_s"],
         rejected=d["rejected"], batch_id=d["batch_id"], busy_s=float(d["busy_s"]),
         flops=float(d["flops"]), n_steps=int(d["n_steps"]), peak_kv_tokens=int(d["peak_kv_tokens"]),
-        trace=None if tr is None else StepTrace(**tr))
+        trace=None if tr is None else StepTrace(**tr), would_first_token_s=d.get("would_first_token_s"))
 
 
-def run_batch1(requests: Requests, model: ModelSpec, gpu: GpuSpec, admission: None = None, *,
+def run_batch1(requests: Requests, model: ModelSpec, gpu: GpuSpec, admission: EarlyReject | None = None, *,
                efficiency: Efficiency = DEFAULT_EFFICIENCY, trace: bool = False) -> SimResult:
     """Batch 1, first come first served (§4.5 policy 1): a request starts when it has arrived
     and the one before it has finished; prefill (one step) then ``L_o - 1`` decode steps.
 
-    ``admission`` is where admission control (§5.3, early rejection) plugs in; the simulator
-    core has the hook (``rust/src/sim/batch1.rs``, trait ``Admission``) but no policy is
-    exposed yet, so it must be ``None`` (accept everything).
+    ``admission``: ``None`` accepts everything; :class:`servelab.admission.EarlyReject` rejects
+    at arrival each request whose predicted TTFT misses its SLO (§5.3). Then the result also
+    has ``would_first_token_s`` (for :func:`servelab.admission.admission_report`) and
+    ``params["predicted_len"]``.
     """
     requests = _check_requests(requests)
     _check_specs(model, gpu, efficiency)
-    if admission is not None:
-        raise TypeError(f"admission must be None (no admission policy is available yet), got {admission!r}")
-    d = _core.sim_batch1(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
-                         requests.output_len, bool(trace))
-    return _result("batch1", {}, requests, model, gpu, efficiency, d)
+    if admission is None:
+        d = _core.sim_batch1(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
+                             requests.output_len, bool(trace))
+        return _result("batch1", {}, requests, model, gpu, efficiency, d)
+    if not isinstance(admission, EarlyReject):
+        raise TypeError(f"admission must be None or a servelab.admission.EarlyReject, got {admission!r}")
+    pred = admission.predicted_len(requests)
+    d = _core.sim_batch1_early_reject(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
+                                      requests.output_len, admission.slo_ttft_s, pred, bool(trace))
+    params = {"admission": admission.label, "slo_ttft_s": admission.slo_ttft_s, "predicted_len": pred}
+    return _result("batch1", params, requests, model, gpu, efficiency, d)
 
 
 def run_static_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, batch_size: int,

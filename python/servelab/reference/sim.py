@@ -77,16 +77,29 @@ class Pricer:
         return max(compute_s, memory_s) + self.overhead_s, flops
 
 
+# Admission control: at an arrival instant, after every event of that instant, each arrival in
+# turn: admit(now, i, running, queue) -> bool, where running = (request, start) or None.
+Admit = Callable[[float, int, "tuple[int, float] | None", deque], bool]
+
 # A policy looks at the waiting queue when the GPU is free and returns the requests to start
 # now (possibly none) and, if it chose to wait, when to look again.
 Choose = Callable[[float, deque], tuple[list[int], float | None]]
 
 
-def run_batch1(requests: Any, model: Any, gpu: Any, efficiency: Any, trace: bool = False) -> dict[str, Any]:
+def run_batch1(requests: Any, model: Any, gpu: Any, efficiency: Any, trace: bool = False,
+               slo_ttft_s: float | None = None, predicted_len: Any = None) -> dict[str, Any]:
+    """Batch 1 FCFS; with ``slo_ttft_s`` and ``predicted_len``, early rejection (§5.3, see
+    :mod:`servelab.reference.admission`), and the result has ``would_first_token_s``."""
     def choose(now: float, queue: deque) -> tuple[list[int], float | None]:
         return [queue.popleft()], None
 
-    return _simulate(requests, Pricer(model, gpu, efficiency), choose, ride_along=True, trace=trace)
+    pricer = Pricer(model, gpu, efficiency)
+    if slo_ttft_s is None:
+        return _simulate(requests, pricer, choose, ride_along=True, trace=trace)
+    admit = early_reject(pricer, requests, slo_ttft_s, predicted_len)
+    out = _simulate(requests, pricer, choose, ride_along=True, trace=trace, admit=admit)
+    out["would_first_token_s"] = np.array(would_first_token(pricer, requests, out), dtype=np.float64)
+    return out
 
 
 def run_static_batching(requests: Any, model: Any, gpu: Any, efficiency: Any, batch_size: int,
@@ -107,7 +120,8 @@ def run_static_batching(requests: Any, model: Any, gpu: Any, efficiency: Any, ba
     return _simulate(requests, Pricer(model, gpu, efficiency), choose, ride_along, trace)
 
 
-def _simulate(requests: Any, pricer: Pricer, choose: Choose, ride_along: bool, trace: bool) -> dict[str, Any]:
+def _simulate(requests: Any, pricer: Pricer, choose: Choose, ride_along: bool, trace: bool,
+              admit: Admit | None = None) -> dict[str, Any]:
     arrival = requests.arrival_s.tolist()
     prompt = requests.prompt_len.tolist()
     output = requests.output_len.tolist()
@@ -145,10 +159,11 @@ def _simulate(requests: Any, pricer: Pricer, choose: Choose, ride_along: bool, t
 
     while len(events):
         now = events.peek()[0]
+        arrived = []
         while len(events) and events.peek()[0] == now:  # everything that happens at `now`
             _, (kind, i) = events.pop()
             if kind == "arrival":
-                queue.append(i)
+                arrived.append(i)
             elif kind == "step_end":
                 for j in batch:  # who got a token, who is done
                     if step == 0:
@@ -164,6 +179,12 @@ def _simulate(requests: Any, pricer: Pricer, choose: Choose, ride_along: bool, t
                 else:
                     batch = []
             # kind == "wake": nothing to do but look at the queue below
+        for i in arrived:  # requests that finished at `now` are gone before anyone is judged
+            running = (batch[0], out["start_s"][batch[0]]) if batch else None
+            if admit is None or admit(now, i, running, queue):
+                queue.append(i)
+            else:
+                out["rejected"][i] = True
         if not batch and queue:
             members, wake = choose(now, queue)
             if members:
@@ -189,3 +210,7 @@ def _simulate(requests: Any, pricer: Pricer, choose: Choose, ride_along: bool, t
     else:
         result["trace"] = None
     return result
+
+
+# imported last: admission prices steps with the Pricer above
+from servelab.reference.admission import early_reject, would_first_token  # noqa: E402

@@ -8,7 +8,9 @@ use pyo3::types::PyDict;
 use super::cost::{PyEfficiency, PyGpuSpec, PyModelSpec};
 use crate::cost::Pricer;
 use crate::error::CoreResult;
+use crate::sim::admission::EarlyReject;
 use crate::sim::batch1::{self, AcceptAll};
+use crate::sim::fixed_service;
 use crate::sim::static_batching::{self, StaticParams};
 use crate::sim::{SimOutput, Workload};
 
@@ -81,6 +83,52 @@ fn sim_batch1<'py>(
     })
 }
 
+/// Batch 1 with early rejection (§5.3): `predicted_len` is the controller's guess of each
+/// output length. The dict has one more column, `would_first_token_s` (see `sim/admission.rs`).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn sim_batch1_early_reject<'py>(
+    py: Python<'py>,
+    model: PyModelSpec,
+    gpu: PyGpuSpec,
+    efficiency: PyEfficiency,
+    arrival_s: PyReadonlyArray1<'py, f64>,
+    prompt_len: PyReadonlyArray1<'py, i64>,
+    output_len: PyReadonlyArray1<'py, i64>,
+    slo_ttft_s: f64,
+    predicted_len: PyReadonlyArray1<'py, i64>,
+    trace: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let pred = slice("predicted_len", &predicted_len)?;
+    let mut would: Vec<f64> = Vec::new();
+    let d = simulate(py, model, gpu, efficiency, arrival_s, prompt_len, output_len, |pr, w| {
+        let mut adm = EarlyReject::new(pr, w, slo_ttft_s, pred)?;
+        let out = batch1::run(pr, w, &mut adm, trace);
+        would = adm.would_first_token_s;
+        Ok(out)
+    })?;
+    d.set_item("would_first_token_s", would.into_pyarray(py))?;
+    Ok(d)
+}
+
+/// The CNN-era server of demo 04 (`sim/fixed_service.rs`): `slo_s` None accepts everything.
+#[pyfunction]
+fn sim_fixed_service<'py>(
+    py: Python<'py>,
+    arrival_s: PyReadonlyArray1<'py, f64>,
+    service_s: f64,
+    slo_s: Option<f64>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let a = slice("arrival_s", &arrival_s)?;
+    let o = py.detach(|| fixed_service::run(a, service_s, slo_s))?;
+    let d = PyDict::new(py);
+    d.set_item("start_s", o.start_s.into_pyarray(py))?;
+    d.set_item("finish_s", o.finish_s.into_pyarray(py))?;
+    d.set_item("rejected", o.rejected.into_pyarray(py))?;
+    d.set_item("busy_s", o.busy_s)?;
+    Ok(d)
+}
+
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 fn sim_static_batching<'py>(
@@ -107,5 +155,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_REQUEST_TOKENS", crate::sim::MAX_REQUEST_TOKENS)?;
     m.add_function(wrap_pyfunction!(sim_batch1, m)?)?;
     m.add_function(wrap_pyfunction!(sim_static_batching, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_batch1_early_reject, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_fixed_service, m)?)?;
     Ok(())
 }

@@ -24,6 +24,10 @@ pub struct Batch1View<'a> {
     pub ahead: &'a [usize],
     /// When the request in service started, if one is in service.
     pub running_since_s: Option<f64>,
+    /// When the GPU will have finished every accepted request (the true value, which a
+    /// realistic policy must not use; admission control reads it only to report what would
+    /// have happened to a rejected request, never to decide).
+    pub free_at_s: f64,
 }
 
 /// Decides at arrival whether a request is served (`true`) or rejected at once (`false`).
@@ -54,7 +58,14 @@ pub fn run(pricer: &Pricer, w: &Workload<'_>, admission: &mut dyn Admission, tra
             head += 1;
         }
         let running_since_s = accepted.get(head).map(|&j| rec.out().start_s[j]).filter(|&s| s <= now);
-        let view = Batch1View { workload: w, request: i, now_s: now, ahead: &accepted[head..], running_since_s };
+        let view = Batch1View {
+            workload: w,
+            request: i,
+            now_s: now,
+            ahead: &accepted[head..],
+            running_since_s,
+            free_at_s: free_at,
+        };
         if !admission.admit(&view) {
             rec.out().rejected[i] = true;
             continue;

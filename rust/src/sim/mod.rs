@@ -35,7 +35,9 @@
 //! pure-Python reference (`servelab.reference.sim`) performs the same IEEE-754 operations in the
 //! same order, so the two agree bit for bit.
 
+pub mod admission;
 pub mod batch1;
+pub mod fixed_service;
 pub mod static_batching;
 
 use crate::cost::{fmt_f64, Pricer, StepCost};
@@ -66,23 +68,7 @@ impl<'a> Workload<'a> {
                 output_len.len()
             )));
         }
-        for (i, &a) in arrival_s.iter().enumerate() {
-            if !(a.is_finite() && a >= 0.0) {
-                return Err(CoreError::invalid(format!(
-                    "arrival_s[{i}] must be a finite number >= 0, got {}",
-                    fmt_f64(a)
-                )));
-            }
-            if i > 0 && a < arrival_s[i - 1] {
-                return Err(CoreError::invalid(format!(
-                    "arrival_s must be sorted, got arrival_s[{}]={} after arrival_s[{}]={}",
-                    i,
-                    fmt_f64(a),
-                    i - 1,
-                    fmt_f64(arrival_s[i - 1])
-                )));
-            }
-        }
+        check_arrivals(arrival_s)?;
         for (name, col) in [("prompt_len", prompt_len), ("output_len", output_len)] {
             if let Some((i, v)) = col.iter().enumerate().find(|(_, &v)| !(1..=MAX_REQUEST_TOKENS).contains(&v)) {
                 return Err(CoreError::invalid(format!(
@@ -100,6 +86,28 @@ impl<'a> Workload<'a> {
     pub fn is_empty(&self) -> bool {
         self.arrival_s.is_empty()
     }
+}
+
+/// Arrival times must be finite, `>= 0` and sorted; the error names the first bad value.
+pub fn check_arrivals(arrival_s: &[f64]) -> CoreResult<()> {
+    for (i, &a) in arrival_s.iter().enumerate() {
+        if !(a.is_finite() && a >= 0.0) {
+            return Err(CoreError::invalid(format!(
+                "arrival_s[{i}] must be a finite number >= 0, got {}",
+                fmt_f64(a)
+            )));
+        }
+        if i > 0 && a < arrival_s[i - 1] {
+            return Err(CoreError::invalid(format!(
+                "arrival_s must be sorted, got arrival_s[{}]={} after arrival_s[{}]={}",
+                i,
+                fmt_f64(a),
+                i - 1,
+                fmt_f64(arrival_s[i - 1])
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// One row per forward step (filled only when asked for: a long run has millions of steps).
@@ -176,6 +184,12 @@ impl StepShape {
     }
 }
 
+/// The price of one step. Admission control (`admission.rs`) prices its estimated steps with
+/// this very function, so that an exact estimate reproduces the simulator's clock bit for bit.
+pub(crate) fn price_shape(pricer: &Pricer, shape: &StepShape) -> StepCost {
+    pricer.price_totals(shape.tokens, shape.seqs, shape.keys as f64, shape.ctx_tokens as f64)
+}
+
 /// Runs the clock: prices steps, accumulates totals, and keeps the trace.
 pub(crate) struct Recorder<'p> {
     pricer: &'p Pricer,
@@ -203,8 +217,7 @@ impl<'p> Recorder<'p> {
 
     /// Executes one step starting at `now`; returns when it ends.
     pub(crate) fn step(&mut self, now: f64, shape: StepShape) -> f64 {
-        let cost: StepCost =
-            self.pricer.price_totals(shape.tokens, shape.seqs, shape.keys as f64, shape.ctx_tokens as f64);
+        let cost: StepCost = price_shape(self.pricer, &shape);
         let o = &mut self.out;
         o.busy_s += cost.time_s;
         o.flops += cost.flops;

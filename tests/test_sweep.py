@@ -1,0 +1,116 @@
+"""servelab.sweep and ``servelab sweep``: the grid, determinism across executors, outputs, errors."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+
+import pytest
+
+from servelab import cli
+from servelab import sweep as sw
+from servelab.demos import demo03
+from servelab import metrics as mx
+
+GRID = sw.Grid(policies=("batch1", "static", "early_reject"), rates=(0.2, 0.6), batch_size=(4, 16),
+               ride_along=(True, False), estimator=("mean", "sigma=0.5"))
+
+
+def test_grid_points_in_order():
+    pts = GRID.points()
+    assert len(pts) == 2 + 2 * 2 * 2 + 2 * 2
+    assert [p.rate for p in pts[:2]] == [0.2, 0.6]
+    assert pts[2].config == "static B=4" and pts[4].config == "static B=4 no ride"
+    assert pts[-1].config == "batch 1, early reject (sigma=0.5)"
+
+
+def test_jobs_1_and_2_and_any_executor_give_identical_results():
+    one = sw.sweep(GRID, n=60, jobs=1)
+    two = sw.sweep(GRID, n=60, jobs=2)
+    with ThreadPoolExecutor(3) as pool:
+        three = sw.sweep(GRID, n=60, executor=pool)
+    assert one.rows == two.rows == three.rows
+    assert one.to_csv() == two.to_csv() and one.to_json() == three.to_json()
+
+
+class _Eager(Executor):
+    """Runs each point at submission and hands back a finished future: ``as_completed`` then
+    yields them in set order, not grid order, which the sweep must undo."""
+
+    def submit(self, fn, /, *args, **kwargs):
+        f: Future = Future()
+        f.set_result(fn(*args, **kwargs))
+        return f
+
+
+def test_rows_come_back_in_grid_order_whatever_the_completion_order():
+    want = sw.sweep(GRID, n=30)
+    got = sw.sweep(GRID, n=30, executor=_Eager())
+    assert [r.config for r in got.rows] == [p.config for p in GRID.points()]
+    assert got.rows == want.rows
+
+
+def test_a_point_is_what_demo03_computes():
+    res = sw.sweep(sw.Grid(policies=("static",), rates=(1.0,), batch_size=(32,)), n=600)
+    want = mx.summarize(demo03.simulate(32, demo03.workload(1.0)), demo03.LECTURE_SLO)
+    row = res.rows[0]
+    assert (row.attainment, row.goodput_req_s, row.ttft_p99_s) == (want.attainment, want.goodput_req_s,
+                                                                    want.ttft.p99)
+
+
+def test_progress_is_reported():
+    seen = []
+    sw.sweep(sw.Grid(policies=("batch1",), rates=(0.1, 0.2, 0.3)), n=10, progress=lambda d, t: seen.append((d, t)))
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"policies": ("fifo",)}, "policies must be among .* got 'fifo'"),
+    ({"policies": ()}, "policies must not be empty"),
+    ({"rates": ()}, "rates must not be empty"),
+    ({"rates": (0.5, -1.0)}, r"rates must hold positive finite numbers, got -1.0"),
+    ({"rates": (float("nan"),)}, "rates must hold positive finite numbers, got nan"),
+    ({"batch_size": (0,)}, "batch_size must hold positive integers, got 0"),
+    ({"max_wait_s": (-0.1,)}, r"max_wait_s must hold finite numbers >= 0, got -0.1"),
+    ({"ride_along": ("yes",)}, "ride_along must hold True or False, got 'yes'"),
+    ({"policies": ("early_reject",), "estimator": ("median",)}, "estimator must be 'mean', 'oracle' or 'sigma=<number>', got 'median'"),
+    ({"policies": ("early_reject",), "estimator": ("sigma=-1",)}, "sigma must be a finite number >= 0, got -1.0"),
+    ({"policies": ("batch1",), "batch_size": (8,)}, "batch_size was given, but none of the policies"),
+])
+def test_bad_grids_name_the_value(kwargs, match):
+    args = {"policies": ("batch1", "static"), "rates": (0.5,), **kwargs}
+    with pytest.raises(ValueError, match=match):
+        sw.Grid(**args)
+
+
+def test_bad_sweep_arguments():
+    g = sw.Grid(policies=("batch1",), rates=(0.5,))
+    with pytest.raises(ValueError, match="jobs must be an integer >= 1, got 0"):
+        sw.sweep(g, jobs=0)
+    with pytest.raises(ValueError, match="n must be an integer >= 0, got -5"):
+        sw.sweep(g, n=-5)
+    with pytest.raises(ValueError, match="rates must be numbers or start:stop:step"):
+        sw.parse_rates(["0.1:x"])
+    with pytest.raises(ValueError, match="step > 0"):
+        sw.parse_rates(["1:0.5:0.1"])
+
+
+def test_cli_writes_table_csv_json_and_plots(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    code = cli.main(["sweep", "--policy", "batch1", "static", "--batch-size", "8", "--rates", "0.2:0.4:0.2",
+                     "--n", "40", "--jobs", "2", "--out", str(out)])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "static B=8" in text and "wrote" in text
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["sweep.csv", "sweep.json", "sweep_goodput_vs_rate.png", "sweep_ttft_vs_rate.png"]
+    doc = json.loads((out / "sweep.json").read_text())
+    assert [r["rate"] for r in doc["rows"]] == [0.2, 0.4, 0.2, 0.4]
+    lines = (out / "sweep.csv").read_text().splitlines()
+    assert len(lines) == 5 and lines[0].startswith("policy,config,rate")
+
+
+def test_cli_bad_arguments_exit_2(tmp_path, capsys):
+    assert cli.main(["sweep", "--policy", "batch1", "--batch-size", "8", "--out", str(tmp_path)]) == 2
+    assert "batch_size was given" in capsys.readouterr().out
+    assert cli.main(["sweep", "--rates", "0", "--out", str(tmp_path)]) == 2

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds autograder.zip for Gradescope ("Zip file upload"): setup.sh and run_autograder at the top
+# level, and the instructors' repository under source/ is what Gradescope unpacks to
+# /autograder/source. Run from the repository root: autograder/gradescope/make_zip.sh [OUT.zip]
+set -euo pipefail
+out="$(realpath -m "${1:-autograder.zip}")"
+root="$(git rev-parse --show-toplevel)"
+stage="$(mktemp -d)"
+trap 'rm -rf "$stage"' EXIT
+cp "$root/autograder/gradescope/setup.sh" "$root/autograder/gradescope/run_autograder" "$stage/"
+git -C "$root" ls-files -z --cached --others --exclude-standard | (cd "$root" && xargs -0 cp --parents -t "$stage")
+rm -f "$out"
+(cd "$stage" && zip -qr "$out" .)
+echo "wrote $out"

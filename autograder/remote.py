@@ -1,0 +1,218 @@
+"""The grader's side of the child process: start it under limits, call student functions in it,
+and stand in for the student's modules inside the (pristine, trusted) tests.
+
+A test does ``import ledger`` and then ``ledger.param_count(x)``: the grader puts a
+:class:`RemoteModule` named ``ledger`` in ``sys.modules`` while it imports the test, so the call
+goes over a pipe to the child, and what comes back is plain data (:mod:`autograder.wire`).
+Everything the test does with that value (comparisons, the oracle, Hypothesis) happens here.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder import wire
+
+CHILD = Path(__file__).with_name("child.py")
+MAX_REPLY = 16 << 20  # bytes; a longer line is a protocol error, not a reason to run out of memory
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per test (each test runs in its own child process): wall-clock seconds from the child's
+    start (the import included), CPU seconds, address space, bytes of output, processes."""
+
+    wall_s: float = 60.0
+    cpu_s: int = 60
+    memory_bytes: int = 2 << 30
+    output_bytes: int = 1 << 20
+    nproc: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("wall_s", "cpu_s", "memory_bytes", "output_bytes", "nproc"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"Limits.{name} must be a positive number, got {v!r}")
+
+
+class SubmissionFailed(BaseException):
+    """The child died, hung, or broke the protocol. A BaseException on purpose: Hypothesis must
+    not treat it as a falsifying example and shrink (which would call the dead child again)."""
+
+
+class StudentError(Exception):
+    """An exception of a type that is not a builtin, raised by student code."""
+
+
+def _exception_from(raised: dict) -> Exception:
+    name, message = str(raised.get("type", "Exception")), str(raised.get("message", ""))
+    cls = getattr(builtins, name, None)
+    text = f"{message}  [raised by your code]"
+    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, (StopIteration, StopAsyncIteration)):
+        try:
+            return cls(text)
+        except Exception:
+            pass
+    return StudentError(f"{name}: {text}")
+
+
+def _describe_exit(code: int | None, limits: Limits) -> str:
+    if code is None:
+        return "was still running"
+    if code >= 0:
+        return f"ended with exit code {code}"
+    sig = -code
+    why = {signal.SIGXCPU: f" (CPU time limit of {limits.cpu_s} s)",
+           signal.SIGXFSZ: f" (output over the limit of {limits.output_bytes} bytes)",
+           signal.SIGKILL: " (killed)", signal.SIGSEGV: " (crashed; possibly out of memory)"}.get(sig, "")
+    return f"was killed by {signal.Signals(sig).name}{why}"
+
+
+class Child:
+    """One child process with the student's modules imported; call :meth:`call` on it."""
+
+    def __init__(self, modules: list[tuple[str, Path]], sandbox: Path, forbidden: list[Path],
+                 blocked_modules: list[str], limits: Limits, deadline: float) -> None:
+        self.limits, self.deadline, self.sandbox = limits, deadline, sandbox
+        self._buffer = b""
+        self._reply: int | None = None
+        read_fd, write_fd = os.pipe()
+        cfg = {"reply_fd": write_fd, "modules": [[n, str(p)] for n, p in modules],
+               "forbidden": [str(p) for p in forbidden], "writable": [str(sandbox)],
+               "blocked_modules": list(blocked_modules), "cpu_s": max(1, int(limits.cpu_s)),
+               "memory_bytes": int(limits.memory_bytes), "output_bytes": int(limits.output_bytes),
+               "nproc": int(limits.nproc)}
+        home, tmp = sandbox / "home", sandbox / "tmp"
+        home.mkdir(exist_ok=True)
+        tmp.mkdir(exist_ok=True)
+        env = {"HOME": str(home), "TMPDIR": str(tmp), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
+               "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
+               "PYTHONIOENCODING": "utf-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+               "MKL_NUM_THREADS": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        self.log_path = sandbox / "output.log"
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-s", str(CHILD), json.dumps(cfg)], stdin=subprocess.PIPE,
+                                         stdout=log, stderr=subprocess.STDOUT, cwd=sandbox, env=env,
+                                         pass_fds=(write_fd,), start_new_session=True)
+        os.close(write_fd)
+        self._reply = read_fd
+        first = self._read("importing your code")
+        if "import_error" in first:
+            err = first["import_error"]
+            if not isinstance(err, dict):
+                raise SubmissionFailed("importing your code failed")
+            self.close()
+            raise SubmissionFailed(f"importing {err.get('module')} raised {err.get('type')}: "
+                                   f"{str(err.get('message'))[:1500]}\n{str(err.get('traceback'))[-1500:]}")
+        if first != {"ready": True}:
+            raise SubmissionFailed("the child process sent something unexpected while importing your code")
+
+    def call(self, module: str, name: str, args: tuple, kwargs: dict):
+        request = json.dumps({"module": module, "name": name, "args": wire.encode(list(args)),
+                              "kwargs": wire.encode(kwargs)}) + "\n"
+        what = f"{module}.{name}(...)"
+        try:
+            self.proc.stdin.write(request.encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise SubmissionFailed(self._death(what)) from None
+        reply = self._read(what)
+        if "value" in reply and len(reply) == 1:
+            try:
+                return wire.decode(reply["value"])
+            except (ValueError, TypeError) as exc:
+                raise SubmissionFailed(f"{what} returned something that is not a plain value ({exc})") from None
+        if "raised" in reply and isinstance(reply["raised"], dict):
+            raise _exception_from(reply["raised"])
+        raise SubmissionFailed(f"the child process sent something unexpected for {what}")
+
+    def _read(self, what: str) -> dict:
+        while b"\n" not in self._buffer:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                self.close()
+                raise SubmissionFailed(f"time limit: {self.limits.wall_s:g} s (wall clock) ran out while {what}")
+            ready, _, _ = select.select([self._reply], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(self._reply, 1 << 16)
+            if not chunk:
+                raise SubmissionFailed(self._death(what))
+            self._buffer += chunk
+            if len(self._buffer) > MAX_REPLY:
+                self.close()
+                raise SubmissionFailed(f"the reply to {what} was longer than {MAX_REPLY} bytes")
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            reply = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            self.close()
+            raise SubmissionFailed(f"the child process wrote something that is not a reply while {what}") from None
+        if not isinstance(reply, dict):
+            self.close()
+            raise SubmissionFailed(f"the child process wrote something that is not a reply while {what}")
+        return reply
+
+    def _death(self, what: str) -> str:
+        try:
+            code = self.proc.wait(timeout=max(0.1, min(2.0, self.deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            code = None
+        self.close()
+        return f"your code's process {_describe_exit(code, self.limits)} while {what}"
+
+    def close(self) -> None:
+        """Kills the child and anything it started (its own process group), then reaps it."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers that outlived the leader
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        if self.proc.stdin:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        if self._reply is not None:
+            os.close(self._reply)
+            self._reply = None
+
+
+class RemoteModule(types.ModuleType):
+    """Stands in for a student module inside a test: every attribute is a function in the child."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.__dict__["_child"] = None
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        module = self.__name__
+
+        def remote(*args, **kwargs):
+            child = self.__dict__["_child"]
+            if child is None:
+                raise SubmissionFailed("no child process is running for this test")
+            return child.call(module, attr, args, kwargs)
+
+        remote.__name__ = remote.__qualname__ = attr
+        return remote
+
+    def bind(self, child: Child | None) -> None:
+        self.__dict__["_child"] = child

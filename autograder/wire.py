@@ -70,7 +70,7 @@ def decode(x, depth: int = 0):
                 raise ValueError("reply: a dict key must be hashable")
             out[key] = decode(v, depth + 1)
         return out
-    if tag == "__ns__" and type(body) is dict and all(type(k) is str and k.isidentifier() for k in body):
+    if tag == "__ns__" and type(body) is dict and all(type(k) is str and k.isidentifier() and not k.startswith("__") for k in body):
         return SimpleNamespace(**{k: decode(v, depth + 1) for k, v in body.items()})
     if tag in ("__ndarray__", "__npscalar__") and type(body) is dict:
         dtype = np.dtype(str(body.get("dtype")))

@@ -95,3 +95,15 @@ def test_regrading_is_byte_identical_apart_from_execution_time(tmp_path):
     assert 0 < da["score"] < da["max_score"]
     assert _without_time(da) == _without_time(db)
     assert a.read_text().replace(str(da["execution_time"]), "T") == b.read_text().replace(str(db["execution_time"]), "T")
+
+
+def test_an_honest_submission_may_use_numpy(tmp_path):
+    sub = reference_submission(tmp_path / "np")
+    path = sub / "assignments" / "a1_ledger" / "ledger.py"
+    text = path.read_text().replace("import math\n", "import math\n\nimport numpy as np\n", 1)
+    text = text.replace("return 2 * model.n_layers * model.n_kv_heads * model.d_head * model.bytes_per_param",
+                        "return float(np.prod([2, model.n_layers, model.n_kv_heads, model.d_head])) * model.bytes_per_param")
+    assert "np.prod" in text
+    path.write_text(text)
+    data = grade(sub, limits=Limits(wall_s=30, cpu_s=30))
+    assert data["score"] == MANIFEST.total_points, [t["output"] for t in data["tests"] if t["score"] == 0]

@@ -36,7 +36,7 @@ def test_arrays_and_special_floats_round_trip():
 
 @pytest.mark.parametrize("reply", [{"__tuple__": [1], "x": 2}, {"a": 1}, {"__ndarray__": {"dtype": "|O", "shape": [1], "data": [1]}},
                                    {"__ndarray__": {"dtype": "<f8", "shape": [1], "data": ["1"]}},
-                                   {"__ns__": {"not an identifier": 1}}, {"__dict__": [[[1], 2]]}])
+                                   {"__ns__": {"not an identifier": 1}}, {"__ns__": {"__class__": 1}}, {"__dict__": [[[1], 2]]}])
 def test_anything_else_is_refused(reply):
     with pytest.raises(ValueError):
         wire.decode(reply)

@@ -106,6 +106,8 @@ def regenerate(check: bool = False, root: Path = ROOT) -> int:
         why = stale(root)
         print(why or "the answer key is up to date")
         return 1 if why else 0
+    if not (root / "autograder" / "exercises").is_dir():
+        raise FileNotFoundError("regenerate needs the instructors' copy: autograder/exercises is not in a student release")
     key = {**compute(root), "provenance": provenance(root)}
     out = root / "autograder" / "answers"
     write_json_atomic(key, out / "answer_key.json")

@@ -77,10 +77,13 @@ DENIED_EVENTS = frozenset({
     "socket.connect", "socket.bind", "sys.addaudithook", "os.setuid", "os.chroot", "pty.spawn",
     "_posixsubprocess.fork_exec",
 })
-PATH_MUTATING_EVENTS = frozenset({
+PATH_MUTATING_EVENTS = frozenset({  # every path argument must lie in the sandbox
     "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.truncate",
-    "os.symlink", "os.link", "os.utime", "shutil.rmtree", "shutil.copyfile", "shutil.move",
+    "os.utime", "shutil.rmtree", "shutil.move",
 })
+# (source, destination): the source must be readable (a hard link or copy of a forbidden file
+# would otherwise open it under another name), the destination in the sandbox
+LINKING_EVENTS = frozenset({"os.link", "os.symlink", "shutil.copyfile", "shutil.copytree"})
 LISTING_EVENTS = frozenset({"os.listdir", "os.scandir", "glob.glob", "os.chdir"})
 BLOCKED_TOP_MODULES = frozenset({"ctypes", "_ctypes", "_posixsubprocess", "cffi", "_cffi_backend"})
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -141,6 +144,11 @@ def install_audit_hook(cfg: dict) -> None:
         elif event in LISTING_EVENTS:
             if args:
                 check_read(resolve(args[0]), event)
+        elif event in LINKING_EVENTS:
+            src, dst = resolve(args[0]), resolve(args[1])
+            check_read(src, event)
+            if dst is not None and not under(dst, writable):
+                raise PermissionError(f"the autograder lets submissions change files only in their own folder, not {dst}")
         elif event in PATH_MUTATING_EVENTS:
             for a in args[:2]:
                 if isinstance(a, (str, bytes, os.PathLike)):

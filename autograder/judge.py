@@ -11,6 +11,7 @@ other pytest fixtures cannot be graded and fails with a message saying so (the s
 
 from __future__ import annotations
 
+import ast
 import builtins
 import importlib.util
 import inspect
@@ -21,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from _pytest.assertion.rewrite import rewrite_asserts
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 
 from autograder.remote import Child, Limits, RemoteModule, SubmissionFailed
@@ -77,7 +79,11 @@ def _import_test_module(path: Path, proxies: dict[str, RemoteModule], unique: st
     try:
         spec = importlib.util.spec_from_file_location(unique, path)
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        source = path.read_bytes()
+        tree = ast.parse(source, filename=str(path))
+        # pytest's assertion rewriting, so that a bare ``assert a == b`` explains itself here too
+        rewrite_asserts(tree, source, str(path))
+        exec(compile(tree, str(path), "exec", dont_inherit=True), module.__dict__)
         return module
     finally:
         sys.path.remove(str(path.parent))

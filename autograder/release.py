@@ -33,7 +33,7 @@ from servelab.grading.solutions import strip_solutions
 
 PRIVATE = (
     "autograder/mutants/", "autograder/tests/", "autograder/answers/", "autograder/exercises/",
-    "python/servelab/reference/", "tests/test_assignments_grading.py", ".github/workflows/instructors",
+    "python/servelab/reference/", "tests/test_assignments_grading.py",
 )
 IMPORTS_REFERENCE = re.compile(r"^\s*(from\s+servelab\.reference\b|import\s+servelab\.reference\b|"
                                r"from\s+servelab\s+import\s+[^\n]*\breference\b)", re.M)

@@ -189,6 +189,10 @@ def main() -> int:
     from rich.table import Table
 
     console = Console()
+    if not (HOSTILE.is_dir() and MUTANTS.is_dir()):
+        console.print("selfcheck needs the instructors' copy: autograder/tests/hostile and autograder/mutants "
+                      "are not in a student release")
+        return 2
     table = Table(title="autograder self-check")
     table.add_column("check")
     table.add_column("result")

@@ -90,3 +90,10 @@ def test_a_wrong_case_of_a_parametrised_test_loses_its_points(course, tmp_path):
     data = grade(tmp_path / "sub", root=course, limits=Limits(wall_s=20, cpu_s=20))
     got = {t["extra_data"]["test"]: t["score"] for t in data["tests"]}
     assert got == {"t1/test_t1.py::test_visible": 0, "t1/test_t1.py::test_hidden": 2, "t2/test_t2.py::test_triple": 0}
+
+
+def test_a_bare_assert_explains_itself(course, tmp_path):
+    write(tmp_path / "sub" / "t1" / "double.py", "def double(x):\n    return x + 1\n")
+    data = grade(tmp_path / "sub", root=course, limits=Limits(wall_s=20, cpu_s=20))
+    hidden = next(t for t in data["tests"] if t["extra_data"]["test"].endswith("test_hidden"))
+    assert "-2 == -6" in hidden["output"], hidden["output"]

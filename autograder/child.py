@@ -8,9 +8,10 @@ student code runs, and neither can be undone from Python afterwards (raising a h
 adding/removing hooks are themselves refused by the hook). The hook is a closure that nothing
 else references, and the ``gc`` introspection that could reach it is refused too.
 
-Protocol: one JSON request per line on stdin ``{"module", "name", "args", "kwargs"}``; one JSON
-reply per line on the file descriptor named in the config: ``{"value": ...}`` or
-``{"raised": {"type", "message"}}``. Before the first request: ``{"ready": true}`` or
+Protocol: one JSON request per line on stdin (``{"op": "call", "target": {"module", "name"} or
+{"handle"}, "args", "kwargs"}``, or ``getattr/len/bool/contains/getitem/list`` on a handle); one
+JSON reply per line on the file descriptor named in the config: ``{"value": ...}`` or
+``{"raised": {"type", "message"}}``. A value that is not plain data stays here as a handle. Before the first request: ``{"ready": true}`` or
 ``{"import_error": {...}}``. The parent trusts none of it beyond "plain JSON values".
 """
 
@@ -24,6 +25,9 @@ import traceback
 from types import SimpleNamespace
 
 # ---- values on the wire (the parent's autograder.wire decodes them strictly) -------------------
+
+
+HANDLES: dict = {}  # id -> an object that stays here; the grader holds only its id
 
 
 def encode(x, depth=0):
@@ -44,8 +48,11 @@ def encode(x, depth=0):
         return {"__ndarray__": {"dtype": x.dtype.str, "shape": list(x.shape), "data": x.ravel().tolist()}}
     if t.__module__ == "numpy" and hasattr(x, "dtype") and hasattr(x, "item"):  # numpy scalar
         return {"__npscalar__": {"dtype": x.dtype.str, "value": x.item()}}
-    raise TypeError(f"returned an object of type {t.__module__}.{t.__qualname__}; the grader compares "
-                    "plain values only (int, float, bool, str, None, list, tuple, dict, numpy arrays)")
+    # anything else stays here: the grader gets a handle it can call, read attributes of, and
+    # compare only by identity
+    hid = len(HANDLES) + 1
+    HANDLES[hid] = x
+    return {"__handle__": {"id": hid, "type": f"{t.__module__}.{t.__qualname__}"}}
 
 
 def decode(x):
@@ -62,6 +69,8 @@ def decode(x):
             import numpy as np
             a = x["__ndarray__"]
             return np.array(a["data"], dtype=np.dtype(a["dtype"])).reshape(a["shape"])
+        if "__handle__" in x:
+            return HANDLES[x["__handle__"]]
         if "__npscalar__" in x:
             import numpy as np
             return np.dtype(x["__npscalar__"]["dtype"]).type(x["__npscalar__"]["value"])
@@ -167,6 +176,29 @@ def describe(exc: BaseException) -> dict:
     return {"type": type(exc).__name__, "message": str(exc)[:4000], "traceback": "".join(tb[-6:])[-4000:]}
 
 
+def serve(req: dict, modules: dict):
+    """What one request asks of the student's code."""
+    op = req["op"]
+    if op == "call":
+        target = req["target"]
+        fn = getattr(modules[target["module"]], target["name"]) if "module" in target else HANDLES[target["handle"]]
+        return fn(*decode(req["args"]), **decode(req["kwargs"]))
+    obj = HANDLES[req["handle"]]
+    if op == "getattr":
+        return getattr(obj, req["name"])
+    if op == "len":
+        return len(obj)
+    if op == "bool":
+        return bool(obj)
+    if op == "contains":
+        return decode(req["arg"]) in obj
+    if op == "getitem":
+        return obj[decode(req["arg"])]
+    if op == "list":
+        return list(obj)
+    raise ValueError(f"unknown request {op!r}")
+
+
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     out = os.fdopen(int(cfg["reply_fd"]), "w", encoding="utf-8")
@@ -199,8 +231,7 @@ def main() -> None:
     for line in sys.stdin:
         try:
             req = json.loads(line)
-            fn = getattr(modules[req["module"]], req["name"])
-            value = fn(*decode(req["args"]), **decode(req["kwargs"]))
+            value = serve(req, modules)
             answer = {"value": encode(value)}
         except BaseException as exc:
             answer = {"raised": describe(exc)}

@@ -118,23 +118,36 @@ class Child:
             raise SubmissionFailed("the child process sent something unexpected while importing your code")
 
     def call(self, module: str, name: str, args: tuple, kwargs: dict):
-        request = json.dumps({"module": module, "name": name, "args": wire.encode(list(args)),
-                              "kwargs": wire.encode(kwargs)}) + "\n"
-        what = f"{module}.{name}(...)"
+        """``module.name(*args, **kwargs)`` in the child; its value, decoded."""
+        return self.request({"op": "call", "target": {"module": module, "name": name},
+                             "args": self._encode(list(args)), "kwargs": self._encode(kwargs)},
+                            f"{module}.{name}(...)")
+
+    def request(self, req: dict, what: str):
+        """Sends one request, returns the decoded value or raises what the student code raised."""
+        if self._reply is None:
+            raise SubmissionFailed(f"{what}: the child process of this test has already ended")
         try:
-            self.proc.stdin.write(request.encode())
+            self.proc.stdin.write((json.dumps(req) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise SubmissionFailed(self._death(what)) from None
         reply = self._read(what)
         if "value" in reply and len(reply) == 1:
             try:
-                return wire.decode(reply["value"])
+                return wire.decode(reply["value"], handle=lambda hid, kind: RemoteObject(self, hid, kind))
             except (ValueError, TypeError) as exc:
                 raise SubmissionFailed(f"{what} returned something that is not a plain value ({exc})") from None
         if "raised" in reply and isinstance(reply["raised"], dict):
             raise _exception_from(reply["raised"])
         raise SubmissionFailed(f"the child process sent something unexpected for {what}")
+
+    def _encode(self, value):
+        def handle_id(obj: RemoteObject) -> int:
+            if obj._child is not self:
+                raise SubmissionFailed(f"{obj!r} belongs to another test's process")
+            return obj._id
+        return wire.encode(value, handle=handle_id)
 
     def _read(self, what: str) -> dict:
         while b"\n" not in self._buffer:
@@ -191,6 +204,58 @@ class Child:
         if self._reply is not None:
             os.close(self._reply)
             self._reply = None
+
+
+class RemoteObject:
+    """An object that lives in the child (an instance of a student's class, a bound method...).
+    Attribute reads, calls, ``len``, ``in``, ``[]``, iteration and truth go to the child and come
+    back as plain values or further handles. Equality is identity: a student's ``__eq__`` never
+    runs in the grader."""
+
+    __slots__ = ("_child", "_id", "_kind")
+    _remote_handle = True  # how autograder.wire recognises it
+
+    def __init__(self, child: Child, hid: int, kind: str) -> None:
+        object.__setattr__(self, "_child", child)
+        object.__setattr__(self, "_id", hid)
+        object.__setattr__(self, "_kind", kind)
+
+    def _ask(self, op: str, what: str, **fields):
+        return self._child.request({"op": op, "handle": self._id, **fields}, what)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._ask("getattr", f"{self._kind}.{name}", name=name)
+
+    def __call__(self, *args, **kwargs):
+        return self._child.request({"op": "call", "target": {"handle": self._id},
+                                    "args": self._child._encode(list(args)),
+                                    "kwargs": self._child._encode(kwargs)}, f"{self._kind}(...)")
+
+    def __len__(self) -> int:
+        return _checked(self._ask("len", f"len({self._kind})"), int)
+
+    def __bool__(self) -> bool:
+        return _checked(self._ask("bool", f"bool({self._kind})"), bool)
+
+    def __contains__(self, item) -> bool:
+        return _checked(self._ask("contains", f"... in {self._kind}", arg=self._child._encode(item)), bool)
+
+    def __getitem__(self, key):
+        return self._ask("getitem", f"{self._kind}[...]", arg=self._child._encode(key))
+
+    def __iter__(self):
+        return iter(_checked(self._ask("list", f"list({self._kind})"), list))
+
+    def __repr__(self) -> str:
+        return f"<{self._kind} object from your code>"
+
+
+def _checked(value, kind: type):
+    if type(value) is not kind:
+        raise SubmissionFailed(f"the child process answered a {type(value).__name__} where a {kind.__name__} was due")
+    return value
 
 
 class RemoteModule(types.ModuleType):

@@ -26,22 +26,25 @@ NUMERIC_KINDS = "biuf"  # numpy dtype kinds a reply may carry: bool, int, uint, 
 MAX_DEPTH = 50
 
 
-def encode(x, depth: int = 0):
-    """A JSON-ready form of a value the grader passes to student code."""
+def encode(x, depth: int = 0, handle=None):
+    """A JSON-ready form of a value the grader passes to student code. ``handle(obj)`` gives
+    the id of an object that lives in the child (:class:`autograder.remote.RemoteObject`)."""
+    if handle is not None and getattr(type(x), "_remote_handle", False):
+        return {"__handle__": handle(x)}
     if depth > MAX_DEPTH:
         raise ValueError("argument nested too deeply")
     if x is None or isinstance(x, (bool, int, float, str)):
         return x
     if isinstance(x, list):
-        return [encode(v, depth + 1) for v in x]
+        return [encode(v, depth + 1, handle) for v in x]
     if isinstance(x, tuple) and not hasattr(x, "_fields"):
-        return {"__tuple__": [encode(v, depth + 1) for v in x]}
+        return {"__tuple__": [encode(v, depth + 1, handle) for v in x]}
     if isinstance(x, dict):
-        return {"__dict__": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in x.items()]}
+        return {"__dict__": [[encode(k, depth + 1, handle), encode(v, depth + 1, handle)] for k, v in x.items()]}
     if isinstance(x, SimpleNamespace):
-        return {"__ns__": {k: encode(v, depth + 1) for k, v in vars(x).items()}}
+        return {"__ns__": {k: encode(v, depth + 1, handle) for k, v in vars(x).items()}}
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return {"__ns__": {f.name: encode(getattr(x, f.name), depth + 1) for f in dataclasses.fields(x)}}
+        return {"__ns__": {f.name: encode(getattr(x, f.name), depth + 1, handle) for f in dataclasses.fields(x)}}
     if isinstance(x, np.ndarray):
         return {"__ndarray__": {"dtype": x.dtype.str, "shape": list(x.shape), "data": x.ravel().tolist()}}
     if isinstance(x, np.generic):
@@ -49,29 +52,36 @@ def encode(x, depth: int = 0):
     raise TypeError(f"the grader cannot send a {type(x).__qualname__} to student code: {x!r}")
 
 
-def decode(x, depth: int = 0):
-    """The value a reply stands for; ValueError on anything that is not plain data."""
+def decode(x, depth: int = 0, handle=None):
+    """The value a reply stands for; ValueError on anything that is not plain data. With
+    ``handle(id, kind)``, a ``__handle__`` (an object that stays in the child) becomes what it
+    returns; without, a handle is refused."""
     if depth > MAX_DEPTH:
         raise ValueError("reply: nested too deeply")
     if x is None or type(x) in (bool, int, float, str):
         return x
     if type(x) is list:
-        return [decode(v, depth + 1) for v in x]
+        return [decode(v, depth + 1, handle) for v in x]
     if type(x) is not dict or len(x) != 1:
         raise ValueError(f"reply: unknown tagged object with keys {sorted(x) if type(x) is dict else type(x)}")
     (tag, body), = x.items()
     if tag == "__tuple__" and type(body) is list:
-        return tuple(decode(v, depth + 1) for v in body)
+        return tuple(decode(v, depth + 1, handle) for v in body)
     if tag == "__dict__" and type(body) is list and all(type(p) is list and len(p) == 2 for p in body):
         out = {}
         for k, v in body:
-            key = decode(k, depth + 1)
+            key = decode(k, depth + 1, handle)
             if type(key) in (list, dict) or isinstance(key, np.ndarray):
                 raise ValueError("reply: a dict key must be hashable")
-            out[key] = decode(v, depth + 1)
+            out[key] = decode(v, depth + 1, handle)
         return out
     if tag == "__ns__" and type(body) is dict and all(type(k) is str and k.isidentifier() and not k.startswith("__") for k in body):
-        return SimpleNamespace(**{k: decode(v, depth + 1) for k, v in body.items()})
+        return SimpleNamespace(**{k: decode(v, depth + 1, handle) for k, v in body.items()})
+    if tag == "__handle__" and handle is not None and type(body) is dict:
+        hid, kind = body.get("id"), body.get("type")
+        if type(hid) is not int or type(kind) is not str:
+            raise ValueError("reply: malformed handle")
+        return handle(hid, kind[:200])
     if tag in ("__ndarray__", "__npscalar__") and type(body) is dict:
         dtype = np.dtype(str(body.get("dtype")))
         if dtype.kind not in NUMERIC_KINDS:

@@ -5,12 +5,14 @@ results only after the due date.
 >>> text = '''def test_a(): pass
 ... ### BEGIN HIDDEN TESTS
 ... def test_b(): pass
+... class TestC:
+...     def test_d(self): pass
 ... ### END HIDDEN TESTS
 ... '''
 >>> print(strip_hidden(text, "t.py"), end="")
 def test_a(): pass
 >>> hidden_test_names(text)
-['test_b']
+['test_b', 'TestC']
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import re
 
 BEGIN, END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
-_DEF = re.compile(r"^(?:async\s+)?def\s+(test\w*)\s*\(")
+_DEF = re.compile(r"^(?:(?:async\s+)?def\s+(test\w*)\s*\(|class\s+(Test\w*)\b)")
 
 
 def _regions(text: str, filename: str):
@@ -47,5 +49,5 @@ def strip_hidden(text: str, filename: str) -> str:
 
 
 def hidden_test_names(text: str, filename: str = "<test file>") -> list[str]:
-    """Names of the top-level test functions defined inside hidden regions."""
-    return [m.group(1) for line, inside in _regions(text, filename) if inside and (m := _DEF.match(line))]
+    """Names of the top-level test functions and test classes defined inside hidden regions."""
+    return [m.group(1) or m.group(2) for line, inside in _regions(text, filename) if inside and (m := _DEF.match(line))]

@@ -4,8 +4,8 @@ derandomized), the child only computes the student's outputs, and the oracle, th
 and the pass/fail decision stay here.
 
 A test earns its manifest points when every case of it passes (a parametrised test: every
-parameter set). Tests may use ``@given`` and ``@pytest.mark.parametrize``; a test asking for
-other pytest fixtures cannot be graded and fails with a message saying so (the self-check's
+parameter set). Tests may use ``@given``, ``@pytest.mark.parametrize``, ``tmp_path`` and test classes; a test
+asking for other pytest fixtures cannot be graded and fails with a message saying so (the self-check's
 "reference scores full marks" catches that before students do).
 """
 
@@ -18,6 +18,7 @@ import inspect
 import itertools
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +119,30 @@ def _cases(fn) -> list[dict]:
     return [{k: v for row in combo for k, v in row.items()} for combo in itertools.product(*axes)] or [{}]
 
 
+def _find_test(module, name: str, file_rel: str):
+    """``test_x`` or ``TestClass::test_x`` (a fresh instance of the class, as pytest makes)."""
+    obj = module
+    for part in name.split("::"):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise LookupError(f"the grader found no test {name} in {file_rel}")
+        if isinstance(obj, type):
+            obj = obj()
+    return obj
+
+
+def _call_test(fn, kwargs: dict, sandbox: Path) -> None:
+    """Calls one case; ``tmp_path`` is the one pytest fixture provided (a fresh folder)."""
+    wanted = set(inspect.signature(fn).parameters) - set(kwargs)
+    if "tmp_path" in wanted:
+        folder = Path(tempfile.mkdtemp(prefix="tmp_path-", dir=sandbox.parent))
+        kwargs = {**kwargs, "tmp_path": folder}
+        wanted.discard("tmp_path")
+    if wanted:
+        raise TypeError(f"the grader cannot provide the pytest fixtures {sorted(wanted)}")
+    fn(**kwargs)
+
+
 def _message(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, (SubmissionFailed, AssertionError)) else str(exc)
     for note in getattr(exc, "__notes__", ()):
@@ -162,14 +187,9 @@ def run_task(root: Path, task: Task, files: dict[str, Path] | str, workdir: Path
                 if file_rel not in test_modules:
                     test_modules[file_rel] = _import_test_module(root / "assignments" / file_rel, proxies,
                                                                  f"_autograder_{task.id}_{n}")
-                fn = getattr(test_modules[file_rel], func_name, None)
-                if fn is None:
-                    raise LookupError(f"the grader found no test {func_name} in {file_rel}")
+                fn = _find_test(test_modules[file_rel], func_name, file_rel)
                 for kwargs in _cases(fn):
-                    extra = set(inspect.signature(fn).parameters) - set(kwargs)
-                    if extra:
-                        raise TypeError(f"the grader cannot provide the pytest fixtures {sorted(extra)}")
-                    fn(**kwargs)
+                    _call_test(fn, kwargs, sandbox)
                 outcomes[test] = Outcome(True, "passed")
             finally:
                 child.close()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds autograder.zip for Gradescope ("Zip file upload"): setup.sh and run_autograder at the top
-# level, and the instructors' repository under source/ is what Gradescope unpacks to
-# /autograder/source. Run from the repository root: autograder/gradescope/make_zip.sh [OUT.zip]
+# level beside the instructors' repository (its files as git sees them, private parts included);
+# Gradescope unpacks the zip into /autograder/source, so that is the repository root there.
+# Usage: autograder/gradescope/make_zip.sh [OUT.zip]
 set -euo pipefail
 out="$(realpath -m "${1:-autograder.zip}")"
 root="$(git rev-parse --show-toplevel)"

@@ -21,6 +21,7 @@ visibility = "visible"
 [task.tests]
 "t1/test_t1.py::test_visible" = 1
 "t1/test_t1.py::test_hidden" = 2
+"t1/test_t1.py::TestMore::test_in_a_class" = 3
 
 [[task]]
 id = "t2"
@@ -39,6 +40,12 @@ import double
 @pytest.mark.parametrize("x", [0, 1, 5])
 def test_visible(x):
     assert double.double(x) == 2 * x
+
+
+class TestMore:
+    def test_in_a_class(self, tmp_path):
+        (tmp_path / "x").write_text("4")
+        assert double.double(int((tmp_path / "x").read_text())) == 8
 
 
 ### BEGIN HIDDEN TESTS
@@ -82,6 +89,7 @@ def test_grader_runs_hidden_tests_and_shows_them_after_the_due_date(course):
     got = {t["extra_data"]["test"]: (t["score"], t["visibility"]) for t in data["tests"]}
     assert got == {"t1/test_t1.py::test_visible": (1, "visible"),
                    "t1/test_t1.py::test_hidden": (2, "after_due_date"),
+                   "t1/test_t1.py::TestMore::test_in_a_class": (3, "visible"),
                    "t2/test_t2.py::test_triple": (4, "after_due_date")}
 
 
@@ -89,7 +97,8 @@ def test_a_wrong_case_of_a_parametrised_test_loses_its_points(course, tmp_path):
     write(tmp_path / "sub" / "t1" / "double.py", "def double(x):\n    return 2 * x if x else 1\n")
     data = grade(tmp_path / "sub", root=course, limits=Limits(wall_s=20, cpu_s=20))
     got = {t["extra_data"]["test"]: t["score"] for t in data["tests"]}
-    assert got == {"t1/test_t1.py::test_visible": 0, "t1/test_t1.py::test_hidden": 2, "t2/test_t2.py::test_triple": 0}
+    assert got == {"t1/test_t1.py::test_visible": 0, "t1/test_t1.py::test_hidden": 2,
+                   "t1/test_t1.py::TestMore::test_in_a_class": 3, "t2/test_t2.py::test_triple": 0}
 
 
 def test_a_bare_assert_explains_itself(course, tmp_path):

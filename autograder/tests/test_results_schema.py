@@ -107,3 +107,12 @@ def test_an_honest_submission_may_use_numpy(tmp_path):
     path.write_text(text)
     data = grade(sub, limits=Limits(wall_s=30, cpu_s=30))
     assert data["score"] == MANIFEST.total_points, [t["output"] for t in data["tests"] if t["score"] == 0]
+
+
+def test_regrading_a_crash_at_import_is_byte_identical_too(tmp_path):
+    from autograder.selfcheck import HOSTILE
+
+    a = grade(HOSTILE / "sys_exit_at_import", limits=QUICK)
+    b = grade(HOSTILE / "sys_exit_at_import", limits=QUICK)
+    assert "SystemExit" in a["tests"][0]["output"]
+    assert _without_time(a) == _without_time(b)

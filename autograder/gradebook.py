@@ -47,15 +47,24 @@ def grade_all(folder: Path, out: Path, root: Path, limits: Limits = Limits(), jo
     with ProcessPoolExecutor(max_workers=jobs or os.cpu_count() or 1, mp_context=context) as pool, Progress(
             TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
         job = bar.add_task("grading", total=len(subs))
-        futures = [pool.submit(_one, s, out, root, limits, folder) for s in subs]
+        futures = {pool.submit(_one, s, out, root, limits, folder): s for s in subs}
         for future in as_completed(futures):
-            name, data = future.result()
-            rows[name] = data
+            sub = futures[future]
+            try:
+                name, data = future.result()
+                rows[name] = data
+            except Exception as exc:  # the grader's own failure: say so in the gradebook, go on
+                rows[sub.stem if sub.suffix == ".zip" else sub.name] = {"error": f"{type(exc).__name__}: {exc}"}
+                bar.console.print(f"[red]grader error on {sub.name}: {type(exc).__name__}: {exc}")
             bar.advance(job)
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(["submission", *(t.id for t in manifest.tasks), "score", "max_score"])
     for name in sorted(rows):
+        if "error" in rows[name]:
+            writer.writerow([name, *("" for _ in manifest.tasks), f"grader error: {rows[name]['error']}",
+                             manifest.total_points])
+            continue
         by_task = {t.id: 0 for t in manifest.tasks}
         for test in rows[name]["tests"]:
             by_task[test["extra_data"]["task"]] += test["score"]

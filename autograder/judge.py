@@ -163,10 +163,14 @@ def run_task(root: Path, task: Task, files: dict[str, Path] | str, workdir: Path
     modules = build_sandbox(root, task, files, sandbox)
     proxies = {name: RemoteModule(name) for name, _ in modules}
 
+    spawned = itertools.count(1)
+
     def new_child() -> Child:
-        # each test has its own child and its own wall-clock budget: a hang in one function
-        # costs the tests that call it, not the honest ones after it
-        return Child(modules, sandbox, forbidden, list(BLOCKED_MODULES), limits, time.monotonic() + limits.wall_s)
+        # each test has its own child, its own scratch folder (the student's modules stay
+        # read-only) and its own wall-clock budget: a hang in one function costs the tests that
+        # call it, not the honest ones after it
+        scratch = sandbox / f"scratch-{next(spawned)}"
+        return Child(modules, scratch, forbidden, list(BLOCKED_MODULES), limits, time.monotonic() + limits.wall_s)
 
     try:
         first: Child | None = new_child()

@@ -81,28 +81,30 @@ def _describe_exit(code: int | None, limits: Limits) -> str:
 class Child:
     """One child process with the student's modules imported; call :meth:`call` on it."""
 
-    def __init__(self, modules: list[tuple[str, Path]], sandbox: Path, forbidden: list[Path],
+    def __init__(self, modules: list[tuple[str, Path]], scratch: Path, forbidden: list[Path],
                  blocked_modules: list[str], limits: Limits, deadline: float) -> None:
-        self.limits, self.deadline, self.sandbox = limits, deadline, sandbox
+        """``scratch``: a new folder, the only place the child may write (its cwd, HOME, TMPDIR)."""
+        self.limits, self.deadline = limits, deadline
         self._buffer = b""
         self._reply: int | None = None
         read_fd, write_fd = os.pipe()
         cfg = {"reply_fd": write_fd, "modules": [[n, str(p)] for n, p in modules],
-               "forbidden": [str(p) for p in forbidden], "writable": [str(sandbox)],
+               "forbidden": [str(p) for p in forbidden], "writable": [str(scratch)],
                "blocked_modules": list(blocked_modules), "cpu_s": max(1, int(limits.cpu_s)),
                "memory_bytes": int(limits.memory_bytes), "output_bytes": int(limits.output_bytes),
                "nproc": int(limits.nproc)}
-        home, tmp = sandbox / "home", sandbox / "tmp"
-        home.mkdir(exist_ok=True)
-        tmp.mkdir(exist_ok=True)
+        home, tmp = scratch / "home", scratch / "tmp"
+        home.mkdir(parents=True)
+        tmp.mkdir()
         env = {"HOME": str(home), "TMPDIR": str(tmp), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
                "PYTHONIOENCODING": "utf-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-        self.log_path = sandbox / "output.log"
-        with open(self.log_path, "ab") as log:
+        # the student's prints go to a file that is never read back as a result
+        self.log_path = scratch / "output.log"
+        with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen([sys.executable, "-s", str(CHILD), json.dumps(cfg)], stdin=subprocess.PIPE,
-                                         stdout=log, stderr=subprocess.STDOUT, cwd=sandbox, env=env,
+                                         stdout=log, stderr=subprocess.STDOUT, cwd=scratch, env=env,
                                          pass_fds=(write_fd,), start_new_session=True)
         os.close(write_fd)
         self._reply = read_fd
@@ -115,6 +117,7 @@ class Child:
             raise SubmissionFailed(f"importing {err.get('module')} raised {err.get('type')}: "
                                    f"{str(err.get('message'))[:1500]}\n{str(err.get('traceback'))[-1500:]}")
         if first != {"ready": True}:
+            self.close()
             raise SubmissionFailed("the child process sent something unexpected while importing your code")
 
     def call(self, module: str, name: str, args: tuple, kwargs: dict):

@@ -4,29 +4,24 @@ derandomized), the child only computes the student's outputs, and the oracle, th
 and the pass/fail decision stay here.
 
 A test earns its manifest points when every case of it passes (a parametrised test: every
-parameter set). Tests may use ``@given``, ``@pytest.mark.parametrize``, ``tmp_path`` and test classes; a test
-asking for other pytest fixtures cannot be graded and fails with a message saying so (the self-check's
-"reference scores full marks" catches that before students do).
+parameter set). Tests may use ``@given``, ``@pytest.mark.parametrize``, ``tmp_path`` and test
+classes (:mod:`autograder.testload`); a test asking for other pytest fixtures fails with a
+message saying so (the self-check's "reference scores full marks" catches that early).
 """
 
 from __future__ import annotations
 
-import ast
 import builtins
-import importlib.util
-import inspect
 import itertools
 import shutil
-import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from _pytest.assertion.rewrite import rewrite_asserts
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 
 from autograder.remote import Child, Limits, RemoteModule, SubmissionFailed
+from autograder.testload import call_test, cases, find_test, import_test_module
 from servelab.grading.hypothesis_profiles import PROFILES
 from servelab.grading.manifest import Task
 
@@ -69,80 +64,6 @@ def build_sandbox(root: Path, task: Task, files: dict[str, Path], sandbox: Path)
     return modules
 
 
-def _import_test_module(path: Path, proxies: dict[str, RemoteModule], unique: str):
-    """Imports a pristine test file with the proxies standing in for the student's modules; the
-    helpers it imports from its own folder are forgotten afterwards (another task may have a
-    helper of the same name)."""
-    before = set(sys.modules)
-    saved = {name: sys.modules.get(name) for name in proxies}
-    sys.modules.update(proxies)
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec = importlib.util.spec_from_file_location(unique, path)
-        module = importlib.util.module_from_spec(spec)
-        source = path.read_bytes()
-        tree = ast.parse(source, filename=str(path))
-        # pytest's assertion rewriting, so that a bare ``assert a == b`` explains itself here too
-        rewrite_asserts(tree, source, str(path))
-        exec(compile(tree, str(path), "exec", dont_inherit=True), module.__dict__)
-        return module
-    finally:
-        sys.path.remove(str(path.parent))
-        for name, old in saved.items():
-            if old is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = old
-        for name in set(sys.modules) - before:
-            file = getattr(sys.modules[name], "__file__", None) or ""
-            if file and Path(file).resolve().is_relative_to(path.parent.resolve()):
-                del sys.modules[name]
-
-
-def _cases(fn) -> list[dict]:
-    """Keyword arguments of every case of a test: the product of its parametrize marks."""
-    axes = []
-    for mark in getattr(fn, "pytestmark", []):
-        if mark.name != "parametrize":
-            continue
-        names, values = mark.args[0], list(mark.args[1])
-        names = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
-        rows = []
-        for v in values:
-            v = getattr(v, "values", v)  # pytest.param(...) keeps its values here
-            if len(names) == 1:
-                v = v[0] if type(v) is tuple and len(v) == 1 else v
-                rows.append({names[0]: v})
-            else:
-                rows.append(dict(zip(names, v)))
-        axes.append(rows)
-    return [{k: v for row in combo for k, v in row.items()} for combo in itertools.product(*axes)] or [{}]
-
-
-def _find_test(module, name: str, file_rel: str):
-    """``test_x`` or ``TestClass::test_x`` (a fresh instance of the class, as pytest makes)."""
-    obj = module
-    for part in name.split("::"):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            raise LookupError(f"the grader found no test {name} in {file_rel}")
-        if isinstance(obj, type):
-            obj = obj()
-    return obj
-
-
-def _call_test(fn, kwargs: dict, sandbox: Path) -> None:
-    """Calls one case; ``tmp_path`` is the one pytest fixture provided (a fresh folder)."""
-    wanted = set(inspect.signature(fn).parameters) - set(kwargs)
-    if "tmp_path" in wanted:
-        folder = Path(tempfile.mkdtemp(prefix="tmp_path-", dir=sandbox.parent))
-        kwargs = {**kwargs, "tmp_path": folder}
-        wanted.discard("tmp_path")
-    if wanted:
-        raise TypeError(f"the grader cannot provide the pytest fixtures {sorted(wanted)}")
-    fn(**kwargs)
-
-
 def _message(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, (SubmissionFailed, AssertionError)) else str(exc)
     for note in getattr(exc, "__notes__", ()):
@@ -163,7 +84,12 @@ def run_task(root: Path, task: Task, files: dict[str, Path] | str, workdir: Path
     modules = build_sandbox(root, task, files, sandbox)
     proxies = {name: RemoteModule(name) for name, _ in modules}
 
-    spawned = itertools.count(1)
+    spawned, folders = itertools.count(1), itertools.count(1)
+
+    def new_folder() -> Path:  # tmp_path: numbered, so that messages naming it stay identical
+        folder = sandbox / f"tmp_path-{next(folders)}"
+        folder.mkdir()
+        return folder
 
     def new_child() -> Child:
         # each test has its own child, its own scratch folder (the student's modules stay
@@ -189,11 +115,11 @@ def run_task(root: Path, task: Task, files: dict[str, Path] | str, workdir: Path
                 proxy.bind(child)
             try:
                 if file_rel not in test_modules:
-                    test_modules[file_rel] = _import_test_module(root / "assignments" / file_rel, proxies,
-                                                                 f"_autograder_{task.id}_{n}")
-                fn = _find_test(test_modules[file_rel], func_name, file_rel)
-                for kwargs in _cases(fn):
-                    _call_test(fn, kwargs, sandbox)
+                    test_modules[file_rel] = import_test_module(root / "assignments" / file_rel, proxies,
+                                                                f"_autograder_{task.id}_{n}")
+                fn = find_test(test_modules[file_rel], func_name, file_rel)
+                for kwargs in cases(fn):
+                    call_test(fn, kwargs, new_folder)
                 outcomes[test] = Outcome(True, "passed")
             finally:
                 child.close()

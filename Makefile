@@ -49,8 +49,8 @@ RELEASE ?= $(OUT)/release
 release: $(STAMP_BUILD)
 	$(PY) -m autograder release $(RELEASE) --force
 
-# make grade SUBMISSION=path/to/repo-or.zip [RESULTS=results.json]
-RESULTS ?= results.json
+# make grade SUBMISSION=path/to/repo-or.zip [RESULTS=out/results.json]
+RESULTS ?= $(OUT)/results.json
 grade: $(STAMP_BUILD)
 	$(PY) -m autograder grade $(SUBMISSION) --out $(RESULTS)
 

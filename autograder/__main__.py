@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
                        ("grade-all", "grade every submission in DIR (folders or zips)")):
         p = sub.add_parser(name, help=what)
         p.add_argument("submission" if name == "grade" else "dir", type=Path)
-        p.add_argument("--out", type=Path, default=None if name == "grade" else Path("gradebook"),
+        p.add_argument("--out", type=Path, default=None if name == "grade" else Path("out/gradebook"),
                        help="results.json (grade) or the output folder (grade-all)")
         p.add_argument("--root", type=Path, default=None, help="the pristine course copy (default: this one)")
         p.add_argument("--timeout", type=float, default=60.0, help="wall-clock seconds per task (and CPU seconds)")
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("feedback", help="one Markdown page per student from grade-all's output")
     p.add_argument("gradebook", type=Path, help="grade-all's --out folder")
-    p.add_argument("--out", type=Path, default=Path("feedback"))
+    p.add_argument("--out", type=Path, default=Path("out/feedback"))
     p.add_argument("--after-due-date", action="store_true", help="also show after_due_date tests")
 
     args = parser.parse_args(argv)

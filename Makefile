@@ -18,7 +18,7 @@ STAMP_VENV   := $(VENV)/.deps-stamp
 STAMP_BUILD  := $(VENV)/.build-stamp
 
 .PHONY: demo test bench build venv clean test-rust test-python test-assignments stubtest fuzz \
-	test-autograder selfcheck release grade
+	test-autograder selfcheck release release-check grade
 
 demo: $(STAMP_BUILD)
 	$(VENV)/bin/servelab demo all --out $(OUT)
@@ -48,6 +48,11 @@ selfcheck: $(STAMP_BUILD)
 RELEASE ?= $(OUT)/release
 release: $(STAMP_BUILD)
 	$(PY) -m autograder release $(RELEASE) --force
+
+# the acceptance check of a release, outside make test (a second Rust build from nothing):
+# the release builds with its README's set-up and its own make test passes
+release-check: release
+	$(MAKE) -C $(RELEASE) test
 
 # make grade SUBMISSION=path/to/repo-or.zip [RESULTS=out/results.json]
 RESULTS ?= $(OUT)/results.json

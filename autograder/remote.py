@@ -30,7 +30,8 @@ MAX_REPLY = 16 << 20  # bytes; a longer line is a protocol error, not a reason t
 @dataclass(frozen=True)
 class Limits:
     """Per test (each test runs in its own child process): wall-clock seconds from the child's
-    start (the import included), CPU seconds, address space, bytes of output, processes."""
+    start (the import included), CPU seconds, address space, bytes of output, and processes or
+    threads beyond those the user already runs."""
 
     wall_s: float = 60.0
     cpu_s: int = 60
@@ -78,6 +79,23 @@ def _describe_exit(code: int | None, limits: Limits) -> str:
     return f"was killed by {signal.Signals(sig).name}{why}"
 
 
+def _user_processes() -> int:
+    """Processes (and threads) this user already runs: RLIMIT_NPROC counts them all, so the
+    child's allowance is this plus ``Limits.nproc`` (root ignores the limit altogether)."""
+    uid, count = os.getuid(), 0
+    try:
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    if entry.stat().st_uid == uid:
+                        count += len(os.listdir(f"/proc/{entry.name}/task"))
+                except OSError:
+                    pass
+    except OSError:
+        return 0
+    return count
+
+
 class Child:
     """One child process with the student's modules imported; call :meth:`call` on it."""
 
@@ -92,7 +110,7 @@ class Child:
                "forbidden": [str(p) for p in forbidden], "writable": [str(scratch)],
                "blocked_modules": list(blocked_modules), "cpu_s": max(1, int(limits.cpu_s)),
                "memory_bytes": int(limits.memory_bytes), "output_bytes": int(limits.output_bytes),
-               "nproc": int(limits.nproc)}
+               "nproc": _user_processes() + int(limits.nproc)}
         home, tmp = scratch / "home", scratch / "tmp"
         home.mkdir(parents=True)
         tmp.mkdir()

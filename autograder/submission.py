@@ -52,14 +52,16 @@ def unpack(submission: Path, into: Path) -> Path:
                 continue
             if info.file_size > MAX_FILE or any(p in SKIP_DIRS for p in parts):
                 continue
-            total += info.file_size
+            with z.open(info) as src:
+                data = src.read(MAX_FILE + 1)  # the declared size may lie: count what comes out
+            if len(data) > MAX_FILE:
+                continue
+            total += len(data)
             if total > MAX_ZIP_TOTAL:
                 raise SubmissionError(f"submission zip holds more than {MAX_ZIP_TOTAL} bytes")
             dst = into / name
             dst.parent.mkdir(parents=True, exist_ok=True)
-            with z.open(info) as src:
-                data = src.read(MAX_FILE + 1)
-            dst.write_bytes(data[:MAX_FILE])
+            dst.write_bytes(data)
     entries = [p for p in into.iterdir() if p.name != "__MACOSX"]
     # a zip of a folder: grade the folder
     return entries[0] if len(entries) == 1 and entries[0].is_dir() else into

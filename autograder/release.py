@@ -81,8 +81,10 @@ def plan(root: Path) -> dict[str, str | None]:
             out[rel] = None
             continue
         text = path.read_text(encoding="utf-8")
-        if rel.startswith(("tests/", "benchmarks/")) and IMPORTS_REFERENCE.search(text):
-            continue  # parity tests and benchmarks of the references go with them
+        if rel.endswith(".py") and IMPORTS_REFERENCE.search(text):
+            if rel.startswith(("tests/", "benchmarks/")):
+                continue  # parity tests and benchmarks of the references go with them
+            raise ValueError(f"{rel} imports servelab.reference, which a release leaves out: it would not run")
         if rel in edit:
             text = strip_solutions(text, rel.removeprefix("assignments/"))
         elif any(line.strip() == SOLUTION_BEGIN for line in text.splitlines()):

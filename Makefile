@@ -6,6 +6,9 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 OUT    ?= out
+# A student release sets this to 1: there, failing assignments are expected (but collection
+# errors are not); here, the reference solutions must score full marks.
+ASSIGNMENTS_MAY_FAIL ?=
 # Hypothesis profile for tests: "ci" (sized for a 2-core machine) unless told otherwise.
 HYPOTHESIS_PROFILE ?= ci
 export HYPOTHESIS_PROFILE
@@ -14,12 +17,14 @@ RUST_SOURCES := $(shell find rust -name '*.rs') Cargo.toml
 STAMP_VENV   := $(VENV)/.deps-stamp
 STAMP_BUILD  := $(VENV)/.build-stamp
 
-.PHONY: demo test bench build venv clean test-rust test-python test-assignments stubtest fuzz
+.PHONY: demo test bench build venv clean test-rust test-python test-assignments stubtest fuzz \
+	test-autograder selfcheck release release-check grade
 
 demo: $(STAMP_BUILD)
 	$(VENV)/bin/servelab demo all --out $(OUT)
 
-test: $(STAMP_BUILD) test-rust test-python test-assignments stubtest
+# the autograder's own tests and self-check exist only in the instructors' copy
+test: $(STAMP_BUILD) test-rust test-python test-assignments stubtest $(if $(wildcard autograder/tests),test-autograder)
 
 test-rust:
 	cargo test --release --quiet
@@ -29,7 +34,30 @@ test-python: $(STAMP_BUILD)
 
 # the reference solutions must score full marks (the points table prints at the end)
 test-assignments: $(STAMP_BUILD)
-	$(PY) -m pytest -q -p no:cacheprovider assignments
+	$(PY) -m pytest -q -p no:cacheprovider assignments; rc=$$?; \
+		[ $$rc -eq 0 ] || { [ -n "$(ASSIGNMENTS_MAY_FAIL)" ] && [ $$rc -eq 1 ]; }
+
+# the autograder (autograder/README.md): its tests include the self-check (reference full marks,
+# release zero, mutants and hostile submissions)
+test-autograder: $(STAMP_BUILD)
+	$(PY) -m pytest -q -p no:cacheprovider autograder/tests
+
+selfcheck: $(STAMP_BUILD)
+	$(PY) -m autograder selfcheck
+
+RELEASE ?= $(OUT)/release
+release: $(STAMP_BUILD)
+	$(PY) -m autograder release $(RELEASE) --force
+
+# the acceptance check of a release, outside make test (a second Rust build from nothing):
+# the release builds with its README's set-up and its own make test passes
+release-check: release
+	$(MAKE) -C $(RELEASE) test
+
+# make grade SUBMISSION=path/to/repo-or.zip [RESULTS=out/results.json]
+RESULTS ?= $(OUT)/results.json
+grade: $(STAMP_BUILD)
+	$(PY) -m autograder grade $(SUBMISSION) --out $(RESULTS)
 
 stubtest: $(STAMP_BUILD)
 	$(PY) -m mypy.stubtest servelab._core

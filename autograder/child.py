@@ -1,0 +1,242 @@
+"""The only process in which student code runs: import the student's modules, then answer calls.
+
+Started by :mod:`autograder.remote` as ``python -s child.py CONFIG_JSON``. Standard library only
+(numpy only if an argument or a result is an array), so nothing the grader trusts is loaded here.
+
+Order matters: resource limits and the audit hook are installed *before* the first line of
+student code runs, and neither can be undone from Python afterwards (raising a hard limit and
+adding/removing hooks are themselves refused by the hook). The hook is a closure that nothing
+else references, and the ``gc`` introspection that could reach it is refused too.
+
+Protocol: one JSON request per line on stdin (``{"op": "call", "target": {"module", "name"} or
+{"handle"}, "args", "kwargs"}``, or ``getattr/len/bool/contains/getitem/list`` on a handle); one
+JSON reply per line on the file descriptor named in the config: ``{"value": ...}`` or
+``{"raised": {"type", "message"}}``. A value that is not plain data stays here as a handle. Before the first request: ``{"ready": true}`` or
+``{"import_error": {...}}``. The parent trusts none of it beyond "plain JSON values".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import traceback
+from types import SimpleNamespace
+
+# ---- values on the wire (the parent's autograder.wire decodes them strictly) -------------------
+
+
+HANDLES: dict = {}  # id -> an object that stays here; the grader holds only its id
+
+
+def encode(x, depth=0):
+    if depth > 50:
+        raise TypeError("value nested too deeply")
+    t = type(x)  # exact types only: a subclass could carry an always-true __eq__
+    if x is None or t in (bool, int, float, str):
+        return x
+    if t is list:
+        return [encode(v, depth + 1) for v in x]
+    if t is tuple:
+        return {"__tuple__": [encode(v, depth + 1) for v in x]}
+    if t is dict:
+        return {"__dict__": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in x.items()]}
+    if t is SimpleNamespace:
+        return {"__ns__": {k: encode(v, depth + 1) for k, v in vars(x).items()}}
+    if t.__module__ == "numpy" and t.__name__ == "ndarray":
+        return {"__ndarray__": {"dtype": x.dtype.str, "shape": list(x.shape), "data": x.ravel().tolist()}}
+    if t.__module__ == "numpy" and hasattr(x, "dtype") and hasattr(x, "item"):  # numpy scalar
+        return {"__npscalar__": {"dtype": x.dtype.str, "value": x.item()}}
+    # anything else stays here: the grader gets a handle it can call, read attributes of, and
+    # compare only by identity
+    hid = len(HANDLES) + 1
+    HANDLES[hid] = x
+    return {"__handle__": {"id": hid, "type": f"{t.__module__}.{t.__qualname__}"}}
+
+
+def decode(x):
+    if isinstance(x, list):
+        return [decode(v) for v in x]
+    if isinstance(x, dict):
+        if "__tuple__" in x:
+            return tuple(decode(v) for v in x["__tuple__"])
+        if "__dict__" in x:
+            return {decode(k): decode(v) for k, v in x["__dict__"]}
+        if "__ns__" in x:
+            return SimpleNamespace(**{k: decode(v) for k, v in x["__ns__"].items()})
+        if "__ndarray__" in x:
+            import numpy as np
+            a = x["__ndarray__"]
+            return np.array(a["data"], dtype=np.dtype(a["dtype"])).reshape(a["shape"])
+        if "__handle__" in x:
+            return HANDLES[x["__handle__"]]
+        if "__npscalar__" in x:
+            import numpy as np
+            return np.dtype(x["__npscalar__"]["dtype"]).type(x["__npscalar__"]["value"])
+    return x
+
+
+# ---- the sandbox -------------------------------------------------------------------------------
+
+DENIED_EVENTS = frozenset({
+    "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system", "os.startfile",
+    "subprocess.Popen", "os.kill", "os.killpg", "signal.pthread_kill", "resource.setrlimit",
+    "resource.prlimit", "gc.get_objects", "gc.get_referrers", "gc.get_referents", "socket.__new__",
+    "socket.connect", "socket.bind", "sys.addaudithook", "os.setuid", "os.chroot", "pty.spawn",
+    "_posixsubprocess.fork_exec",
+})
+PATH_MUTATING_EVENTS = frozenset({  # every path argument must lie in the sandbox
+    "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.truncate",
+    "os.utime", "shutil.rmtree", "shutil.move",
+})
+# (source, destination): the source must be readable (a hard link or copy of a forbidden file
+# would otherwise open it under another name), the destination in the sandbox
+LINKING_EVENTS = frozenset({"os.link", "os.symlink", "shutil.copyfile", "shutil.copytree"})
+LISTING_EVENTS = frozenset({"os.listdir", "os.scandir", "glob.glob", "os.chdir"})
+BLOCKED_TOP_MODULES = frozenset({"ctypes", "_ctypes", "_posixsubprocess", "cffi", "_cffi_backend"})
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def install_limits(cfg: dict) -> None:
+    def cap(which, value):
+        resource.setrlimit(which, (value, value))  # soft = hard: cannot be raised again
+
+    cap(resource.RLIMIT_CPU, int(cfg["cpu_s"]))
+    cap(resource.RLIMIT_AS, int(cfg["memory_bytes"]))
+    cap(resource.RLIMIT_FSIZE, int(cfg["output_bytes"]))
+    cap(resource.RLIMIT_CORE, 0)
+    if os.geteuid() != 0 and cfg.get("nproc"):  # root ignores RLIMIT_NPROC; the hook covers it
+        cap(resource.RLIMIT_NPROC, int(cfg["nproc"]))
+
+
+def install_audit_hook(cfg: dict) -> None:
+    forbidden = tuple(os.path.realpath(p) for p in cfg["forbidden"])
+    writable = tuple(os.path.realpath(p) for p in cfg["writable"]) + ("/dev/null",)
+    blocked_modules = frozenset(cfg["blocked_modules"]) | BLOCKED_TOP_MODULES
+    own_proc = (f"/proc/{os.getpid()}", "/proc/self", "/proc/thread-self")
+    realpath, fspath, sep = os.path.realpath, os.fspath, os.sep
+
+    def under(path, roots):
+        return any(path == r or path.startswith(r + sep) for r in roots)
+
+    def resolve(p):
+        if isinstance(p, int) or p is None:
+            return None
+        p = fspath(p)
+        if isinstance(p, bytes):
+            p = p.decode("utf-8", "surrogateescape")
+        return realpath(p)
+
+    def check_read(path, event):
+        if path is None:
+            return
+        if under(path, forbidden) or (path.startswith("/proc/") and not under(path, own_proc)):
+            raise PermissionError(f"the autograder does not let submissions reach {path} ({event})")
+
+    def hook(event, args):
+        if event in DENIED_EVENTS or event.startswith("ctypes."):
+            raise PermissionError(f"the autograder does not allow {event} in submissions")
+        if event == "import":
+            name = args[0] or ""
+            top = name.split(".", 1)[0]
+            if name in blocked_modules or top in blocked_modules:
+                raise ImportError(f"the autograder does not let submissions import {name}")
+            check_read(resolve(args[1]), event)
+        elif event == "open":
+            path = resolve(args[0])
+            check_read(path, event)
+            mode, flags = args[1] or "r", args[2] or 0
+            writing = any(c in str(mode) for c in "wax+") or (flags & WRITE_FLAGS)
+            if path is not None and writing and not under(path, writable):
+                raise PermissionError(f"the autograder lets submissions write only in their own folder, not {path}")
+        elif event in LISTING_EVENTS:
+            if args:
+                check_read(resolve(args[0]), event)
+        elif event in LINKING_EVENTS:
+            src, dst = resolve(args[0]), resolve(args[1])
+            check_read(src, event)
+            if dst is not None and not under(dst, writable):
+                raise PermissionError(f"the autograder lets submissions change files only in their own folder, not {dst}")
+        elif event in PATH_MUTATING_EVENTS:
+            for a in args[:2]:
+                if isinstance(a, (str, bytes, os.PathLike)):
+                    p = resolve(a)
+                    if not under(p, writable):
+                        raise PermissionError(f"the autograder lets submissions change files only in their own folder, not {p}")
+
+    sys.addaudithook(hook)
+
+
+# ---- main loop ---------------------------------------------------------------------------------
+
+
+def describe(exc: BaseException) -> dict:
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return {"type": type(exc).__name__, "message": str(exc)[:4000], "traceback": "".join(tb[-6:])[-4000:]}
+
+
+def serve(req: dict, modules: dict):
+    """What one request asks of the student's code."""
+    op = req["op"]
+    if op == "call":
+        target = req["target"]
+        fn = getattr(modules[target["module"]], target["name"]) if "module" in target else HANDLES[target["handle"]]
+        return fn(*decode(req["args"]), **decode(req["kwargs"]))
+    obj = HANDLES[req["handle"]]
+    if op == "getattr":
+        return getattr(obj, req["name"])
+    if op == "len":
+        return len(obj)
+    if op == "bool":
+        return bool(obj)
+    if op == "contains":
+        return decode(req["arg"]) in obj
+    if op == "getitem":
+        return obj[decode(req["arg"])]
+    if op == "list":
+        return list(obj)
+    raise ValueError(f"unknown request {op!r}")
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    out = os.fdopen(int(cfg["reply_fd"]), "w", encoding="utf-8")
+    del sys.path[0]  # the folder of this script: the grader's own package stays out of reach
+    hidden = tuple(os.path.realpath(p) for p in cfg["forbidden"])
+    sys.path[:] = [p for p in sys.path if not any(os.path.realpath(p or ".").startswith(h) for h in hidden)]
+
+    def reply(obj) -> None:
+        out.write(json.dumps(obj) + "\n")
+        out.flush()
+
+    sys.dont_write_bytecode = True
+    install_limits(cfg)
+    install_audit_hook(cfg)
+    import importlib.util
+
+    modules = {}
+    for name, path in cfg["modules"]:
+        try:
+            sys.path.insert(0, os.path.dirname(path))
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+            modules[name] = module
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt at import included
+            reply({"import_error": {"module": name, **describe(exc)}})
+            return
+    reply({"ready": True})
+    for line in sys.stdin:
+        try:
+            req = json.loads(line)
+            value = serve(req, modules)
+            answer = {"value": encode(value)}
+        except BaseException as exc:
+            answer = {"raised": describe(exc)}
+        reply(answer)
+
+
+if __name__ == "__main__":
+    main()

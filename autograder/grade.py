@@ -1,0 +1,92 @@
+"""``grade SUBMISSION``: one submission -> Gradescope's results.json.
+
+The course copy this grader runs from (``root``) is the pristine copy: its tests, its manifest,
+its helpers. From the submission only the manifest's ``edit`` files are taken (see
+:mod:`autograder.submission`); every task runs in its own sandbox folder and child processes
+(:mod:`autograder.judge`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import servelab
+from autograder import results
+from autograder.hidden import hidden_test_names
+from autograder.judge import Outcome, run_task
+from autograder.remote import Limits
+from autograder.submission import SubmissionError, collect, unpack
+from servelab.grading.manifest import Manifest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def manifest_of(root: Path) -> Manifest:
+    return Manifest.load(root / "assignments" / "manifest.toml")
+
+
+def hidden_tests(root: Path, manifest: Manifest) -> set[str]:
+    """Manifest test ids defined inside a hidden region of their (pristine) test file."""
+    out = set()
+    for task in manifest.tasks:
+        for test in task.tests:
+            file_rel, _, func = test.partition("::")
+            path = root / "assignments" / file_rel
+            top = func.split("[", 1)[0].split("::", 1)[0]  # a test class's methods share its fate
+            if path.is_file() and top in hidden_test_names(path.read_text(encoding="utf-8"), file_rel):
+                out.add(test)
+    return out
+
+
+def forbidden_paths(root: Path, extra: list[Path] = ()) -> list[Path]:
+    """What the child may not read or list: every top-level entry of the course copy except the
+    virtual environment that runs it (numpy lives there), servelab itself wherever it is
+    installed, and ``extra`` (other students' submissions, the gradebook)."""
+    venv = Path(sys.prefix).resolve()
+    out = [p.resolve() for p in sorted(root.iterdir()) if not (venv == p.resolve() or p.resolve() in venv.parents)]
+    out.append(Path(servelab.__file__).resolve().parent)
+    out.extend(Path(p).resolve() for p in extra)
+    return out
+
+
+def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: Limits = Limits(),
+          extra_forbidden: list[Path] = ()) -> dict:
+    """Grades ``submission`` (a folder or a zip) and returns (and writes to ``out``) results.json."""
+    start = time.monotonic()
+    root = Path(root).resolve()
+    manifest = manifest_of(root)
+    work = Path(tempfile.mkdtemp(prefix="servelab-grade-")).resolve()
+    try:
+        forbidden = forbidden_paths(root, [*extra_forbidden, Path(submission).resolve()])
+        outcomes: dict[str, dict[str, Outcome]] = {}
+        try:
+            folder = unpack(Path(submission), work / "unpacked")
+            broken = None
+        except SubmissionError as exc:
+            folder, broken = None, str(exc)
+        for task in manifest.tasks:
+            files = broken if broken else collect(folder, task.edit)
+            # each task's own copies: the student's file may change later, the sandbox may not
+            if isinstance(files, dict):
+                files = _snapshot(files, work / "files" / task.id)
+            outcomes[task.id] = run_task(root, task, files, work / "run", limits, forbidden)
+        data = results.build(manifest, outcomes, hidden_tests(root, manifest), time.monotonic() - start)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if out is not None:
+        results.write_json_atomic(data, Path(out))
+    return data
+
+
+def _snapshot(files: dict[str, Path], into: Path) -> dict[str, Path]:
+    copies = {}
+    for rel, path in files.items():
+        dst = into / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, dst)
+        copies[rel] = dst
+    return copies

@@ -1,0 +1,79 @@
+"""``grade-all DIR``: every submission in DIR (each a folder or a zip, named after the student),
+graded on local cores; one results.json per submission and a CSV gradebook, both written
+atomically, rows in name order (the same DIR gives the same gradebook)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import multiprocessing
+import os
+import tempfile
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from autograder.grade import grade, manifest_of
+from autograder.remote import Limits
+
+
+def submissions(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        raise NotADirectoryError(f"grade-all DIR must be a folder of submissions, got {str(folder)!r}")
+    found = sorted(p for p in folder.iterdir() if not p.name.startswith(".") and (p.is_dir() or p.suffix == ".zip"))
+    if not found:
+        raise ValueError(f"grade-all DIR holds no submission (folders or .zip files): {str(folder)!r}")
+    return found
+
+
+def _one(sub: Path, out: Path, root: Path, limits: Limits, everyone: Path) -> tuple[str, dict]:
+    name = sub.stem if sub.suffix == ".zip" else sub.name
+    # other students' submissions are out of this one's reach
+    data = grade(sub, root=root, out=out / "results" / f"{name}.json", limits=limits, extra_forbidden=[everyone, out])
+    return name, data
+
+
+def grade_all(folder: Path, out: Path, root: Path, limits: Limits = Limits(), jobs: int | None = None) -> Path:
+    """Grades every submission; returns the path of ``gradebook.csv``."""
+    folder, out = Path(folder).resolve(), Path(out).resolve()
+    subs = submissions(folder)
+    if jobs is not None and jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    manifest = manifest_of(root)
+    rows: dict[str, dict] = {}
+    # spawn, not fork: the progress bar runs a thread, and forking a threaded process is unsafe
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs or os.cpu_count() or 1, mp_context=context) as pool, Progress(
+            TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
+        job = bar.add_task("grading", total=len(subs))
+        futures = {pool.submit(_one, s, out, root, limits, folder): s for s in subs}
+        for future in as_completed(futures):
+            sub = futures[future]
+            try:
+                name, data = future.result()
+                rows[name] = data
+            except Exception as exc:  # the grader's own failure: say so in the gradebook, go on
+                rows[sub.stem if sub.suffix == ".zip" else sub.name] = {"error": f"{type(exc).__name__}: {exc}"}
+                bar.console.print(f"[red]grader error on {sub.name}: {type(exc).__name__}: {exc}")
+            bar.advance(job)
+    text = io.StringIO()
+    writer = csv.writer(text, lineterminator="\n")
+    writer.writerow(["submission", *(t.id for t in manifest.tasks), "score", "max_score"])
+    for name in sorted(rows):
+        if "error" in rows[name]:
+            writer.writerow([name, *("" for _ in manifest.tasks), f"grader error: {rows[name]['error']}",
+                             manifest.total_points])
+            continue
+        by_task = {t.id: 0 for t in manifest.tasks}
+        for test in rows[name]["tests"]:
+            by_task[test["extra_data"]["task"]] += test["score"]
+        writer.writerow([name, *by_task.values(), rows[name]["score"], rows[name]["max_score"]])
+    path = out / "gradebook.csv"
+    out.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".gradebook.", dir=out)
+    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        f.write(text.getvalue())
+    os.replace(tmp, path)
+    print(f"graded {len(rows)} submissions: {path}")
+    return path

@@ -1,0 +1,141 @@
+"""Runs one task's pristine tests *in the grader's process*, with the student's modules replaced
+by :class:`~autograder.remote.RemoteModule` proxies: the tests choose the inputs (Hypothesis,
+derandomized), the child only computes the student's outputs, and the oracle, the comparison
+and the pass/fail decision stay here.
+
+A test earns its manifest points when every case of it passes (a parametrised test: every
+parameter set). Tests may use ``@given``, ``@pytest.mark.parametrize``, ``tmp_path`` and test
+classes (:mod:`autograder.testload`); a test asking for other pytest fixtures fails with a
+message saying so (the self-check's "reference scores full marks" catches that early).
+"""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hypothesis import HealthCheck, Phase, Verbosity, settings
+
+from autograder.remote import Child, Limits, RemoteModule, SubmissionFailed
+from autograder.testload import call_test, cases, find_test, import_test_module
+from servelab.grading.hypothesis_profiles import PROFILES
+from servelab.grading.manifest import Task
+
+# the "grading" profile (derandomized, fixed example count), nothing written to disk, and no
+# "explain" phase (it costs seconds per failing test and adds nothing a student needs)
+settings.register_profile("autograder", **{**PROFILES["grading"], "database": None,
+                                           "phases": [Phase.explicit, Phase.generate, Phase.shrink],
+                                           "report_multiple_bugs": False, "verbosity": Verbosity.quiet,
+                                           "suppress_health_check": list(HealthCheck)})
+MAX_MESSAGE = 3000
+GROUP = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11+
+TEST_FILE_PREFIXES = ("test_", "conftest")
+# modules the child refuses to import while it runs student code: the Rust oracle and the
+# pure-Python references would answer for the student (a task that needs part of servelab in
+# the child would have to allow it explicitly here, and then test something it cannot answer)
+BLOCKED_MODULES = ("servelab", "servelab._core", "servelab.hw_model", "servelab.reference")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    passed: bool
+    message: str
+
+
+def build_sandbox(root: Path, task: Task, files: dict[str, Path], sandbox: Path) -> list[tuple[str, Path]]:
+    """The child's folder: the task folders' non-test helpers from the pristine copy, then the
+    student's edited files. Returns (module name, path) of each edited file."""
+    assignments = root / "assignments"
+    for folder in sorted({Path(rel).parent for rel in task.edit}):
+        dst = sandbox / folder
+        dst.mkdir(parents=True, exist_ok=True)
+        for helper in sorted((assignments / folder).glob("*.py")):
+            if not helper.name.startswith(TEST_FILE_PREFIXES) and f"{folder.as_posix()}/{helper.name}" not in task.edit:
+                shutil.copyfile(helper, dst / helper.name)
+    modules = []
+    for rel in task.edit:
+        dst = sandbox / rel
+        shutil.copyfile(files[rel], dst)
+        modules.append((Path(rel).stem, dst))
+    return modules
+
+
+def _message(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, (SubmissionFailed, AssertionError)) else str(exc)
+    for note in getattr(exc, "__notes__", ()):
+        text += f"\n{note}"
+    if isinstance(exc, GROUP) and exc.exceptions:
+        text += "\n" + _message(exc.exceptions[0])
+    return text
+
+
+def run_task(root: Path, task: Task, files: dict[str, Path] | str, workdir: Path, limits: Limits,
+             forbidden: list[Path]) -> dict[str, Outcome]:
+    """Outcome of every manifest test of ``task``. ``files`` maps each edited file to the copy
+    taken from the submission, or is a message saying why there is none."""
+    if isinstance(files, str):
+        return {test: Outcome(False, files) for test in task.tests}
+    sandbox = workdir / task.id
+    sandbox.mkdir(parents=True)
+    modules = build_sandbox(root, task, files, sandbox)
+    proxies = {name: RemoteModule(name) for name, _ in modules}
+
+    spawned, folders = itertools.count(1), itertools.count(1)
+
+    def new_folder() -> Path:  # tmp_path: numbered, so that messages naming it stay identical
+        folder = sandbox / f"tmp_path-{next(folders)}"
+        folder.mkdir()
+        return folder
+
+    def new_child() -> Child:
+        # each test has its own child, its own scratch folder (the student's modules stay
+        # read-only) and its own wall-clock budget: a hang in one function costs the tests that
+        # call it, not the honest ones after it
+        scratch = sandbox / f"scratch-{next(spawned)}"
+        return Child(modules, scratch, forbidden, list(BLOCKED_MODULES), limits, time.monotonic() + limits.wall_s)
+
+    try:
+        first: Child | None = new_child()
+    except SubmissionFailed as exc:  # the module does not even import: every test fails alike
+        return {test: Outcome(False, _clean(str(exc), sandbox, root)) for test in task.tests}
+
+    outcomes: dict[str, Outcome] = {}
+    test_modules: dict[str, object] = {}
+    settings.load_profile("autograder")
+    for n, test in enumerate(task.tests):
+        file_rel, _, func_name = test.partition("::")
+        try:
+            child = first or new_child()
+            first = None
+            for proxy in proxies.values():
+                proxy.bind(child)
+            try:
+                if file_rel not in test_modules:
+                    test_modules[file_rel] = import_test_module(root / "assignments" / file_rel, proxies,
+                                                                f"_autograder_{task.id}_{n}")
+                fn = find_test(test_modules[file_rel], func_name, file_rel)
+                for kwargs in cases(fn):
+                    call_test(fn, kwargs, new_folder)
+                outcomes[test] = Outcome(True, "passed")
+            finally:
+                child.close()
+        except (Exception, SubmissionFailed) as exc:
+            outcomes[test] = Outcome(False, _clean(_message(exc), sandbox, root))
+        except BaseException as exc:  # pytest.skip/fail inside a test: it did not pass
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            outcomes[test] = Outcome(False, _clean(_message(exc), sandbox, root))
+        finally:
+            for proxy in proxies.values():
+                proxy.bind(None)
+    return outcomes
+
+
+def _clean(text: str, sandbox: Path, root: Path) -> str:
+    """Messages name no temporary folder (a regrade must be byte-identical) and stay short."""
+    text = text.replace(str(sandbox), "<submission>").replace(str(root), "<course>")
+    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE] + "\n... (message cut)"

@@ -1,0 +1,138 @@
+"""``release OUT``: the student repository, written from the course copy.
+
+What changes on the way (each rule is here, nowhere else):
+
+* every file a task lists under ``edit``: ``### BEGIN SOLUTION`` regions become
+  ``raise NotImplementedError(...)`` (:func:`servelab.grading.solutions.strip_solutions`);
+  notebooks would go through nbgrader (:func:`stub_notebook`, not needed by any task yet);
+* test files under ``assignments/``: ``### BEGIN HIDDEN TESTS`` regions are removed, and the
+  manifest forgets the tests that were in them;
+* tasks whose visibility is not ``visible``: their test files are left out, and their tests too;
+* left out entirely (:data:`PRIVATE`): the autograder's mutants, hostile submissions, answer key
+  and its exercise scripts, the pure-Python references (they double as solutions, e.g.
+  ``reference/step_cost.py`` is the roofline task's answer) together with every test and
+  benchmark that imports them, and the tests that grade the reference solutions;
+* the Makefile learns that failing assignments are expected (``ASSIGNMENTS_MAY_FAIL = 1``), and
+  ``.github/workflows/classroom.yml`` is added.
+
+A file outside the edit list that still holds a solution region stops the release (a leak).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from autograder.grade import hidden_tests, manifest_of
+from autograder.hidden import strip_hidden
+from servelab.grading.solutions import BEGIN as SOLUTION_BEGIN
+from servelab.grading.solutions import strip_solutions
+
+PRIVATE = (
+    "autograder/mutants/", "autograder/tests/", "autograder/answers/", "autograder/exercises/",
+    "python/servelab/reference/", "tests/test_assignments_grading.py",
+)
+IMPORTS_REFERENCE = re.compile(r"^\s*(from\s+servelab\.reference\b|import\s+servelab\.reference\b|"
+                               r"from\s+servelab\s+import\s+[^\n]*\breference\b)", re.M)
+CLASSROOM = Path(__file__).with_name("ci") / "classroom.yml"
+MAKEFILE_FLAG = "ASSIGNMENTS_MAY_FAIL ?="
+
+
+def course_files(root: Path) -> list[str]:
+    """Files of the course copy: git's view (tracked, plus untracked but not ignored) when it is a
+    git checkout, else every file outside the usual build folders."""
+    try:
+        run = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                             capture_output=True, check=True)
+        names = [n for n in run.stdout.decode().split("\0") if n]
+        return sorted(n for n in names if (root / n).is_file())
+    except (OSError, subprocess.CalledProcessError):
+        skip = {".git", ".venv", "target", "__pycache__", ".hypothesis", ".pytest_cache", ".mypy_cache", "out"}
+        return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                      if p.is_file() and not skip & set(p.relative_to(root).parts))
+
+
+def stub_notebook(path: Path) -> str:
+    """The hook for notebooks: nbgrader's ``generate_assignment`` would stub them. No task has a
+    notebook yet; a release refuses one rather than ship its solutions."""
+    raise NotImplementedError(f"{path}: notebooks need nbgrader's generate_assignment (no task uses one yet)")
+
+
+def plan(root: Path) -> dict[str, str | None]:
+    """rel path -> new text (None: copy the bytes unchanged); left-out files are absent."""
+    manifest = manifest_of(root)
+    hidden = hidden_tests(root, manifest)
+    edit = {f"assignments/{rel}" for t in manifest.tasks for rel in t.edit}
+    hidden_files = {f"assignments/{test.split('::')[0]}" for t in manifest.tasks if t.visibility != "visible"
+                    for test in t.tests}
+    drop_tests = hidden | {test for t in manifest.tasks if t.visibility != "visible" for test in t.tests}
+    out: dict[str, str | None] = {}
+    for rel in course_files(root):
+        path = root / rel
+        if rel.startswith(PRIVATE) or rel in hidden_files:
+            continue
+        if rel.endswith(".ipynb") and rel.startswith("assignments/"):
+            out[rel] = stub_notebook(path)
+            continue
+        if not rel.endswith((".py", ".toml", ".md", ".txt", ".cfg", ".yml", ".yaml", ".ipynb")) and rel != "Makefile":
+            out[rel] = None
+            continue
+        text = path.read_text(encoding="utf-8")
+        if rel.endswith(".py") and IMPORTS_REFERENCE.search(text):
+            if rel.startswith(("tests/", "benchmarks/")):
+                continue  # parity tests and benchmarks of the references go with them
+            raise ValueError(f"{rel} imports servelab.reference, which a release leaves out: it would not run")
+        if rel in edit:
+            text = strip_solutions(text, rel.removeprefix("assignments/"))
+        elif any(line.strip() == SOLUTION_BEGIN for line in text.splitlines()):
+            raise ValueError(f"{rel} holds a solution region but is not an edit file of any task: it would leak")
+        if rel.startswith("assignments/"):
+            text = strip_hidden(text, rel)
+        if rel == "assignments/manifest.toml":
+            text = _drop_manifest_tests(text, drop_tests)
+        if rel == "Makefile":
+            if MAKEFILE_FLAG not in text:
+                raise ValueError(f"Makefile lacks the line {MAKEFILE_FLAG!r} that a release sets")
+            text = re.sub(r"^ASSIGNMENTS_MAY_FAIL \?=.*$", "ASSIGNMENTS_MAY_FAIL ?= 1", text, count=1, flags=re.M)
+        out[rel] = text
+    out[".github/workflows/classroom.yml"] = CLASSROOM.read_text(encoding="utf-8")
+    return out
+
+
+def _drop_manifest_tests(text: str, tests: set[str]) -> str:
+    keep = [line for line in text.splitlines(keepends=True)
+            if not (line.lstrip().startswith('"') and line.split('"')[1] in tests)]
+    return "".join(keep)
+
+
+def release(root: Path, out: Path, force: bool = False) -> list[str]:
+    """Writes the release into ``out`` (created; with ``force`` replaced) and returns its files.
+    Written into a temporary folder first, then renamed: never half a release."""
+    root, out = Path(root).resolve(), Path(out).resolve()
+    if out.exists() and any(out.iterdir()) and not force:
+        raise FileExistsError(f"release OUT must be a new or empty folder, got {str(out)!r} (use --force to replace it)")
+    if root == out or (root in out.parents and root / "out" not in (out, *out.parents)):
+        raise ValueError(f"release OUT must lie outside the course copy (or under its out/), got {str(out)!r}")
+    files = plan(root)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for rel, text in sorted(files.items()):
+            dst = tmp / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if text is None:
+                shutil.copy2(root / rel, dst)
+            else:
+                dst.write_text(text, encoding="utf-8")
+                if (root / rel).exists():
+                    shutil.copymode(root / rel, dst)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return sorted(files)

@@ -1,0 +1,304 @@
+"""The grader's side of the child process: start it under limits, call student functions in it,
+and stand in for the student's modules inside the (pristine, trusted) tests.
+
+A test does ``import ledger`` and then ``ledger.param_count(x)``: the grader puts a
+:class:`RemoteModule` named ``ledger`` in ``sys.modules`` while it imports the test, so the call
+goes over a pipe to the child, and what comes back is plain data (:mod:`autograder.wire`).
+Everything the test does with that value (comparisons, the oracle, Hypothesis) happens here.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder import wire
+
+CHILD = Path(__file__).with_name("child.py")
+MAX_REPLY = 16 << 20  # bytes; a longer line is a protocol error, not a reason to run out of memory
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per test (each test runs in its own child process): wall-clock seconds from the child's
+    start (the import included), CPU seconds, address space, bytes of output, and processes or
+    threads beyond those the user already runs."""
+
+    wall_s: float = 60.0
+    cpu_s: int = 60
+    memory_bytes: int = 2 << 30
+    output_bytes: int = 1 << 20
+    nproc: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("wall_s", "cpu_s", "memory_bytes", "output_bytes", "nproc"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"Limits.{name} must be a positive number, got {v!r}")
+
+
+class SubmissionFailed(BaseException):
+    """The child died, hung, or broke the protocol. A BaseException on purpose: Hypothesis must
+    not treat it as a falsifying example and shrink (which would call the dead child again)."""
+
+
+class StudentError(Exception):
+    """An exception of a type that is not a builtin, raised by student code."""
+
+
+def _exception_from(raised: dict) -> Exception:
+    name, message = str(raised.get("type", "Exception")), str(raised.get("message", ""))
+    cls = getattr(builtins, name, None)
+    text = f"{message}  [raised by your code]"
+    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, (StopIteration, StopAsyncIteration)):
+        try:
+            return cls(text)
+        except Exception:
+            pass
+    return StudentError(f"{name}: {text}")
+
+
+def _describe_exit(code: int | None, limits: Limits) -> str:
+    if code is None:
+        return "was still running"
+    if code >= 0:
+        return f"ended with exit code {code}"
+    sig = -code
+    why = {signal.SIGXCPU: f" (CPU time limit of {limits.cpu_s} s)",
+           signal.SIGXFSZ: f" (output over the limit of {limits.output_bytes} bytes)",
+           signal.SIGKILL: " (killed)", signal.SIGSEGV: " (crashed; possibly out of memory)"}.get(sig, "")
+    return f"was killed by {signal.Signals(sig).name}{why}"
+
+
+def _user_processes() -> int:
+    """Processes (and threads) this user already runs: RLIMIT_NPROC counts them all, so the
+    child's allowance is this plus ``Limits.nproc`` (root ignores the limit altogether)."""
+    uid, count = os.getuid(), 0
+    try:
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    if entry.stat().st_uid == uid:
+                        count += len(os.listdir(f"/proc/{entry.name}/task"))
+                except OSError:
+                    pass
+    except OSError:
+        return 0
+    return count
+
+
+class Child:
+    """One child process with the student's modules imported; call :meth:`call` on it."""
+
+    def __init__(self, modules: list[tuple[str, Path]], scratch: Path, forbidden: list[Path],
+                 blocked_modules: list[str], limits: Limits, deadline: float) -> None:
+        """``scratch``: a new folder, the only place the child may write (its cwd, HOME, TMPDIR)."""
+        self.limits, self.deadline = limits, deadline
+        self._buffer = b""
+        self._reply: int | None = None
+        read_fd, write_fd = os.pipe()
+        cfg = {"reply_fd": write_fd, "modules": [[n, str(p)] for n, p in modules],
+               "forbidden": [str(p) for p in forbidden], "writable": [str(scratch)],
+               "blocked_modules": list(blocked_modules), "cpu_s": max(1, int(limits.cpu_s)),
+               "memory_bytes": int(limits.memory_bytes), "output_bytes": int(limits.output_bytes),
+               "nproc": _user_processes() + int(limits.nproc)}
+        home, tmp = scratch / "home", scratch / "tmp"
+        home.mkdir(parents=True)
+        tmp.mkdir()
+        env = {"HOME": str(home), "TMPDIR": str(tmp), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
+               "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
+               "PYTHONIOENCODING": "utf-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+               "MKL_NUM_THREADS": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        # the student's prints go to a file that is never read back as a result
+        self.log_path = scratch / "output.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-s", str(CHILD), json.dumps(cfg)], stdin=subprocess.PIPE,
+                                         stdout=log, stderr=subprocess.STDOUT, cwd=scratch, env=env,
+                                         pass_fds=(write_fd,), start_new_session=True)
+        os.close(write_fd)
+        self._reply = read_fd
+        first = self._read("importing your code")
+        if "import_error" in first:
+            err = first["import_error"]
+            if not isinstance(err, dict):
+                raise SubmissionFailed("importing your code failed")
+            self.close()
+            raise SubmissionFailed(f"importing {err.get('module')} raised {err.get('type')}: "
+                                   f"{str(err.get('message'))[:1500]}\n{str(err.get('traceback'))[-1500:]}")
+        if first != {"ready": True}:
+            self.close()
+            raise SubmissionFailed("the child process sent something unexpected while importing your code")
+
+    def call(self, module: str, name: str, args: tuple, kwargs: dict):
+        """``module.name(*args, **kwargs)`` in the child; its value, decoded."""
+        return self.request({"op": "call", "target": {"module": module, "name": name},
+                             "args": self._encode(list(args)), "kwargs": self._encode(kwargs)},
+                            f"{module}.{name}(...)")
+
+    def request(self, req: dict, what: str):
+        """Sends one request, returns the decoded value or raises what the student code raised."""
+        if self._reply is None:
+            raise SubmissionFailed(f"{what}: the child process of this test has already ended")
+        try:
+            self.proc.stdin.write((json.dumps(req) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise SubmissionFailed(self._death(what)) from None
+        reply = self._read(what)
+        if "value" in reply and len(reply) == 1:
+            try:
+                return wire.decode(reply["value"], handle=lambda hid, kind: RemoteObject(self, hid, kind))
+            except (ValueError, TypeError) as exc:
+                raise SubmissionFailed(f"{what} returned something that is not a plain value ({exc})") from None
+        if "raised" in reply and isinstance(reply["raised"], dict):
+            raise _exception_from(reply["raised"])
+        raise SubmissionFailed(f"the child process sent something unexpected for {what}")
+
+    def _encode(self, value):
+        def handle_id(obj: RemoteObject) -> int:
+            if obj._child is not self:
+                raise SubmissionFailed(f"{obj!r} belongs to another test's process")
+            return obj._id
+        return wire.encode(value, handle=handle_id)
+
+    def _read(self, what: str) -> dict:
+        while b"\n" not in self._buffer:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                self.close()
+                raise SubmissionFailed(f"time limit: {self.limits.wall_s:g} s (wall clock) ran out while {what}")
+            ready, _, _ = select.select([self._reply], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(self._reply, 1 << 16)
+            if not chunk:
+                raise SubmissionFailed(self._death(what))
+            self._buffer += chunk
+            if len(self._buffer) > MAX_REPLY:
+                self.close()
+                raise SubmissionFailed(f"the reply to {what} was longer than {MAX_REPLY} bytes")
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        try:
+            reply = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            self.close()
+            raise SubmissionFailed(f"the child process wrote something that is not a reply while {what}") from None
+        if not isinstance(reply, dict):
+            self.close()
+            raise SubmissionFailed(f"the child process wrote something that is not a reply while {what}")
+        return reply
+
+    def _death(self, what: str) -> str:
+        try:
+            code = self.proc.wait(timeout=max(0.1, min(2.0, self.deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            code = None
+        self.close()
+        return f"your code's process {_describe_exit(code, self.limits)} while {what}"
+
+    def close(self) -> None:
+        """Kills the child and anything it started (its own process group), then reaps it."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # stragglers that outlived the leader
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        if self.proc.stdin:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        if self._reply is not None:
+            os.close(self._reply)
+            self._reply = None
+
+
+class RemoteObject:
+    """An object that lives in the child (an instance of a student's class, a bound method...).
+    Attribute reads, calls, ``len``, ``in``, ``[]``, iteration and truth go to the child and come
+    back as plain values or further handles. Equality is identity: a student's ``__eq__`` never
+    runs in the grader."""
+
+    __slots__ = ("_child", "_id", "_kind")
+    _remote_handle = True  # how autograder.wire recognises it
+
+    def __init__(self, child: Child, hid: int, kind: str) -> None:
+        object.__setattr__(self, "_child", child)
+        object.__setattr__(self, "_id", hid)
+        object.__setattr__(self, "_kind", kind)
+
+    def _ask(self, op: str, what: str, **fields):
+        return self._child.request({"op": op, "handle": self._id, **fields}, what)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._ask("getattr", f"{self._kind}.{name}", name=name)
+
+    def __call__(self, *args, **kwargs):
+        return self._child.request({"op": "call", "target": {"handle": self._id},
+                                    "args": self._child._encode(list(args)),
+                                    "kwargs": self._child._encode(kwargs)}, f"{self._kind}(...)")
+
+    def __len__(self) -> int:
+        return _checked(self._ask("len", f"len({self._kind})"), int)
+
+    def __bool__(self) -> bool:
+        return _checked(self._ask("bool", f"bool({self._kind})"), bool)
+
+    def __contains__(self, item) -> bool:
+        return _checked(self._ask("contains", f"... in {self._kind}", arg=self._child._encode(item)), bool)
+
+    def __getitem__(self, key):
+        return self._ask("getitem", f"{self._kind}[...]", arg=self._child._encode(key))
+
+    def __iter__(self):
+        return iter(_checked(self._ask("list", f"list({self._kind})"), list))
+
+    def __repr__(self) -> str:
+        return f"<{self._kind} object from your code>"
+
+
+def _checked(value, kind: type):
+    if type(value) is not kind:
+        raise SubmissionFailed(f"the child process answered a {type(value).__name__} where a {kind.__name__} was due")
+    return value
+
+
+class RemoteModule(types.ModuleType):
+    """Stands in for a student module inside a test: every attribute is a function in the child."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.__dict__["_child"] = None
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        module = self.__name__
+
+        def remote(*args, **kwargs):
+            child = self.__dict__["_child"]
+            if child is None:
+                raise SubmissionFailed("no child process is running for this test")
+            return child.call(module, attr, args, kwargs)
+
+        remote.__name__ = remote.__qualname__ = attr
+        return remote
+
+    def bind(self, child: Child | None) -> None:
+        self.__dict__["_child"] = child

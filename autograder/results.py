@@ -1,0 +1,54 @@
+"""Gradescope's ``results.json``, built from the manifest alone (names, points, visibility) and
+the judge's outcomes; written atomically so that a reader never sees half a file.
+
+Visibility: a test takes its task's visibility, except that a test inside a ``### BEGIN HIDDEN
+TESTS`` region of a visible task is shown ``after_due_date``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from servelab.grading.manifest import Manifest
+
+
+def build(manifest: Manifest, outcomes: dict[str, dict], hidden: set[str], execution_time: float,
+          notes: dict[str, str] | None = None) -> dict:
+    """``outcomes[task][test] = Outcome``; ``hidden``: test ids in hidden regions."""
+    tests, lines = [], []
+    score = 0
+    for t_index, task in enumerate(manifest.tasks, 1):
+        got = 0
+        for n_index, (test, points) in enumerate(task.tests.items(), 1):
+            outcome = outcomes[task.id][test]
+            earned = points if outcome.passed else 0
+            got += earned
+            visibility = "after_due_date" if (test in hidden and task.visibility == "visible") else task.visibility
+            tests.append({"name": f"{task.id}: {test.split('::', 1)[-1]}", "number": f"{t_index}.{n_index}",
+                          "score": earned, "max_score": points, "status": "passed" if outcome.passed else "failed",
+                          "output": outcome.message, "visibility": visibility,
+                          "extra_data": {"task": task.id, "test": test}})
+        score += got
+        note = (notes or {}).get(task.id)
+        lines.append(f"{task.id} ({task.title}, {task.lecture}): {got} / {task.points}" + (f"  [{note}]" if note else ""))
+    return {"score": score, "max_score": manifest.total_points, "execution_time": round(execution_time, 3),
+            "output": "\n".join(lines), "visibility": "visible", "stdout_visibility": "hidden", "tests": tests}
+
+
+def write_json_atomic(data: dict, path: Path) -> None:
+    """Writes ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, sort_keys=True, ensure_ascii=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

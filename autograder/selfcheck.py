@@ -1,0 +1,221 @@
+"""``selfcheck``: the grader proves itself on submissions whose grade is known.
+
+* the reference solutions score full marks;
+* the release grades without error and scores zero, and in the release ``pytest assignments/``
+  shows 0 points with every task failing cleanly; pasting one task's reference back earns
+  exactly that task's points (this runs the release's tests with this checkout's installed
+  servelab: no second Rust build);
+* every mutant (``autograder/mutants/*.toml``) loses points on its own task and only there;
+* every hostile submission (``autograder/tests/hostile/<name>/``, its ``expect.toml`` giving
+  ``max_points``) scores at most that, under tight limits, and leaves the course copy intact.
+
+Each check is a function returning a list of problems (empty: it holds); ``autograder/tests``
+runs them one by one under pytest, ``python -m autograder selfcheck`` all at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+from autograder.grade import ROOT, grade, manifest_of
+from autograder.release import release
+from autograder.remote import Limits
+
+HOSTILE = ROOT / "autograder" / "tests" / "hostile"
+MUTANTS = ROOT / "autograder" / "mutants"
+# hostile submissions are graded with tight limits so that the self-check stays short (but
+# loose enough that the honest parts inside them pass on a busy 2-core machine)
+HOSTILE_LIMITS = Limits(wall_s=4.0, cpu_s=4, memory_bytes=1 << 30, output_bytes=256 << 10)
+
+
+def points_by_task(data: dict) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for test in data["tests"]:
+        task = test["extra_data"]["task"]
+        out[task] = out.get(task, 0) + test["score"]
+    return out
+
+
+def full_marks() -> dict[str, int]:
+    return {t.id: t.points for t in manifest_of(ROOT).tasks}
+
+
+def reference_submission(into: Path) -> Path:
+    """A submission folder holding the instructors' edit files (the reference solutions)."""
+    for task in manifest_of(ROOT).tasks:
+        for rel in task.edit:
+            dst = into / "assignments" / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ROOT / "assignments" / rel, dst)
+    return into
+
+
+def mutants() -> list[dict]:
+    return [m for f in sorted(MUTANTS.glob("*.toml")) for m in tomllib.loads(f.read_text())["mutant"]]
+
+
+def hostiles() -> list[Path]:
+    return sorted(p for p in HOSTILE.iterdir() if (p / "expect.toml").is_file())
+
+
+def course_fingerprint() -> str:
+    """A hash of the files a submission must not be able to change."""
+    h = hashlib.sha256()
+    for folder in ("assignments", "autograder/answers", "autograder/mutants"):
+        for p in sorted((ROOT / folder).rglob("*")):
+            if p.is_file() and "__pycache__" not in p.parts:
+                h.update(p.relative_to(ROOT).as_posix().encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+# ---- the checks ---------------------------------------------------------------------------------
+
+def check_reference(tmp: Path) -> list[str]:
+    data = grade(reference_submission(tmp / "reference"))
+    got, want = points_by_task(data), full_marks()
+    failing = [f"{t['name']}: {t['output'][:300]}" for t in data["tests"] if t["status"] != "passed"]
+    return [] if got == want else [f"reference scores {got}, not full marks {want}", *failing]
+
+
+def make_release(tmp: Path) -> Path:
+    out = tmp / "release"
+    release(ROOT, out)
+    return out
+
+
+def check_release_grades_zero(release_dir: Path) -> list[str]:
+    data = grade(release_dir)
+    problems = []
+    if data["score"] != 0:
+        problems.append(f"the release scores {data['score']}, not 0")
+    for t in data["tests"]:
+        if "NotImplementedError" not in t["output"]:
+            problems.append(f"{t['name']}: expected a NotImplementedError message, got {t['output'][:200]!r}")
+    return problems
+
+
+def run_release_pytest(release_dir: Path) -> tuple[dict, subprocess.CompletedProcess]:
+    """``pytest assignments/`` inside the release, with this checkout's servelab."""
+    points = release_dir / "points.json"
+    points.unlink(missing_ok=True)
+    env = {**os.environ, "HYPOTHESIS_PROFILE": "ci", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "assignments",
+                          "--points-json", str(points)], cwd=release_dir, capture_output=True, text=True,
+                         timeout=600, env=env)
+    summary = json.loads(points.read_text()) if points.exists() else {}
+    return summary, run
+
+
+def check_release_pytest_zero(release_dir: Path) -> list[str]:
+    summary, run = run_release_pytest(release_dir)
+    problems = []
+    if not summary:
+        return [f"no points table:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}"]
+    if run.returncode != 1:
+        problems.append(f"pytest assignments/ in the release exits {run.returncode}, not 1 (tests failing)")
+    if "ERROR collecting" in run.stdout or "INTERNALERROR" in run.stdout + run.stderr:
+        problems.append(f"collection errors in the release:\n{run.stdout[-2000:]}")
+    if summary["points"] != 0:
+        problems.append(f"the release's points table shows {summary['points']}, not 0")
+    problems += [f"task {t['id']}: status {t['status']!r}, not 'failing'" for t in summary["tasks"]
+                 if t["status"] != "failing"]
+    return problems
+
+
+def check_paste_back(release_dir: Path, task_id: str) -> list[str]:
+    """Pasting one task's reference into the release earns exactly that task's points."""
+    task = next(t for t in manifest_of(ROOT).tasks if t.id == task_id)
+    saved = {rel: (release_dir / "assignments" / rel).read_bytes() for rel in task.edit}
+    try:
+        for rel in task.edit:
+            shutil.copyfile(ROOT / "assignments" / rel, release_dir / "assignments" / rel)
+        summary, run = run_release_pytest(release_dir)
+    finally:
+        for rel, data in saved.items():
+            (release_dir / "assignments" / rel).write_bytes(data)
+    got = {t["id"]: t["points"] for t in summary.get("tasks", [])}
+    want = {t: (p if t == task_id else 0) for t, p in full_marks().items()}
+    return [] if got == want else [f"after pasting {task_id} back: {got}, expected {want}\n{run.stdout[-1500:]}"]
+
+
+def check_mutant(mutant: dict, tmp: Path) -> list[str]:
+    sub = reference_submission(tmp / "mutant")
+    path = sub / "assignments" / mutant["file"]
+    text = path.read_text()
+    if text.count(mutant["find"]) != 1:
+        return [f"mutant no longer applies ({mutant['why']}): {mutant['find']!r}"]
+    path.write_text(text.replace(mutant["find"], mutant["replace"]))
+    got, want = points_by_task(grade(sub)), full_marks()
+    problems = []
+    if got[mutant["task"]] >= want[mutant["task"]]:
+        problems.append(f"mutant survived on {mutant['task']}: {mutant['why']}")
+    others = {k: v for k, v in got.items() if k != mutant["task"]}
+    if others != {k: v for k, v in want.items() if k != mutant["task"]}:
+        problems.append(f"mutant {mutant['why']!r} changed other tasks: {others}")
+    return problems
+
+
+def check_hostile(folder: Path, tmp: Path) -> list[str]:
+    expect = tomllib.loads((folder / "expect.toml").read_text())
+    before = course_fingerprint()
+    out = tmp / "results.json"
+    start = time.monotonic()
+    data = grade(folder, out=out, limits=HOSTILE_LIMITS)
+    problems = []
+    if data["score"] > expect["max_points"]:
+        problems.append(f"{folder.name} ({expect['why']}) scored {data['score']} > {expect['max_points']}")
+    if data["score"] < expect.get("min_points", 0):  # the honest part inside must keep its points
+        problems.append(f"{folder.name} ({expect['why']}) scored {data['score']} < {expect['min_points']}")
+    if json.loads(out.read_text()) != data:
+        problems.append(f"{folder.name}: results.json on disk is not the grader's")
+    if course_fingerprint() != before:
+        problems.append(f"{folder.name}: the course copy changed while grading it")
+    if time.monotonic() - start > 60:
+        problems.append(f"{folder.name}: grading took {time.monotonic() - start:.0f} s")
+    return problems
+
+
+def main() -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not (HOSTILE.is_dir() and MUTANTS.is_dir()):
+        console.print("selfcheck needs the instructors' copy: autograder/tests/hostile and autograder/mutants "
+                      "are not in a student release")
+        return 2
+    table = Table(title="autograder self-check")
+    table.add_column("check")
+    table.add_column("result")
+    table.add_column("seconds", justify="right")
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="servelab-selfcheck-") as t:
+        tmp = Path(t)
+        release_dir = make_release(tmp)
+        checks = [("reference: full marks", lambda d: check_reference(d)),
+                  ("release: grades to zero", lambda d: check_release_grades_zero(release_dir)),
+                  ("release: pytest assignments/ shows 0", lambda d: check_release_pytest_zero(release_dir))]
+        checks += [(f"release + reference {task.id}: that task only",
+                    lambda d, i=task.id: check_paste_back(release_dir, i)) for task in manifest_of(ROOT).tasks]
+        checks += [(f"mutant: {m['why']}", lambda d, m=m: check_mutant(m, d)) for m in mutants()]
+        checks += [(f"hostile: {h.name}", lambda d, h=h: check_hostile(h, d)) for h in hostiles()]
+        for n, (name, fn) in enumerate(checks):
+            d = tmp / f"check{n}"
+            d.mkdir()
+            start = time.monotonic()
+            problems = fn(d)
+            failed += bool(problems)
+            table.add_row(name, "[green]ok" if not problems else "[red]" + "\n".join(problems)[:500],
+                          f"{time.monotonic() - start:.1f}")
+    console.print(table)
+    console.print(f"{len(checks) - failed} of {len(checks)} checks hold")
+    return 1 if failed else 0

@@ -1,0 +1,58 @@
+"""The committed answer key is current; the release leaves out what would give answers away."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from autograder import answers
+from autograder.grade import ROOT, manifest_of
+from autograder.release import IMPORTS_REFERENCE, PRIVATE, plan, release
+
+
+def test_the_committed_answer_key_is_not_stale():
+    assert answers.stale() is None
+
+
+def test_a_changed_value_makes_the_key_stale(monkeypatch):
+    fresh = answers.compute()
+    task = next(iter(fresh["tasks"]))
+    fresh["tasks"][task][0]["value"] = -1
+    monkeypatch.setattr(answers, "compute", lambda root=ROOT: fresh)
+    assert "differ" in answers.stale()
+
+
+def test_the_key_has_provenance():
+    import json
+    key = json.loads((ROOT / "autograder/answers/answer_key.json").read_text())
+    assert {"servelab", "git_commit", "numpy", "hypothesis", "grading_profile"} <= set(key["provenance"])
+    assert key["tasks"]["a1_ledger"][0] == {"exercise": "Llama-3-8B (§2.4)", "quantity": "parameters",
+                                            "value": 8_030_261_248}
+
+
+@pytest.fixture(scope="module")
+def files():
+    return plan(ROOT)
+
+
+def test_release_leaves_out_the_private_parts(files):
+    assert not [f for f in files if f.startswith(PRIVATE)]
+    assert "autograder/grade.py" in files and ".github/workflows/classroom.yml" in files
+    assert not [f for f, text in files.items() if text and f.startswith(("tests/", "benchmarks/"))
+                and IMPORTS_REFERENCE.search(text)]
+
+
+def test_release_stubs_every_solution(files):
+    for task in manifest_of(ROOT).tasks:
+        for rel in task.edit:
+            text = files[f"assignments/{rel}"]
+            assert "### BEGIN SOLUTION" not in text and "raise NotImplementedError" in text
+    assert "2 * model.n_layers * model.n_kv_heads" not in files["assignments/a1_ledger/ledger.py"]
+    assert re.search(r"^ASSIGNMENTS_MAY_FAIL \?= 1$", files["Makefile"], re.M)
+
+
+def test_release_refuses_a_non_empty_folder(tmp_path):
+    (tmp_path / "x").write_text("")
+    with pytest.raises(FileExistsError, match="new or empty"):
+        release(ROOT, tmp_path)

@@ -1,0 +1,37 @@
+"""grade-all: a folder of submissions -> one results.json each and a CSV gradebook in name order."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+
+import pytest
+
+from autograder.grade import ROOT, manifest_of
+from autograder.feedback import publish
+from autograder.gradebook import grade_all
+from autograder.remote import Limits
+from autograder.selfcheck import reference_submission
+
+
+def test_grade_all_writes_a_gradebook(tmp_path):
+    subs = tmp_path / "subs"
+    reference_submission(subs / "bob")
+    shutil.make_archive(str(subs / "alice"), "zip", subs / "bob")
+    (subs / "carol").mkdir()  # submitted nothing
+    out = tmp_path / "out"
+    path = grade_all(subs, out, root=ROOT, limits=Limits(wall_s=10, cpu_s=10), jobs=2)
+    rows = list(csv.reader(path.open()))
+    total = manifest_of(ROOT).total_points
+    assert rows[0][0] == "submission" and rows[0][-2:] == ["score", "max_score"]
+    assert [r[0] for r in rows[1:]] == ["alice", "bob", "carol"]
+    assert [int(r[-2]) for r in rows[1:]] == [total, total, 0]
+    assert sorted(p.name for p in (out / "results").iterdir()) == ["alice.json", "bob.json", "carol.json"]
+    pages = publish(out, tmp_path / "feedback")
+    assert [p.name for p in pages] == ["alice.md", "bob.md", "carol.md"]
+    assert "missing file" in pages[2].read_text() and f"{total} / {total}" in pages[0].read_text()
+
+
+def test_grade_all_names_a_bad_folder(tmp_path):
+    with pytest.raises(NotADirectoryError, match="folder of submissions"):
+        grade_all(tmp_path / "nope", tmp_path / "out", root=ROOT)

@@ -1,0 +1,118 @@
+"""results.json follows Gradescope's schema, whatever the submission: full marks, a missing
+file, a syntax error, a zip, a regrade (byte-identical apart from execution_time)."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from autograder.grade import grade, manifest_of, ROOT
+from autograder.remote import Limits
+from autograder.selfcheck import reference_submission
+
+SCHEMA = json.loads((Path(__file__).with_name("gradescope_results.schema.json")).read_text())
+MANIFEST = manifest_of(ROOT)
+QUICK = Limits(wall_s=5.0, cpu_s=5)
+
+
+def validate(data: dict) -> None:
+    jsonschema.validate(data, SCHEMA)
+    assert data["max_score"] == MANIFEST.total_points
+    assert data["score"] == sum(t["score"] for t in data["tests"])
+    assert [t["extra_data"]["test"] for t in data["tests"]] == [x for task in MANIFEST.tasks for x in task.tests]
+
+
+def test_the_schema_rejects_what_gradescope_would():
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"score": 1, "max_score": 1, "execution_time": 0,
+                             "tests": [{"name": "x", "score": 1, "max_score": 1, "status": "ok",
+                                        "output": "", "visibility": "visible"}]}, SCHEMA)
+
+
+def test_reference_results_validate_and_written_atomically(tmp_path):
+    out = tmp_path / "deep" / "results.json"
+    data = grade(reference_submission(tmp_path / "ref"), out=out, limits=QUICK)
+    validate(data)
+    assert json.loads(out.read_text()) == data
+    assert [p.name for p in out.parent.iterdir()] == ["results.json"]  # no temporary left behind
+    assert all(t["status"] == "passed" and t["visibility"] == "visible" for t in data["tests"])
+
+
+def test_missing_file_gives_zero_with_a_message(tmp_path):
+    (tmp_path / "empty").mkdir()
+    data = grade(tmp_path / "empty", limits=QUICK)
+    validate(data)
+    assert data["score"] == 0
+    assert all("missing file" in t["output"] and "a1_ledger/ledger.py" in t["output"] for t in data["tests"])
+
+
+def test_syntax_error_gives_zero_with_a_message(tmp_path):
+    path = tmp_path / "sub" / "assignments" / "a1_ledger" / "ledger.py"
+    path.parent.mkdir(parents=True)
+    path.write_text("def param_count(model)\n    return 1\n")
+    data = grade(tmp_path / "sub", limits=QUICK)
+    validate(data)
+    assert data["score"] == 0
+    assert all("SyntaxError" in t["output"] and str(tmp_path) not in t["output"] for t in data["tests"])
+
+
+def test_a_zip_of_the_repository_grades_like_the_folder(tmp_path):
+    ref = reference_submission(tmp_path / "ref")
+    archive = tmp_path / "student.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for p in ref.rglob("*"):
+            z.write(p, Path("student-repo") / p.relative_to(ref))
+    data = grade(archive, limits=QUICK)
+    validate(data)
+    assert data["score"] == MANIFEST.total_points
+
+
+def test_not_a_submission_is_a_clear_error_in_the_results(tmp_path):
+    bogus = tmp_path / "notes.txt"
+    bogus.write_text("hello")
+    data = grade(bogus, limits=QUICK)
+    validate(data)
+    assert data["score"] == 0 and "folder or a .zip" in data["tests"][0]["output"]
+
+
+def _without_time(data: dict) -> str:
+    return json.dumps({**data, "execution_time": 0}, indent=2, sort_keys=True)
+
+
+def test_regrading_is_byte_identical_apart_from_execution_time(tmp_path):
+    sub = reference_submission(tmp_path / "mutant")
+    path = sub / "assignments" / "a1_ledger" / "ledger.py"
+    # a partly wrong submission: Hypothesis finds, shrinks and reports a counterexample
+    path.write_text(path.read_text().replace("lm_head = 0 if model.tie_embeddings else embedding", "lm_head = embedding"))
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    grade(sub, out=a, limits=QUICK)
+    grade(sub, out=b, limits=QUICK)
+    da, db = json.loads(a.read_text()), json.loads(b.read_text())
+    assert 0 < da["score"] < da["max_score"]
+    assert _without_time(da) == _without_time(db)
+    assert a.read_text().replace(str(da["execution_time"]), "T") == b.read_text().replace(str(db["execution_time"]), "T")
+
+
+def test_an_honest_submission_may_use_numpy(tmp_path):
+    sub = reference_submission(tmp_path / "np")
+    path = sub / "assignments" / "a1_ledger" / "ledger.py"
+    text = path.read_text().replace("import math\n", "import math\n\nimport numpy as np\n", 1)
+    text = text.replace("return 2 * model.n_layers * model.n_kv_heads * model.d_head * model.bytes_per_param",
+                        "return float(np.prod([2, model.n_layers, model.n_kv_heads, model.d_head])) * model.bytes_per_param")
+    assert "np.prod" in text
+    path.write_text(text)
+    data = grade(sub, limits=Limits(wall_s=30, cpu_s=30))
+    assert data["score"] == MANIFEST.total_points, [t["output"] for t in data["tests"] if t["score"] == 0]
+
+
+def test_regrading_a_crash_at_import_is_byte_identical_too(tmp_path):
+    from autograder.selfcheck import HOSTILE
+
+    a = grade(HOSTILE / "sys_exit_at_import", limits=QUICK)
+    b = grade(HOSTILE / "sys_exit_at_import", limits=QUICK)
+    assert "SystemExit" in a["tests"][0]["output"]
+    assert _without_time(a) == _without_time(b)

@@ -1,0 +1,55 @@
+"""Only the manifest's edit files are taken from a submission, never through a symlink, and a
+zip cannot write outside its folder."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+
+import pytest
+
+from autograder.submission import SubmissionError, collect, find_file, unpack
+
+
+def test_layouts_in_order_of_preference(tmp_path):
+    for rel in ("assignments/a1_ledger/ledger.py", "a1_ledger/ledger.py", "elsewhere/ledger.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    assert find_file(tmp_path, "a1_ledger/ledger.py") == tmp_path / "assignments/a1_ledger/ledger.py"
+    os.remove(tmp_path / "assignments/a1_ledger/ledger.py")
+    assert find_file(tmp_path, "a1_ledger/ledger.py") == tmp_path / "a1_ledger/ledger.py"
+
+
+def test_two_loose_files_of_the_same_name_are_ambiguous(tmp_path):
+    for rel in ("x/ledger.py", "y/ledger.py"):
+        (tmp_path / rel).parent.mkdir(parents=True)
+        (tmp_path / rel).write_text("")
+    assert "missing file" in collect(tmp_path, ("a1_ledger/ledger.py",))
+
+
+def test_a_symlink_is_never_followed(tmp_path):
+    secret = tmp_path / "secret.py"
+    secret.write_text("answers")
+    (tmp_path / "sub" / "a1_ledger").mkdir(parents=True)
+    (tmp_path / "sub" / "a1_ledger" / "ledger.py").symlink_to(secret)
+    assert find_file(tmp_path / "sub", "a1_ledger/ledger.py") is None
+
+
+def test_zip_members_cannot_escape(tmp_path):
+    archive = tmp_path / "evil.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("../escaped.py", "x")
+        z.writestr("/abs.py", "x")
+        z.writestr("repo/a1_ledger/ledger.py", "ok")
+    root = unpack(archive, tmp_path / "into")
+    assert not (tmp_path / "escaped.py").exists()
+    assert root == tmp_path / "into" / "repo"
+    assert (root / "a1_ledger" / "ledger.py").read_text() == "ok"
+
+
+def test_bad_submissions_are_named(tmp_path):
+    with pytest.raises(SubmissionError, match="not found"):
+        unpack(tmp_path / "nope", tmp_path / "into")
+    (tmp_path / "f.zip").write_text("not a zip")
+    with pytest.raises(SubmissionError, match="folder or a .zip"):
+        unpack(tmp_path / "f.zip", tmp_path / "into")

@@ -20,10 +20,13 @@ from _pytest.assertion.rewrite import rewrite_asserts
 def import_test_module(path: Path, proxies: dict[str, types.ModuleType], unique: str):
     """Imports a pristine test file with the proxies standing in for the student's modules; the
     helpers it imports from its own folder are forgotten afterwards (another task may have a
-    helper of the same name)."""
+    helper of the same name). Modules shared by every task's tests (``assignments/*.py``, such
+    as the Hypothesis strategies) are importable too, as under pytest's rootdir conftest."""
     before = set(sys.modules)
     saved = {name: sys.modules.get(name) for name in proxies}
     sys.modules.update(proxies)
+    shared = str(path.parent.parent)
+    sys.path.insert(0, shared)
     sys.path.insert(0, str(path.parent))
     try:
         spec = importlib.util.spec_from_file_location(unique, path)
@@ -36,6 +39,7 @@ def import_test_module(path: Path, proxies: dict[str, types.ModuleType], unique:
         return module
     finally:
         sys.path.remove(str(path.parent))
+        sys.path.remove(shared)
         for name, old in saved.items():
             if old is None:
                 sys.modules.pop(name, None)

@@ -1,11 +1,12 @@
 """Assignment 5: batch-1 and static batching on an event queue (lecture §4.5; exercise 5).
 
-Write two small discrete-event simulators on ``servelab.events.EventQueue`` (``push(time_s,
+Write two small discrete-event simulators on an event queue with the API of
+``servelab.events.EventQueue`` (given in ``event_queue.py``: ``push(time_s,
 payload)``, ``pop() -> (time_s, payload)``, ``peek()``, ``len()``; events at equal times come
 out in the order they were pushed). Requests are numpy arrays in arrival order: ``arrival_s``,
 ``prompt_len``, ``output_len`` (``L_o`` output tokens, the first made by the prefill).
-``step_time(batch)`` gives the seconds of one forward over ``batch = [(new_tokens,
-context_len), ...]`` (the paper GPU of assignment 2).
+``step_time(batch, price)`` (given in ``pricing.py``) gives the seconds of one forward over
+``batch = [(new_tokens, context_len), ...]`` on the paper GPU whose constants ``price`` holds.
 
 The rules (the same as ``servelab.serving_core``):
 
@@ -31,17 +32,18 @@ from collections import deque
 
 import numpy as np
 
-from servelab.events import EventQueue
+from event_queue import EventQueue  # the API of servelab.events.EventQueue, in pure Python
+from pricing import step_time
 
 
-def simulate_batch1(arrival_s, prompt_len, output_len, step_time):
+def simulate_batch1(arrival_s, prompt_len, output_len, price):
     """Batch 1, first come first served."""
     ### BEGIN SOLUTION
-    return simulate_static(arrival_s, prompt_len, output_len, step_time, batch_size=1, max_wait_s=0.0)
+    return simulate_static(arrival_s, prompt_len, output_len, price, batch_size=1, max_wait_s=0.0)
     ### END SOLUTION
 
 
-def simulate_static(arrival_s, prompt_len, output_len, step_time, batch_size: int,
+def simulate_static(arrival_s, prompt_len, output_len, price, batch_size: int,
                     max_wait_s: float = 0.2, ride_along: bool = True):
     """Static batching (see the module docstring)."""
     ### BEGIN SOLUTION
@@ -61,7 +63,7 @@ def simulate_static(arrival_s, prompt_len, output_len, step_time, batch_size: in
         else:
             members = batch if ride_along else [j for j in batch if output_len[j] - 1 >= step]
             shape = [(1, int(prompt_len[j]) + step - 1) for j in members]
-        events.push(now + step_time(shape), ("step_end", None))
+        events.push(now + step_time(shape, price), ("step_end", None))
 
     while len(events):
         now = events.peek()[0]

@@ -15,6 +15,9 @@ from servelab.serving_core import run_batch1, run_static_batching
 from servelab.workload import Requests
 
 
+PRICE = hw.price_constants(LLAMA3_8B, H100)
+
+
 def step_time(batch):
     return hw.step_cost(LLAMA3_8B, H100, batch).time_s
 
@@ -36,7 +39,7 @@ def same(what, r, expected, actual):
 @given(workloads())
 def test_batch1_matches_core(r):
     want = run_batch1(r, LLAMA3_8B, H100)
-    first, finish = mine.simulate_batch1(r.arrival_s, r.prompt_len, r.output_len, step_time)
+    first, finish = mine.simulate_batch1(r.arrival_s, r.prompt_len, r.output_len, PRICE)
     same("first_token_s", r, want.first_token_s, first)
     same("finish_s", r, want.finish_s, finish)
 
@@ -44,7 +47,7 @@ def test_batch1_matches_core(r):
 @given(workloads(), st.integers(1, 8), st.sampled_from([0.0, 0.1, 0.2, 1.0]))
 def test_static_batching_matches_core(r, b, wait):
     want = run_static_batching(r, LLAMA3_8B, H100, batch_size=b, max_wait_s=wait)
-    first, finish = mine.simulate_static(r.arrival_s, r.prompt_len, r.output_len, step_time, b, wait)
+    first, finish = mine.simulate_static(r.arrival_s, r.prompt_len, r.output_len, PRICE, b, wait)
     same(f"static B={b} wait={wait}: first_token_s", r, want.first_token_s, first)
     same(f"static B={b} wait={wait}: finish_s", r, want.finish_s, finish)
 
@@ -53,7 +56,7 @@ def test_static_batching_matches_core(r, b, wait):
 def test_no_ride_along_matches_core(r, b):
     # exercise 5: finished requests stop computing, their seats stay empty
     want = run_static_batching(r, LLAMA3_8B, H100, batch_size=b, ride_along=False)
-    first, finish = mine.simulate_static(r.arrival_s, r.prompt_len, r.output_len, step_time, b, 0.2, False)
+    first, finish = mine.simulate_static(r.arrival_s, r.prompt_len, r.output_len, PRICE, b, 0.2, False)
     same(f"no ride-along B={b}: finish_s", r, want.finish_s, finish)
     same(f"no ride-along B={b}: first_token_s", r, want.first_token_s, first)
 
@@ -72,7 +75,7 @@ def test_hand_checked():
     # waits its own 0.2 s
     pre2, pre1 = step_time([(10, 0), (10, 0)]), step_time([(10, 0)])
     a, p, o = np.array([0.0, 0.0, 0.0, 0.3]), np.array([10, 10, 10, 10]), np.array([1, 3, 2, 2])
-    first, finish = mine.simulate_static(a, p, o, step_time, 2, 0.2, True)
+    first, finish = mine.simulate_static(a, p, o, PRICE, 2, 0.2, True)
     assert first[0] == first[1] == pre2, "the first batch prefills together"
     assert finish[0] == pre2, "a one-token answer ends with the prefill"
     d2a, d2b = step_time([(1, 10), (1, 10)]), step_time([(1, 11), (1, 11)])

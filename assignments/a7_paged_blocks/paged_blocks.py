@@ -17,7 +17,7 @@ your block tables must equal its own):
   sequence drops its reference to the shared one, and ``append`` returns ``(src, dst)`` (the KV
   to copy); otherwise ``None``;
 * ``fork(parent_id, child_id)`` makes the child share every block of the parent;
-* not enough free blocks: ``allocate`` and ``append`` raise ``servelab.blocks.OutOfBlocks`` and
+* not enough free blocks: ``allocate`` and ``append`` raise ``OutOfBlocks`` (``errors.py``) and
   change nothing; an unknown ``seq_id`` (or one that already exists, for ``allocate`` and
   ``fork``'s child) raises ``KeyError``; ``free`` of a sequence that is not there raises
   ``KeyError`` too.
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from servelab.blocks import OutOfBlocks
+from errors import OutOfBlocks  # given: mirrors servelab.blocks.OutOfBlocks
 
 
 class PagedAllocator:

@@ -73,6 +73,7 @@ __all__ = [
     "kv_capacity_tokens",
     "max_batch",
     "weight_read_lower_bound_s",
+    "price_constants",
 ]
 
 GB = 1e9  # the lecture's GB is decimal (SPEC.md §2)
@@ -363,6 +364,38 @@ def max_batch(model: ModelSpec, gpu: GpuSpec, context_len: int, mem_util: float 
     416
     """
     return int(_core.max_batch(model, gpu, _as_int("context_len", context_len), float(mem_util)))
+
+
+def price_constants(model: ModelSpec, gpu: GpuSpec,
+                    efficiency: Efficiency = DEFAULT_EFFICIENCY) -> dict[str, float]:
+    """The per-model constants of the step price (what ``cost.rs``'s ``Pricer`` computes once),
+    as plain numbers, so that code which may not import servelab (a student's simulator in the
+    grader's sandbox) can price steps. With ``T`` new tokens, ``S`` sequences, ``K`` causal
+    (query, key) pairs and ``C`` cached context tokens in a step::
+
+        flops = matmul_flops_per_token * T + lm_head_flops_per_seq * S + attn_flops_per_key * K
+        bytes = streamed_weight_bytes + embed_row_bytes * T + kv_bytes_per_token * (C + T)
+        time  = max(flops / compute_rate, bytes / memory_rate) + overhead_s
+
+    >>> c = price_constants(LLAMA3_8B, H100)
+    >>> round(c["streamed_weight_bytes"] / 1e9, 2), c["kv_bytes_per_token"]
+    (15.01, 131072.0)
+    """
+    embedding = model.vocab_size * model.d_model
+    streamed = model.param_count - (0 if model.tie_embeddings else embedding)
+    q, kv = model.n_heads * model.d_head, model.n_kv_heads * model.d_head
+    layer = 2 * model.d_model * q + 2 * model.d_model * kv + 3 * model.d_model * model.d_ff
+    return {
+        "matmul_flops_per_token": 2.0 * model.n_layers * layer,
+        "lm_head_flops_per_seq": 2.0 * embedding,
+        "attn_flops_per_key": 4.0 * model.n_layers * q,
+        "streamed_weight_bytes": streamed * float(model.bytes_per_param),
+        "embed_row_bytes": model.d_model * float(model.bytes_per_param),
+        "kv_bytes_per_token": model.kv_bytes_per_token,
+        "compute_rate": efficiency.compute * gpu.peak_flops,
+        "memory_rate": efficiency.bandwidth * gpu.hbm_bandwidth,
+        "overhead_s": efficiency.overhead_s,
+    }
 
 
 def weight_read_lower_bound_s(model: ModelSpec, gpu: GpuSpec) -> float:

@@ -54,8 +54,12 @@ def forbidden_paths(root: Path, extra: list[Path] = ()) -> list[Path]:
 
 
 def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: Limits = Limits(),
-          extra_forbidden: list[Path] = ()) -> dict:
-    """Grades ``submission`` (a folder or a zip) and returns (and writes to ``out``) results.json."""
+          extra_forbidden: list[Path] = (), only_tasks: frozenset[str] | None = None) -> dict:
+    """Grades ``submission`` (a folder or a zip) and returns (and writes to ``out``) results.json.
+
+    ``only_tasks`` grades just those tasks (the others score zero, "not graded"): the self-check
+    uses it for mutants, which change one task's file, and each task runs in a sandbox of its
+    own folder, so the other tasks cannot be affected."""
     start = time.monotonic()
     root = Path(root).resolve()
     manifest = manifest_of(root)
@@ -69,6 +73,9 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
         except SubmissionError as exc:
             folder, broken = None, str(exc)
         for task in manifest.tasks:
+            if only_tasks is not None and task.id not in only_tasks:
+                outcomes[task.id] = {test: Outcome(False, "not graded in this run") for test in task.tests}
+                continue
             files = broken if broken else collect(folder, task.edit)
             # each task's own copies: the student's file may change later, the sandbox may not
             if isinstance(files, dict):

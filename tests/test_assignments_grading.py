@@ -1,6 +1,8 @@
-"""The assignments' tests can fail (issue 6): the reference scores full marks, stubs score zero
-without a crash, a skipped test earns nothing, and every planted mutant loses points on its own
-task only. Each case runs pytest on a temporary copy of assignments/ in a child process."""
+"""The students' side of grading (issue 6): under plain ``pytest assignments/`` with the points
+plugin, the reference scores full marks, stubs score zero without a crash, a skipped test earns
+nothing, and ``-m task_<id>`` runs one task. Each case runs pytest on a temporary copy of
+assignments/ in a child process. (That every mutant loses points is the autograder self-check's
+job, through the real grader: ``autograder/selfcheck.py``.)"""
 
 from __future__ import annotations
 
@@ -96,20 +98,13 @@ def test_a_skipped_test_earns_nothing(tmp_path, reference_points):
     assert points_by_task(summary)[task.id] == reference_points[task.id] - task.tests[test_id]
 
 
-@pytest.mark.parametrize("mutant", MUTANTS, ids=[m["why"] for m in MUTANTS])
-def test_each_mutant_loses_points_on_its_task(tmp_path, reference_points, mutant):
-    # only the mutant's task runs (-m): the others cannot change, see the test below
-    copy = copy_assignments(tmp_path)
-    path = copy / mutant["file"]
-    text = path.read_text()
-    assert text.count(mutant["find"]) == 1, f"mutant no longer applies: {mutant['find']!r}"
-    assert mutant["file"] in next(t for t in MANIFEST.tasks if t.id == mutant["task"]).edit
-    path.write_text(text.replace(mutant["find"], mutant["replace"]))
-    summary = grade(copy, "-m", f"task_{mutant['task']}")[0]
-    status = {t["id"]: t["status"] for t in summary["tasks"]}
-    assert status[mutant["task"]] == "failing", status  # ran, and lost points
-    got = points_by_task(summary)
-    assert got[mutant["task"]] < reference_points[mutant["task"]], f"mutant survived: {mutant['why']}"
+def test_every_mutant_still_applies():
+    # the self-check (python -m autograder selfcheck, in make test) grades each mutant with the
+    # real grader and demands it loses points; here only that each still names real code
+    for m in MUTANTS:
+        text = (ASSIGNMENTS / m["file"]).read_text()
+        assert text.count(m["find"]) == 1, f"mutant no longer applies ({m['why']}): {m['find']!r}"
+        assert m["file"] in next(t for t in MANIFEST.tasks if t.id == m["task"]).edit
 
 
 def test_tasks_do_not_import_each_other():

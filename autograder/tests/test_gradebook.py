@@ -20,7 +20,7 @@ def test_grade_all_writes_a_gradebook(tmp_path):
     shutil.make_archive(str(subs / "alice"), "zip", subs / "bob")
     (subs / "carol").mkdir()  # submitted nothing
     out = tmp_path / "out"
-    path = grade_all(subs, out, root=ROOT, limits=Limits(wall_s=10, cpu_s=10), jobs=2)
+    path = grade_all(subs, out, root=ROOT, limits=Limits(wall_s=30, cpu_s=30), jobs=2)
     rows = list(csv.reader(path.open()))
     total = manifest_of(ROOT).total_points
     assert rows[0][0] == "submission" and rows[0][-2:] == ["score", "max_score"]

@@ -20,6 +20,7 @@ A file outside the edit list that still holds a solution region stops the releas
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
@@ -98,8 +99,42 @@ def plan(root: Path) -> dict[str, str | None]:
                 raise ValueError(f"Makefile lacks the line {MAKEFILE_FLAG!r} that a release sets")
             text = re.sub(r"^ASSIGNMENTS_MAY_FAIL \?=.*$", "ASSIGNMENTS_MAY_FAIL ?= 1", text, count=1, flags=re.M)
         out[rel] = text
+    _drop_dependents(root, out)
     out[".github/workflows/classroom.yml"] = CLASSROOM.read_text(encoding="utf-8")
     return out
+
+
+def _module_of(rel: str) -> str:
+    return rel.removesuffix(".py").replace("/", ".")
+
+
+def _imported(text: str) -> set[str]:
+    """Dotted names a Python file imports (``from a import b`` counts as ``a`` and ``a.b``)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _drop_dependents(root: Path, out: dict[str, str | None]) -> None:
+    """Leaves out the tests and benchmarks that import a test or benchmark module the release
+    already left out (a benchmark of the references, say), until none is left: a release whose
+    own ``make test`` fails to collect would be no release."""
+    kept = lambda rel: rel.startswith(("tests/", "benchmarks/")) and rel.endswith(".py")  # noqa: E731
+    gone = {_module_of(rel) for rel in course_files(root) if kept(rel) and rel not in out}
+    changed = True
+    while changed:
+        changed = False
+        for rel in [r for r in out if kept(r)]:
+            text = out[rel] if out[rel] is not None else (root / rel).read_text(encoding="utf-8")
+            if _imported(text) & gone:
+                del out[rel]
+                gone.add(_module_of(rel))
+                changed = True
 
 
 def _drop_manifest_tests(text: str, tests: set[str]) -> str:

@@ -56,3 +56,16 @@ def test_release_refuses_a_non_empty_folder(tmp_path):
     (tmp_path / "x").write_text("")
     with pytest.raises(FileExistsError, match="new or empty"):
         release(ROOT, tmp_path)
+
+
+def test_release_keeps_no_test_that_imports_a_left_out_module():
+    # e.g. a test of the SimPy peer imports benchmarks.bench_sim, which goes with the references
+    from autograder.release import _imported, _module_of, course_files, plan
+    out = plan(ROOT)
+    code = lambda rel: rel.startswith(("tests/", "benchmarks/")) and rel.endswith(".py")  # noqa: E731
+    gone = {_module_of(rel) for rel in course_files(ROOT) if code(rel) and rel not in out}
+    assert gone, "the release leaves out the reference tests and benchmarks"
+    for rel, text in out.items():
+        if code(rel):
+            body = text if text is not None else (ROOT / rel).read_text(encoding="utf-8")
+            assert not _imported(body) & gone, rel

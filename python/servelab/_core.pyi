@@ -27,6 +27,7 @@ __all__ = [
     "sim_static_batching",
     "sim_batch1_early_reject",
     "sim_fixed_service",
+    "sim_continuous_batching",
     "OutOfBlocks",
     "MAX_NUM_BLOCKS",
     "MAX_BLOCK_SIZE",
@@ -143,6 +144,21 @@ def sim_batch1_early_reject(
     trace: bool,
 ) -> dict[str, object]: ...
 def sim_fixed_service(arrival_s: _F64, service_s: float, slo_s: float | None) -> dict[str, object]: ...
+def sim_continuous_batching(
+    model: _ModelLike,
+    gpu: _GpuLike,
+    efficiency: _EfficiencyLike,
+    arrival_s: _F64,
+    prompt_len: _I64,
+    output_len: _I64,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    block_size: int,
+    num_blocks: int,
+    chunked_prefill: bool,
+    trace: bool,
+    batch_log: bool,
+) -> dict[str, object]: ...
 
 # ---- paged KV block allocator (rust/src/blocks.rs) -------------------------------------------
 

@@ -7,9 +7,11 @@ The simulation runs in Rust (``rust/src/sim/``); each step is priced by the pape
 * :func:`run_static_batching` — start a batch when ``batch_size`` requests wait or the oldest
   has waited ``max_wait_s``; the batch prefills together and decodes until its longest request
   ends; with ``ride_along=False`` (exercise 5) finished requests stop computing but their seats
-  are not refilled.
+  are not refilled;
+* :func:`run_continuous_batching` — iteration-level scheduling over a paged KV pool, the same
+  batches as :mod:`servelab.engine` makes with real tokens.
 
-Both return a :class:`SimResult`: per-request numpy columns ``start_s``, ``first_token_s``,
+All return a :class:`SimResult`: per-request numpy columns ``start_s``, ``first_token_s``,
 ``finish_s``, ``rejected`` (and ``batch_id``), run totals, and with ``trace=True`` one row per
 forward step. :mod:`servelab.metrics` turns a result into TTFT, TPOT, goodput and the rest.
 
@@ -17,8 +19,9 @@ What a step costs (the context convention, also in ``rust/src/sim/mod.rs``): a p
 ``p``-token prompt is ``(p, 0)`` and yields the first output token; decode step ``s`` of a
 request (``s = 1 .. L_o - 1``) is ``(1, p + s - 1)``: one new token on top of the ``p + s - 1``
 tokens already in its KV cache. A rider (a finished request kept in a static batch) keeps
-decoding padding as if it were still running. Neither policy models a KV memory limit
-(the lecture's code does not); ``SimResult.peak_kv_tokens`` says how close a run came.
+decoding padding as if it were still running. Batch 1 and static batching model no KV memory
+limit (the lecture's code does not); ``SimResult.peak_kv_tokens`` says how close a run came.
+Continuous batching does: its requests hold blocks of a paged pool.
 
 >>> from servelab.hw_model import LLAMA3_8B, H100
 >>> from servelab.workload import Requests
@@ -45,7 +48,16 @@ from servelab.admission import EarlyReject
 from servelab.hw_model import DEFAULT_EFFICIENCY, Efficiency, GpuSpec, ModelSpec
 from servelab.workload import Requests
 
-__all__ = ["SimResult", "StepTrace", "run_batch1", "run_static_batching"]
+__all__ = ["SimResult", "StepTrace", "BatchLog", "run_batch1", "run_static_batching",
+           "run_continuous_batching", "REJECT_REASONS"]
+
+# SimResult.reject_code of continuous batching (rule 1 of servelab.engine): why a request can
+# never run, so it is rejected at arrival instead of waiting forever
+REJECT_REASONS = {
+    1: "its prompt + output - 1 tokens need more KV blocks than the pool holds",
+    2: "without chunked prefill, a (re)prefill of its prompt + output - 1 tokens exceeds "
+       "max_num_batched_tokens",
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,9 +71,37 @@ class StepTrace:
     n_prefill: np.ndarray  # sequences whose prefill ends here (first token each)
     n_decode: np.ndarray  # sequences producing a real (not padding) later token
     kv_tokens: np.ndarray  # KV tokens held by the step's sequences after it
+    # continuous batching only: KV blocks in use after the step, requests preempted / admitted
+    kv_blocks: np.ndarray | None = None
+    n_preempted: np.ndarray | None = None
+    n_admitted: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.start_s)
+
+
+@dataclass(frozen=True, eq=False)
+class BatchLog:
+    """Continuous batching's batches in compressed rows: step ``s`` holds the entries
+    ``offsets[s]:offsets[s + 1]`` of the columns ``request_id``, ``new_tokens``,
+    ``context_len`` (as in ``servelab.engine.EngineResult.batch_log()``)."""
+
+    offsets: np.ndarray
+    request_id: np.ndarray
+    new_tokens: np.ndarray
+    context_len: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def step(self, s: int) -> list[tuple[int, int, int]]:
+        lo, hi = int(self.offsets[s]), int(self.offsets[s + 1])
+        return list(zip(self.request_id[lo:hi].tolist(), self.new_tokens[lo:hi].tolist(),
+                        self.context_len[lo:hi].tolist()))
+
+    def to_list(self) -> list[list[tuple[int, int, int]]]:
+        """One list of ``(request_id, new_tokens, context_len)`` per step."""
+        return [self.step(s) for s in range(len(self))]
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,6 +134,21 @@ class SimResult:
     # with admission control: when each request's first token would have come had it been
     # admitted at its arrival (see servelab.admission)
     would_first_token_s: np.ndarray | None = field(default=None)
+    # continuous batching: why each request was rejected (0: it was not; REJECT_REASONS),
+    # how often each was preempted, and with batch_log=True every step's batch
+    reject_code: np.ndarray | None = field(default=None)
+    n_preemptions: np.ndarray | None = field(default=None)
+    peak_kv_blocks: int = 0
+    batch_log: BatchLog | None = field(default=None)
+
+    def reject_reason(self, i: int) -> str:
+        """Why request ``i`` was rejected, in words (``""`` if it was not)."""
+        if not self.rejected[i]:
+            return ""
+        if self.reject_code is None:
+            return "rejected by admission control"
+        p, o = int(self.requests.prompt_len[i]), int(self.requests.output_len[i])
+        return f"{REJECT_REASONS[int(self.reject_code[i])]} (prompt {p}, output {o}, params {self.params})"
 
     @property
     def label(self) -> str:
@@ -101,6 +156,8 @@ class SimResult:
         if self.policy == "static":
             extra = "" if self.params["ride_along"] else " no ride"
             return f"static B={self.params['batch_size']}{extra}"
+        if self.policy == "continuous":
+            return "continuous" + (" chunked" if self.params["chunked_prefill"] else "")
         if "admission" in self.params:
             return f"batch 1, {self.params['admission']}"
         return "batch 1"
@@ -126,12 +183,15 @@ def _check_specs(model: object, gpu: object, efficiency: object) -> None:
 def _result(policy: str, params: dict[str, Any], requests: Requests, model: ModelSpec, gpu: GpuSpec,
             efficiency: Efficiency, d: dict[str, Any]) -> SimResult:
     tr = d["trace"]
+    log = d.get("batch_log")
     return SimResult(
         policy=policy, params=params, requests=requests, model=model, gpu=gpu, efficiency=efficiency,
         start_s=d["start_s"], first_token_s=d["first_token_s"], finish_s=d["finish_s"],
         rejected=d["rejected"], batch_id=d["batch_id"], busy_s=float(d["busy_s"]),
         flops=float(d["flops"]), n_steps=int(d["n_steps"]), peak_kv_tokens=int(d["peak_kv_tokens"]),
-        trace=None if tr is None else StepTrace(**tr), would_first_token_s=d.get("would_first_token_s"))
+        trace=None if tr is None else StepTrace(**tr), would_first_token_s=d.get("would_first_token_s"),
+        reject_code=d.get("reject_code"), n_preemptions=d.get("n_preemptions"),
+        peak_kv_blocks=int(d.get("peak_kv_blocks", 0)), batch_log=None if log is None else BatchLog(**log))
 
 
 def run_batch1(requests: Requests, model: ModelSpec, gpu: GpuSpec, admission: EarlyReject | None = None, *,
@@ -185,3 +245,80 @@ def run_static_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, batc
                                   bool(trace))
     params = {"batch_size": int(batch_size), "max_wait_s": float(max_wait_s), "ride_along": bool(ride_along)}
     return _result("static", params, requests, model, gpu, efficiency, d)
+
+
+def _positive_int(name: str, v: object) -> int:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral) or v < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    return min(int(v), 2**63 - 1)
+
+
+def _flag(name: str, v: object) -> bool:
+    if not isinstance(v, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {v!r}")
+    return bool(v)
+
+
+def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, max_num_seqs: int = 256,
+                            max_num_batched_tokens: int = 8192, block_size: int = 16,
+                            num_blocks: int | None = None, chunked_prefill: bool = False, *,
+                            mem_util: float = 0.9, efficiency: Efficiency = DEFAULT_EFFICIENCY,
+                            trace: bool = False, batch_log: bool = False) -> SimResult:
+    """Continuous batching (§4.5 policy 3: Orca's iteration-level scheduling over vLLM's paged
+    KV blocks, §2.4): the batch is chosen anew at every step, with the seven rules of
+    :mod:`servelab.engine`, so that on the same requests it makes the engine's batches.
+
+    At most ``max_num_seqs`` requests run and a step computes at most ``max_num_batched_tokens``
+    tokens (vLLM's names and defaults). KV memory is ``num_blocks`` blocks of ``block_size``
+    tokens, by default all that fits beside the weights:
+    ``hw_model.kv_capacity_tokens(model, gpu, mem_util) // block_size``. A request holds
+    ``ceil(tokens / block_size)`` blocks; when a decoding request needs a block and none is free,
+    the newest running request is preempted and later recomputed (its first start and first
+    token stand). ``chunked_prefill`` splits long prompts over steps within the token budget.
+    No prefix caching: the simulator knows lengths, not tokens.
+
+    A request that can never run (rule 1: more blocks than the pool, or without chunked prefill
+    more tokens than the budget) is rejected at arrival: ``rejected[i]`` is True and
+    :meth:`SimResult.reject_reason` says why. ``batch_id`` is the rank of first admission.
+    ``trace=True`` adds ``kv_blocks``, ``n_preempted`` and ``n_admitted`` to the step trace;
+    ``batch_log=True`` keeps every step's batch (:class:`BatchLog`). Neither is kept otherwise,
+    so memory stays linear in the number of requests.
+
+    >>> from servelab.hw_model import LLAMA3_8B, H100
+    >>> reqs = Requests(arrival_s=[0.0, 0.0], prompt_len=[512, 512], output_len=[2, 2])
+    >>> c = run_continuous_batching(reqs, LLAMA3_8B, H100, batch_log=True)
+    >>> [round(x * 1e3, 2) for x in c.finish_s.tolist()]   # as static B=2 here
+    [27.5, 27.5]
+    >>> c.batch_log.to_list()
+    [[(0, 512, 0), (1, 512, 0)], [(0, 1, 512), (1, 1, 512)]]
+    >>> tiny = run_continuous_batching(reqs, LLAMA3_8B, H100, num_blocks=8)
+    >>> tiny.rejected.tolist(), tiny.reject_code.tolist()
+    ([True, True], [1, 1])
+    >>> tiny.reject_reason(0).split(" (")[0]
+    'its prompt + output - 1 tokens need more KV blocks than the pool holds'
+    >>> run_continuous_batching(reqs, LLAMA3_8B, H100, block_size=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: block_size must be a positive integer, got 0
+    """
+    requests = _check_requests(requests)
+    _check_specs(model, gpu, efficiency)
+    seqs = _positive_int("max_num_seqs", max_num_seqs)
+    budget = _positive_int("max_num_batched_tokens", max_num_batched_tokens)
+    bs = _positive_int("block_size", block_size)
+    if num_blocks is None:
+        from servelab.hw_model import kv_capacity_tokens
+        blocks = kv_capacity_tokens(model, gpu, mem_util) // bs
+        if blocks < 1:
+            raise ValueError(f"num_blocks: no KV block of {bs} tokens fits beside the weights at "
+                             f"mem_util {mem_util!r} (kv_capacity_tokens = {blocks * bs}); "
+                             "pass num_blocks")
+    else:
+        blocks = _positive_int("num_blocks", num_blocks)
+    chunked = _flag("chunked_prefill", chunked_prefill)
+    d = _core.sim_continuous_batching(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
+                                      requests.output_len, seqs, budget, bs, blocks, chunked,
+                                      _flag("trace", trace), _flag("batch_log", batch_log))
+    params = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,
+              "num_blocks": blocks, "chunked_prefill": chunked}
+    return _result("continuous", params, requests, model, gpu, efficiency, d)

@@ -10,6 +10,7 @@ use crate::cost::Pricer;
 use crate::error::CoreResult;
 use crate::sim::admission::EarlyReject;
 use crate::sim::batch1::{self, AcceptAll};
+use crate::sim::continuous::{self, ContinuousParams};
 use crate::sim::fixed_service;
 use crate::sim::static_batching::{self, StaticParams};
 use crate::sim::{SimOutput, Workload};
@@ -151,11 +152,67 @@ fn sim_static_batching<'py>(
     })
 }
 
+/// Continuous batching (`sim/continuous.rs`). Beside the usual columns: `reject_code` (int8,
+/// see `continuous::REJECT_*`), `n_preemptions`, the totals `preemptions` and
+/// `peak_kv_blocks`, with the trace its columns `kv_blocks`, `n_preempted`, `n_admitted`, and
+/// with `batch_log` a dict of CSR columns `offsets`, `request_id`, `new_tokens`, `context_len`.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn sim_continuous_batching<'py>(
+    py: Python<'py>,
+    model: PyModelSpec,
+    gpu: PyGpuSpec,
+    efficiency: PyEfficiency,
+    arrival_s: PyReadonlyArray1<'py, f64>,
+    prompt_len: PyReadonlyArray1<'py, i64>,
+    output_len: PyReadonlyArray1<'py, i64>,
+    max_num_seqs: i64,
+    max_num_batched_tokens: i64,
+    block_size: i64,
+    num_blocks: i64,
+    chunked_prefill: bool,
+    trace: bool,
+    batch_log: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let params = ContinuousParams { max_num_seqs, max_num_batched_tokens, block_size, num_blocks, chunked_prefill };
+    params.validate()?;
+    let mut rest = None;
+    let d = simulate(py, model, gpu, efficiency, arrival_s, prompt_len, output_len, |pr, w| {
+        let o = continuous::run(pr, w, &params, trace, batch_log)?;
+        rest = Some((o.reject_code, o.n_preemptions, o.preemptions, o.peak_kv_blocks, o.trace_extra, o.batch_log));
+        Ok(o.sim)
+    })?;
+    let (codes, n_pre, pre, peak, extra, log) = rest.expect("set by a successful run");
+    d.set_item("reject_code", codes.into_pyarray(py))?;
+    d.set_item("n_preemptions", n_pre.into_pyarray(py))?;
+    d.set_item("preemptions", pre)?;
+    d.set_item("peak_kv_blocks", peak)?;
+    if let Some(x) = extra {
+        let tr = d.get_item("trace")?.expect("set by to_dict");
+        tr.set_item("kv_blocks", x.kv_blocks.into_pyarray(py))?;
+        tr.set_item("n_preempted", x.n_preempted.into_pyarray(py))?;
+        tr.set_item("n_admitted", x.n_admitted.into_pyarray(py))?;
+    }
+    match log {
+        Some(l) => {
+            let ld = PyDict::new(py);
+            ld.set_item("offsets", l.offsets.into_pyarray(py))?;
+            ld.set_item("request_id", l.request_id.into_pyarray(py))?;
+            ld.set_item("new_tokens", l.new_tokens.into_pyarray(py))?;
+            ld.set_item("context_len", l.context_len.into_pyarray(py))?;
+            d.set_item("batch_log", ld)?;
+        }
+        None => d.set_item("batch_log", py.None())?,
+    }
+    Ok(d)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_REQUEST_TOKENS", crate::sim::MAX_REQUEST_TOKENS)?;
     m.add_function(wrap_pyfunction!(sim_batch1, m)?)?;
     m.add_function(wrap_pyfunction!(sim_static_batching, m)?)?;
     m.add_function(wrap_pyfunction!(sim_batch1_early_reject, m)?)?;
     m.add_function(wrap_pyfunction!(sim_fixed_service, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_continuous_batching, m)?)?;
     Ok(())
 }

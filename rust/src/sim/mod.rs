@@ -37,6 +37,7 @@
 
 pub mod admission;
 pub mod batch1;
+pub mod continuous;
 pub mod fixed_service;
 pub mod static_batching;
 

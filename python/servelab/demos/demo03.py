@@ -7,8 +7,10 @@ at every arrival rate. SLO per request: TTFT <= 1 s and TPOT <= 50 ms.
 Parts: (1) an idle system's TTFT/TPOT/E2E; (2) batch 1 FCFS over arrival rates; (3) static
 batching with B = 8/32/128 (start when B wait or after 0.2 s, run to the longest request);
 (4) cost per million output tokens at $3/GPU-hour; (5) the Azure LLM inference traces
-(November 2023) replayed under each policy. Plots: ``demo03_ttft_vs_rate.png``,
-``demo03_goodput_vs_rate.png``.
+(November 2023) replayed under each policy; (6) the part the lecture only promises (§4.5:
+"continuous batching, next lecture"): continuous batching beside static batching on the same
+requests. Plots: ``demo03_ttft_vs_rate.png``, ``demo03_goodput_vs_rate.png`` (continuous
+batching included).
 
 Each part has a ``compute_*`` function returning plain numbers (what the tests assert) and a
 ``part*`` function printing them beside the lecture's figures.
@@ -28,7 +30,7 @@ from servelab import metrics as mx
 from servelab import plots
 from servelab.hw_model import H100, LLAMA3_8B
 from servelab.metrics import SLO, Summary
-from servelab.serving_core import SimResult, run_batch1, run_static_batching
+from servelab.serving_core import SimResult, run_batch1, run_continuous_batching, run_static_batching
 from servelab.workload import Requests, azure_trace, chat_requests
 
 TITLE = "Demo 03 - metrics and the batching trade-off (§4)"
@@ -43,6 +45,12 @@ BATCH_SIZES = (8, 32, 128)
 MAX_WAIT_S = 0.2
 USD_PER_GPU_HOUR = 3.0
 IDLE_CASES = ((128, 16), (512, 256), (2048, 256), (8192, 256), (512, 2048))
+# Part 6: vLLM's scheduler defaults (256 seats, 8,192 tokens a step, blocks of 16); the KV pool
+# is what fits beside the weights in 90% of the H100 (hw_model.kv_capacity_tokens).
+CONTINUOUS = dict(max_num_seqs=256, max_num_batched_tokens=8192, block_size=16)
+CONTINUOUS_LABEL = "continuous"
+PART6_RATES = (0.5, 1.0, 2.0, 4.0)  # the table's rates (all in RATES), then overload
+EXTRA_RATES = (8.0, 16.0, 32.0, 48.0, 64.0)  # continuous batching's own knee lies up here
 
 Policy = str | int  # "batch1" or a static batch size
 
@@ -54,10 +62,14 @@ def workload(rate: float) -> Requests:
 def simulate(policy: Policy, requests: Requests, ride_along: bool = True) -> SimResult:
     if policy == "batch1":
         return run_batch1(requests, MODEL, GPU)
+    if policy == CONTINUOUS_LABEL:
+        return run_continuous_batching(requests, MODEL, GPU, **CONTINUOUS)
     return run_static_batching(requests, MODEL, GPU, int(policy), MAX_WAIT_S, ride_along)
 
 
 def label(policy: Policy) -> str:
+    if policy == CONTINUOUS_LABEL:
+        return CONTINUOUS_LABEL
     return "batch 1" if policy == "batch1" else f"static B={policy}"
 
 
@@ -275,14 +287,74 @@ def part5_trace(console: Console) -> None:
                   "CC BY 4.0 (Patel et al., Splitwise, ISCA 2024).")
 
 
+# ---- part 6 ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ContinuousClaims:
+    rates: tuple[float, ...]  # the sweep's rates, then EXTRA_RATES
+    by_rate: list[Summary]  # continuous batching at each of `rates`
+    overload: Summary  # at OVERLOAD_RATE
+    preemptions_at_overload: int
+    peak_kv_blocks_at_overload: int
+    num_blocks: int
+    max_goodput: float  # over `rates`
+    max_goodput_rate: float
+    best_static_goodput: float  # static batching's best over the sweep's rates (part 3)
+    goodput_ratio: float  # max_goodput / best_static_goodput
+
+
+def compute_continuous(sweep: Sweep, slo: SLO = LECTURE_SLO) -> ContinuousClaims:
+    """Continuous batching on the very requests of parts 2-3, at their rates and beyond."""
+    rates = tuple(sweep.rates) + EXTRA_RATES
+    rows = [mx.summarize(simulate(CONTINUOUS_LABEL, workload(r)), slo, USD_PER_GPU_HOUR) for r in rates]
+    heavy = simulate(CONTINUOUS_LABEL, workload(OVERLOAD_RATE))
+    g = [s.goodput_req_s for s in rows]
+    best = int(np.argmax(g))
+    best_static = max(s.goodput_req_s for b in BATCH_SIZES for s in sweep.by_policy[label(b)])
+    return ContinuousClaims(rates, rows, mx.summarize(heavy, slo, USD_PER_GPU_HOUR),
+                            int(heavy.n_preemptions.sum()), heavy.peak_kv_blocks,
+                            heavy.params["num_blocks"], g[best], rates[best], best_static,
+                            g[best] / best_static)
+
+
+def part6_continuous(console: Console, sweep: Sweep, c: ContinuousClaims) -> None:
+    t = _table("6. Continuous batching beside static batching, the same requests "
+               f"(vLLM defaults: {CONTINUOUS['max_num_seqs']} seats, "
+               f"{CONTINUOUS['max_num_batched_tokens']:,} tokens a step, {c.num_blocks:,} KV blocks of "
+               f"{CONTINUOUS['block_size']})",
+               "rate req/s", "policy", "goodput", "attain", "TTFT P50 s", "TTFT P99 s", "TPOT P50 ms", "tok/s")
+    rows: list[tuple[str, str, Summary]] = []
+    for rate in PART6_RATES:
+        k = sweep.rates.index(rate)
+        rows += [(f"{rate:g}", lab, sweep.by_policy[lab][k]) for lab in ("static B=32", "static B=128")]
+        rows.append((f"{rate:g}", CONTINUOUS_LABEL, c.by_rate[k]))
+    rows += [(f"{OVERLOAD_RATE:g}", lab, sweep.overload[lab]) for lab in ("static B=32", "static B=128")]
+    rows.append((f"{OVERLOAD_RATE:g}", CONTINUOUS_LABEL, c.overload))
+    for rate, lab, s in rows:
+        t.add_row(rate, lab, f"{s.goodput_req_s:.2f}", f"{s.attainment:.0%}", f"{s.ttft.p50:.3f}",
+                  f"{s.ttft.p99:.2f}", f"{s.tpot.p50 * 1e3:.1f}", f"{s.throughput_tok_s:,.0f}")
+    console.print(t)
+    console.print(f"   goodput peaks at {c.max_goodput:.1f} req/s (rate {c.max_goodput_rate:g}) against static "
+                  f"batching's best {c.best_static_goodput:.2f}: x{c.goodput_ratio:.0f}. A finished request "
+                  "leaves at once and a waiting one joins at the next step, so no seat idles and no "
+                  "request waits for a batch (§4.5's seat waste is gone).")
+    console.print(f"   at {OVERLOAD_RATE:g} req/s: {c.preemptions_at_overload} preemptions, peak "
+                  f"{c.peak_kv_blocks_at_overload:,} of {c.num_blocks:,} KV blocks in use. Past rate "
+                  f"{c.max_goodput_rate:g} the {CONTINUOUS['max_num_seqs']} seats are full, requests queue "
+                  "and TTFT passes the SLO: continuous batching has a knee too, only much further out.")
+
+
 # ---- the demo ----------------------------------------------------------------------------------
 
-def make_plots(out_dir: Path, sweep: Sweep) -> list[Path]:
+def make_plots(out_dir: Path, sweep: Sweep, continuous: ContinuousClaims | None = None) -> list[Path]:
     rates = list(sweep.rates)
+    by_policy = dict(sweep.by_policy)
+    if continuous is not None:  # on the shared rates only, beside the others
+        by_policy[CONTINUOUS_LABEL] = continuous.by_rate[:len(rates)]
     ttft = {k: (np.array([s.ttft.p50 for s in v]), np.array([s.ttft.p99 for s in v]))
             for k, v in sweep.by_policy.items()}
-    good = {k: np.array([s.goodput_req_s for s in v]) for k, v in sweep.by_policy.items()}
-    thr = {k: np.array([s.throughput_req_s for s in v]) for k, v in sweep.by_policy.items()}
+    good = {k: np.array([s.goodput_req_s for s in v]) for k, v in by_policy.items()}
+    thr = {k: np.array([s.throughput_req_s for s in v]) for k, v in by_policy.items()}
     return [plots.ttft_vs_rate(out_dir / "demo03_ttft_vs_rate.png", rates, ttft, LECTURE_SLO.ttft_s),
             plots.goodput_vs_rate(out_dir / "demo03_goodput_vs_rate.png", rates, good, thr)]
 
@@ -296,5 +368,7 @@ def run(out_dir: Path, console: Console) -> None:
     part3_static(console, sweep)
     part4_cost(console, sweep)
     part5_trace(console)
-    for path in make_plots(Path(out_dir), sweep):
+    continuous = compute_continuous(sweep)
+    part6_continuous(console, sweep, continuous)
+    for path in make_plots(Path(out_dir), sweep, continuous):
         console.print(f"   plot: {path}")

@@ -278,7 +278,11 @@ pub fn run(
             i += 1;
         }
 
-        // rule 4: admission, only in a step that preempted nobody
+        // rule 4: admission, only in a step that preempted nobody. Without prefix caching the
+        // guard never changes a batch: the front of the queue is then the last victim, the pool
+        // had no free block before it was preempted, and the request it made room for took one
+        // of the blocks it gave back, so it cannot fit anyway. Kept for the engine's rules
+        // (with prefix caching a hit could make it fit); tests/test_sim_continuous.py shows it.
         if n_preempted == 0 {
             while budget > 0 && (running.len() as i64) < params.max_num_seqs {
                 let Some(&r) = waiting.front() else { break };

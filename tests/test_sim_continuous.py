@@ -298,6 +298,18 @@ def test_no_admission_in_a_step_that_preempted(case):
     assert not (n_adm[n_pre > 0]).any()
 
 
+@given(case=engine_cases())
+def test_after_a_preemption_the_front_of_the_queue_never_fits(case):
+    """The reason rule 4's guard changes no batch without prefix caching, on random runs."""
+    reqs, eng = case
+    e = RecordingEngine(**eng)
+    for r in reqs:
+        e.add_request(r.prompt, r.max_new_tokens, r.sampler, r.arrival_step)
+    e.run()
+    assert not any(e.front_fits)
+    event(f"preemption steps: {min(len(e.front_fits), 3)}")
+
+
 # ---- bad input ------------------------------------------------------------------------------------
 
 REQS = Requests([0.0, 1.0], [10, 20], [5, 5])

@@ -40,7 +40,8 @@ def _sweep(args: argparse.Namespace, console: Console) -> int:
 
     axes = {"batch_size": args.batch_size, "max_wait_s": args.max_wait,
             "ride_along": None if args.ride_along is None else [v == "yes" for v in args.ride_along],
-            "estimator": args.estimator}
+            "estimator": args.estimator, "max_num_seqs": args.max_num_seqs,
+            "chunked_prefill": None if args.chunked_prefill is None else [v == "yes" for v in args.chunked_prefill]}
     grid = sw.Grid(policies=args.policy, rates=sw.parse_rates(args.rates),
                    **{k: v for k, v in axes.items() if v is not None})
     slo = SLO(args.slo_ttft, args.slo_tpot)
@@ -57,13 +58,16 @@ def _sweep(args: argparse.Namespace, console: Console) -> int:
 def _add_sweep_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="simulate a grid of policies x parameters x arrival rates")
     p.add_argument("--policy", nargs="+", default=["batch1", "static"],
-                   help="batch1, static, early_reject (default: batch1 static)")
+                   help="batch1, static, early_reject, continuous (default: batch1 static)")
     p.add_argument("--rates", nargs="+", default=["0.1:1.0:0.1"],
                    help="arrival rates in req/s: numbers or start:stop:step (default 0.1:1.0:0.1)")
     p.add_argument("--batch-size", type=int, nargs="+", help="static: batch sizes (default 32)")
     p.add_argument("--max-wait", type=float, nargs="+", help="static: max wait in s (default 0.2)")
     p.add_argument("--ride-along", nargs="+", choices=["yes", "no"], help="static: riders compute (default yes)")
     p.add_argument("--estimator", nargs="+", help="early_reject: mean, oracle, sigma=0.5 (default mean)")
+    p.add_argument("--max-num-seqs", type=int, nargs="+", help="continuous: seats (default 256)")
+    p.add_argument("--chunked-prefill", nargs="+", choices=["yes", "no"],
+                   help="continuous: split long prompts over steps (default no)")
     p.add_argument("--n", type=int, default=600, help="requests per point (default 600)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--slo-ttft", type=float, default=1.0, help="SLO on TTFT, s (default 1)")

@@ -7,7 +7,9 @@ rate, only closer together) under one policy and summarises it against an SLO:
 * ``static`` — static batching; axes ``batch_size``, ``max_wait_s``, ``ride_along``;
 * ``early_reject`` — batch 1 with early rejection on the SLO's TTFT (§5.3); axis
   ``estimator``: ``"mean"``, ``"oracle"`` or ``"sigma=0.5"`` (exercise 9's noisy predictor,
-  noise seed 42).
+  noise seed 42);
+* ``continuous`` — continuous batching on paged KV blocks (vLLM's defaults otherwise); axes
+  ``max_num_seqs``, ``chunked_prefill``.
 
 Points are independent, so they run on any :class:`concurrent.futures.Executor`: results are
 put back in grid order, and each point is deterministic, so ``jobs=1`` and ``jobs=4`` give the
@@ -56,7 +58,7 @@ from servelab import metrics as mx
 from servelab.admission import EarlyReject, NoisyPredictor
 from servelab.hw_model import H100, LLAMA3_8B
 from servelab.metrics import SLO
-from servelab.serving_core import run_batch1, run_static_batching
+from servelab.serving_core import run_batch1, run_continuous_batching, run_static_batching
 from servelab.workload import chat_requests
 
 __all__ = ["Grid", "Point", "Row", "SweepResult", "sweep", "parse_rates", "POLICIES"]
@@ -66,9 +68,12 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "batch1": (),
     "early_reject": ("estimator",),
     "static": ("batch_size", "max_wait_s", "ride_along"),
+    "continuous": ("max_num_seqs", "chunked_prefill"),
 }
+# continuous batching takes vLLM's defaults (serving_core.run_continuous_batching)
 _DEFAULTS: dict[str, tuple[Any, ...]] = {"batch_size": (32,), "max_wait_s": (0.2,), "ride_along": (True,),
-                                         "estimator": ("mean",)}
+                                         "estimator": ("mean",), "max_num_seqs": (256,),
+                                         "chunked_prefill": (False,)}
 
 
 def _estimator(spec: str) -> Any:
@@ -104,6 +109,9 @@ class Point:
             return f"static B={p['batch_size']}{wait}{extra}"
         if self.policy == "early_reject":
             return f"batch 1, early reject ({p['estimator']})"
+        if self.policy == "continuous":
+            chunked = " chunked" if p["chunked_prefill"] else ""
+            return f"continuous seqs={p['max_num_seqs']}{chunked}"
         return "batch 1"
 
 
@@ -132,6 +140,8 @@ class Grid:
     max_wait_s: Sequence[float] = _DEFAULTS["max_wait_s"]
     ride_along: Sequence[bool] = _DEFAULTS["ride_along"]
     estimator: Sequence[str] = _DEFAULTS["estimator"]
+    max_num_seqs: Sequence[int] = _DEFAULTS["max_num_seqs"]
+    chunked_prefill: Sequence[bool] = _DEFAULTS["chunked_prefill"]
 
     def __post_init__(self) -> None:
         pols = tuple(self.policies)
@@ -149,6 +159,9 @@ class Grid:
                            and math.isfinite(float(v)) and float(v) >= 0, "finite numbers >= 0"),
             "ride_along": (lambda v: isinstance(v, bool), "True or False"),
             "estimator": (lambda v: _estimator(v) is not None, "'mean', 'oracle' or 'sigma=<number>'"),
+            "max_num_seqs": (lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= 1,
+                             "positive integers"),
+            "chunked_prefill": (lambda v: isinstance(v, bool), "True or False"),
         }
         used = {axis for p in pols for axis in POLICIES[p]}
         for axis, (ok, what) in checks.items():
@@ -196,6 +209,9 @@ def run_point(point: Point, n: int, seed: int, slo: SLO) -> Row:
     if point.policy == "static":
         r = run_static_batching(reqs, LLAMA3_8B, H100, int(p["batch_size"]), float(p["max_wait_s"]),
                                 bool(p["ride_along"]))
+    elif point.policy == "continuous":
+        r = run_continuous_batching(reqs, LLAMA3_8B, H100, max_num_seqs=int(p["max_num_seqs"]),
+                                    chunked_prefill=bool(p["chunked_prefill"]))
     elif point.policy == "early_reject":
         r = run_batch1(reqs, LLAMA3_8B, H100, admission=EarlyReject(slo.ttft_s, _estimator(p["estimator"])))
     else:

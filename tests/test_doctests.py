@@ -19,6 +19,30 @@ def test_docstring_examples(name):
     assert result.failed == 0, f"{result.failed} of {result.attempted} examples failed in {name}"
 
 
+# Modules allowed to have no example, each for a reason; any other module must show one.
+NO_EXAMPLES = {
+    "servelab.cli": "argument parsing; tests/test_*_cli.py run it",
+    "servelab.demos": "package of demos",
+    "servelab.demos.demo01": "writes files and prints; tests/test_demo01*.py",
+    "servelab.demos.demo02": "writes files and prints; tests/test_demo02*.py",
+    "servelab.demos.demo03": "writes files and prints; tests/test_demo03*.py",
+    "servelab.demos.demo_paged": "writes files and prints; tests/test_demo_paged*.py",
+    "servelab.grading": "package docstring only",
+    "servelab.grading.plugin": "a pytest plugin; tests/test_assignments_grading.py drives it",
+    "servelab.plots": "writes PNG files; the demo tests check them",
+    "servelab.reference": "package docstring only",
+}
+
+
+def test_every_module_shows_an_example():
+    finder = doctest.DocTestFinder()
+    missing = [name for name in MODULES if name not in NO_EXAMPLES
+               and not any(t.examples for t in finder.find(importlib.import_module(name)))]
+    assert missing == [], f"modules without a >>> example: {missing}"
+    stale = sorted(set(NO_EXAMPLES) - set(MODULES))
+    assert stale == [], f"NO_EXAMPLES names modules that no longer exist: {stale}"
+
+
 def test_the_examples_exist():
     # a docstring pass that attempted nothing would prove nothing
     attempted = doctest.testmod(importlib.import_module("servelab.hw_model")).attempted

@@ -34,7 +34,7 @@ the same way (a Ray-backed executor, an MPI pool ...).
 >>> Grid(policies=("fifo",), rates=(1.0,))
 Traceback (most recent call last):
 ...
-ValueError: policies must be among ['batch1', 'early_reject', 'static'], got 'fifo'
+ValueError: policies must be among ['batch1', 'continuous', 'early_reject', 'static'], got 'fifo'
 """
 
 from __future__ import annotations

@@ -23,7 +23,21 @@ PROFILES = {
 
 
 def register_and_load(default: str = "dev") -> str:
-    """Registers every profile and loads ``$HYPOTHESIS_PROFILE`` (or ``default``)."""
+    """Registers every profile and loads ``$HYPOTHESIS_PROFILE`` (or ``default``).
+
+    >>> import os
+    >>> saved = os.environ.pop("HYPOTHESIS_PROFILE", None)
+    >>> register_and_load("ci"), settings().max_examples, settings().derandomize
+    ('ci', 60, True)
+    >>> os.environ["HYPOTHESIS_PROFILE"] = "fast"
+    >>> register_and_load()
+    Traceback (most recent call last):
+    ...
+    ValueError: HYPOTHESIS_PROFILE must be one of ['ci', 'dev', 'grading', 'thorough'], got 'fast'
+    >>> _ = os.environ.pop("HYPOTHESIS_PROFILE")
+    >>> if saved is not None: os.environ["HYPOTHESIS_PROFILE"] = saved
+    >>> _ = register_and_load(saved or "ci")
+    """
     for name, kwargs in PROFILES.items():
         settings.register_profile(name, **kwargs)
     name = os.environ.get("HYPOTHESIS_PROFILE", default)

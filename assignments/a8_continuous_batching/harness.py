@@ -7,7 +7,7 @@ list and the free blocks as plain lists, checks the decisions it gets back, and 
 with the engine's own machinery (``BlockAllocator`` for the block tables, ``PagedKVPool`` for
 the KV, ``TinyLLM.forward_batch`` for the tokens, ``hw_model.step_cost`` for the clock). A
 decision the engine cannot carry out (a block the pool does not have, a request in the wrong
-state, a batch over the limits, an empty step while work is left, too many steps) fails with
+state, a batch over the limits, an empty step while work is left) fails with
 :class:`ScheduleError`, an ``AssertionError`` that names the step, the state and the decisions.
 
 >>> import scheduler
@@ -24,6 +24,7 @@ state, a batch over the limits, an empty step while work is left, too many steps
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Callable, Sequence
 
 from servelab.engine import Engine, EngineResult, Request
@@ -38,8 +39,10 @@ class ScheduleError(AssertionError):
 
 
 def step_limit(requests: Sequence[Request]) -> int:
-    """A generous bound on the steps of any sensible schedule: every request could be preempted
-    once per token it generates and recomputed, and still finish well within it."""
+    """A generous bound on the steps of any schedule the harness accepts. Every step that runs
+    something yields at least one token (no chunked prefill), so a schedule ends after at most
+    the tokens asked for plus the idle steps before the last arrival; the bound is a safety net
+    that turns a bug into a message instead of a hang."""
     need = sum(len(r.prompt) + r.max_new_tokens for r in requests)
     last = max((r.arrival_step for r in requests), default=0)
     return last + 4 * need * max(1, len(requests)) + 16
@@ -156,9 +159,9 @@ def _three_id_lists(got: Any, where: str) -> tuple[list[int], list[int], list[in
     out = []
     for name, ids in zip(("decode", "preempted", "admitted"), got):
         if not isinstance(ids, (list, tuple)) or not all(
-                isinstance(i, int) and not isinstance(i, bool) for i in ids):
+                isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in ids):
             raise ScheduleError(f"{where}: {name} must be a list of request ids, got {ids!r}")
-        out.append(list(ids))
+        out.append([int(i) for i in ids])
     return out[0], out[1], out[2]
 
 

@@ -97,14 +97,21 @@ def test_limits_hold_and_every_request_finishes(setup):
     what = describe(requests, eng)
     for step in res.steps:
         ids = [rid for rid, _, _ in step.batch]
-        assert len(ids) == len(set(ids)) <= eng["max_num_seqs"], f"{what}: step {step.index} runs {ids}"
+        assert len(ids) == len(set(ids)) <= eng["max_num_seqs"], \
+            f"{what}: step {step.index}: expected at most max_num_seqs distinct requests, got {ids}"
         assert step.num_tokens <= eng["max_num_batched_tokens"], \
-            f"{what}: step {step.index} batch {list(step.batch)} has {step.num_tokens} tokens"
-        assert step.blocks_used <= eng["num_blocks"], f"{what}: step {step.index}"
-    assert [r.status for r in res.requests] == ["finished"] * len(requests), what
-    for r in res.requests:
-        assert len(r.tokens) == requests[r.request_id].max_new_tokens, f"{what}: request {r.request_id}"
-    assert res.steps[-1].blocks_used == 0, f"{what}: blocks still held after every request finished"
+            f"{what}: step {step.index}: expected at most max_num_batched_tokens tokens, got " \
+            f"{step.num_tokens} in {list(step.batch)}"
+        assert step.blocks_used <= eng["num_blocks"], \
+            f"{what}: step {step.index}: expected at most {eng['num_blocks']} blocks, got {step.blocks_used}"
+    statuses = [r.status for r in res.requests]
+    assert statuses == ["finished"] * len(requests), f"{what}: expected all finished, got {statuses}"
+    for req, r in zip(requests, res.requests):
+        # preemption by recompute must not change a token (§6.5)
+        assert r.tokens == alone(req), (f"{what}: request {r.request_id} (preempted "
+                                        f"{r.num_preemptions} times): expected {alone(req)}, got {r.tokens}")
+    assert res.steps[-1].blocks_used == 0, \
+        f"{what}: expected every block back in the pool at the end, {res.steps[-1].blocks_used} are held"
     event(f"preempted: {any(s.preempted for s in res.steps)}")
 
 

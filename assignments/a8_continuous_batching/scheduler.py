@@ -21,7 +21,9 @@ The rules (the ones ``servelab.engine`` documents, rules 2-4, without chunks or 
 
 1. **Running requests first**, oldest first, while the token budget
    (``max_num_batched_tokens`` per step) is not used up: each takes 1 token. Those left when it
-   is used up are skipped this step (they keep their blocks).
+   is used up are skipped this step (they keep their blocks). (With whole prompts admitted
+   within the budget, as here, the running list never outgrows the budget, so this bites only
+   in the tests' hand-made states; with chunked prefill it matters.)
 2. **Preemption by recompute.** If a request's token needs a fresh block and none is free, the
    *newest* running request (the last in the running list, possibly the current one) is
    preempted: all its blocks go back to the pool. Repeat until a block is free or the current

@@ -50,7 +50,8 @@ def test_p_any_slow(n, q):
 @given(calls, st.floats(1e-4, 0.99))
 def test_per_call_budget_and_percentile(n, target):
     q = mine.per_call_budget(n, target)
-    assert isinstance(q, float) and 0.0 < q <= target, f"per_call_budget({n}, {target}) = {q!r}: not in (0, target]"
+    assert isinstance(q, float) and 0.0 < q <= target * (1 + 1e-12), \
+        f"per_call_budget({n}, {target}) = {q!r}: not in (0, target]"
     # the budget spends the whole target: exactly target (to rounding) at q, over it just above q
     reached = any_slow(n, q)
     assert math.isclose(reached, target, rel_tol=1e-6), (

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import admission as mine
+from assignment_strategies import request_workloads
 from servelab import hw_model as hw
 from servelab.admission import EarlyReject, MeanLength, NoisyPredictor, Oracle, PredictedLengths
 from servelab.admission import admission_report as core_report
@@ -107,13 +108,10 @@ def test_noisy_predictor(out, sigma, seed):
 
 @st.composite
 def workloads(draw):
-    """Small bursty workloads with an SLO and predictions that are right, too short or too long."""
-    n = draw(st.integers(1, 20))
-    gaps = draw(st.lists(st.sampled_from([0.0, 0.001, 0.05, 0.2, 0.5, 3.0]), min_size=n, max_size=n))
-    out = draw(st.lists(st.integers(1, 60), min_size=n, max_size=n))
-    guess = draw(st.one_of(st.just(out), st.lists(st.integers(1, 90), min_size=n, max_size=n)))
-    r = Requests(arrival_s=np.cumsum(gaps), prompt_len=draw(st.lists(st.integers(1, 1024), min_size=n, max_size=n)),
-                 output_len=out)
+    """A small bursty workload, an SLO, and predictions that are right, too short or too long."""
+    r = draw(request_workloads(max_requests=20, max_output=60))
+    n = len(r)
+    guess = draw(st.one_of(st.just(r.output_len.tolist()), st.lists(st.integers(1, 90), min_size=n, max_size=n)))
     return r, np.array(guess, dtype=np.int64), draw(st.sampled_from([0.05, 0.2, 0.5, 1.0, 3.0]))
 
 

@@ -37,3 +37,22 @@ efficiencies = st.builds(hw.Efficiency, compute=st.floats(0.1, 1.0), bandwidth=s
                          overhead_s=st.floats(0.0, 0.005))
 
 batches = st.lists(st.tuples(st.integers(1, 4096), st.integers(0, 65536)), min_size=1, max_size=12)
+
+
+# ---- request workloads (a6_admission) -----------------------------------------------------------
+
+# gaps between arrivals: bursts (0), near-collisions, and pauses long enough to drain the queue
+ARRIVAL_GAPS_S = (0.0, 0.001, 0.05, 0.2, 0.5, 3.0)
+
+
+@st.composite
+def request_workloads(draw, max_requests: int = 20, max_output: int = 60):
+    """Small bursty ``servelab.workload.Requests``: 1..``max_requests`` requests, prompts of
+    1-1024 tokens, 1..``max_output`` output tokens."""
+    import numpy as np
+    from servelab.workload import Requests
+    n = draw(st.integers(1, max_requests))
+    gaps = draw(st.lists(st.sampled_from(ARRIVAL_GAPS_S), min_size=n, max_size=n))
+    return Requests(arrival_s=np.cumsum(gaps),
+                    prompt_len=draw(st.lists(st.integers(1, 1024), min_size=n, max_size=n)),
+                    output_len=draw(st.lists(st.integers(1, max_output), min_size=n, max_size=n)))

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import platform
 import subprocess
+import sys
 from pathlib import Path
 
 import hypothesis
@@ -29,9 +30,22 @@ EXERCISES = ROOT / "autograder" / "exercises"
 
 
 def _import(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """Imports ``path`` as ``name``, with its folder on ``sys.path`` meanwhile: a task module
+    imports the helpers beside it (a5's and a6's ``from pricing import step_time``). Helpers it
+    loads are dropped from ``sys.modules`` afterwards, so another task's same-named helper is
+    its own."""
+    siblings = {p.stem for p in path.parent.glob("*.py")}
+    before = set(sys.modules)
+    sys.path.insert(0, str(path.parent))
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(path.parent))
+        for loaded in set(sys.modules) - before:
+            if loaded in siblings:
+                del sys.modules[loaded]
     return module
 
 

@@ -49,8 +49,17 @@ def forbidden_paths(root: Path, extra: list[Path] = ()) -> list[Path]:
     venv = Path(sys.prefix).resolve()
     out = [p.resolve() for p in sorted(root.iterdir()) if not (venv == p.resolve() or p.resolve() in venv.parents)]
     out.append(Path(servelab.__file__).resolve().parent)
-    out.extend(Path(p).resolve() for p in extra)
+    for p in extra:
+        out.extend(_all_but(Path(p).resolve(), venv))
     return out
+
+
+def _all_but(path: Path, keep: Path) -> list[Path]:
+    """``[path]``; or, when ``keep`` lies inside ``path`` (a submission that is a checkout with
+    its own ``.venv``, as ``grade .`` is), every entry along the way except ``keep``'s branch."""
+    if path != keep and path not in keep.parents:
+        return [path]
+    return [q for child in sorted(path.iterdir()) if child != keep for q in _all_but(child, keep)]
 
 
 def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: Limits = Limits(),

@@ -31,6 +31,23 @@ def test_the_key_has_provenance():
                                             "value": 8_030_261_248}
 
 
+def test_the_a6_key_is_the_rust_simulators_table():
+    """The answer key's §5.5 and exercise 9 rows come from the pure-Python reference solution;
+    servelab's Rust simulator (demo 04 parts 3-4) must give the same counts."""
+    import json
+    from servelab.demos import demo04
+    key = json.loads((ROOT / "autograder/answers/answer_key.json").read_text())
+    rows = {(r["exercise"], r["quantity"]): r["value"] for r in key["tasks"]["a6_admission"]}
+    part3 = demo04.part3()
+    rust = {"§5.5: mean estimate": part3["mean length"], "§5.5: oracle": part3["oracle"],
+            **{f"ex. 9: sigma {s:g}": r for s, r in demo04.exercise9().items()}}
+    for label, r in rust.items():
+        assert rows[(label, "on time (of 600)")] == r.on_time, label
+        assert rows[(label, "rejected")] == r.rejected, label
+        assert rows[(label, "late share of accepted")] == pytest.approx(r.late_share_of_accepted, abs=1e-12), label
+        assert rows[(label, "false rejection share")] == pytest.approx(r.false_rejection_share, abs=1e-12), label
+
+
 @pytest.fixture(scope="module")
 def files():
     return plan(ROOT)

@@ -53,3 +53,16 @@ def test_bad_submissions_are_named(tmp_path):
     (tmp_path / "f.zip").write_text("not a zip")
     with pytest.raises(SubmissionError, match="folder or a .zip"):
         unpack(tmp_path / "f.zip", tmp_path / "into")
+
+
+def test_grading_the_checkout_itself_leaves_its_venv_readable():
+    # `grade .`: the submission is the course copy, whose .venv holds numpy; the child may read
+    # the venv and nothing else of it
+    import sys
+    from pathlib import Path
+
+    from autograder.grade import ROOT, forbidden_paths
+    venv = Path(sys.prefix).resolve()
+    forbidden = forbidden_paths(ROOT, [ROOT])
+    assert not [p for p in forbidden if p == venv or p in venv.parents], "the venv (or a folder above it) is forbidden"
+    assert (ROOT / "assignments").resolve() in forbidden and (ROOT / "autograder").resolve() in forbidden

@@ -1,0 +1,146 @@
+"""The nbgrader notebooks: sources well formed, points in one place and equal to what nbgrader
+stores, student versions from nbgrader's generate_assignment, the kernel's sandbox.
+
+The grading checks proper (source notebooks score their autograded points, released ones zero,
+edited test cells gain nothing) are in the self-check (test_selfcheck.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograder import notebooks, release
+from autograder.grade import ROOT, grade
+from autograder.remote import Limits
+from autograder.selfcheck import course_fingerprint
+
+NOTEBOOKS = notebooks.notebooks_of(ROOT)
+
+
+def source(nb: notebooks.Notebook) -> dict:
+    return json.loads((ROOT / "assignments" / nb.file).read_text(encoding="utf-8"))
+
+
+def test_the_manifest_lists_the_four_notebooks():
+    assert [nb.name for nb in NOTEBOOKS] == ["ex01_ledger_70b", "ex06_tail_fanout", "ex08_orca_card",
+                                             "ex10_batch_invariance"]
+    on_disk = sorted(p.name for p in (ROOT / "assignments" / "notebooks").glob("*.ipynb"))
+    assert on_disk == sorted(Path(nb.file).name for nb in NOTEBOOKS), "a notebook the manifest does not list"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[nb.id for nb in NOTEBOOKS])
+def test_sources_are_clean_and_carry_nbgrader_metadata(nb):
+    data = source(nb)
+    ids = [c["metadata"]["nbgrader"]["grade_id"] for c in data["cells"]]
+    assert len(ids) == len(set(ids)), f"{nb.file}: grade ids repeat"
+    for cell in data["cells"]:
+        meta = cell["metadata"]["nbgrader"]
+        assert cell["cell_type"] == "markdown" or cell["outputs"] == [], f"{nb.file}: {meta['grade_id']} has outputs"
+        if meta["solution"]:
+            assert "### BEGIN SOLUTION" in "".join(cell["source"]), f"{meta['grade_id']}: no solution region"
+        if notebooks.cell_kind(meta, cell["cell_type"]) == "auto":
+            assert meta["locked"] and "assert" in "".join(cell["source"]), f"{meta['grade_id']}: not a locked test"
+    kinds = {c.kind for c in notebooks.cell_points(ROOT / "assignments" / nb.file)}
+    assert kinds == {"ex01_ledger_70b": {"auto"}, "ex06_tail_fanout": {"auto", "manual"},
+                     "ex08_orca_card": {"manual"}, "ex10_batch_invariance": {"auto", "manual"}}[nb.name]
+
+
+def test_cell_points_reads_the_metadata_and_refuses_bad_points(tmp_path):
+    nb = source(NOTEBOOKS[0])
+    cells = notebooks.cell_points(ROOT / "assignments" / NOTEBOOKS[0].file)
+    assert sum(c.points for c in cells) == sum(c["metadata"]["nbgrader"].get("points", 0) for c in nb["cells"])
+    first = next(c for c in nb["cells"] if c["metadata"]["nbgrader"]["grade"])
+    first["metadata"]["nbgrader"]["points"] = 0
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text(json.dumps(nb))
+    with pytest.raises(ValueError, match="must have positive whole points, got 0"):
+        notebooks.cell_points(bad)
+
+
+@pytest.fixture(scope="module")
+def generated():
+    return notebooks.generated(ROOT)
+
+
+def test_points_equal_what_nbgrader_stores(generated, monkeypatch):
+    """Points live in the notebooks' metadata only; nbgrader's gradebook holds the same."""
+    from nbgrader.api import Gradebook
+
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # alembic
+    with Gradebook(f"sqlite:///{generated / 'gradebook.db'}") as gb:
+        stored = {(nb.name, cell.name): (cell.max_score, cell.cell_type)
+                  for nb in gb.find_assignment(notebooks.ASSIGNMENT).notebooks for cell in nb.grade_cells}
+    ours = {(nb.name, c.grade_id): c.points for nb in NOTEBOOKS
+            for c in notebooks.cell_points(ROOT / "assignments" / nb.file)}
+    assert {k: v[0] for k, v in stored.items()} == ours
+    # 18 autograded + 19 by hand: a change here is a change of the course, say so in the README
+    kinds = [c.kind for nb in NOTEBOOKS for c in notebooks.cell_points(ROOT / "assignments" / nb.file)
+             for _ in range(c.points)]
+    assert (kinds.count("auto"), kinds.count("manual")) == (18, 19)
+
+
+def test_student_versions_come_from_nbgrader_without_solutions_or_hidden_tests(generated):
+    versions = notebooks.student_versions(ROOT)
+    assert sorted(versions) == sorted(f"assignments/{nb.file}" for nb in NOTEBOOKS)
+    for nb in NOTEBOOKS:
+        text = versions[f"assignments/{nb.file}"]
+        assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text
+        released = json.loads(text)
+        for cell in released["cells"]:
+            meta = cell["metadata"]["nbgrader"]
+            assert "checksum" in meta or not meta.get("locked", False) or meta.get("solution"), meta["grade_id"]
+            if meta["solution"]:
+                stub = "YOUR ANSWER HERE" if cell["cell_type"] == "markdown" else "raise NotImplementedError()"
+                assert stub in "".join(cell["source"]), f"{meta['grade_id']}: not stubbed"
+    # a few answers that must not travel with the release
+    everything = "".join(versions.values())
+    for answer in ("1.0 - (1.0 - q) ** n", "2 * VOCAB * D_MODEL", "iteration-level scheduling (the scheduler",
+                   "a, b, c = 1e16", "simulate 200 000 agents"):
+        assert answer not in everything
+
+
+def test_release_refuses_a_notebook_the_manifest_does_not_list():
+    with pytest.raises(ValueError, match="no \\[\\[notebook\\]\\] of the manifest lists"):
+        release.stub_notebook("assignments/notebooks/extra.ipynb", {})
+
+
+def test_kernel_sandbox_refuses_the_course_copy_and_processes(tmp_path):
+    """A notebook's code runs in a kernel under the child's sandbox: it cannot read the grader's
+    files or write into the course copy, nor start processes; the course copy stays unchanged."""
+    nb = next(n for n in NOTEBOOKS if n.name == "ex06_tail_fanout")
+    data = source(nb)
+    attack = (
+        "import os, subprocess\n"
+        "results = []\n"
+        f"for attempt in (lambda: open({str(ROOT / 'assignments' / 'manifest.toml')!r}, 'a'),\n"
+        f"                lambda: open({str(ROOT / 'autograder' / 'answers' / 'answer_key.json')!r}).read(),\n"
+        "                lambda: subprocess.run(['true']),\n"
+        "                lambda: open('../../../gradebook.db', 'rb').read(),\n"  # nbgrader's database
+        f"                lambda: os.listdir({str(ROOT / 'autograder')!r})):\n"
+        "    try:\n"
+        "        attempt()\n"
+        "        results.append('allowed')\n"
+        "    except Exception as exc:\n"
+        "        results.append(type(exc).__name__)\n"
+        "print('SANDBOX', results)\n")
+    for cell in data["cells"]:
+        if cell["metadata"]["nbgrader"]["grade_id"] == "ex06_a_answer":
+            cell["source"] = attack + "".join(cell["source"])
+    sub = tmp_path / "sub" / "assignments" / nb.file
+    sub.parent.mkdir(parents=True)
+    sub.write_text(json.dumps(data))
+    before = course_fingerprint()
+    result = grade(tmp_path / "sub", limits=Limits(wall_s=30, cpu_s=30), only_tasks=frozenset({nb.id}),
+                   notebooks_out=tmp_path / "executed")
+    assert course_fingerprint() == before
+    executed = json.loads((tmp_path / "executed" / f"{nb.name}.ipynb").read_text())
+    text = "".join("".join(o.get("text", "")) for c in executed["cells"] if c["cell_type"] == "code"
+                   for o in c.get("outputs", []))
+    assert "SANDBOX " + str(["PermissionError"] * 5) in text, text
+    # the honest work next to the attack still earns its autograded points
+    earned = {t["extra_data"]["cell"]: t["score"] for t in result["tests"] if t["extra_data"]["task"] == nb.id}
+    assert earned == {"ex06_a_test": 2, "ex06_b_test": 2, "ex06_c_test": 1, "ex06_d_answer": 0}

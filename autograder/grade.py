@@ -89,9 +89,10 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
         if notebooks.notebooks_of(root):
             if only_tasks is not None and not {nb.id for nb in notebooks.notebooks_of(root)} & only_tasks:
                 scores = notebooks.not_graded(root, "not graded in this run")
+            elif broken:
+                scores = notebooks.not_graded(root, broken)
             else:
-                nb_files = {} if broken else {nb.file: find_file(folder, nb.file)
-                                              for nb in notebooks.notebooks_of(root)}
+                nb_files = {nb.file: find_file(folder, nb.file) for nb in notebooks.notebooks_of(root)}
                 scores = notebooks.autograde(root, nb_files, work / "nb", limits,
                                              notebooks.kernel_forbidden(root, [*extra_forbidden,
                                                                                Path(submission).resolve()]),

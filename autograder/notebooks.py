@@ -71,6 +71,7 @@ class Cell:
     grade_id: str
     points: int
     kind: str  # "auto" (a test cell nbgrader scores) or "manual" (graded by hand)
+    hidden: bool = False  # holds a ### BEGIN HIDDEN TESTS region (its message may tell of them)
 
 
 def notebooks_of(root: Path) -> tuple[Notebook, ...]:
@@ -109,7 +110,8 @@ def cell_points(path: Path) -> list[Cell]:
             points = meta.get("points")
             if not isinstance(points, (int, float)) or points <= 0 or int(points) != points:
                 raise ValueError(f"{path}: cell {meta.get('grade_id')!r} must have positive whole points, got {points!r}")
-            cells.append(Cell(meta["grade_id"], int(points), kind))
+            hidden = any(line.strip() == "### BEGIN HIDDEN TESTS" for line in "".join(c["source"]).splitlines())
+            cells.append(Cell(meta["grade_id"], int(points), kind, hidden))
     return cells
 
 
@@ -251,6 +253,34 @@ def _readable_notebook(path: Path) -> str | None:
     return None
 
 
+# Names a notebook's own cells have no honest use for in these exercises, but that could subvert
+# the test cells sharing its kernel (README: threat model). Not a defence: a flag for the human
+# who grades the written answers anyway.
+SUSPICIOUS = ("builtins", "sys.modules", "set_custom_exc", "showtraceback", "settrace", "setprofile",
+              "get_ipython", "__import__", "importlib", "AssertionError", "isclose =", "hw_model.", "gc.",
+              "__class__", "inspect")
+
+
+def suspicious(path: Path) -> list[str]:
+    """The :data:`SUSPICIOUS` names in a submitted notebook's code cells other than its test
+    cells (which nbgrader replaces anyway).
+
+    >>> import tempfile
+    >>> nb = {"cells": [{"cell_type": "code", "metadata": {}, "source": "import builtins; builtins.abs = len"}]}
+    >>> p = Path(tempfile.mkdtemp()) / "n.ipynb"; _ = p.write_text(json.dumps(nb))
+    >>> suspicious(p)
+    ['builtins']
+    """
+    try:
+        nb = json.loads(Path(path).read_text(encoding="utf-8"))
+        code = "\n".join("".join(c.get("source", "")) for c in nb.get("cells", [])
+                         if c.get("cell_type") == "code"
+                         and cell_kind(c.get("metadata", {}).get("nbgrader", {}), "code") != "auto")
+    except (OSError, ValueError, AttributeError, TypeError):
+        return []
+    return [name for name in SUSPICIOUS if name in code]
+
+
 def problems_of(root: Path, files: dict[str, Path | None]) -> dict[str, str]:
     """notebook id -> why it cannot be graded (missing, too large, not a notebook)."""
     problems = {}
@@ -280,9 +310,13 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
     sub = course / "submitted" / STUDENT / ASSIGNMENT
     sub.mkdir(parents=True)
     problems = problems_of(root, files)
+    flags = {}
     for nb in notebooks:
         if nb.id not in problems:
             shutil.copyfile(files[nb.file], sub / Path(nb.file).name)
+            found = suspicious(sub / Path(nb.file).name)
+            if found:
+                flags[nb.id] = f"  [flagged for the instructor's review: the notebook's own cells use {', '.join(found)}]"
     result = {"success": True, "notebooks": {}}
     if template is not None:
         # the whole run may take the per-test wall clock for each notebook, plus kernel starts
@@ -310,7 +344,7 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
                 g = got[cell.grade_id]
                 score = min(float(g.get("auto_score") or 0), cell.points)
                 message = "passed" if score >= cell.points else (g.get("error") or "the test cell raised an error")
-                scores[cell.grade_id] = (score, message)
+                scores[cell.grade_id] = (score, message + flags.get(nb.id, ""))
         out[nb.id] = scores
     return out
 
@@ -332,7 +366,8 @@ def not_graded(root: Path, why: str) -> dict[str, dict[str, tuple[float, str]]]:
 def merge(data: dict, root: Path, scores: dict[str, dict[str, tuple[float, str]]]) -> dict:
     """Adds the notebooks' cells to results.json ``data`` (built for the manifest's tasks): one
     test per graded cell, named ``<notebook id>: <grade_id>``, its points from the source
-    notebook; score, max_score and the summary output grow accordingly."""
+    notebook; score, max_score and the summary output grow accordingly. A test cell holding
+    hidden tests is shown ``after_due_date`` (its error message may quote them)."""
     lines = []
     base = len({t["extra_data"]["task"] for t in data["tests"]})
     for n_index, nb in enumerate(notebooks_of(root), base + 1):
@@ -344,7 +379,9 @@ def merge(data: dict, root: Path, scores: dict[str, dict[str, tuple[float, str]]
             data["tests"].append({
                 "name": f"{nb.id}: {cell.grade_id}" + (" (manually graded)" if cell.kind == "manual" else ""),
                 "number": f"{n_index}.{c_index}", "score": score, "max_score": cell.points,
-                "status": "passed" if passed else "failed", "output": message, "visibility": nb.visibility,
+                "status": "passed" if passed else "failed", "output": message,
+                # as for Python tests in hidden regions: a cell with hidden tests is shown after the due date
+                "visibility": "after_due_date" if cell.hidden and nb.visibility == "visible" else nb.visibility,
                 "extra_data": {"task": nb.id, "notebook": nb.file, "cell": cell.grade_id, "kind": cell.kind}})
             got += score
             total += cell.points

@@ -144,3 +144,18 @@ def test_kernel_sandbox_refuses_the_course_copy_and_processes(tmp_path):
     # the honest work next to the attack still earns its autograded points
     earned = {t["extra_data"]["cell"]: t["score"] for t in result["tests"] if t["extra_data"]["task"] == nb.id}
     assert earned == {"ex06_a_test": 2, "ex06_b_test": 2, "ex06_c_test": 1, "ex06_d_answer": 0}
+
+
+def test_grading_notebooks_twice_gives_the_same_results(tmp_path):
+    """The source notebooks as a submission: every autograded point, manual cells pending, and a
+    regrade identical apart from execution_time."""
+    sub = tmp_path / "sub" / "assignments"
+    for nb in NOTEBOOKS:
+        (sub / nb.file).parent.mkdir(parents=True, exist_ok=True)
+        (sub / nb.file).write_bytes((ROOT / "assignments" / nb.file).read_bytes())
+    only = frozenset(nb.id for nb in NOTEBOOKS)
+    a, b = (grade(tmp_path / "sub", limits=Limits(wall_s=30, cpu_s=30), only_tasks=only) for _ in range(2))
+    cells = [t for t in a["tests"] if "notebook" in t["extra_data"]]
+    assert all(t["score"] == t["max_score"] and t["output"] == "passed" for t in cells if t["extra_data"]["kind"] == "auto")
+    assert all(t["score"] == 0 and "pending" in t["output"] for t in cells if t["extra_data"]["kind"] == "manual")
+    assert {**a, "execution_time": 0} == {**b, "execution_time": 0}

@@ -10,13 +10,15 @@ nbgrader starts, under the sandbox of :mod:`autograder.nb_kernel`.
 
 Config keys: ``action`` (``generate`` or ``autograde``), ``course`` (the course folder, holding
 ``source/<assignment>/``), ``assignment``, ``student``, ``cell_timeout`` (seconds per cell),
-``kernel`` (kernel name for execution), ``out`` (the JSON to write).
+``kernel`` (kernel name for execution), ``memory_bytes`` (this process's address space),
+``out`` (the JSON to write).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 from pathlib import Path
 
@@ -34,6 +36,19 @@ def _error_messages(notebook: Path) -> dict[str, str]:
         if grade_id and errors:
             out[grade_id] = f"{errors[-1].get('ename', 'Error')}: {errors[-1].get('evalue', '')}"[:1000]
     return out
+
+
+def _reason(log: str) -> str:
+    """The line of nbgrader's log that says why a notebook could not be graded."""
+    lines = [line.strip() for line in log.splitlines()
+             if line.strip() and not line.strip().startswith(("raise ", "File ", "^"))]
+    for marker in ("DeadKernelError", "Kernel died", "CellTimeoutError", "timed out", "MemoryError",
+                   "is not a valid notebook", "NotJSONError", "ValidationError", "missing"):
+        for line in lines:
+            if marker in line:
+                return line[-500:]
+    errors = [line for line in lines if "ERROR" in line or "Error" in line]
+    return (errors[0] if errors else lines[-1] if lines else "no reason given")[-500:]
 
 
 def _scores(cfg: dict, db_url: str) -> dict:
@@ -57,6 +72,11 @@ def _scores(cfg: dict, db_url: str) -> dict:
 
 def main() -> None:
     cfg = json.loads(sys.argv[1])
+    # the notebook's outputs pile up in this process while it runs (nbgrader trims them only
+    # afterwards): an output flood must end in a MemoryError here, not in the grader's machine
+    # swapping. The kernel, a child of this process, sets its own lower limits.
+    limit = int(cfg.get("memory_bytes", 4 << 30))
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     from nbgrader.apps import NbGraderAPI
     from traitlets.config import Config
 
@@ -72,9 +92,19 @@ def main() -> None:
         result = api.generate_assignment(cfg["assignment"], force=True, create=True)
         data = {"success": bool(result.get("success")), "log": str(result.get("error") or "")[-4000:]}
     elif cfg["action"] == "autograde":
-        result = api.autograde(cfg["assignment"], cfg["student"], force=True, create=True)
-        data = {"success": bool(result.get("success")), "log": str(result.get("error") or "")[-4000:],
-                "notebooks": _scores(cfg, db_url) if result.get("success") else {}}
+        # one notebook at a time: a notebook that kills its kernel fails alone (nbgrader gives
+        # up on the whole batch it is processing)
+        submitted = Path(course) / "submitted" / cfg["student"] / cfg["assignment"]
+        failed = {}
+        for path in sorted(submitted.glob("*.ipynb")):
+            api.coursedir.notebook_id = path.stem
+            result = api.autograde(cfg["assignment"], cfg["student"], force=True, create=True)
+            if not result.get("success"):
+                failed[path.stem] = _reason(str(result.get("log") or "") + str(result.get("error") or ""))
+        api.coursedir.notebook_id = "*"
+        scores = _scores(cfg, db_url)
+        data = {"success": True, "log": "", "failed": failed,
+                "notebooks": {name: cells for name, cells in scores.items() if name not in failed}}
     else:
         raise ValueError(f"action must be 'generate' or 'autograde', got {cfg['action']!r}")
     tmp = cfg["out"] + ".tmp"

@@ -46,6 +46,7 @@ STUDENT = "student"
 RUNNER = Path(__file__).with_name("nb_runner.py")
 KERNEL = Path(__file__).with_name("nb_kernel.py")
 KERNEL_NAME = "servelab-sandbox"
+KERNEL_CPU_FACTOR = 4  # the kernel's CPU limit, in per-test CPU limits (see _kernel_spec)
 MAX_NOTEBOOK = 1 << 20  # bytes, as for any submitted file
 PENDING = "manually graded: {points} point(s) pending, the instructor grades this cell by hand"
 
@@ -139,7 +140,10 @@ def _kernel_spec(course: Path, forbidden: list[Path], writable: list[Path], limi
     spec = data / "kernels" / KERNEL_NAME
     spec.mkdir(parents=True)
     sandbox = {"forbidden": [str(p) for p in forbidden], "writable": [str(p) for p in writable],
-               "blocked_modules": [], "cpu_s": max(1, int(limits.cpu_s)), "memory_bytes": int(limits.memory_bytes),
+               # CPU seconds for the whole kernel (every cell, the imports): an endless cell must meet
+               # its per-cell wall-clock timeout first, and the cells after it must still run
+               "blocked_modules": [], "cpu_s": KERNEL_CPU_FACTOR * max(1, int(limits.cpu_s)),
+               "memory_bytes": int(limits.memory_bytes),
                "output_bytes": int(limits.output_bytes), "nproc": _user_processes() + int(limits.nproc)}
     (spec / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, "-s", str(KERNEL), "-f", "{connection_file}"],
@@ -159,7 +163,9 @@ def _run(course: Path, action: str, limits: Limits, timeout_s: float, forbidden:
                            writable, limits) if not (course / "jupyter").exists() else course / "jupyter"
     out = course / f"{action}.json"
     cfg = {"action": action, "course": str(course), "assignment": ASSIGNMENT, "student": STUDENT,
-           "cell_timeout": max(1, int(limits.wall_s)), "kernel": KERNEL_NAME, "out": str(out)}
+           "cell_timeout": max(1, int(limits.wall_s)), "kernel": KERNEL_NAME, "out": str(out),
+           # nbgrader itself plus a kernel's worth of outputs
+           "memory_bytes": max(2 << 30, 2 * int(limits.memory_bytes))}
     env = {"HOME": str(home), "TMPDIR": str(tmp), "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
            # nbgrader calls the `alembic` command: the venv's bin folder first
            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1",
@@ -335,6 +341,8 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
         for cell in cells:
             if nb.id in problems:
                 scores[cell.grade_id] = (0, problems[nb.id])
+            elif nb.name in result.get("failed", {}):
+                scores[cell.grade_id] = (0, f"nbgrader could not run this notebook: {result['failed'][nb.name]}")
             elif not result.get("success") or got is None or cell.grade_id not in got:
                 log = str(result.get("log") or "")
                 scores[cell.grade_id] = (0, "nbgrader could not grade this notebook" + (f": {log[-1500:]}" if log else ""))

@@ -159,3 +159,33 @@ def test_grading_notebooks_twice_gives_the_same_results(tmp_path):
     assert all(t["score"] == t["max_score"] and t["output"] == "passed" for t in cells if t["extra_data"]["kind"] == "auto")
     assert all(t["score"] == 0 and "pending" in t["output"] for t in cells if t["extra_data"]["kind"] == "manual")
     assert {**a, "execution_time": 0} == {**b, "execution_time": 0}
+
+
+def test_a_hanging_a_memory_hungry_and_a_dying_notebook_are_contained(tmp_path):
+    """An endless cell is interrupted after the per-cell timeout and the cells after it still
+    run; a memory bomb meets RLIMIT_AS; a notebook that kills its kernel scores 0 with the
+    reason, and the other notebook keeps its points."""
+    fanout, invariance = (next(n for n in NOTEBOOKS if n.name == name)
+                          for name in ("ex06_tail_fanout", "ex10_batch_invariance"))
+    attacks = {(fanout, "ex06_a_answer"): "try:\n    bomb = bytearray(3 << 30)\nexcept MemoryError:\n"
+                                          "    print('MEMORY LIMIT')\n",
+               (fanout, "ex06_b_answer"): "while True:\n    pass\n",
+               (invariance, "ex10_a_answer"): "import os\nos._exit(0)\n"}
+    for nb in (fanout, invariance):
+        data = source(nb)
+        for cell in data["cells"]:
+            code = attacks.get((nb, cell["metadata"]["nbgrader"]["grade_id"]))
+            if code:
+                cell["source"] = code + "".join(cell["source"])
+        path = tmp_path / "sub" / "assignments" / nb.file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data))
+    result = grade(tmp_path / "sub", limits=Limits(wall_s=5, cpu_s=5, memory_bytes=1 << 30),
+                   only_tasks=frozenset({fanout.id, invariance.id}), notebooks_out=tmp_path / "executed")
+    got = {t["extra_data"]["cell"]: (t["score"], t["output"]) for t in result["tests"] if "notebook" in t["extra_data"]}
+    assert {c: got[c][0] for c in ("ex06_a_test", "ex06_b_test", "ex06_c_test")} == {
+        "ex06_a_test": 2, "ex06_b_test": 0, "ex06_c_test": 1}
+    assert "per_call_budget" in got["ex06_b_test"][1]  # the loop was stopped before the definition
+    assert "MEMORY LIMIT" in (tmp_path / "executed" / "ex06_tail_fanout.ipynb").read_text()
+    for cell in ("ex10_a_test", "ex10_b_test", "ex10_why"):
+        assert got[cell][0] == 0 and "Kernel died" in got[cell][1], got[cell]

@@ -159,6 +159,10 @@ def test_grading_notebooks_twice_gives_the_same_results(tmp_path):
     assert all(t["score"] == t["max_score"] and t["output"] == "passed" for t in cells if t["extra_data"]["kind"] == "auto")
     assert all(t["score"] == 0 and "pending" in t["output"] for t in cells if t["extra_data"]["kind"] == "manual")
     assert {**a, "execution_time": 0} == {**b, "execution_time": 0}
+    # a test cell with hidden tests is shown after the due date (its message may quote them)
+    shown = {t["extra_data"]["cell"]: t["visibility"] for t in cells}
+    assert shown["ex01_a_total"] == shown["ex06_a_test"] == "after_due_date"
+    assert shown["ex01_b_weights"] == shown["ex08_flaw"] == "visible"
 
 
 def test_a_hanging_a_memory_hungry_and_a_dying_notebook_are_contained(tmp_path):

@@ -16,9 +16,10 @@ export HYPOTHESIS_PROFILE
 RUST_SOURCES := $(shell find rust -name '*.rs') Cargo.toml
 STAMP_VENV   := $(VENV)/.deps-stamp
 STAMP_BUILD  := $(VENV)/.build-stamp
+STAMP_NOTEBOOKS := $(VENV)/.notebooks-stamp
 
 .PHONY: demo test bench build venv clean test-rust test-python test-assignments stubtest fuzz \
-	test-autograder selfcheck release release-check grade
+	test-autograder selfcheck release release-check grade notebooks-deps notebooks
 
 demo: $(STAMP_BUILD)
 	$(VENV)/bin/servelab demo all --out $(OUT)
@@ -39,14 +40,14 @@ test-assignments: $(STAMP_BUILD)
 
 # the autograder (autograder/README.md): its tests include the self-check (reference full marks,
 # release zero, mutants and hostile submissions)
-test-autograder: $(STAMP_BUILD)
+test-autograder: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
 	$(PY) -m pytest -q -p no:cacheprovider autograder/tests
 
-selfcheck: $(STAMP_BUILD)
+selfcheck: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
 	$(PY) -m autograder selfcheck
 
 RELEASE ?= $(OUT)/release
-release: $(STAMP_BUILD)
+release: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
 	$(PY) -m autograder release $(RELEASE) --force
 
 # the acceptance check of a release, outside make test (a second Rust build from nothing):
@@ -56,7 +57,7 @@ release-check: release
 
 # make grade SUBMISSION=path/to/repo-or.zip [RESULTS=out/results.json]
 RESULTS ?= $(OUT)/results.json
-grade: $(STAMP_BUILD)
+grade: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
 	$(PY) -m autograder grade $(SUBMISSION) --out $(RESULTS)
 
 stubtest: $(STAMP_BUILD)
@@ -76,6 +77,20 @@ fuzz: $(STAMP_BUILD)
 
 venv: $(STAMP_VENV)
 build: $(STAMP_BUILD)
+
+# ---- nbgrader notebooks (assignments/notebooks/, autograder/notebooks.py) --------------------
+# nbgrader and Jupyter are the `notebooks` extra of pyproject.toml, installed on their own (no
+# rebuild of the extension) by the targets that grade or release notebooks, and by `make
+# notebooks` for students (then: .venv/bin/jupyter lab assignments/notebooks).
+notebooks-deps: $(STAMP_NOTEBOOKS)
+notebooks: $(STAMP_NOTEBOOKS)
+	@echo "open the notebooks with: $(VENV)/bin/jupyter lab assignments/notebooks"
+
+$(STAMP_NOTEBOOKS): $(STAMP_BUILD) pyproject.toml
+	$(PY) -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['notebooks']))" \
+		> $(VENV)/notebooks-requirements.txt
+	flock $(VENV)/.build-lock $(PY) -m pip install --quiet -r $(VENV)/notebooks-requirements.txt
+	touch $@
 
 $(STAMP_VENV):
 	$(PYTHON) -m venv $(VENV)

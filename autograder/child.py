@@ -150,6 +150,13 @@ def install_audit_hook(cfg: dict) -> None:
             writing = any(c in str(mode) for c in "wax+") or (flags & WRITE_FLAGS)
             if path is not None and writing and not under(path, writable):
                 raise PermissionError(f"the autograder lets submissions write only in their own folder, not {path}")
+        elif event == "sqlite3.connect":  # sqlite opens (and may create) its file without an "open" event
+            db = args[0] if args else None
+            if isinstance(db, (str, bytes, os.PathLike)) and fspath(db) not in (":memory:", b":memory:", "", b""):
+                path = resolve(db)
+                check_read(path, event)
+                if not under(path, writable):
+                    raise PermissionError(f"the autograder lets submissions write only in their own folder, not {path}")
         elif event in LISTING_EVENTS:
             if args:
                 check_read(resolve(args[0]), event)

@@ -19,7 +19,8 @@ from autograder import results
 from autograder.hidden import hidden_test_names
 from autograder.judge import Outcome, run_task
 from autograder.remote import Limits
-from autograder.submission import SubmissionError, collect, unpack
+from autograder import notebooks
+from autograder.submission import SubmissionError, collect, find_file, unpack
 from servelab.grading.manifest import Manifest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,12 +64,14 @@ def _all_but(path: Path, keep: Path) -> list[Path]:
 
 
 def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: Limits = Limits(),
-          extra_forbidden: list[Path] = (), only_tasks: frozenset[str] | None = None) -> dict:
+          extra_forbidden: list[Path] = (), only_tasks: frozenset[str] | None = None,
+          notebooks_out: Path | None = None) -> dict:
     """Grades ``submission`` (a folder or a zip) and returns (and writes to ``out``) results.json.
 
     ``only_tasks`` grades just those tasks (the others score zero, "not graded"): the self-check
     uses it for mutants, which change one task's file, and each task runs in a sandbox of its
-    own folder, so the other tasks cannot be affected."""
+    own folder, so the other tasks cannot be affected. A notebook counts as a task here (its
+    manifest id). ``notebooks_out``: where to keep the autograded notebooks (for manual grading)."""
     start = time.monotonic()
     root = Path(root).resolve()
     manifest = manifest_of(root)
@@ -90,7 +93,21 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
             if isinstance(files, dict):
                 files = _snapshot(files, work / "files" / task.id)
             outcomes[task.id] = run_task(root, task, files, work / "run", limits, forbidden)
-        data = results.build(manifest, outcomes, hidden_tests(root, manifest), time.monotonic() - start)
+        data = results.build(manifest, outcomes, hidden_tests(root, manifest), 0.0)
+        # ---- nbgrader notebooks (autograder/notebooks.py): autograded, merged after the tasks
+        if notebooks.notebooks_of(root):
+            if only_tasks is not None and not {nb.id for nb in notebooks.notebooks_of(root)} & only_tasks:
+                scores = notebooks.not_graded(root, "not graded in this run")
+            elif broken:
+                scores = notebooks.not_graded(root, broken)
+            else:
+                nb_files = {nb.file: find_file(folder, nb.file) for nb in notebooks.notebooks_of(root)}
+                scores = notebooks.autograde(root, nb_files, work / "nb", limits,
+                                             notebooks.kernel_forbidden(root, [*extra_forbidden,
+                                                                               Path(submission).resolve()]),
+                                             keep=notebooks_out)
+            data = notebooks.merge(data, root, scores)
+        data["execution_time"] = round(time.monotonic() - start, 3)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if out is not None:

@@ -15,6 +15,8 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from autograder.grade import grade, manifest_of
+from autograder import notebooks
+from autograder.notebooks import cell_points, notebooks_of
 from autograder.remote import Limits
 
 
@@ -27,10 +29,14 @@ def submissions(folder: Path) -> list[Path]:
     return found
 
 
-def _one(sub: Path, out: Path, root: Path, limits: Limits, everyone: Path) -> tuple[str, dict]:
+def _one(sub: Path, out: Path, root: Path, limits: Limits, everyone: Path, nb_course: Path | None) -> tuple[str, dict]:
     name = sub.stem if sub.suffix == ".zip" else sub.name
+    if nb_course is not None:  # nbgrader's generate step ran once, in the parent
+        notebooks.adopt(root, nb_course)
     # other students' submissions are out of this one's reach
-    data = grade(sub, root=root, out=out / "results" / f"{name}.json", limits=limits, extra_forbidden=[everyone, out])
+    # the autograded notebooks stay in OUT/notebooks/<student>/ for manual grading
+    data = grade(sub, root=root, out=out / "results" / f"{name}.json", limits=limits, extra_forbidden=[everyone, out],
+                 notebooks_out=out / "notebooks" / name)
     return name, data
 
 
@@ -47,7 +53,8 @@ def grade_all(folder: Path, out: Path, root: Path, limits: Limits = Limits(), jo
     with ProcessPoolExecutor(max_workers=jobs or os.cpu_count() or 1, mp_context=context) as pool, Progress(
             TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
         job = bar.add_task("grading", total=len(subs))
-        futures = {pool.submit(_one, s, out, root, limits, folder): s for s in subs}
+        nb_course = notebooks.generated(root) if notebooks_of(root) else None
+        futures = {pool.submit(_one, s, out, root, limits, folder, nb_course): s for s in subs}
         for future in as_completed(futures):
             sub = futures[future]
             try:
@@ -59,16 +66,22 @@ def grade_all(folder: Path, out: Path, root: Path, limits: Limits = Limits(), jo
             bar.advance(job)
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
-    writer.writerow(["submission", *(t.id for t in manifest.tasks), "score", "max_score"])
+    # columns: tasks, then notebooks (autograded points; manual cells add nothing until the
+    # instructor grades them: `manual_pending` says how many points wait for that)
+    columns = [*(t.id for t in manifest.tasks), *(nb.id for nb in notebooks_of(root))]
+    pending = sum(c.points for nb in notebooks_of(root)
+                  for c in cell_points(Path(root) / "assignments" / nb.file) if c.kind == "manual")
+    max_score = manifest.total_points + sum(c.points for nb in notebooks_of(root)
+                                            for c in cell_points(Path(root) / "assignments" / nb.file))
+    writer.writerow(["submission", *columns, "manual_pending", "score", "max_score"])
     for name in sorted(rows):
         if "error" in rows[name]:
-            writer.writerow([name, *("" for _ in manifest.tasks), f"grader error: {rows[name]['error']}",
-                             manifest.total_points])
+            writer.writerow([name, *("" for _ in columns), pending, f"grader error: {rows[name]['error']}", max_score])
             continue
-        by_task = {t.id: 0 for t in manifest.tasks}
+        by_task = {c: 0 for c in columns}
         for test in rows[name]["tests"]:
             by_task[test["extra_data"]["task"]] += test["score"]
-        writer.writerow([name, *by_task.values(), rows[name]["score"], rows[name]["max_score"]])
+        writer.writerow([name, *by_task.values(), pending, rows[name]["score"], rows[name]["max_score"]])
     path = out / "gradebook.csv"
     out.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".gradebook.", dir=out)

@@ -4,7 +4,9 @@ What changes on the way (each rule is here, nowhere else):
 
 * every file a task lists under ``edit``: ``### BEGIN SOLUTION`` regions become
   ``raise NotImplementedError(...)`` (:func:`servelab.grading.solutions.strip_solutions`);
-  notebooks would go through nbgrader (:func:`stub_notebook`, not needed by any task yet);
+  notebooks (the manifest's ``[[notebook]]`` entries) are replaced by the student versions that
+  nbgrader's ``generate_assignment`` writes (:func:`stub_notebook`): solutions stubbed, hidden
+  tests removed, cells locked and checksummed;
 * test files under ``assignments/``: ``### BEGIN HIDDEN TESTS`` regions are removed, and the
   manifest forgets the tests that were in them;
 * tasks whose visibility is not ``visible``: their test files are left out, and their tests too;
@@ -27,6 +29,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from autograder import notebooks
 from autograder.grade import hidden_tests, manifest_of
 from autograder.hidden import strip_hidden
 from servelab.grading.solutions import BEGIN as SOLUTION_BEGIN
@@ -56,10 +59,14 @@ def course_files(root: Path) -> list[str]:
                       if p.is_file() and not skip & set(p.relative_to(root).parts))
 
 
-def stub_notebook(path: Path) -> str:
-    """The hook for notebooks: nbgrader's ``generate_assignment`` would stub them. No task has a
-    notebook yet; a release refuses one rather than ship its solutions."""
-    raise NotImplementedError(f"{path}: notebooks need nbgrader's generate_assignment (no task uses one yet)")
+def stub_notebook(path: str, versions: dict[str, str]) -> str:
+    """A notebook's student version, as nbgrader's ``generate_assignment`` wrote it
+    (:func:`autograder.notebooks.student_versions`); a notebook under ``assignments/`` that the
+    manifest does not list stops the release rather than ship its solutions."""
+    if path not in versions:
+        raise ValueError(f"{path} is a notebook under assignments/ that no [[notebook]] of the manifest lists: "
+                         "it would ship unstubbed")
+    return versions[path]
 
 
 def plan(root: Path) -> dict[str, str | None]:
@@ -71,12 +78,15 @@ def plan(root: Path) -> dict[str, str | None]:
                     for test in t.tests}
     drop_tests = hidden | {test for t in manifest.tasks if t.visibility != "visible" for test in t.tests}
     out: dict[str, str | None] = {}
+    versions: dict[str, str] | None = None
     for rel in course_files(root):
         path = root / rel
         if rel.startswith(PRIVATE) or rel in hidden_files:
             continue
         if rel.endswith(".ipynb") and rel.startswith("assignments/"):
-            out[rel] = stub_notebook(path)
+            if versions is None:  # nbgrader runs once, for every notebook
+                versions = notebooks.student_versions(root) if notebooks.notebooks_of(root) else {}
+            out[rel] = stub_notebook(rel, versions)
             continue
         if not rel.endswith((".py", ".toml", ".md", ".txt", ".cfg", ".yml", ".yaml", ".ipynb")) and rel != "Makefile":
             out[rel] = None

@@ -7,7 +7,10 @@
   servelab: no second Rust build);
 * every mutant (``autograder/mutants/*.toml``) loses points on its own task and only there;
 * every hostile submission (``autograder/tests/hostile/<name>/``, its ``expect.toml`` giving
-  ``max_points``) scores at most that, under tight limits, and leaves the course copy intact.
+  ``max_points``) scores at most that, under tight limits, and leaves the course copy intact;
+* notebooks: the source notebooks score their autograded points (inside "reference"), the
+  released ones zero with every cell graded (inside "release"), and released notebooks whose
+  test cells were edited or deleted still score zero (nbgrader restores them from the source).
 
 Each check is a function returning a list of problems (empty: it holds); ``autograder/tests``
 runs them one by one under pytest, ``python -m autograder selfcheck`` all at once.
@@ -26,6 +29,7 @@ import time
 import tomllib
 from pathlib import Path
 
+from autograder import notebooks
 from autograder.grade import ROOT, grade, manifest_of
 from autograder.release import release
 from autograder.remote import Limits
@@ -49,14 +53,24 @@ def full_marks() -> dict[str, int]:
     return {t.id: t.points for t in manifest_of(ROOT).tasks}
 
 
-def reference_submission(into: Path) -> Path:
-    """A submission folder holding the instructors' edit files (the reference solutions)."""
-    for task in manifest_of(ROOT).tasks:
-        for rel in task.edit:
-            dst = into / "assignments" / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(ROOT / "assignments" / rel, dst)
+def reference_submission(into: Path, with_notebooks: bool = False) -> Path:
+    """A submission folder holding the instructors' edit files (the reference solutions), and
+    with ``with_notebooks`` the source notebooks (solutions in place) too."""
+    rels = [rel for task in manifest_of(ROOT).tasks for rel in task.edit]
+    if with_notebooks:
+        rels += [nb.file for nb in notebooks.notebooks_of(ROOT)]
+    for rel in rels:
+        dst = into / "assignments" / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / "assignments" / rel, dst)
     return into
+
+
+def notebook_full_marks() -> dict[str, int]:
+    """What the source notebooks earn when graded: their autograded points (manually graded
+    cells wait for the instructor, so they add nothing yet)."""
+    return {nb.id: sum(c.points for c in notebooks.cell_points(ROOT / "assignments" / nb.file) if c.kind == "auto")
+            for nb in notebooks.notebooks_of(ROOT)}
 
 
 def mutants() -> list[dict]:
@@ -80,8 +94,8 @@ def course_fingerprint() -> str:
 # ---- the checks ---------------------------------------------------------------------------------
 
 def check_reference(tmp: Path) -> list[str]:
-    data = grade(reference_submission(tmp / "reference"))
-    got, want = points_by_task(data), full_marks()
+    data = grade(reference_submission(tmp / "reference", with_notebooks=True))
+    got, want = points_by_task(data), {**full_marks(), **notebook_full_marks()}
     failing = [f"{t['name']}: {t['output'][:300]}" for t in data["tests"] if t["status"] != "passed"]
     return [] if got == want else [f"reference scores {got}, not full marks {want}", *failing]
 
@@ -98,6 +112,13 @@ def check_release_grades_zero(release_dir: Path) -> list[str]:
     if data["score"] != 0:
         problems.append(f"the release scores {data['score']}, not 0")
     for t in data["tests"]:
+        if "notebook" in t["extra_data"]:  # graded by nbgrader: zero, but graded (not missing, no crash)
+            kind = t["extra_data"]["kind"]
+            if t["score"] != 0 or (kind == "manual") != t["output"].startswith("manually graded"):
+                problems.append(f"{t['name']}: expected 0 points and a graded cell, got {t['score']}: {t['output'][:200]!r}")
+            elif kind == "auto" and not t["output"].startswith(("NotImplementedError", "NameError", "AssertionError")):
+                problems.append(f"{t['name']}: expected a failing test cell, got {t['output'][:200]!r}")
+            continue
         if "NotImplementedError" not in t["output"]:
             problems.append(f"{t['name']}: expected a NotImplementedError message, got {t['output'][:200]!r}")
     return problems
@@ -208,6 +229,9 @@ def main() -> int:
                     lambda d, i=task.id: check_paste_back(release_dir, i)) for task in manifest_of(ROOT).tasks]
         checks += [(f"mutant: {m['why']}", lambda d, m=m: check_mutant(m, d)) for m in mutants()]
         checks += [(f"hostile: {h.name}", lambda d, h=h: check_hostile(h, d)) for h in hostiles()]
+        if notebooks.notebooks_of(ROOT):
+            checks.append(("notebooks: edited test cells gain nothing",
+                           lambda d: check_notebook_tampering(release_dir, d)))
         for n, (name, fn) in enumerate(checks):
             d = tmp / f"check{n}"
             d.mkdir()
@@ -219,3 +243,60 @@ def main() -> int:
     console.print(table)
     console.print(f"{len(checks) - failed} of {len(checks)} checks hold")
     return 1 if failed else 0
+
+
+# ---- notebooks (autograder/notebooks.py) ---------------------------------------------------------
+
+def tamper(text: str, delete: frozenset[str] = frozenset()) -> str:
+    """A notebook whose autograded test cells were edited to pass (``pass``, hidden tests gone)
+    and whose cells in ``delete`` were removed: what a student who cannot answer might try."""
+    nb = json.loads(text)
+    cells = []
+    for cell in nb["cells"]:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("grade_id") in delete:
+            continue
+        if notebooks.cell_kind(meta, cell["cell_type"]) == "auto":
+            cell["source"] = "assert True  # edited by the student\n"
+        cells.append(cell)
+    nb["cells"] = cells
+    return json.dumps(nb)
+
+
+def check_notebook_tampering(release_dir: Path, tmp: Path) -> list[str]:
+    """The released notebooks with every test cell edited to pass (and one deleted) score 0:
+    nbgrader restores test cells from the checksummed source before it runs them."""
+    problems = []
+    sub = tmp / "tampered"
+    deleted: set[str] = set()
+    for i, nb in enumerate(notebooks.notebooks_of(ROOT)):
+        text = (release_dir / "assignments" / nb.file).read_text(encoding="utf-8")
+        auto = [c.grade_id for c in notebooks.cell_points(ROOT / "assignments" / nb.file) if c.kind == "auto"]
+        dst = sub / "assignments" / nb.file
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        gone = frozenset(auto[:1]) if i == 0 else frozenset()  # a deleted test cell earns nothing either
+        deleted |= gone
+        dst.write_text(tamper(text, gone), encoding="utf-8")
+    data = grade(sub, notebooks_out=tmp / "executed")
+    for t in data["tests"]:
+        if "notebook" in t["extra_data"] and t["score"] != 0:
+            problems.append(f"tampered notebook earned {t['score']} on {t['name']}: {t['output'][:200]}")
+    if not any("notebook" in t["extra_data"] for t in data["tests"]):
+        problems.append("no notebook was graded")
+    # the executed notebooks hold the source's test cells (hidden tests included), not the edits
+    for nb in notebooks.notebooks_of(ROOT):
+        source = {c["metadata"]["nbgrader"]["grade_id"]: c["source"] for c in
+                  json.loads((ROOT / "assignments" / nb.file).read_text(encoding="utf-8"))["cells"]
+                  if notebooks.cell_kind(c["metadata"].get("nbgrader", {}), c["cell_type"]) == "auto"}
+        executed = tmp / "executed" / Path(nb.file).name
+        if not executed.is_file():
+            problems.append(f"{nb.id}: nbgrader left no executed notebook")
+            continue
+        ran = {c["metadata"]["nbgrader"]["grade_id"]: c["source"] for c in
+               json.loads(executed.read_text(encoding="utf-8"))["cells"]
+               if c["metadata"].get("nbgrader", {}).get("grade_id") in source}
+        for grade_id, src in source.items():
+            if grade_id not in deleted and "".join(ran.get(grade_id, "")) != "".join(src):
+                problems.append(f"{nb.id}: test cell {grade_id} ran as {''.join(ran.get(grade_id, ''))[:80]!r}, "
+                                "not as the source")
+    return problems

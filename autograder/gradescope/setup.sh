@@ -6,5 +6,5 @@ apt-get install -y --no-install-recommends python3 python3-venv python3-dev buil
 curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
 source "$HOME/.cargo/env"
 cd /autograder/source
-make build
+make build notebooks-deps
 .venv/bin/python -m autograder selfcheck

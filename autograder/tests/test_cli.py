@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from autograder.grade import ROOT
+from autograder.grade import ROOT, manifest_of
 from autograder.selfcheck import reference_submission
 
 
@@ -21,7 +21,10 @@ def test_grade_writes_results_and_prints_the_total(tmp_path):
     done = run("grade", str(reference_submission(tmp_path / "ref")), "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(out.read_text())
-    assert f"total: {data['max_score']} / {data['max_score']}" in done.stdout
+    # the Python tasks in full; the notebooks, not in this submission, score nothing but count in max_score
+    total = manifest_of(ROOT).total_points
+    assert data["score"] == total and data["max_score"] > total
+    assert f"total: {total} / {data['max_score']}" in done.stdout
 
 
 def test_regenerate_check_agrees_with_the_committed_key():

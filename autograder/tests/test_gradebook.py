@@ -11,25 +11,36 @@ from autograder.grade import ROOT, manifest_of
 from autograder.feedback import publish
 from autograder.gradebook import grade_all
 from autograder.remote import Limits
-from autograder.selfcheck import reference_submission
+from autograder.notebooks import cell_points, notebooks_of
+from autograder.selfcheck import notebook_full_marks, reference_submission
 
 
 def test_grade_all_writes_a_gradebook(tmp_path):
     subs = tmp_path / "subs"
-    reference_submission(subs / "bob")
+    reference_submission(subs / "bob", with_notebooks=True)  # notebooks: autograded, merged in
     shutil.make_archive(str(subs / "alice"), "zip", subs / "bob")
     (subs / "carol").mkdir()  # submitted nothing
     out = tmp_path / "out"
     path = grade_all(subs, out, root=ROOT, limits=Limits(wall_s=30, cpu_s=30), jobs=2)
     rows = list(csv.reader(path.open()))
-    total = manifest_of(ROOT).total_points
-    assert rows[0][0] == "submission" and rows[0][-2:] == ["score", "max_score"]
+    nb_auto = notebook_full_marks()
+    nb_all = {nb.id: sum(c.points for c in cell_points(ROOT / "assignments" / nb.file)) for nb in notebooks_of(ROOT)}
+    total = manifest_of(ROOT).total_points + sum(nb_auto.values())
+    max_total = manifest_of(ROOT).total_points + sum(nb_all.values())
+    assert rows[0][0] == "submission" and rows[0][-3:] == ["manual_pending", "score", "max_score"]
+    assert rows[0][1:-3] == [*(t.id for t in manifest_of(ROOT).tasks), *nb_auto]
     assert [r[0] for r in rows[1:]] == ["alice", "bob", "carol"]
     assert [int(r[-2]) for r in rows[1:]] == [total, total, 0]
+    assert [int(r[-1]) for r in rows[1:]] == [max_total] * 3
+    assert [int(r[-3]) for r in rows[1:]] == [sum(nb_all.values()) - sum(nb_auto.values())] * 3
     assert sorted(p.name for p in (out / "results").iterdir()) == ["alice.json", "bob.json", "carol.json"]
+    # the executed notebooks stay for manual grading
+    assert sorted(p.name for p in (out / "notebooks" / "bob").iterdir()) == sorted(
+        f"{nb.name}.ipynb" for nb in notebooks_of(ROOT))
     pages = publish(out, tmp_path / "feedback")
     assert [p.name for p in pages] == ["alice.md", "bob.md", "carol.md"]
-    assert "missing file" in pages[2].read_text() and f"{total} / {total}" in pages[0].read_text()
+    assert "missing file" in pages[2].read_text() and f"{total} / {max_total}" in pages[0].read_text()
+    assert "manually graded" in pages[0].read_text()
 
 
 def test_grade_all_names_a_bad_folder(tmp_path):

@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 
 from autograder.grade import grade, manifest_of, ROOT
+from autograder.notebooks import cell_points, notebooks_of
 from autograder.remote import Limits
 from autograder.selfcheck import reference_submission
 
@@ -19,11 +20,21 @@ MANIFEST = manifest_of(ROOT)
 QUICK = Limits(wall_s=30.0, cpu_s=30)  # generous: a loaded CI machine must not turn a pass into a timeout
 
 
+# the nbgrader notebooks: one test per graded cell, after the tasks' tests (autograder/notebooks.py)
+NB_CELLS = [(nb.file, c) for nb in notebooks_of(ROOT) for c in cell_points(ROOT / "assignments" / nb.file)]
+
+
+def task_tests(data: dict) -> list[dict]:
+    return [t for t in data["tests"] if "notebook" not in t["extra_data"]]
+
+
 def validate(data: dict) -> None:
     jsonschema.validate(data, SCHEMA)
-    assert data["max_score"] == MANIFEST.total_points
+    assert data["max_score"] == MANIFEST.total_points + sum(c.points for _, c in NB_CELLS)
     assert data["score"] == sum(t["score"] for t in data["tests"])
-    assert [t["extra_data"]["test"] for t in data["tests"]] == [x for task in MANIFEST.tasks for x in task.tests]
+    assert [t["extra_data"]["test"] for t in task_tests(data)] == [x for task in MANIFEST.tasks for x in task.tests]
+    assert [(t["extra_data"]["notebook"], t["extra_data"]["cell"], t["max_score"]) for t in data["tests"]
+            if "notebook" in t["extra_data"]] == [(f, c.grade_id, c.points) for f, c in NB_CELLS]
 
 
 def test_the_schema_rejects_what_gradescope_would():
@@ -39,7 +50,7 @@ def test_reference_results_validate_and_written_atomically(tmp_path):
     validate(data)
     assert json.loads(out.read_text()) == data
     assert [p.name for p in out.parent.iterdir()] == ["results.json"]  # no temporary left behind
-    assert all(t["status"] == "passed" and t["visibility"] == "visible" for t in data["tests"])
+    assert all(t["status"] == "passed" and t["visibility"] == "visible" for t in task_tests(data))
 
 
 def test_missing_file_gives_zero_with_a_message(tmp_path):
@@ -47,10 +58,9 @@ def test_missing_file_gives_zero_with_a_message(tmp_path):
     data = grade(tmp_path / "empty", limits=QUICK)
     validate(data)
     assert data["score"] == 0
-    edit = {t.id: t.edit[0] for t in MANIFEST.tasks}
+    edit = {t.id: t.edit[0] for t in MANIFEST.tasks} | {nb.id: nb.file for nb in notebooks_of(ROOT)}
     for t in data["tests"]:
-        task = t["name"].split(":", 1)[0]
-        assert "missing file" in t["output"] and edit[task] in t["output"], t
+        assert "missing file" in t["output"] and edit[t["extra_data"]["task"]] in t["output"], t
 
 
 def test_syntax_error_gives_zero_with_a_message(tmp_path):
@@ -81,7 +91,7 @@ def test_not_a_submission_is_a_clear_error_in_the_results(tmp_path):
     bogus.write_text("hello")
     data = grade(bogus, limits=QUICK)
     validate(data)
-    assert data["score"] == 0 and "folder or a .zip" in data["tests"][0]["output"]
+    assert data["score"] == 0 and all("folder or a .zip" in t["output"] for t in data["tests"])
 
 
 def _without_time(data: dict) -> str:

@@ -35,6 +35,10 @@ def test_pasting_one_reference_back_earns_that_task_only(release_dir, task_id):
     assert selfcheck.check_paste_back(release_dir, task_id) == []
 
 
+def test_notebooks_with_edited_test_cells_gain_nothing(release_dir, tmp_path):
+    assert selfcheck.check_notebook_tampering(release_dir, tmp_path) == []
+
+
 def test_there_are_mutants_and_hostiles():
     assert len(MUTANTS) >= 4 and len(HOSTILES) >= 15
 

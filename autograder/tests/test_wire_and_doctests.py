@@ -12,7 +12,7 @@ import pytest
 
 from autograder import wire
 
-MODULES = ["autograder.wire", "autograder.hidden", "autograder.submission"]
+MODULES = ["autograder.wire", "autograder.hidden", "autograder.submission", "autograder.notebooks"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,0 +1,60 @@
+"""The kernel in which a student's notebook runs: ipykernel behind the same sandbox as
+:mod:`autograder.child` (resource limits, then the audit hook), installed before the first cell.
+
+nbgrader starts it through a kernel spec that :mod:`autograder.notebooks` writes into the
+temporary course folder (``python -s nb_kernel.py -f CONNECTION_FILE``, the sandbox settings
+in the environment variable ``SERVELAB_SANDBOX``). The kernel's own machinery (ipykernel, zmq,
+asyncio) is imported first, so that the hook only ever judges what the notebook does.
+
+One difference from the child: the kernel talks to nbgrader over ZeroMQ, whose sockets live in
+C and raise no audit events, and asyncio needs a local socket pair for its event loop. So
+``socket.__new__`` is allowed for ``AF_UNIX`` only; every other socket is refused, as are
+``bind`` and ``connect``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _load_child():
+    """autograder/child.py by path (the package itself stays off the kernel's sys.path)."""
+    spec = importlib.util.spec_from_file_location("_servelab_sandbox", os.path.join(HERE, "child.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> None:
+    cfg = json.loads(os.environ.pop("SERVELAB_SANDBOX"))
+    if sys.path and os.path.realpath(sys.path[0] or ".") == HERE:
+        del sys.path[0]
+    hidden = tuple(os.path.realpath(p) for p in cfg["forbidden"])
+    sys.path[:] = [p for p in sys.path if not any(os.path.realpath(p or ".").startswith(h) for h in hidden)]
+    child = _load_child()
+    import asyncio  # noqa: F401  (the kernel's machinery, loaded before the hook)
+
+    from ipykernel import kernelapp
+
+    unix = socket.AF_UNIX
+
+    def local_sockets_only(event, args):
+        if event == "socket.__new__" and len(args) > 1 and args[1] not in (unix, -1):
+            raise PermissionError("the autograder does not allow network sockets in notebooks")
+
+    sys.dont_write_bytecode = True
+    child.DENIED_EVENTS = child.DENIED_EVENTS - {"socket.__new__"}
+    sys.addaudithook(local_sockets_only)  # before the child's hook, which then refuses new hooks
+    child.install_limits(cfg)
+    child.install_audit_hook(cfg)
+    kernelapp.launch_new_instance()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,403 @@
+"""The nbgrader notebooks (``assignments/notebooks/``): student versions, autograding, and their
+lines in results.json.
+
+Where points live: in the source notebooks' nbgrader cell metadata, nowhere else. The
+manifest's ``[[notebook]]`` entries say which notebooks are graded (id, title, lecture, file,
+visibility) but hold no points; :func:`cell_points` reads them from the notebook, so the points
+nbgrader awards and the points the grader reports cannot drift apart.
+
+Every nbgrader run happens in its own process (:mod:`autograder.nb_runner`) on a temporary
+course folder (``source/notebooks/`` from the pristine copy, ``submitted/student/notebooks/``
+from the submission), with a fresh HOME, a wall-clock timeout on the whole run and a per-cell
+timeout; the notebook's code runs in a sandboxed kernel (:mod:`autograder.nb_kernel`: the
+child's resource limits and audit hook). Nothing is written into the course copy.
+
+A cell's lines in results.json: an autograded test cell scores its points when nbgrader gave
+them (the cell ran without an error after nbgrader restored it from the source); a manually
+graded cell is listed with score 0 and the message that it awaits the instructor's grade.
+
+>>> cell_kind({"grade": True, "solution": False, "points": 2}, "code")
+'auto'
+>>> cell_kind({"grade": True, "solution": True, "points": 3}, "markdown")
+'manual'
+>>> cell_kind({"grade": False, "solution": True}, "code") is None
+True
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from autograder.remote import Limits
+
+ASSIGNMENT = "notebooks"  # the nbgrader assignment: the folder assignments/notebooks/
+STUDENT = "student"
+RUNNER = Path(__file__).with_name("nb_runner.py")
+KERNEL = Path(__file__).with_name("nb_kernel.py")
+KERNEL_NAME = "servelab-sandbox"
+KERNEL_CPU_FACTOR = 4  # the kernel's CPU limit, in per-test CPU limits (see _kernel_spec)
+MAX_NOTEBOOK = 1 << 20  # bytes, as for any submitted file
+PENDING = "manually graded: {points} point(s) pending, the instructor grades this cell by hand"
+
+
+@dataclass(frozen=True)
+class Notebook:
+    """One ``[[notebook]]`` entry of the manifest."""
+
+    id: str
+    title: str
+    lecture: str
+    file: str  # relative to assignments/, e.g. "notebooks/ex01_ledger_70b.ipynb"
+    visibility: str = "visible"
+
+    @property
+    def name(self) -> str:
+        """nbgrader's notebook name (the file name without ``.ipynb``)."""
+        return Path(self.file).stem
+
+
+@dataclass(frozen=True)
+class Cell:
+    grade_id: str
+    points: int
+    kind: str  # "auto" (a test cell nbgrader scores) or "manual" (graded by hand)
+    hidden: bool = False  # holds a ### BEGIN HIDDEN TESTS region (its message may tell of them)
+
+
+def notebooks_of(root: Path) -> tuple[Notebook, ...]:
+    """The manifest's notebooks (none when it lists none)."""
+    data = tomllib.loads((Path(root) / "assignments" / "manifest.toml").read_text(encoding="utf-8"))
+    out = []
+    for i, raw in enumerate(data.get("notebook", [])):
+        for key in ("id", "title", "lecture", "file"):
+            if key not in raw:
+                raise ValueError(f"manifest: notebook[{i}] lacks the key {key!r}")
+        nb = Notebook(raw["id"], raw["title"], raw["lecture"], raw["file"], raw.get("visibility", "visible"))
+        if not nb.file.startswith(f"{ASSIGNMENT}/") or not nb.file.endswith(".ipynb") or nb.file.count("/") != 1:
+            raise ValueError(f"manifest: notebook[{i}] file must be {ASSIGNMENT}/<name>.ipynb, got {nb.file!r}")
+        out.append(nb)
+    return tuple(out)
+
+
+def cell_kind(meta: dict, cell_type: str) -> str | None:
+    """``auto`` for a graded code cell that is not a solution (nbgrader runs and scores it),
+    ``manual`` for a graded answer or a task cell, None for a cell worth nothing."""
+    if meta.get("task"):
+        return "manual"
+    if not meta.get("grade"):
+        return None
+    return "auto" if cell_type == "code" and not meta.get("solution") else "manual"
+
+
+def cell_points(path: Path) -> list[Cell]:
+    """The graded cells of a source notebook, in order, with their points (nbgrader metadata)."""
+    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    cells = []
+    for c in nb["cells"]:
+        meta = c.get("metadata", {}).get("nbgrader", {})
+        kind = cell_kind(meta, c["cell_type"])
+        if kind is not None:
+            points = meta.get("points")
+            if not isinstance(points, (int, float)) or points <= 0 or int(points) != points:
+                raise ValueError(f"{path}: cell {meta.get('grade_id')!r} must have positive whole points, got {points!r}")
+            hidden = any(line.strip() == "### BEGIN HIDDEN TESTS" for line in "".join(c["source"]).splitlines())
+            cells.append(Cell(meta["grade_id"], int(points), kind, hidden))
+    return cells
+
+
+# ---- running nbgrader -------------------------------------------------------------------------
+
+
+def kernel_forbidden(root: Path, extra: list[Path] = ()) -> list[Path]:
+    """What a notebook's kernel may not read or list: the course copy except the virtual
+    environment and ``python/`` (the test cells import servelab from there), the pure-Python
+    references (they double as other tasks' solutions), and ``extra``."""
+    root = Path(root).resolve()
+    venv = Path(sys.prefix).resolve()
+    keep = {venv, *venv.parents, (root / "python").resolve()}
+    out = [p.resolve() for p in sorted(root.iterdir()) if p.resolve() not in keep]
+    out.append((root / "python" / "servelab" / "reference").resolve())
+    out.extend(Path(p).resolve() for p in extra)
+    return out
+
+
+def _kernel_spec(course: Path, forbidden: list[Path], writable: list[Path], limits: Limits) -> Path:
+    """A Jupyter data folder holding the sandboxed kernel's spec; returns it (for JUPYTER_PATH)."""
+    from autograder.remote import _user_processes
+
+    data = course / "jupyter"
+    spec = data / "kernels" / KERNEL_NAME
+    spec.mkdir(parents=True)
+    sandbox = {"forbidden": [str(p) for p in forbidden], "writable": [str(p) for p in writable],
+               # CPU seconds for the whole kernel (every cell, the imports): an endless cell must meet
+               # its per-cell wall-clock timeout first, and the cells after it must still run
+               "blocked_modules": [], "cpu_s": KERNEL_CPU_FACTOR * max(1, int(limits.cpu_s)),
+               "memory_bytes": int(limits.memory_bytes),
+               "output_bytes": int(limits.output_bytes), "nproc": _user_processes() + int(limits.nproc)}
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-s", str(KERNEL), "-f", "{connection_file}"],
+        "display_name": "servelab sandbox", "language": "python",
+        "env": {"SERVELAB_SANDBOX": json.dumps(sandbox)}}), encoding="utf-8")
+    return data
+
+
+def _run(course: Path, action: str, limits: Limits, timeout_s: float, forbidden: list[Path]) -> dict:
+    """One nbgrader run in its own process group, killed when ``timeout_s`` runs out."""
+    home, tmp = course / "home", course / "tmp"
+    home.mkdir(exist_ok=True)
+    tmp.mkdir(exist_ok=True)
+    writable = [course / "submitted" / STUDENT / ASSIGNMENT, home, tmp]
+    jupyter = _kernel_spec(course, forbidden + [course / p for p in ("gradebook.db", "source", "release",
+                                                                     "autograded", "jupyter")],
+                           writable, limits) if not (course / "jupyter").exists() else course / "jupyter"
+    out = course / f"{action}.json"
+    cfg = {"action": action, "course": str(course), "assignment": ASSIGNMENT, "student": STUDENT,
+           "cell_timeout": max(1, int(limits.wall_s)), "kernel": KERNEL_NAME, "out": str(out),
+           # nbgrader itself plus a kernel's worth of outputs
+           "memory_bytes": max(2 << 30, 2 * int(limits.memory_bytes))}
+    env = {"HOME": str(home), "TMPDIR": str(tmp), "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
+           # nbgrader calls the `alembic` command: the venv's bin folder first
+           "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONNOUSERSITE": "1", "JUPYTER_PATH": str(jupyter), "JUPYTER_CONFIG_DIR": str(home / "config"),
+           "JUPYTER_DATA_DIR": str(home / "data"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+           "IPYTHONDIR": str(home / "ipython"), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+           "MKL_NUM_THREADS": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    with open(course / f"{action}.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-s", str(RUNNER), json.dumps(cfg)], cwd=course, env=env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the kernel too, and anything it left
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+    if timed_out:
+        return {"success": False, "log": f"time limit: nbgrader ran longer than {timeout_s:g} s", "notebooks": {}}
+    if not out.is_file():
+        tail = (course / f"{action}.log").read_text(encoding="utf-8", errors="replace")[-3000:]
+        return {"success": False, "log": f"nbgrader {action} exited with code {proc.returncode}:\n{tail}",
+                "notebooks": {}}
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def _course(root: Path, into: Path) -> Path:
+    """A course folder with the pristine source notebooks under ``source/notebooks/``."""
+    src = into / "source" / ASSIGNMENT
+    src.mkdir(parents=True)
+    for nb in notebooks_of(root):
+        shutil.copyfile(Path(root) / "assignments" / nb.file, src / Path(nb.file).name)
+    return into
+
+
+def generate(root: Path, into: Path, limits: Limits = Limits()) -> Path:
+    """Runs ``nbgrader generate_assignment`` on the source notebooks in a course folder made in
+    ``into`` and returns that folder (``release/notebooks/`` holds the student versions,
+    ``gradebook.db`` the cells and checksums autograde restores from). Raises when nbgrader
+    fails: a release must never fall back to shipping a source notebook."""
+    course = _course(root, Path(into))
+    result = _run(course, "generate", limits, timeout_s=300, forbidden=[])
+    if not result.get("success"):
+        raise RuntimeError(f"nbgrader generate_assignment failed:\n{result.get('log')}")
+    for nb in notebooks_of(root):
+        if not (course / "release" / ASSIGNMENT / Path(nb.file).name).is_file():
+            raise RuntimeError(f"nbgrader generate_assignment wrote no {Path(nb.file).name}")
+    return course
+
+
+_GENERATED: dict[str, Path] = {}
+
+
+def _sources_key(root: Path) -> str:
+    h = hashlib.sha256(str(Path(root).resolve()).encode())
+    for nb in notebooks_of(root):
+        h.update(nb.file.encode() + b"\0" + (Path(root) / "assignments" / nb.file).read_bytes())
+    return h.hexdigest()
+
+
+def adopt(root: Path, course: Path) -> None:
+    """Uses ``course`` (made by :func:`generated` in another process) for ``root``'s notebooks."""
+    _GENERATED[_sources_key(root)] = Path(course)
+
+
+def generated(root: Path) -> Path:
+    """A generated course folder for ``root``'s source notebooks, made once per process (and per
+    content of the sources): nbgrader's generate step takes seconds, grading repeats it often."""
+    key = _sources_key(root)
+    if key not in _GENERATED or not (_GENERATED[key] / "gradebook.db").is_file():
+        tmp = Path(tempfile.mkdtemp(prefix="servelab-nbsource-"))
+        atexit.register(shutil.rmtree, tmp, True)
+        _GENERATED[key] = generate(root, tmp / "course")
+    return _GENERATED[key]
+
+
+def _readable_notebook(path: Path) -> str | None:
+    """Why a submitted notebook cannot be graded, or None when it can."""
+    try:
+        if path.stat().st_size > MAX_NOTEBOOK:
+            return f"the notebook is larger than {MAX_NOTEBOOK} bytes"
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return f"the file is not a readable notebook (JSON): {type(exc).__name__}: {str(exc)[:200]}"
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or nb.get("nbformat") != 4:
+        return "the file is not a notebook in nbformat 4"
+    return None
+
+
+# Names a notebook's own cells have no honest use for in these exercises, but that could subvert
+# the test cells sharing its kernel (README: threat model). Not a defence: a flag for the human
+# who grades the written answers anyway.
+SUSPICIOUS = ("builtins", "sys.modules", "set_custom_exc", "showtraceback", "settrace", "setprofile",
+              "get_ipython", "__import__", "importlib", "AssertionError", "isclose =", "hw_model.", "gc.",
+              "__class__", "inspect")
+
+
+def suspicious(path: Path) -> list[str]:
+    """The :data:`SUSPICIOUS` names in a submitted notebook's code cells other than its test
+    cells (which nbgrader replaces anyway).
+
+    >>> import tempfile
+    >>> nb = {"cells": [{"cell_type": "code", "metadata": {}, "source": "import builtins; builtins.abs = len"}]}
+    >>> p = Path(tempfile.mkdtemp()) / "n.ipynb"; _ = p.write_text(json.dumps(nb))
+    >>> suspicious(p)
+    ['builtins']
+    """
+    try:
+        nb = json.loads(Path(path).read_text(encoding="utf-8"))
+        code = "\n".join("".join(c.get("source", "")) for c in nb.get("cells", [])
+                         if c.get("cell_type") == "code"
+                         and cell_kind(c.get("metadata", {}).get("nbgrader", {}), "code") != "auto")
+    except (OSError, ValueError, AttributeError, TypeError):
+        return []
+    return [name for name in SUSPICIOUS if name in code]
+
+
+def problems_of(root: Path, files: dict[str, Path | None]) -> dict[str, str]:
+    """notebook id -> why it cannot be graded (missing, too large, not a notebook)."""
+    problems = {}
+    for nb in notebooks_of(root):
+        path = files.get(nb.file)
+        why = f"missing file: the submission has no {nb.file}" if path is None else _readable_notebook(path)
+        if why:
+            problems[nb.id] = why
+    return problems
+
+
+def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Limits = Limits(),
+              forbidden: list[Path] = (), keep: Path | None = None) -> dict[str, dict[str, tuple[float, str]]]:
+    """Autogrades the submitted notebooks (``files``: manifest file -> submitted path) with
+    nbgrader. Returns ``{notebook id: {grade_id: (score, message)}}`` for every graded cell of
+    every manifest notebook; a missing or unreadable notebook scores 0 with a message saying so.
+    ``keep``: a folder to copy the executed (autograded) notebooks into."""
+    notebooks = notebooks_of(root)
+    out: dict[str, dict[str, tuple[float, str]]] = {}
+    course = Path(work) / "course"
+    template = generated(root) if len(problems_of(root, files)) < len(notebooks) else None
+    course.mkdir(parents=True)
+    if template is not None:  # the source notebooks' cells and checksums, in nbgrader's database
+        shutil.copytree(template / "source", course / "source")
+        shutil.copytree(template / "release", course / "release")
+        shutil.copyfile(template / "gradebook.db", course / "gradebook.db")
+    sub = course / "submitted" / STUDENT / ASSIGNMENT
+    sub.mkdir(parents=True)
+    problems = problems_of(root, files)
+    flags = {}
+    for nb in notebooks:
+        if nb.id not in problems:
+            shutil.copyfile(files[nb.file], sub / Path(nb.file).name)
+            found = suspicious(sub / Path(nb.file).name)
+            if found:
+                flags[nb.id] = f"  [flagged for the instructor's review: the notebook's own cells use {', '.join(found)}]"
+    result = {"success": True, "notebooks": {}}
+    if template is not None:
+        # the whole run may take the per-test wall clock for each notebook, plus kernel starts
+        budget = 60 + len(notebooks) * 2 * max(1.0, limits.wall_s)
+        result = _run(course, "autograde", limits, timeout_s=budget, forbidden=list(forbidden))
+        if keep is not None:  # the executed notebooks, for the instructor's manual grading
+            done = course / "autograded" / STUDENT / ASSIGNMENT
+            if done.is_dir():
+                keep.mkdir(parents=True, exist_ok=True)
+                for path in sorted(done.glob("*.ipynb")):
+                    shutil.copyfile(path, keep / path.name)
+    for nb in notebooks:
+        cells = cell_points(Path(root) / "assignments" / nb.file)
+        got = result.get("notebooks", {}).get(nb.name)
+        scores = {}
+        for cell in cells:
+            if nb.id in problems:
+                scores[cell.grade_id] = (0, problems[nb.id])
+            elif nb.name in result.get("failed", {}):
+                scores[cell.grade_id] = (0, f"nbgrader could not run this notebook: {result['failed'][nb.name]}")
+            elif not result.get("success") or got is None or cell.grade_id not in got:
+                log = str(result.get("log") or "")
+                scores[cell.grade_id] = (0, "nbgrader could not grade this notebook" + (f": {log[-1500:]}" if log else ""))
+            elif cell.kind == "manual":
+                scores[cell.grade_id] = (0, PENDING.format(points=cell.points))
+            else:
+                g = got[cell.grade_id]
+                score = min(float(g.get("auto_score") or 0), cell.points)
+                message = "passed" if score >= cell.points else (g.get("error") or "the test cell raised an error")
+                scores[cell.grade_id] = (score, message + flags.get(nb.id, ""))
+        out[nb.id] = scores
+    return out
+
+
+def student_versions(root: Path) -> dict[str, str]:
+    """``release``: path in the repository -> nbgrader's student version of each manifest
+    notebook (solutions stubbed, hidden tests removed, cells locked, checksums set)."""
+    course = generated(root)
+    return {f"assignments/{nb.file}": (course / "release" / ASSIGNMENT / Path(nb.file).name).read_text(encoding="utf-8")
+            for nb in notebooks_of(root)}
+
+
+def not_graded(root: Path, why: str) -> dict[str, dict[str, tuple[float, str]]]:
+    """Every notebook cell at 0 with the message ``why`` (a run that grades only some tasks)."""
+    return {nb.id: {c.grade_id: (0, why) for c in cell_points(Path(root) / "assignments" / nb.file)}
+            for nb in notebooks_of(root)}
+
+
+def merge(data: dict, root: Path, scores: dict[str, dict[str, tuple[float, str]]]) -> dict:
+    """Adds the notebooks' cells to results.json ``data`` (built for the manifest's tasks): one
+    test per graded cell, named ``<notebook id>: <grade_id>``, its points from the source
+    notebook; score, max_score and the summary output grow accordingly. A test cell holding
+    hidden tests is shown ``after_due_date`` (its error message may quote them)."""
+    lines = []
+    base = len({t["extra_data"]["task"] for t in data["tests"]})
+    for n_index, nb in enumerate(notebooks_of(root), base + 1):
+        got = total = pending = 0
+        for c_index, cell in enumerate(cell_points(Path(root) / "assignments" / nb.file), 1):
+            score, message = scores[nb.id][cell.grade_id]
+            score = int(score) if float(score).is_integer() else float(score)
+            passed = cell.kind == "auto" and score >= cell.points
+            data["tests"].append({
+                "name": f"{nb.id}: {cell.grade_id}" + (" (manually graded)" if cell.kind == "manual" else ""),
+                "number": f"{n_index}.{c_index}", "score": score, "max_score": cell.points,
+                "status": "passed" if passed else "failed", "output": message,
+                # as for Python tests in hidden regions: a cell with hidden tests is shown after the due date
+                "visibility": "after_due_date" if cell.hidden and nb.visibility == "visible" else nb.visibility,
+                "extra_data": {"task": nb.id, "notebook": nb.file, "cell": cell.grade_id, "kind": cell.kind}})
+            got += score
+            total += cell.points
+            pending += cell.points if cell.kind == "manual" else 0
+        data["score"] += got
+        data["max_score"] += total
+        note = f"  [{pending} point(s) manually graded, pending]" if pending else ""
+        lines.append(f"{nb.id} ({nb.title}, {nb.lecture}): {got} / {total}{note}")
+    if lines:
+        data["output"] = "\n".join([data["output"], *lines])
+    return data

@@ -1,0 +1,195 @@
+"""The nbgrader notebooks: sources well formed, points in one place and equal to what nbgrader
+stores, student versions from nbgrader's generate_assignment, the kernel's sandbox.
+
+The grading checks proper (source notebooks score their autograded points, released ones zero,
+edited test cells gain nothing) are in the self-check (test_selfcheck.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograder import notebooks, release
+from autograder.grade import ROOT, grade
+from autograder.remote import Limits
+from autograder.selfcheck import course_fingerprint
+
+NOTEBOOKS = notebooks.notebooks_of(ROOT)
+
+
+def source(nb: notebooks.Notebook) -> dict:
+    return json.loads((ROOT / "assignments" / nb.file).read_text(encoding="utf-8"))
+
+
+def test_the_manifest_lists_the_four_notebooks():
+    assert [nb.name for nb in NOTEBOOKS] == ["ex01_ledger_70b", "ex06_tail_fanout", "ex08_orca_card",
+                                             "ex10_batch_invariance"]
+    on_disk = sorted(p.name for p in (ROOT / "assignments" / "notebooks").glob("*.ipynb"))
+    assert on_disk == sorted(Path(nb.file).name for nb in NOTEBOOKS), "a notebook the manifest does not list"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=[nb.id for nb in NOTEBOOKS])
+def test_sources_are_clean_and_carry_nbgrader_metadata(nb):
+    data = source(nb)
+    ids = [c["metadata"]["nbgrader"]["grade_id"] for c in data["cells"]]
+    assert len(ids) == len(set(ids)), f"{nb.file}: grade ids repeat"
+    for cell in data["cells"]:
+        meta = cell["metadata"]["nbgrader"]
+        assert cell["cell_type"] == "markdown" or cell["outputs"] == [], f"{nb.file}: {meta['grade_id']} has outputs"
+        if meta["solution"]:
+            assert "### BEGIN SOLUTION" in "".join(cell["source"]), f"{meta['grade_id']}: no solution region"
+        if notebooks.cell_kind(meta, cell["cell_type"]) == "auto":
+            assert meta["locked"] and "assert" in "".join(cell["source"]), f"{meta['grade_id']}: not a locked test"
+    kinds = {c.kind for c in notebooks.cell_points(ROOT / "assignments" / nb.file)}
+    assert kinds == {"ex01_ledger_70b": {"auto"}, "ex06_tail_fanout": {"auto", "manual"},
+                     "ex08_orca_card": {"manual"}, "ex10_batch_invariance": {"auto", "manual"}}[nb.name]
+
+
+def test_cell_points_reads_the_metadata_and_refuses_bad_points(tmp_path):
+    nb = source(NOTEBOOKS[0])
+    cells = notebooks.cell_points(ROOT / "assignments" / NOTEBOOKS[0].file)
+    assert sum(c.points for c in cells) == sum(c["metadata"]["nbgrader"].get("points", 0) for c in nb["cells"])
+    first = next(c for c in nb["cells"] if c["metadata"]["nbgrader"]["grade"])
+    first["metadata"]["nbgrader"]["points"] = 0
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text(json.dumps(nb))
+    with pytest.raises(ValueError, match="must have positive whole points, got 0"):
+        notebooks.cell_points(bad)
+
+
+@pytest.fixture(scope="module")
+def generated():
+    return notebooks.generated(ROOT)
+
+
+def test_points_equal_what_nbgrader_stores(generated, monkeypatch):
+    """Points live in the notebooks' metadata only; nbgrader's gradebook holds the same."""
+    from nbgrader.api import Gradebook
+
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # alembic
+    with Gradebook(f"sqlite:///{generated / 'gradebook.db'}") as gb:
+        stored = {(nb.name, cell.name): (cell.max_score, cell.cell_type)
+                  for nb in gb.find_assignment(notebooks.ASSIGNMENT).notebooks for cell in nb.grade_cells}
+    ours = {(nb.name, c.grade_id): c.points for nb in NOTEBOOKS
+            for c in notebooks.cell_points(ROOT / "assignments" / nb.file)}
+    assert {k: v[0] for k, v in stored.items()} == ours
+    # 18 autograded + 19 by hand: a change here is a change of the course, say so in the README
+    kinds = [c.kind for nb in NOTEBOOKS for c in notebooks.cell_points(ROOT / "assignments" / nb.file)
+             for _ in range(c.points)]
+    assert (kinds.count("auto"), kinds.count("manual")) == (18, 19)
+
+
+def test_student_versions_come_from_nbgrader_without_solutions_or_hidden_tests(generated):
+    versions = notebooks.student_versions(ROOT)
+    assert sorted(versions) == sorted(f"assignments/{nb.file}" for nb in NOTEBOOKS)
+    for nb in NOTEBOOKS:
+        text = versions[f"assignments/{nb.file}"]
+        assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text
+        released = json.loads(text)
+        for cell in released["cells"]:
+            meta = cell["metadata"]["nbgrader"]
+            assert "checksum" in meta or not meta.get("locked", False) or meta.get("solution"), meta["grade_id"]
+            if meta["solution"]:
+                stub = "YOUR ANSWER HERE" if cell["cell_type"] == "markdown" else "raise NotImplementedError()"
+                assert stub in "".join(cell["source"]), f"{meta['grade_id']}: not stubbed"
+    # a few answers that must not travel with the release
+    everything = "".join(versions.values())
+    for answer in ("1.0 - (1.0 - q) ** n", "2 * VOCAB * D_MODEL", "iteration-level scheduling (the scheduler",
+                   "a, b, c = 1e16", "simulate 200 000 agents"):
+        assert answer not in everything
+
+
+def test_release_refuses_a_notebook_the_manifest_does_not_list():
+    with pytest.raises(ValueError, match="no \\[\\[notebook\\]\\] of the manifest lists"):
+        release.stub_notebook("assignments/notebooks/extra.ipynb", {})
+
+
+def test_kernel_sandbox_refuses_the_course_copy_and_processes(tmp_path):
+    """A notebook's code runs in a kernel under the child's sandbox: it cannot read the grader's
+    files or write into the course copy, nor start processes; the course copy stays unchanged."""
+    nb = next(n for n in NOTEBOOKS if n.name == "ex06_tail_fanout")
+    data = source(nb)
+    attack = (
+        "import os, subprocess\n"
+        "results = []\n"
+        f"for attempt in (lambda: open({str(ROOT / 'assignments' / 'manifest.toml')!r}, 'a'),\n"
+        f"                lambda: open({str(ROOT / 'autograder' / 'answers' / 'answer_key.json')!r}).read(),\n"
+        "                lambda: subprocess.run(['true']),\n"
+        "                lambda: open('../../../gradebook.db', 'rb').read(),\n"  # nbgrader's database
+        f"                lambda: os.listdir({str(ROOT / 'autograder')!r})):\n"
+        "    try:\n"
+        "        attempt()\n"
+        "        results.append('allowed')\n"
+        "    except Exception as exc:\n"
+        "        results.append(type(exc).__name__)\n"
+        "print('SANDBOX', results)\n")
+    for cell in data["cells"]:
+        if cell["metadata"]["nbgrader"]["grade_id"] == "ex06_a_answer":
+            cell["source"] = attack + "".join(cell["source"])
+    sub = tmp_path / "sub" / "assignments" / nb.file
+    sub.parent.mkdir(parents=True)
+    sub.write_text(json.dumps(data))
+    before = course_fingerprint()
+    result = grade(tmp_path / "sub", limits=Limits(wall_s=30, cpu_s=30), only_tasks=frozenset({nb.id}),
+                   notebooks_out=tmp_path / "executed")
+    assert course_fingerprint() == before
+    executed = json.loads((tmp_path / "executed" / f"{nb.name}.ipynb").read_text())
+    text = "".join("".join(o.get("text", "")) for c in executed["cells"] if c["cell_type"] == "code"
+                   for o in c.get("outputs", []))
+    assert "SANDBOX " + str(["PermissionError"] * 5) in text, text
+    # the honest work next to the attack still earns its autograded points
+    earned = {t["extra_data"]["cell"]: t["score"] for t in result["tests"] if t["extra_data"]["task"] == nb.id}
+    assert earned == {"ex06_a_test": 2, "ex06_b_test": 2, "ex06_c_test": 1, "ex06_d_answer": 0}
+
+
+def test_grading_notebooks_twice_gives_the_same_results(tmp_path):
+    """The source notebooks as a submission: every autograded point, manual cells pending, and a
+    regrade identical apart from execution_time."""
+    sub = tmp_path / "sub" / "assignments"
+    for nb in NOTEBOOKS:
+        (sub / nb.file).parent.mkdir(parents=True, exist_ok=True)
+        (sub / nb.file).write_bytes((ROOT / "assignments" / nb.file).read_bytes())
+    only = frozenset(nb.id for nb in NOTEBOOKS)
+    a, b = (grade(tmp_path / "sub", limits=Limits(wall_s=30, cpu_s=30), only_tasks=only) for _ in range(2))
+    cells = [t for t in a["tests"] if "notebook" in t["extra_data"]]
+    assert all(t["score"] == t["max_score"] and t["output"] == "passed" for t in cells if t["extra_data"]["kind"] == "auto")
+    assert all(t["score"] == 0 and "pending" in t["output"] for t in cells if t["extra_data"]["kind"] == "manual")
+    assert {**a, "execution_time": 0} == {**b, "execution_time": 0}
+    # a test cell with hidden tests is shown after the due date (its message may quote them)
+    shown = {t["extra_data"]["cell"]: t["visibility"] for t in cells}
+    assert shown["ex01_a_total"] == shown["ex06_a_test"] == "after_due_date"
+    assert shown["ex01_b_weights"] == shown["ex08_flaw"] == "visible"
+
+
+def test_a_hanging_a_memory_hungry_and_a_dying_notebook_are_contained(tmp_path):
+    """An endless cell is interrupted after the per-cell timeout and the cells after it still
+    run; a memory bomb meets RLIMIT_AS; a notebook that kills its kernel scores 0 with the
+    reason, and the other notebook keeps its points."""
+    fanout, invariance = (next(n for n in NOTEBOOKS if n.name == name)
+                          for name in ("ex06_tail_fanout", "ex10_batch_invariance"))
+    attacks = {(fanout, "ex06_a_answer"): "try:\n    bomb = bytearray(3 << 30)\nexcept MemoryError:\n"
+                                          "    print('MEMORY LIMIT')\n",
+               (fanout, "ex06_b_answer"): "while True:\n    pass\n",
+               (invariance, "ex10_a_answer"): "import os\nos._exit(0)\n"}
+    for nb in (fanout, invariance):
+        data = source(nb)
+        for cell in data["cells"]:
+            code = attacks.get((nb, cell["metadata"]["nbgrader"]["grade_id"]))
+            if code:
+                cell["source"] = code + "".join(cell["source"])
+        path = tmp_path / "sub" / "assignments" / nb.file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data))
+    result = grade(tmp_path / "sub", limits=Limits(wall_s=5, cpu_s=5, memory_bytes=1 << 30),
+                   only_tasks=frozenset({fanout.id, invariance.id}), notebooks_out=tmp_path / "executed")
+    got = {t["extra_data"]["cell"]: (t["score"], t["output"]) for t in result["tests"] if "notebook" in t["extra_data"]}
+    assert {c: got[c][0] for c in ("ex06_a_test", "ex06_b_test", "ex06_c_test")} == {
+        "ex06_a_test": 2, "ex06_b_test": 0, "ex06_c_test": 1}
+    assert "per_call_budget" in got["ex06_b_test"][1]  # the loop was stopped before the definition
+    assert "MEMORY LIMIT" in (tmp_path / "executed" / "ex06_tail_fanout.ipynb").read_text()
+    for cell in ("ex10_a_test", "ex10_b_test", "ex10_why"):
+        assert got[cell][0] == 0 and "Kernel died" in got[cell][1], got[cell]

@@ -9,7 +9,8 @@ adding/removing hooks are themselves refused by the hook). The hook is a closure
 else references, and the ``gc`` introspection that could reach it is refused too.
 
 Protocol: one JSON request per line on stdin (``{"op": "call", "target": {"module", "name"} or
-{"handle"}, "args", "kwargs"}``, or ``getattr/len/bool/contains/getitem/list`` on a handle); one
+{"handle"}, "args", "kwargs"}``, ``{"op": "attr", "module", "name"}`` for a module-level value,
+or ``getattr/len/bool/contains/getitem/list`` on a handle); one
 JSON reply per line on the file descriptor named in the config: ``{"value": ...}`` or
 ``{"raised": {"type", "message"}}``. A value that is not plain data stays here as a handle. Before the first request: ``{"ready": true}`` or
 ``{"import_error": {...}}``. The parent trusts none of it beyond "plain JSON values".
@@ -110,7 +111,26 @@ def install_limits(cfg: dict) -> None:
         cap(resource.RLIMIT_NPROC, int(cfg["nproc"]))
 
 
+def _refuse_processes(*args, **kwargs):
+    raise PermissionError("the autograder does not let submissions start processes")
+
+
+def disarm_process_spawning() -> None:
+    """Python 3.11 raises no audit event for ``_posixsubprocess.fork_exec``, which starts a
+    program with no audit hook at all. Importing the module is refused, but a process whose
+    machinery already imported ``subprocess`` (a Jupyter kernel) holds it: its entry points are
+    replaced before the hook goes in. Nothing can restore them: the original is reachable only
+    through ``gc`` (refused) or a fresh import (refused)."""
+    posix = sys.modules.get("_posixsubprocess")
+    if posix is not None:
+        posix.fork_exec = _refuse_processes
+    subprocess_module = sys.modules.get("subprocess")
+    if subprocess_module is not None and hasattr(subprocess_module, "_fork_exec"):
+        subprocess_module._fork_exec = _refuse_processes
+
+
 def install_audit_hook(cfg: dict) -> None:
+    disarm_process_spawning()
     forbidden = tuple(os.path.realpath(p) for p in cfg["forbidden"])
     writable = tuple(os.path.realpath(p) for p in cfg["writable"]) + ("/dev/null",)
     blocked_modules = frozenset(cfg["blocked_modules"]) | BLOCKED_TOP_MODULES
@@ -139,8 +159,10 @@ def install_audit_hook(cfg: dict) -> None:
             raise PermissionError(f"the autograder does not allow {event} in submissions")
         if event == "import":
             name = args[0] or ""
-            top = name.split(".", 1)[0]
-            if name in blocked_modules or top in blocked_modules:
+            parts = name.split(".")
+            # any part: an extension's file loaded under a dotted name ("x._posixsubprocess")
+            # still initialises the blocked module
+            if name in blocked_modules or parts[0] in blocked_modules or not BLOCKED_TOP_MODULES.isdisjoint(parts):
                 raise ImportError(f"the autograder does not let submissions import {name}")
             check_read(resolve(args[1]), event)
         elif event == "open":
@@ -186,6 +208,8 @@ def describe(exc: BaseException) -> dict:
 def serve(req: dict, modules: dict):
     """What one request asks of the student's code."""
     op = req["op"]
+    if op == "attr":  # a module-level name (a notebook's answer); a function stays a handle
+        return getattr(modules[req["module"]], req["name"])
     if op == "call":
         target = req["target"]
         fn = getattr(modules[target["module"]], target["name"]) if "module" in target else HANDLES[target["handle"]]
@@ -218,9 +242,15 @@ def main() -> None:
         out.flush()
 
     sys.dont_write_bytecode = True
+    import importlib
+    import importlib.util
+
+    # standard modules a notebook's kernel has loaded anyway (subprocess: its spawning entry
+    # points are disarmed by the hook's installation), imported before the hook refuses them
+    for name in cfg.get("preload", []):
+        importlib.import_module(name)
     install_limits(cfg)
     install_audit_hook(cfg)
-    import importlib.util
 
     modules = {}
     for name, path in cfg["modules"]:

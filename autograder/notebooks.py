@@ -39,6 +39,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from autograder import nb_recheck
 from autograder.remote import Limits
 
 ASSIGNMENT = "notebooks"  # the nbgrader assignment: the folder assignments/notebooks/
@@ -334,6 +335,14 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
                 keep.mkdir(parents=True, exist_ok=True)
                 for path in sorted(done.glob("*.ipynb")):
                     shutil.copyfile(path, keep / path.name)
+    # the grader's own verdict on the autograded cells (autograder/nb_recheck.py): nbgrader's
+    # test cells share the student's kernel, these run here on values the child hands back
+    rechecked: dict[str, dict[str, tuple[bool, str]]] = {}
+    for nb in notebooks:
+        source = Path(root) / "assignments" / nb.file
+        if nb.id not in problems and any(c.kind == "auto" for c in cell_points(source)):
+            rechecked[nb.id] = nb_recheck.recheck(source, files[nb.file], Path(work) / "recheck" / nb.id,
+                                                  list(forbidden), limits, KERNEL_CPU_FACTOR)
     for nb in notebooks:
         cells = cell_points(Path(root) / "assignments" / nb.file)
         got = result.get("notebooks", {}).get(nb.name)
@@ -352,6 +361,9 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
                 g = got[cell.grade_id]
                 score = min(float(g.get("auto_score") or 0), cell.points)
                 message = "passed" if score >= cell.points else (g.get("error") or "the test cell raised an error")
+                ok, why = rechecked.get(nb.id, {}).get(cell.grade_id, (False, "the grader did not check this cell"))
+                if score > 0 and not ok:  # nbgrader passed it in the student's kernel, the grader does not
+                    score, message = 0, why
                 scores[cell.grade_id] = (score, message + flags.get(nb.id, ""))
         out[nb.id] = scores
     return out

@@ -100,8 +100,9 @@ class Child:
     """One child process with the student's modules imported; call :meth:`call` on it."""
 
     def __init__(self, modules: list[tuple[str, Path]], scratch: Path, forbidden: list[Path],
-                 blocked_modules: list[str], limits: Limits, deadline: float) -> None:
-        """``scratch``: a new folder, the only place the child may write (its cwd, HOME, TMPDIR)."""
+                 blocked_modules: list[str], limits: Limits, deadline: float, preload: tuple[str, ...] = ()) -> None:
+        """``scratch``: a new folder, the only place the child may write (its cwd, HOME, TMPDIR).
+        ``preload``: standard modules imported before the sandbox is installed."""
         self.limits, self.deadline = limits, deadline
         self._buffer = b""
         self._reply: int | None = None
@@ -110,7 +111,7 @@ class Child:
                "forbidden": [str(p) for p in forbidden], "writable": [str(scratch)],
                "blocked_modules": list(blocked_modules), "cpu_s": max(1, int(limits.cpu_s)),
                "memory_bytes": int(limits.memory_bytes), "output_bytes": int(limits.output_bytes),
-               "nproc": _user_processes() + int(limits.nproc)}
+               "nproc": _user_processes() + int(limits.nproc), "preload": list(preload)}
         home, tmp = scratch / "home", scratch / "tmp"
         home.mkdir(parents=True)
         tmp.mkdir()
@@ -143,6 +144,11 @@ class Child:
         return self.request({"op": "call", "target": {"module": module, "name": name},
                              "args": self._encode(list(args)), "kwargs": self._encode(kwargs)},
                             f"{module}.{name}(...)")
+
+    def attr(self, module: str, name: str):
+        """The value of ``module.name`` in the child (plain data, or a handle); AttributeError
+        when the module has no such name."""
+        return self.request({"op": "attr", "module": module, "name": name}, f"{module}.{name}")
 
     def request(self, req: dict, what: str):
         """Sends one request, returns the decoded value or raises what the student code raised."""

@@ -120,7 +120,10 @@ def test_kernel_sandbox_refuses_the_course_copy_and_processes(tmp_path):
         f"                lambda: open({str(ROOT / 'autograder' / 'answers' / 'answer_key.json')!r}).read(),\n"
         "                lambda: subprocess.run(['true']),\n"
         "                lambda: open('../../../gradebook.db', 'rb').read(),\n"  # nbgrader's database
-        f"                lambda: os.listdir({str(ROOT / 'autograder')!r})):\n"
+        f"                lambda: os.listdir({str(ROOT / 'autograder')!r}),\n"
+        # fork_exec raises no audit event: the kernel's loaded copies must be disarmed
+        "                lambda: subprocess._fork_exec(*[None] * 23),\n"
+        "                lambda: __import__('_posixsubprocess').fork_exec(*[None] * 23)):\n"
         "    try:\n"
         "        attempt()\n"
         "        results.append('allowed')\n"
@@ -140,7 +143,7 @@ def test_kernel_sandbox_refuses_the_course_copy_and_processes(tmp_path):
     executed = json.loads((tmp_path / "executed" / f"{nb.name}.ipynb").read_text())
     text = "".join("".join(o.get("text", "")) for c in executed["cells"] if c["cell_type"] == "code"
                    for o in c.get("outputs", []))
-    assert "SANDBOX " + str(["PermissionError"] * 5) in text, text
+    assert "SANDBOX " + str(["PermissionError"] * 7) in text, text
     # the honest work next to the attack still earns its autograded points
     earned = {t["extra_data"]["cell"]: t["score"] for t in result["tests"] if t["extra_data"]["task"] == nb.id}
     assert earned == {"ex06_a_test": 2, "ex06_b_test": 2, "ex06_c_test": 1, "ex06_d_answer": 0}
@@ -193,3 +196,54 @@ def test_a_hanging_a_memory_hungry_and_a_dying_notebook_are_contained(tmp_path):
     assert "MEMORY LIMIT" in (tmp_path / "executed" / "ex06_tail_fanout.ipynb").read_text()
     for cell in ("ex10_a_test", "ex10_b_test", "ex10_why"):
         assert got[cell][0] == 0 and "Kernel died" in got[cell][1], got[cell]
+
+
+def test_a_notebook_that_patches_its_kernel_gains_nothing(tmp_path):
+    """nbgrader's test cells share the student's kernel: a notebook that makes ``math.isclose``
+    always true passes them with a wrong answer. The grader's own check (nb_recheck) runs the
+    source test cells in its process on the values the child hands back, and refuses it; the
+    honest cells of the same notebook keep their points."""
+    nb = next(n for n in NOTEBOOKS if n.name == "ex06_tail_fanout")
+    data = source(nb)
+    cheat = ("import math\nmath.isclose = lambda *args, **kwargs: True\n"
+             "def all(values):\n    return True\n")
+    for cell in data["cells"]:
+        if cell["metadata"]["nbgrader"]["grade_id"] == "ex06_a_answer":
+            # the function is right (the hidden simulation passes), the headline number wrong
+            cell["source"] = cheat + "".join(cell["source"]).replace("p_any_slow_20 = p_any_slow(20, 0.01)",
+                                                                     "p_any_slow_20 = 0.5")
+    path = tmp_path / "sub" / "assignments" / nb.file
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(data))
+    result = grade(tmp_path / "sub", limits=Limits(wall_s=30, cpu_s=30), only_tasks=frozenset({nb.id}))
+    got = {t["extra_data"]["cell"]: (t["score"], t["output"]) for t in result["tests"] if t["extra_data"]["task"] == nb.id}
+    # the message comes only from a cell nbgrader passed and the grader did not
+    assert got["ex06_a_test"][0] == 0 and "grader's own check" in got["ex06_a_test"][1], got["ex06_a_test"]
+    assert "p_any_slow_20: got 0.5" in got["ex06_a_test"][1]
+    assert (got["ex06_b_test"][0], got["ex06_c_test"][0]) == (2, 1), got
+
+
+def test_the_recheck_takes_no_builtin_and_no_object_from_the_notebook(tmp_path):
+    """A notebook's ``all`` or ``abs`` never replaces the builtin in a test cell, and an object
+    that is not plain data (an always-equal one) passes no comparison or truth test."""
+    from autograder import nb_recheck
+
+    def test(grade_id, code):
+        return {"cell_type": "code", "source": code,
+                "metadata": {"nbgrader": {"grade": True, "solution": False, "points": 1, "grade_id": grade_id}}}
+
+    tests = [test("uses_all", "assert all([answer == 42])"), test("truth", "assert answer")]
+    honest = {"cell_type": "code", "metadata": {}, "source": "answer = 6 * 7"}
+    forged = {"cell_type": "code", "metadata": {},
+              "source": "class Yes:\n    def __eq__(self, other): return True\n    def __bool__(self): return True\n"
+                        "answer = Yes()\ndef all(values): return True\n"}
+    src = tmp_path / "source.ipynb"
+    src.write_text(json.dumps({"cells": [honest, *tests], "nbformat": 4}))
+    outcomes = []
+    for i, cell in enumerate((honest, forged)):
+        sub = tmp_path / f"sub{i}.ipynb"
+        sub.write_text(json.dumps({"cells": [cell, *tests], "nbformat": 4}))
+        outcomes.append(nb_recheck.recheck(src, sub, tmp_path / f"scratch{i}", [], Limits(wall_s=20, cpu_s=20)))
+    assert outcomes[0] == {"uses_all": (True, "passed"), "truth": (True, "passed")}
+    assert outcomes[1]["uses_all"][0] is False, outcomes[1]
+    assert outcomes[1]["truth"][0] is False and "Yes object from your notebook" in outcomes[1]["truth"][1], outcomes[1]

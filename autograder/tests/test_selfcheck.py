@@ -67,7 +67,8 @@ print(module[{func!r}](SimpleNamespace(**{{f.name: getattr(LLAMA3_8B, f.name) fo
 
 @pytest.mark.parametrize("name, func, expected", [("read_answer_key", "param_count", "8030261248"),
                                                   ("load_core_by_path", "param_count", "8030261248"),
-                                                  ("oracle_call", "weight_bytes", "16060522496.0")])
+                                                  ("oracle_call", "weight_bytes", "16060522496.0"),
+                                                  ("spawn_through_renamed_extension", "param_count", "8030261248")])
 def test_the_trick_works_outside_the_sandbox(tmp_path, name, func, expected):
     import subprocess
     import sys

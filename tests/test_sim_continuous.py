@@ -19,6 +19,7 @@ from servelab.engine import Engine, Request, serve
 from servelab.hw_model import DEFAULT_EFFICIENCY, H100, LLAMA3_8B, step_cost
 from servelab.reference import continuous as ref
 from servelab.workload import Requests, chat_requests
+import sim_compare
 from sim_strategies import workloads
 
 COLUMNS = ("start_s", "first_token_s", "finish_s", "rejected", "batch_id", "reject_code",
@@ -29,18 +30,8 @@ TRACE = ("start_s", "step_s", "batch_size", "tokens", "n_prefill", "n_decode", "
 
 
 def assert_same(rust: sc.SimResult, py: dict) -> None:
-    for k in COLUMNS:
-        got, want = getattr(rust, k), py[k]
-        assert got.dtype == want.dtype, k
-        assert np.array_equal(got, want, equal_nan=True), (k, got, want)
-    for k in TOTALS:
-        assert getattr(rust, k) == py[k], (k, getattr(rust, k), py[k])
+    sim_compare.assert_same(rust, py, COLUMNS, TOTALS, TRACE)
     assert int(rust.n_preemptions.sum()) == py["preemptions"]
-    if py["trace"] is None:
-        assert rust.trace is None
-    else:
-        for k in TRACE:
-            assert np.array_equal(getattr(rust.trace, k), py["trace"][k]), k
     if py["batch_log"] is None:
         assert rust.batch_log is None
     else:

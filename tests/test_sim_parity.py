@@ -17,6 +17,7 @@ from servelab import serving_core as sc
 from servelab.hw_model import DEFAULT_EFFICIENCY, H100, LLAMA3_8B
 from servelab.reference import sim as ref
 from servelab.workload import chat_requests
+import sim_compare
 from sim_strategies import static_params, workloads
 from strategies import efficiencies, gpus, models
 
@@ -26,17 +27,7 @@ TRACE = ("start_s", "step_s", "batch_size", "tokens", "n_prefill", "n_decode", "
 
 
 def assert_same(rust: sc.SimResult, py: dict) -> None:
-    for k in COLUMNS:
-        got, want = getattr(rust, k), py[k]
-        assert got.dtype == want.dtype, k
-        assert np.array_equal(got, want, equal_nan=True), (k, got, want)
-    for k in TOTALS:
-        assert getattr(rust, k) == py[k], (k, getattr(rust, k), py[k])
-    if py["trace"] is None:
-        assert rust.trace is None
-    else:
-        for k in TRACE:
-            assert np.array_equal(getattr(rust.trace, k), py["trace"][k]), k
+    sim_compare.assert_same(rust, py, COLUMNS, TOTALS, TRACE)
 
 
 @given(reqs=workloads(), trace=st.booleans())

@@ -341,7 +341,7 @@ def part6_continuous(console: Console, sweep: Sweep, c: ContinuousClaims) -> Non
     console.print(f"   at {OVERLOAD_RATE:g} req/s: {c.preemptions_at_overload} preemptions, peak "
                   f"{c.peak_kv_blocks_at_overload:,} of {c.num_blocks:,} KV blocks in use. Past rate "
                   f"{c.max_goodput_rate:g} the {CONTINUOUS['max_num_seqs']} seats are full, requests queue "
-                  "and TTFT passes the SLO: continuous batching has a knee too, only much further out.")
+                  "and TTFT exceeds the SLO: continuous batching has a knee too, only much further out.")
 
 
 # ---- the demo ----------------------------------------------------------------------------------

@@ -39,6 +39,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+import servelab
+
 from autograder import nb_recheck
 from autograder.remote import Limits
 
@@ -341,8 +343,11 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
     for nb in notebooks:
         source = Path(root) / "assignments" / nb.file
         if nb.id not in problems and any(c.kind == "auto" for c in cell_points(source)):
+            # servelab's folder too (the kernel needs it for the test cells, the child does not):
+            # its compiled core loaded by path would answer for the notebook
             rechecked[nb.id] = nb_recheck.recheck(source, files[nb.file], Path(work) / "recheck" / nb.id,
-                                                  list(forbidden), limits, KERNEL_CPU_FACTOR)
+                                                  [*forbidden, Path(servelab.__file__).resolve().parent],
+                                                  limits, KERNEL_CPU_FACTOR)
     for nb in notebooks:
         cells = cell_points(Path(root) / "assignments" / nb.file)
         got = result.get("notebooks", {}).get(nb.name)

@@ -143,7 +143,7 @@ def test_cli_prints_every_part_and_writes_plots(tmp_path, capsys):
     assert cli.main(["demo", "03", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     for part in ("1. An idle system", "2. Batch 1", "3. Static batching", "4. Cost per million",
-                 "5. Azure conv trace", "5. Azure code trace", "Exercise 5 preview", "(lecture:",
+                 "5a. Azure conv trace", "5b. Azure code trace", "Exercise 5 preview", "(lecture:",
                  "6. Continuous batching beside static batching"):
         assert part in out, part
     for name in ("demo03_ttft_vs_rate.png", "demo03_goodput_vs_rate.png"):

@@ -109,8 +109,8 @@ def test_bad_sweep_arguments():
     g = sw.Grid(policies=("batch1",), rates=(0.5,))
     with pytest.raises(ValueError, match="jobs must be an integer >= 1, got 0"):
         sw.sweep(g, jobs=0)
-    with pytest.raises(ValueError, match="n must be an integer >= 0, got -5"):
-        sw.sweep(g, n=-5)
+    with pytest.raises(ValueError, match="n must be an integer >= 1, got 0"):
+        sw.sweep(g, n=0)  # no requests: every summary would be NaN
     with pytest.raises(ValueError, match="rates must be numbers or start:stop:step"):
         sw.parse_rates(["0.1:x"])
     with pytest.raises(ValueError, match="step > 0"):
@@ -134,5 +134,6 @@ def test_cli_writes_table_csv_json_and_plots(tmp_path, capsys):
 
 def test_cli_bad_arguments_exit_2(tmp_path, capsys):
     assert cli.main(["sweep", "--policy", "batch1", "--batch-size", "8", "--out", str(tmp_path)]) == 2
-    assert "batch_size was given" in capsys.readouterr().out
+    assert "--batch-size applies to --policy static" in capsys.readouterr().err
     assert cli.main(["sweep", "--rates", "0", "--out", str(tmp_path)]) == 2
+    assert "--rates must be > 0" in capsys.readouterr().err

@@ -6,8 +6,8 @@ at every arrival rate. SLO per request: TTFT <= 1 s and TPOT <= 50 ms.
 
 Parts: (1) an idle system's TTFT/TPOT/E2E; (2) batch 1 FCFS over arrival rates; (3) static
 batching with B = 8/32/128 (start when B wait or after 0.2 s, run to the longest request);
-(4) cost per million output tokens at $3/GPU-hour; (5) the Azure LLM inference traces
-(November 2023) replayed under each policy; (6) the part the lecture only promises (§4.5:
+(4) cost per million output tokens at $3/GPU-hour; (5a, 5b) the Azure LLM inference traces
+(November 2023, conversation and code) replayed under each policy; (6) the part the lecture only promises (§4.5:
 "continuous batching, next lecture"): continuous batching beside static batching on the same
 requests. Plots: ``demo03_ttft_vs_rate.png``, ``demo03_goodput_vs_rate.png`` (continuous
 batching included).
@@ -33,7 +33,7 @@ from servelab.metrics import SLO, Summary
 from servelab.serving_core import SimResult, run_batch1, run_continuous_batching, run_static_batching
 from servelab.workload import Requests, azure_trace, chat_requests
 
-TITLE = "Demo 03 - metrics and the batching trade-off (§4)"
+TITLE = "Demo 03: metrics and the batching trade-off (§4)"
 
 MODEL, GPU = LLAMA3_8B, H100
 N_REQUESTS = 600  # "a few hundred requests, tens of simulated minutes" (§4.5); demo 04 uses 600
@@ -268,10 +268,10 @@ def compute_trace(kind: str, slo: SLO = LECTURE_SLO) -> dict[str, Summary]:
 
 def part5_trace(console: Console) -> None:
     capacity = hw.kv_capacity_tokens(MODEL, GPU)
-    for kind in ("conv", "code"):
+    for part, kind in (("5a", "conv"), ("5b", "code")):
         reqs = azure_trace(kind)
         rate = len(reqs) / float(reqs.arrival_s[-1])
-        t = _table(f"5. Azure {kind} trace (Nov 2023): {len(reqs):,} requests, {rate:.1f} req/s, "
+        t = _table(f"{part}. Azure {kind} trace (Nov 2023): {len(reqs):,} requests, {rate:.1f} req/s, "
                    f"mean prompt {reqs.prompt_len.mean():.0f}, mean output {reqs.output_len.mean():.0f}",
                    "policy", "util", "TTFT P50 s", "TTFT P99 s", "attain", "goodput", "waste", "peak KV")
         for p in ("batch1", *BATCH_SIZES):
@@ -347,16 +347,23 @@ def part6_continuous(console: Console, sweep: Sweep, c: ContinuousClaims) -> Non
 # ---- the demo ----------------------------------------------------------------------------------
 
 def make_plots(out_dir: Path, sweep: Sweep, continuous: ContinuousClaims | None = None) -> list[Path]:
-    rates = list(sweep.rates)
-    by_policy = dict(sweep.by_policy)
-    if continuous is not None:  # on the shared rates only, beside the others
-        by_policy[CONTINUOUS_LABEL] = continuous.by_rate[:len(rates)]
-    ttft = {k: (np.array([s.ttft.p50 for s in v]), np.array([s.ttft.p99 for s in v]))
-            for k, v in sweep.by_policy.items()}
-    good = {k: np.array([s.goodput_req_s for s in v]) for k, v in by_policy.items()}
-    thr = {k: np.array([s.throughput_req_s for s in v]) for k, v in by_policy.items()}
-    return [plots.ttft_vs_rate(out_dir / "demo03_ttft_vs_rate.png", rates, ttft, LECTURE_SLO.ttft_s),
-            plots.goodput_vs_rate(out_dir / "demo03_goodput_vs_rate.png", rates, good, thr)]
+    """TTFT (P50, P99) and goodput/throughput against arrival rate for every policy; continuous
+    batching over its own, wider range of rates (up to where it peaks), on a log rate axis."""
+    series: dict[str, tuple[tuple[float, ...], list[Summary]]] = {
+        k: (sweep.rates, v) for k, v in sweep.by_policy.items()}
+    if continuous is not None:
+        series[CONTINUOUS_LABEL] = (continuous.rates, continuous.by_rate)
+
+    def curves(get) -> dict[str, tuple[np.ndarray, np.ndarray]]:  # type: ignore[no-untyped-def]
+        return {k: (np.array(r), np.array([get(s) for s in v], dtype=float)) for k, (r, v) in series.items()}
+
+    heading = (f"Demo 03: {MODEL.name} on {GPU.name}, {N_REQUESTS} chat requests (seed {SEED}) at each rate; "
+               f"SLO TTFT <= {LECTURE_SLO.ttft_s:g} s, TPOT <= {LECTURE_SLO.tpot_s * 1e3:g} ms")
+    out = [plots.ttft_vs_rate(out_dir / "demo03_ttft_vs_rate.png", curves(lambda s: s.ttft.p50),
+                              curves(lambda s: s.ttft.p99), LECTURE_SLO.ttft_s, heading),
+           plots.goodput_vs_rate(out_dir / "demo03_goodput_vs_rate.png", curves(lambda s: s.goodput_req_s),
+                                 curves(lambda s: s.throughput_req_s), heading)]
+    return [p for p in out if p is not None]
 
 
 def run(out_dir: Path, console: Console) -> None:

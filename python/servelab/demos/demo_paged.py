@@ -30,7 +30,7 @@ from servelab.engine import EngineResult, Request, serve
 from servelab.tiny_llm import GREEDY, TINY, Temperature
 from servelab.workload import chat_requests
 
-TITLE = "Demo paged - paged KV blocks, continuous batching and prefix caching (§2.4, §3.5)"
+TITLE = "Demo paged: paged KV blocks, continuous batching and prefix caching (§2.4, §3.5)"
 
 SEED = 0
 N_REQUESTS = 24

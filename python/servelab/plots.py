@@ -47,6 +47,11 @@ def _plain(v: float, _pos: Any = None) -> str:
     return np.format_float_positional(float(v), precision=6, trim="-")
 
 
+def _num(v: float) -> str:
+    """A number for a title: three significant digits, in plain decimals (1,940 not 1.94e+03)."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+
+
 def _style(i: int) -> dict[str, Any]:
     """Series ``i``'s look: colour, marker and line style all change with ``i``, and markers are
     open and shrink, so a series drawn over an earlier one leaves the earlier one visible."""
@@ -105,7 +110,8 @@ def _title(ax: Axes, head: str, fact: str) -> None:
 
 def _panel(ax: Axes, curves: dict[str, Curve], ylabel: str, xlabel: str) -> None:
     for i, (label, (x, y)) in enumerate(curves.items()):
-        ax.plot(x, y, label=label, zorder=3 + i, **_style(i))
+        # a marker on every point of a long series would be a smear; about 20 say the same
+        ax.plot(x, y, label=label, zorder=3 + i, markevery=max(1, len(x) // 20), **_style(i))
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=7, ncol=1 if len(curves) <= 6 else 2)
@@ -117,7 +123,7 @@ def _all(curves: Mapping[str, Curve], k: int) -> np.ndarray:
 
 
 def _rate(r: float) -> str:
-    return f"{r:g}"
+    return _plain(r)
 
 
 def within_slo_fact(curves: Mapping[str, Curve], limit: float, what: str) -> str:
@@ -144,7 +150,7 @@ def peak_fact(curves: Mapping[str, Curve], what: str, unit: str) -> str:
     >>> peak_fact({"a": (np.array([1.0, 2.0]), np.array([0.3, 0.1]))}, "goodput peaks", "req/s")
     'goodput peaks: a 0.3 req/s (rate 1)'
     """
-    items = [f"{label} {y.max():.3g} {unit} (rate {_rate(x[int(np.argmax(y))])})" for label, (x, y) in curves.items()]
+    items = [f"{label} {_num(y.max())} {unit} (rate {_rate(x[int(np.argmax(y))])})" for label, (x, y) in curves.items()]
     return f"{what}: " + ", ".join(items)
 
 
@@ -197,8 +203,8 @@ def roofline(path: Path, gpus: Sequence[hw.GpuSpec],
     k = int(np.argmin(xs))
     ridge = gpus[0].ridge_point
     _title(ax, f"Roofline (§3.2), {len(points)} workloads priced on {gpus[0].name}",
-           f"{points[k][0]} runs at {xs[k]:.3g} FLOP/byte, {ridge / xs[k]:.0f}x below the ridge point "
-           f"({ridge:.0f}); {points[int(np.argmax(xs))][0]} at {xs.max():.3g}")
+           f"{points[k][0]} runs at {_num(xs[k])} FLOP/byte, {ridge / xs[k]:.0f}x below the ridge point "
+           f"({ridge:.0f}); {points[int(np.argmax(xs))][0]} at {_num(xs.max())}")
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(True, which="major", alpha=0.3)
     return _save(fig, path)

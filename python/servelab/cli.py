@@ -4,7 +4,7 @@
     servelab demo all               # every demo that exists
     servelab demo list              # what exists
     servelab sweep --policy batch1 static --batch-size 8 32 --rates 0.1:1:0.1 --jobs 2
-    servelab sweep --model LLAMA3_70B --gpu H200 --policy continuous --rates 1 2 4 8
+    servelab sweep --gpu A100_80GB --policy continuous --rates 1 2 4 8
     servelab --version
 
 A bad flag stops the command before any work, with one line that names the flag, and exit

@@ -412,7 +412,9 @@ def _run_on(ex: Any, points: list[Point], args: tuple[Any, ...], rows: list[Row 
                     progress(k + 1, len(points))
     except BaseException:
         for fut in futures:
-            fut.cancel()
+            cancel = getattr(fut, "cancel", None)  # a minimal future may have none
+            if callable(cancel):
+                cancel()
         raise
 
 

@@ -187,3 +187,9 @@ def test_demo03_numbers_its_sections_once():
     demo03.part5_trace(RichConsole(file=buf, width=200))
     heads = re.findall(r"^(\d+[a-z]?)\. ", buf.getvalue(), flags=re.M)
     assert heads == ["5a", "5b"]
+
+
+def test_piped_headings_are_plain():
+    buf = io.StringIO()
+    cli.Console(file=buf).rule("[bold]Demo 09: a title")
+    assert buf.getvalue() == "==== Demo 09: a title ====\n"

@@ -26,6 +26,7 @@ import rich.console
 from rich import box
 from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from servelab import demos
 
@@ -68,6 +69,14 @@ class Console(rich.console.Console):
                 super().print(*objects, **kwargs)
             finally:
                 self._width = old
+
+    def rule(self, title: Any = "", *args: Any, **kwargs: Any) -> None:
+        """A heading line; piped, in plain characters (``==== title ====``)."""
+        if self.is_terminal:
+            super().rule(title, *args, **kwargs)
+        else:
+            plain = Text.from_markup(title).plain if isinstance(title, str) else str(title)
+            super().print(f"==== {plain} ====", markup=False, highlight=False)
 
     def _fit(self, table: Table) -> str | None:
         """Makes ``table`` fit ``self.width``; returns a note on what was left out, if anything.

@@ -101,7 +101,7 @@ def _read(path: Path, what: str) -> Any:
         try:
             import tomllib
         except ModuleNotFoundError:  # Python 3.10: the same parser, under its PyPI name
-            import tomli as tomllib  # type: ignore[no-redef]
+            import tomli as tomllib  # type: ignore[no-redef,import-not-found,unused-ignore]
         return tomllib.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError and TOMLDecodeError are ValueErrors
         raise ValueError(f"{what}: spec file {str(path)!r} is not valid {path.suffix[1:].upper()}: {exc}") from None

@@ -28,6 +28,7 @@ from rich.table import Table
 from servelab import hw_model as hw
 from servelab import metrics as mx
 from servelab import plots
+from servelab.demos import working
 from servelab.hw_model import H100, LLAMA3_8B
 from servelab.metrics import SLO, Summary
 from servelab.serving_core import SimResult, run_batch1, run_continuous_batching, run_static_batching
@@ -63,7 +64,9 @@ def simulate(policy: Policy, requests: Requests, ride_along: bool = True) -> Sim
     if policy == "batch1":
         return run_batch1(requests, MODEL, GPU)
     if policy == CONTINUOUS_LABEL:
-        return run_continuous_batching(requests, MODEL, GPU, **CONTINUOUS)
+        return run_continuous_batching(requests, MODEL, GPU, max_num_seqs=CONTINUOUS["max_num_seqs"],
+                                       max_num_batched_tokens=CONTINUOUS["max_num_batched_tokens"],
+                                       block_size=CONTINUOUS["block_size"])
     return run_static_batching(requests, MODEL, GPU, int(policy), MAX_WAIT_S, ride_along)
 
 
@@ -86,7 +89,7 @@ def compute_idle() -> list[tuple[int, int, float, float, float]]:
     """(prompt, output, TTFT s, TPOT s, E2E s) of one request alone on the GPU."""
     rows = []
     for p, lo in IDLE_CASES:
-        r = run_batch1(Requests([0.0], [p], [lo]), MODEL, GPU)
+        r = run_batch1(Requests(np.array([0.0]), np.array([p]), np.array([lo])), MODEL, GPU)
         rows.append((p, lo, float(mx.ttft(r)[0]), float(mx.tpot(r)[0]), float(mx.e2e(r)[0])))
     return rows
 
@@ -308,6 +311,7 @@ def compute_continuous(sweep: Sweep, slo: SLO = LECTURE_SLO) -> ContinuousClaims
     rates = tuple(sweep.rates) + EXTRA_RATES
     rows = [mx.summarize(simulate(CONTINUOUS_LABEL, workload(r)), slo, USD_PER_GPU_HOUR) for r in rates]
     heavy = simulate(CONTINUOUS_LABEL, workload(OVERLOAD_RATE))
+    assert heavy.n_preemptions is not None  # continuous batching always counts them
     g = [s.goodput_req_s for s in rows]
     best = int(np.argmax(g))
     best_static = max(s.goodput_req_s for b in BATCH_SIZES for s in sweep.by_policy[label(b)])
@@ -330,8 +334,8 @@ def part6_continuous(console: Console, sweep: Sweep, c: ContinuousClaims) -> Non
         rows.append((f"{rate:g}", CONTINUOUS_LABEL, c.by_rate[k]))
     rows += [(f"{OVERLOAD_RATE:g}", lab, sweep.overload[lab]) for lab in ("static B=32", "static B=128")]
     rows.append((f"{OVERLOAD_RATE:g}", CONTINUOUS_LABEL, c.overload))
-    for rate, lab, s in rows:
-        t.add_row(rate, lab, f"{s.goodput_req_s:.2f}", f"{s.attainment:.0%}", f"{s.ttft.p50:.3f}",
+    for rate_text, lab, s in rows:
+        t.add_row(rate_text, lab, f"{s.goodput_req_s:.2f}", f"{s.attainment:.0%}", f"{s.ttft.p50:.3f}",
                   f"{s.ttft.p99:.2f}", f"{s.tpot.p50 * 1e3:.1f}", f"{s.throughput_tok_s:,.0f}")
     console.print(t)
     console.print(f"   goodput peaks at {c.max_goodput:.1f} req/s (rate {c.max_goodput_rate:g}) against static "
@@ -377,5 +381,7 @@ def run(out_dir: Path, console: Console) -> None:
     part5_trace(console)
     continuous = compute_continuous(sweep)
     part6_continuous(console, sweep, continuous)
-    for path in make_plots(Path(out_dir), sweep, continuous):
+    with working(console, "drawing the plots"):
+        paths = make_plots(Path(out_dir), sweep, continuous)
+    for path in paths:
         console.print(f"   plot: {path}")

@@ -19,6 +19,8 @@ def test_demo02_prints_every_part_and_writes_plots(tmp_path, capsys):
     for part in ("1. GPUs", "2. Model ledger", "3. Prefill", "4. Decode step", "5. Decode at the largest",
                  "6. This CPU"):
         assert part in out, part
+    # the 20-40 s CPU measurement says so before it starts (a plain line: the output is captured)
+    assert out.index("measuring (T x 4096) @ (4096 x 4096) matmuls on this CPU") < out.index("6. This CPU")
     for number in ("426,784", "416", "6.15", "9.31", "70%", "1/64", "21.2"):
         assert number in out, number
     for name in ("demo02_roofline.png", "demo02_decode_batch.png"):

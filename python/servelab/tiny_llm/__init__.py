@@ -24,7 +24,9 @@ Where things live:
 * :mod:`.sampling` -- greedy, temperature and top-p samplers, seeded;
 * :mod:`.generation` -- :func:`generate`, with or without the cache;
 * :mod:`.tensor_parallel` -- :class:`TensorParallelLLM`: the same model split across ``t``
-  devices by heads and MLP columns, with an all-reduce (§8.1, milestone 1).
+  devices by heads and MLP columns, with an all-reduce (§8.1, milestone 1);
+* :mod:`.speculative` -- :func:`~servelab.tiny_llm.speculative.speculate`: a draft model
+  guesses ``k`` tokens, the model checks them in one forward (§8, milestone 4a).
 
 >>> from servelab import tiny_llm
 >>> cache = tiny_llm.KVCache(tiny_llm.TINY)

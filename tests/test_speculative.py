@@ -165,3 +165,16 @@ def test_bad_arguments_are_refused(kwargs, message):
 def test_perturbed_draft_refuses_bad_noise(noise):
     with pytest.raises(ValueError, match="noise must be a non-negative finite number"):
         perturbed_draft(TARGET, noise)
+
+
+def test_a_plugged_in_rule_is_used_and_its_junk_refused():
+    prompt = list(b"plug in")
+
+    def never_keep(guesses, logits, *_):  # plain decoding: same tokens, nothing kept
+        return 0, int(np.argmax(logits[0]))
+    run = speculate(prompt, 10, 3, target=TARGET, draft=TARGET, verify=never_keep)
+    assert run.tokens == generate(prompt, 10, model=TARGET).tokens
+    assert run.acceptance_rate == 0.0
+    for junk in ((5, 1), (0, 256), (-1, 0), ("0", 1), (0, 1.5)):
+        with pytest.raises(ValueError, match="verify must return .kept in .0, 3., a token id"):
+            speculate(prompt, 10, 3, target=TARGET, draft=TARGET, verify=lambda *a, j=junk: j)

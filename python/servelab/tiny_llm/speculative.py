@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -43,8 +43,11 @@ from servelab.tiny_llm.model import TinyLLM, Weights, as_token_ids, model_for
 from servelab.tiny_llm.config import TINY
 from servelab.tiny_llm.sampling import softmax
 
-__all__ = ["SpecStep", "SpecGeneration", "speculate", "expected_tokens_per_step",
-           "perturbed_draft", "speculative_step_cost"]
+__all__ = ["SpecStep", "SpecGeneration", "speculate", "accept_greedy", "accept_sampled",
+           "draw_token", "expected_tokens_per_step", "perturbed_draft", "speculative_step_cost"]
+
+# verify(guesses, target rows, draft probabilities, u_accept, u_draw) -> (kept, next token)
+Verify = Callable[..., tuple[int, int]]
 
 
 @dataclass(frozen=True)
@@ -133,14 +136,18 @@ def perturbed_draft(model: TinyLLM, noise: float, seed: int = 0) -> TinyLLM:
 
 def speculate(prompt: Sequence[int] | np.ndarray, max_new_tokens: int, k: int, *,
               draft: TinyLLM, target: TinyLLM | None = None, temperature: float | None = None,
-              seed: int = 0) -> SpecGeneration:
+              seed: int = 0, verify: Verify | None = None) -> SpecGeneration:
     """Generate ``max_new_tokens`` tokens with ``target`` (default: the ``TINY`` model), ``k``
     guesses of ``draft`` per step. ``temperature=None`` is greedy; otherwise both models sample
     at that temperature and the random draws come from generators seeded with ``(seed,
-    position, purpose)``, so a run is reproducible bit for bit.
+    position, purpose)``, so a run is reproducible bit for bit. ``verify`` replaces the
+    verification rule (default :func:`accept_greedy` or :func:`accept_sampled`, called with the
+    same arguments; assignment a11 plugs a student's in here).
     """
     target = model_for(TINY) if target is None else target
     cfg = target.config
+    if verify is None:
+        verify = accept_greedy if temperature is None else accept_sampled
     if draft.config.vocab_size != cfg.vocab_size:
         raise ValueError(f"draft has vocab_size {draft.config.vocab_size}, the target "
                          f"{cfg.vocab_size}: they must share one vocabulary")
@@ -162,6 +169,7 @@ def speculate(prompt: Sequence[int] | np.ndarray, max_new_tokens: int, k: int, *
                              f"{m.config.max_len}")
 
     def pick(logits: np.ndarray, position: int, purpose: int) -> tuple[int, np.ndarray | None]:
+        # greedy: the argmax; sampling: a draw, and the probabilities it came from
         if temperature is None:
             return int(np.argmax(logits)), None
         probs = softmax(logits, temperature)
@@ -186,25 +194,20 @@ def speculate(prompt: Sequence[int] | np.ndarray, max_new_tokens: int, k: int, *
             draft_probs.append(q)
         context = len(t_cache)
         rows = target.forward(seq[context:] + guesses, t_cache, all_logits=True)
-        kept, nxt = 0, None
-        for i, guess in enumerate(guesses):
-            position = len(seq) + i
-            if temperature is None:
-                if int(np.argmax(rows[i])) != guess:
-                    nxt = int(np.argmax(rows[i]))
-                    break
-            else:
-                p, q = softmax(rows[i], temperature), draft_probs[i]
-                assert q is not None
-                u = np.random.default_rng((seed, position, 2)).random()
-                if u * q[guess] >= p[guess]:  # reject: u >= p/q, without dividing by q
-                    residual = np.maximum(p - q, 0.0)
-                    nxt = _draw(residual / residual.sum(), seed, position, 3) \
-                        if residual.sum() > 0 else _draw(p, seed, position, 3)
-                    break
-            kept += 1
-        if nxt is None:  # every guess kept: the target's next token comes free
-            nxt, _ = pick(rows[len(guesses)], len(seq) + len(guesses), 0)
+        if temperature is None:
+            kept, nxt = verify(guesses, rows, None, None, None)
+        else:
+            at = range(len(seq), len(seq) + len(guesses))  # the positions the guesses fill
+            u_accept = np.array([_uniform(seed, i, 2) for i in at])
+            u_draw = np.array([_uniform(seed, i, 3) for i in at] + [_uniform(seed, at.stop, 0)])
+            p = np.stack([softmax(r, temperature) for r in rows])
+            q = np.stack(draft_probs) if guesses else np.zeros((0, cfg.vocab_size))
+            kept, nxt = verify(guesses, p, q, u_accept, u_draw)
+        if not (isinstance(kept, (int, np.integer)) and isinstance(nxt, (int, np.integer))
+                and 0 <= kept <= len(guesses) and 0 <= nxt < cfg.vocab_size):
+            raise ValueError(f"verify must return (kept in [0, {len(guesses)}], a token id in "
+                             f"[0, {cfg.vocab_size})), got ({kept!r}, {nxt!r})")
+        kept, nxt = int(kept), int(nxt)
         seq += guesses[:kept] + [nxt]
         t_cache.truncate(len(seq) - 1)  # forget the KV of rejected guesses
         if len(d_cache) > len(seq) - 1:
@@ -213,10 +216,59 @@ def speculate(prompt: Sequence[int] | np.ndarray, max_new_tokens: int, k: int, *
     return SpecGeneration(tuple(tokens), seq[len(tokens):], tuple(steps), draft_forwards)
 
 
+def _uniform(seed: int, position: int, purpose: int) -> float:
+    """The uniform of one draw: ``purpose`` 0 samples the target, 1 the draft, 2 accepts or
+    rejects a guess, 3 draws from the residual (so a run is reproducible from its seed)."""
+    return float(np.random.default_rng((seed, position, purpose)).random())
+
+
 def _draw(probs: np.ndarray, seed: int, position: int, purpose: int) -> int:
-    u = np.random.default_rng((seed, position, purpose)).random()
+    return draw_token(probs, _uniform(seed, position, purpose))
+
+
+def draw_token(probs: np.ndarray, u: float) -> int:
+    """Inverse-CDF draw: the first token whose cumulative probability exceeds ``u`` (in
+    ``[0, 1)``) times the total.
+
+    >>> draw_token(np.array([0.25, 0.5, 0.25]), 0.3), draw_token(np.array([0.25, 0.5, 0.25]), 0.8)
+    (1, 2)
+    """
     cdf = np.cumsum(probs)
     return int(min(np.searchsorted(cdf, u * cdf[-1], side="right"), len(probs) - 1))
+
+
+def accept_greedy(guesses: Sequence[int], logits: np.ndarray, *_: object) -> tuple[int, int]:
+    """Greedy verification: ``logits[i]`` are the target's logits after the first ``i``
+    guesses (``len(guesses) + 1`` rows). Keep guesses while each is the target's argmax;
+    return ``(kept, next token)``: the target's argmax at the first mismatch, or after the
+    last guess when all are kept.
+
+    >>> accept_greedy([3, 1], np.eye(4)[[3, 2, 0]])   # guess 1 is not the argmax (2) of row 1
+    (1, 2)
+    """
+    for i, guess in enumerate(guesses):
+        best = int(np.argmax(logits[i]))
+        if best != guess:
+            return i, best
+    return len(guesses), int(np.argmax(logits[len(guesses)]))
+
+
+def accept_sampled(guesses: Sequence[int], p: np.ndarray, q: np.ndarray, u_accept: np.ndarray,
+                   u_draw: np.ndarray) -> tuple[int, int]:
+    """Rejection sampling: guess ``i`` (drawn from the draft's ``q[i]``) is kept when
+    ``u_accept[i] < p[i][g] / q[i][g]``; at the first rejection the next token is drawn with
+    ``u_draw[i]`` from ``max(0, p[i] - q[i])`` renormalised (from ``p[i]`` if that is all
+    zero); when all are kept, from ``p[k]`` with ``u_draw[k]``. Returns ``(kept, next token)``.
+
+    >>> p, q = np.array([[0.5, 0.5], [1.0, 0.0]]), np.array([[0.0, 1.0]])
+    >>> accept_sampled([1], p, q, np.array([0.9]), np.array([0.3, 0.0]))  # 0.9 >= 0.5: rejected
+    (0, 0)
+    """
+    for i, guess in enumerate(guesses):
+        if u_accept[i] * q[i][guess] >= p[i][guess]:  # u >= p/q, without dividing by q
+            residual = np.maximum(p[i] - q[i], 0.0)
+            return i, draw_token(residual if residual.sum() > 0 else p[i], float(u_draw[i]))
+    return len(guesses), draw_token(p[len(guesses)], float(u_draw[len(guesses)]))
 
 
 def speculative_step_cost(target: hw_model.ModelSpec, draft: hw_model.ModelSpec,

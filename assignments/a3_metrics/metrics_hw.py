@@ -101,3 +101,17 @@ def cost_per_million_tokens(tokens_per_s: float, usd_per_gpu_hour: float) -> flo
     ### BEGIN SOLUTION
     return usd_per_gpu_hour / 3600.0 / tokens_per_s * 1e6 if tokens_per_s > 0 else float("inf")
     ### END SOLUTION
+
+
+def sustained_rate(rates: np.ndarray, attainments: np.ndarray, target: float) -> float:
+    """Goodput, definition 2 (§4.4, exercise 4), on a grid: ``rates`` increase; scan them
+    upwards and return the last rate before the first whose attainment is below ``target``
+    (0.0 if the lowest rate already fails)."""
+    ### BEGIN SOLUTION
+    sustained = 0.0
+    for rate, att in zip(rates, attainments):
+        if not att >= target:  # a NaN attainment fails too
+            break
+        sustained = float(rate)
+    return sustained
+    ### END SOLUTION

@@ -3,10 +3,16 @@
 instead of a Hypothesis report (``servelab.grading.fail_fast``). The Hypothesis profile is
 ``student`` unless ``HYPOTHESIS_PROFILE`` names another. (The autograder does not use this file.)"""
 
+import sys
 from pathlib import Path
 
-from servelab.grading import fail_fast, plugin
-from servelab.grading.hypothesis_profiles import register_and_load
+try:
+    from servelab.grading import fail_fast, plugin
+    from servelab.grading.hypothesis_profiles import register_and_load
+except ModuleNotFoundError as missing:  # a pytest from outside the project's .venv: one line, no traceback
+    sys.stderr.write(f"{missing}: this pytest runs outside the project's .venv; "
+                     "run `make check` (or .venv/bin/pytest assignments/) instead\n")
+    raise SystemExit(4) from None  # 4: pytest's "usage error"
 
 register_and_load("student")
 

@@ -188,3 +188,18 @@ def test_every_task_has_at_least_two_mutants():
     for m in MUTANTS:
         counts[m["task"]] += 1
     assert all(n >= 2 for n in counts.values()), counts
+
+
+def test_a_pytest_outside_the_venv_gets_a_one_line_hint(tmp_path):
+    # what a student's bare `pytest` (another environment's, no servelab) meets: a servelab that
+    # cannot be imported, simulated by a package that raises as a missing module does
+    fake = tmp_path / "fake" / "servelab"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'servelab'\", name='servelab')\n")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ASSIGNMENTS), "-m",
+                          "task_a1_ledger"], capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(fake.parent)})
+    assert run.returncode == 4, run.stdout + run.stderr
+    assert run.stderr.splitlines() == ["No module named 'servelab': this pytest runs outside the project's .venv; "
+                                       "run `make check` (or .venv/bin/pytest assignments/) instead"], run.stderr
+    assert "Traceback" not in run.stdout + run.stderr

@@ -72,3 +72,17 @@ def test_the_release_readme_is_the_students(release_texts):
     for nb_file in ("ex01_ledger_70b", "ex06_tail_fanout", "ex08_orca_card", "ex10_batch_invariance"):
         assert f"assignments/notebooks/{nb_file}.ipynb" in readme
     assert "autograder/README.student.md" not in release_texts
+
+
+def test_an_untouched_notebook_answer_is_reported_as_not_answered(release_texts, tmp_path):
+    # the release's own ex10: its answer cells still raise, so nbgrader's test cells fail with
+    # NameError; the message must say which cell was not answered, not just "name 'a' ..."
+    from autograder.notebooks import not_answered
+    nb = tmp_path / "ex10_batch_invariance.ipynb"
+    nb.write_text(release_texts["assignments/notebooks/ex10_batch_invariance.ipynb"], encoding="utf-8")
+    got = not_answered(nb, "ex10_a_test", "NameError: name 'a' is not defined")
+    assert got.startswith("not answered: cell ex10_a_answer above still raises NotImplementedError"), got
+    assert got.endswith("NameError: name 'a' is not defined")
+    got = not_answered(nb, "ex10_b_test", "NotImplementedError: ")
+    assert got.startswith("not answered: cell ex10_b_answer above"), got  # not a's: b's own answer cell
+    assert not_answered(nb, "ex10_a_test", "AssertionError: pick other numbers") == "AssertionError: pick other numbers"

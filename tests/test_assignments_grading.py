@@ -203,3 +203,16 @@ def test_a_pytest_outside_the_venv_gets_a_one_line_hint(tmp_path):
     assert run.stderr.splitlines() == ["No module named 'servelab': this pytest runs outside the project's .venv; "
                                        "run `make check` (or .venv/bin/pytest assignments/) instead"], run.stderr
     assert "Traceback" not in run.stdout + run.stderr
+
+
+def test_a_collection_error_leaves_the_other_tasks_not_run(tmp_path):
+    # pytest stops before running anything when a test file cannot be imported: the table must
+    # not call the untouched tasks "failing" or "not started"
+    copy = copy_assignments(tmp_path)
+    stub_all(copy)
+    broken = copy / MANIFEST.tasks[0].edit[0]
+    broken.write_text(broken.read_text() + "\ndef broken(:\n")
+    summary, run = grade(copy)
+    assert run.returncode == 2 and "ERROR collecting" in run.stdout, run.stdout[-2000:]
+    statuses = {t["id"]: t["status"] for t in summary["tasks"]}
+    assert statuses == {t.id: "not collected" if t is MANIFEST.tasks[0] else "not run" for t in MANIFEST.tasks}

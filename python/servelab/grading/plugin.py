@@ -4,7 +4,8 @@ A test earns its manifest points only when it ran and passed in every phase (a p
 test only when every case passed). Skipped, failed, erroring, deselected or uncollected tests
 earn nothing. Each task gets a status: ``full marks``, ``failing``, ``some tests missing``,
 ``not started`` (every failure is a stub's ``NotImplementedError``: :mod:`.fail_fast`), ``not
-selected`` (``-m``/``-k`` deselected all its tests: it counts nothing) or ``not collected``.
+selected`` (``-m``/``-k`` deselected all its tests: it counts nothing), ``not collected``, or
+``not run`` (collected, but the run stopped first: pytest stops at a collection error).
 
 The run ends with a one-line-per-failure summary (a task not started is one line), then the
 table, as the last thing printed: after pytest's own tally, so that a student never scrolls up
@@ -34,6 +35,7 @@ class TaskScore:
     deselected: set[str] = field(default_factory=set)  # manifest test ids that -m / -k left out
     failures: dict[str, str] = field(default_factory=dict)  # test id -> its one-line message
     not_started: dict[str, str] = field(default_factory=dict)  # test id -> the stub that raised
+    ran: bool = False  # any of its tests reported (a collection error elsewhere stops the whole run)
 
     def earned(self, test: str) -> bool:
         n = self.case_count.get(test, 0)
@@ -49,6 +51,8 @@ class TaskScore:
             return "not selected" if self.deselected else "not collected"
         if self.points == self.task.points:
             return "full marks"
+        if not self.ran:
+            return "not run"
         if self.points == 0 and self.failures and set(self.failures) <= set(self.not_started):
             return "not started"
         missing = set(self.task.tests) - self.collected - self.deselected
@@ -119,6 +123,7 @@ class GradingPlugin:
             return
         task_id, base = self._task_of_node[report.nodeid]
         score = self.scores[task_id]
+        score.ran = True
         if report.failed or report.skipped:
             score.failed.add(base)
         elif report.when == "call" and report.passed:

@@ -176,8 +176,10 @@ def student_readme(root: Path, manifest, hidden: set[str]) -> str:
     visible = sum(p for t in manifest.tasks for test, p in t.tests.items() if test not in hidden)
     rows.append(f"| total | | | {visible} | |")
     nb_rows = ["| notebook | exercise | autograded points | written answers (by hand) |", "|---|---|---|---|"]
+    nb_hidden = 0
     for nb in notebooks.notebooks_of(root):
         cells = notebooks.cell_points(root / "assignments" / nb.file)
+        nb_hidden += sum(c.hidden for c in cells)
         auto = sum(c.points for c in cells if c.kind == "auto")
         manual = sum(c.points for c in cells if c.kind == "manual")
         nb_rows.append(f"| `assignments/{nb.file}` | {nb.title} ({nb.lecture}) | {auto} | {manual} |")
@@ -185,10 +187,13 @@ def student_readme(root: Path, manifest, hidden: set[str]) -> str:
     extra = manifest.total_points - visible
     hidden_text = (f"- **Hidden tests**: {n_hidden} more test(s) worth {extra} point(s), beyond the {visible} "
                    "points of the tests you have. They check the same functions on cases you do not see, so make "
-                   "your code right, not just the visible tests green." if n_hidden else
-                   "- No hidden tests: the points of the tests you have are the tasks' points.")
+                   "your code right, not just the visible tests green.\n" if n_hidden else
+                   "- No hidden Python tests: the points of the tests you have are the tasks' points.\n")
+    if nb_hidden:
+        hidden_text += (f"- **Hidden checks in the notebooks**: {nb_hidden} autograded test cell(s) hold extra checks "
+                        "that run only at grading: make the answer right, not just the visible asserts pass.\n")
     text = (root / STUDENT_README).read_text(encoding="utf-8")
-    for key, value in (("tasks", "\n".join(rows)), ("notebooks", "\n".join(nb_rows)), ("hidden", hidden_text)):
+    for key, value in (("tasks", "\n".join(rows)), ("notebooks", "\n".join(nb_rows)), ("hidden", hidden_text.rstrip("\n"))):
         text = text.replace("{{" + key + "}}", value)
     return text
 

@@ -69,6 +69,7 @@ def test_the_release_readme_is_the_students(release_texts):
         assert f"| {points} |" in row, row
     assert f"| total | | | {sum(visible.values())} |" in readme
     assert ("Hidden tests" in readme) == bool(hidden)
+    assert "Hidden checks in the notebooks" in readme  # ex01, ex06 and ex10 hold some
     for nb_file in ("ex01_ledger_70b", "ex06_tail_fanout", "ex08_orca_card", "ex10_batch_invariance"):
         assert f"assignments/notebooks/{nb_file}.ipynb" in readme
     assert "autograder/README.student.md" not in release_texts

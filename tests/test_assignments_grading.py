@@ -146,6 +146,15 @@ def test_one_solved_task_scores_as_before_and_a_planted_bug_is_shrunk(tmp_path):
     # the one-line summary names each failing test, before the table
     tail = last_lines(run.stdout)
     assert any(line.strip().startswith("a1_ledger: test_param_count_matches_core: param_count of") for line in tail)
+    # a bug the simplest model does not show (a layer lost from the third on): the probe's first
+    # example passes, so only the full run's shrinking can bring the report down to 3 layers
+    ledger.write_text(text.replace("return model.n_layers * per_layer",
+                                   "return (model.n_layers - (model.n_layers >= 3)) * per_layer"))
+    summary, run = grade(copy, "-m", "task_a1_ledger")
+    section = re.search(r"_{3,} test_param_count_matches_core _{3,}\n(.*?)(?:\n_{3,} \w|\Z)", run.stdout, re.S)
+    assert section, run.stdout[-3000:]
+    assert re.search(r"n_layers=3,\s+d_model=1,\s+n_heads=1,\s+n_kv_heads=1,\s+d_head=1,\s+d_ff=1,\s+vocab_size=1,",
+                     section.group(1)), section.group(1)[:3000]
 
 
 def test_a_skipped_test_earns_nothing(tmp_path, reference_points):

@@ -3,7 +3,7 @@
 A draft model guessed ``k`` tokens; the target ran one forward over them and gave, for each
 position ``i = 0 .. k``, its logits (or probabilities) after the first ``i`` guesses. Decide
 how many guesses to keep and which token comes next. The story is in this folder's README.
-Check yourself with ``.venv/bin/pytest assignments/ -m task_a11_speculative``.
+Check yourself with ``make check TASK=a11_speculative``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Split one tiny_llm layer across ``t`` devices (Megatron-LM's layout), run each device's share,
 and all-reduce the partial sums. The story and the layout rules are in this folder's README.
-Check yourself with ``.venv/bin/pytest assignments/ -m task_a12_tensor_parallel``.
+Check yourself with ``make check TASK=a12_tensor_parallel``.
 """
 
 from __future__ import annotations

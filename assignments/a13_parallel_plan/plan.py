@@ -1,6 +1,6 @@
 """Assignment 13: tensor parallelism on the paper GPU, and a parallel plan (lecture §8.1,
 milestone 1). The story and the formulas are in this folder's README.
-Check yourself with ``.venv/bin/pytest assignments/ -m task_a13_parallel_plan``.
+Check yourself with ``make check TASK=a13_parallel_plan``.
 
 ``c`` is ``servelab.hw_model.price_constants(model, gpu)``: the one-card step price as plain
 numbers. ``model`` and ``gpu`` arrive as namespaces of their fields (``model.n_layers``,

@@ -6,8 +6,8 @@ A roofline with the lecture's three discounts (§0.6, §3.2)::
 
 where ``F`` counts the FLOPs of the step and ``M`` the bytes it moves from HBM. The counting
 itself runs in Rust (``servelab._core``, file ``rust/src/cost.rs``); this module holds the
-presets, the typed Python surface, and the docs. A pure-Python twin of the same formulas lives
-in :mod:`servelab.reference.step_cost` and is checked against the Rust path by property tests.
+presets, the typed Python surface, and the docs. (The course's own copy also holds a pure-Python
+twin of the same formulas, checked against the Rust path by property tests.)
 
 What the model counts (each rule is pinned by a number the lecture prints):
 

@@ -41,7 +41,8 @@ N_REQUESTS = 600  # "a few hundred requests, tens of simulated minutes" (§4.5);
 SEED = 0
 LECTURE_SLO = SLO(ttft_s=1.0, tpot_s=0.05)
 OVERLOAD_RATE = 16.0  # req/s: far past every policy's capacity (exercise 5 uses 16 too)
-RATES = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 4.0)
+# 0.22 req/s is where the lecture reads batch 1's P99 TTFT (about 36% utilisation, part 2)
+RATES = (0.05, 0.1, 0.2, 0.22, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 4.0)
 BATCH_SIZES = (8, 32, 128)
 MAX_WAIT_S = 0.2
 USD_PER_GPU_HOUR = 3.0
@@ -149,6 +150,25 @@ def batch1_claims(sweep: Sweep) -> Batch1Claims:
                         rows[k].utilisation, sweep.rates[k], rows[k].ttft.p99, g, g[best], sweep.rates[best])
 
 
+def versus(what: str, ours: float, lecture: float, tolerance: float, fmt: str,
+           above: bool = False) -> str:
+    """``what`` ours beside the lecture's figure; a figure outside ``tolerance`` (or, with
+    ``above``, not above the lecture's "over ...") is marked as a miss, with the reason.
+
+    >>> versus("peak", 0.21, 0.16, 0.03, "{:.2f}")
+    'peak 0.21 (lecture 0.16: MISSES; length spreads unpublished, see the README)'
+    >>> versus("peak", 0.17, 0.16, 0.03, "{:.2f}")
+    'peak 0.17 (lecture 0.16)'
+    """
+    ok = ours > lecture if above else abs(ours - lecture) <= tolerance
+    shown = ("over " if above else "") + fmt.format(lecture)
+    return (f"{what} {fmt.format(ours)} (lecture {shown})" if ok else
+            f"{what} {fmt.format(ours)} (lecture {shown}: MISSES; {MISS_REASON})")
+
+
+MISS_REASON = "length spreads unpublished, see the README"
+
+
 def part2_batch1(console: Console, sweep: Sweep) -> None:
     t = _table("2. Batch 1, first come first served (SLO: TTFT <= 1 s and TPOT <= 50 ms)",
                "rate req/s", "util", "tok/s", "TTFT P50 s", "TTFT P99 s", "TPOT P50 ms", "attain", "goodput")
@@ -159,10 +179,12 @@ def part2_batch1(console: Console, sweep: Sweep) -> None:
     c = batch1_claims(sweep)
     console.print(f"   capacity (at {OVERLOAD_RATE:g} req/s): {c.capacity_req_s:.2f} req/s, {c.capacity_tok_s:.0f} tok/s, "
                   f"{c.mean_service_s:.2f} s of GPU per request   (lecture: about 0.6 req/s, 160 tok/s, 1.6 s)")
-    console.print(f"   at {c.rate_near_36:g} req/s ({c.util_near_36:.0%} utilisation) P99 TTFT is {c.p99_ttft_near_36:.1f} s "
-                  "  (lecture: about 9 s at 36%): head-of-line blocking behind long outputs")
-    console.print(f"   goodput peaks at {c.max_goodput:.2f} req/s (rate {c.max_goodput_rate:g}) and falls to "
-                  f"{c.goodput[-1]:.3f}   (lecture: peaks at 0.16, falls to 0)")
+    console.print(f"   at {c.rate_near_36:g} req/s ({c.util_near_36:.0%} utilisation) "
+                  + versus("P99 TTFT", c.p99_ttft_near_36, 9.0, 1.5, "{:.1f} s")
+                  + ": head-of-line blocking behind long outputs")
+    console.print(f"   goodput falls to {c.goodput[-1]:.3f} at overload (lecture: to 0); "
+                  + versus(f"it peaks (rate {c.max_goodput_rate:g}) at", c.max_goodput, 0.16, 0.03,
+                           "{:.2f} req/s"))
 
 
 # ---- part 3 ------------------------------------------------------------------------------------
@@ -220,15 +242,21 @@ def part3_static(console: Console, sweep: Sweep) -> None:
         t.add_row(k, f"{max(g):.2f}", f"{sweep.rates[int(np.argmax(g))]:g}", f"{at1.ttft.p50:.2f}",
                   f"{at1.attainment:.0%}")
     console.print(t)
-    console.print(f"   goodput only x{c.goodput_ratio:.1f}: {c.best_static_goodput:.2f} vs {best_b1:.2f} req/s   "
-                  "(lecture: about 2x, 0.34 vs 0.16; at 1 req/s TTFT P50 over 1.5 s, about 30% attained)")
+    console.print("   goodput only " + versus("a ratio of", c.goodput_ratio, 2.0, 0.5, "x{:.1f}") + "; "
+                  + versus("best static", c.best_static_goodput, 0.34, 0.05, "{:.2f} req/s"))
+    console.print("   at 1 req/s, B = 32: " + versus("TTFT P50", c.ttft_p50_at_1[32], 1.5, 0.0,
+                                                      "{:.2f} s", above=True) + "; "
+                  + versus("attained", c.attainment_at_1[32], 0.30, 0.05, "{:.0%}"))
     t2 = _table("   Exercise 5 preview: finished requests stop computing, seats stay empty",
                 "policy", "tok/s ride", "tok/s stop", "TTFT P50 ride", "TTFT P50 stop")
     for b in BATCH_SIZES:
         t2.add_row(label(b), f"{sweep.overload[label(b)].throughput_tok_s:.0f}", f"{c.no_ride_tok_s[b]:.0f}",
                    f"{sweep.overload[label(b)].ttft.p50:.1f}", f"{c.no_ride_ttft_p50[b]:.1f}")
     console.print(t2)
-    console.print("   (lecture, exercise 5: B=32 956 -> 1,160 tok/s, B=128 1,475 -> 2,468 tok/s)")
+    for b, ride, stop in ((32, 956, 1160), (128, 1475, 2468)):  # exercise 5's reference answer
+        console.print(f"   B={b}: " + versus("riding", sweep.overload[label(b)].throughput_tok_s, ride,
+                                             0.1 * ride, "{:,.0f} tok/s") + ", "
+                      + versus("stopping", c.no_ride_tok_s[b], stop, 0.1 * stop, "{:,.0f} tok/s"))
 
 
 # ---- part 4 ------------------------------------------------------------------------------------

@@ -158,6 +158,7 @@ def sim_continuous_batching(
     chunked_prefill: bool,
     trace: bool,
     batch_log: bool,
+    per_step: bool = False,
 ) -> dict[str, object]: ...
 
 # ---- paged KV block allocator (rust/src/blocks.rs) -------------------------------------------

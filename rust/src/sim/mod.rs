@@ -38,6 +38,7 @@
 pub mod admission;
 pub mod batch1;
 pub mod continuous;
+pub mod continuous_per_step;
 pub mod fixed_service;
 pub mod static_batching;
 

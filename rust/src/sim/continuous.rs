@@ -339,8 +339,10 @@ pub fn run(
         let budget = params.max_num_batched_tokens;
         let crossing = dec.crossing(step);
         if dec.live > budget || crossing > kv.num_free_blocks() {
-            // Rare: the token budget cuts the decoding requests short, or the pool runs out of
-            // blocks mid-step (rule 3 preempts). Run this step the per-step way.
+            // Rare: the pool runs out of blocks mid-step (rule 3 preempts). Run this step the
+            // per-step way. (The budget never cuts the decoding requests short: every running
+            // request took at least one token of the budget in the step that admitted or ran
+            // it, so at most `max_num_batched_tokens` run; the test is a guard.)
             let mut ctx = SlowStep {
                 params,
                 pl,

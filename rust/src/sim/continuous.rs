@@ -40,11 +40,30 @@
 //! There is no prefix caching here: the simulator knows lengths, not tokens, so it cannot
 //! tell which prompts share a prefix.
 //!
+//! # A cost per event, not per sequence-step
+//!
+//! A step's price needs only integer totals (sequences, new tokens, attention keys, cached
+//! tokens), and in a decode step every decoding request adds exactly one token to its context.
+//! So [`run`] does not visit the decoding requests: it keeps their count and the sum of their
+//! contexts, and stores for each one `computed - step`, which stays put while it decodes. The
+//! events are found by counters, not divisions: the requests that need a new KV block in step
+//! `s` are those whose offset is `-s` modulo `block_size` (a count per residue), and the step in
+//! which a request samples its last token is known when it starts decoding (a min-heap). A step
+//! then costs O(1) plus its events: arrivals, admissions, prefill chunks, finishes.
+//!
+//! The rare step in which the pool runs out of blocks (rule 3 preempts) runs the per-step way:
+//! the offsets are turned back into counts, the step runs as in `continuous_per_step.rs`, and
+//! the aggregates are rebuilt. The clock is bit for bit that of the per-step loop: the step's
+//! totals are exact integers, priced by the same [`Pricer`] arithmetic and added to the clock
+//! one step at a time (`t + a + a` is not `t + 2a` in floating point: no step is skipped).
+//! `tests/test_sim_events.py` checks it on 200 random workloads against the per-step loop,
+//! which stays available to the tests and the benchmark (`per_step` in the bindings).
+//!
 //! # Memory
 //!
-//! Per request a fixed number of words (its state and its output columns); the waiting queue
-//! and the running list hold indices. Per-step data (the trace, the batch log) is kept only
-//! when asked for.
+//! Per request a fixed number of words (its 17-byte state and its output columns); the waiting
+//! queue and the running list hold indices. Per-step data (the trace, the batch log) is kept
+//! only when asked for.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};

@@ -86,6 +86,7 @@ def step_cost_many(
     new_tokens: _I64,
     context_len: _I64,
     offsets: _I64,
+    columns: list[str] | None = None,
 ) -> dict[str, np.ndarray]: ...
 def step_cost_uniform_many(
     model: _ModelLike,

@@ -9,7 +9,7 @@ use numpy::{IntoPyArray, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::cost::{self, Efficiency, GpuSpec, ModelSpec, StepCost, StepCosts};
+use crate::cost::{self, Columns, Efficiency, GpuSpec, ModelSpec, StepCost, StepCosts};
 
 #[derive(FromPyObject)]
 pub(super) struct PyModelSpec {
@@ -85,18 +85,20 @@ fn to_tuple(c: StepCost) -> StepTuple {
     )
 }
 
-fn to_dict<'py>(py: Python<'py>, c: StepCosts) -> PyResult<Bound<'py, PyDict>> {
+/// The dict of the columns `cols` (all of them, unless `step_cost_many` got `columns`).
+fn to_dict<'py>(py: Python<'py>, c: StepCosts, cols: Columns) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item("time_s", c.time_s.into_pyarray(py))?;
-    d.set_item("flops", c.flops.into_pyarray(py))?;
-    d.set_item("bytes_moved", c.bytes_moved.into_pyarray(py))?;
-    d.set_item("weight_bytes", c.weight_bytes.into_pyarray(py))?;
-    d.set_item("kv_bytes", c.kv_bytes.into_pyarray(py))?;
-    d.set_item("compute_s", c.compute_s.into_pyarray(py))?;
-    d.set_item("memory_s", c.memory_s.into_pyarray(py))?;
-    d.set_item("compute_bound", c.compute_bound.into_pyarray(py))?;
-    d.set_item("mfu", c.mfu.into_pyarray(py))?;
-    d.set_item("intensity", c.intensity.into_pyarray(py))?;
+    let mut put = |name: &str, a: Bound<'py, PyAny>| if cols.has(name) { d.set_item(name, a) } else { Ok(()) };
+    put("time_s", c.time_s.into_pyarray(py).into_any())?;
+    put("flops", c.flops.into_pyarray(py).into_any())?;
+    put("bytes_moved", c.bytes_moved.into_pyarray(py).into_any())?;
+    put("weight_bytes", c.weight_bytes.into_pyarray(py).into_any())?;
+    put("kv_bytes", c.kv_bytes.into_pyarray(py).into_any())?;
+    put("compute_s", c.compute_s.into_pyarray(py).into_any())?;
+    put("memory_s", c.memory_s.into_pyarray(py).into_any())?;
+    put("compute_bound", c.compute_bound.into_pyarray(py).into_any())?;
+    put("mfu", c.mfu.into_pyarray(py).into_any())?;
+    put("intensity", c.intensity.into_pyarray(py).into_any())?;
     Ok(d)
 }
 
@@ -153,7 +155,10 @@ fn step_cost(model: PyModelSpec, gpu: PyGpuSpec, efficiency: PyEfficiency, batch
     Ok(to_tuple(c))
 }
 
+/// `columns` (names of `Columns::NAMES`): fill and return only those.
 #[pyfunction]
+#[pyo3(signature = (model, gpu, efficiency, new_tokens, context_len, offsets, columns=None))]
+#[allow(clippy::too_many_arguments)]
 fn step_cost_many<'py>(
     py: Python<'py>,
     model: PyModelSpec,
@@ -162,12 +167,14 @@ fn step_cost_many<'py>(
     new_tokens: PyReadonlyArray1<'py, i64>,
     context_len: PyReadonlyArray1<'py, i64>,
     offsets: PyReadonlyArray1<'py, i64>,
+    columns: Option<Vec<String>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let (m, g, e) = (model.into(), gpu.into(), efficiency.into());
     let (n, c, o) = (slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?, slice("offsets", &offsets)?);
+    let cols = columns.map_or(Ok(Columns::ALL), |names| Columns::from_names(&names))?;
     // A sweep of a million steps takes milliseconds to seconds: let other Python threads run.
-    let costs = py.detach(|| cost::step_cost_many(&m, &g, &e, n, c, o))?;
-    to_dict(py, costs)
+    let costs = py.detach(|| cost::step_cost_many_columns(&m, &g, &e, n, c, o, cols))?;
+    to_dict(py, costs, cols)
 }
 
 #[pyfunction]
@@ -183,7 +190,7 @@ fn step_cost_uniform_many<'py>(
     let (m, g, e) = (model.into(), gpu.into(), efficiency.into());
     let (b, n, c) = (slice("batch_size", &batch_size)?, slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?);
     let costs = py.detach(|| cost::step_cost_uniform_many(&m, &g, &e, b, n, c))?;
-    to_dict(py, costs)
+    to_dict(py, costs, Columns::ALL)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

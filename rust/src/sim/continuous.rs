@@ -313,6 +313,13 @@ pub fn run(
 ) -> CoreResult<ContinuousOutput> {
     params.validate()?;
     let n = w.len();
+    if n > u32::MAX as usize {
+        // requests are kept as u32 indices (and counted in u32 per block residue)
+        return Err(CoreError::invalid(format!(
+            "arrival_s must hold at most {} requests for continuous batching, got {n} (split the workload)",
+            u32::MAX
+        )));
+    }
     let (a, pl, ol) = (w.arrival_s, w.prompt_len, w.output_len);
     let mut rec = Recorder::new(pricer, n, trace);
     let mut reject_code = vec![REJECT_NONE; n];

@@ -281,6 +281,9 @@ class BlockAllocator:
 def _int_array(name: str, values: object) -> np.ndarray:
     """A 1-D int64 array of ``values`` (integers only: a float or a bool is an error, not
     silently cast; so is an unsigned value past int64)."""
+    if isinstance(values, np.ndarray) and values.dtype == np.int64 and values.ndim == 1 \
+            and values.flags.c_contiguous:
+        return values  # the common case of a decode loop: nothing to check or convert
     arr = np.asarray(values)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")

@@ -48,3 +48,33 @@ def test_bad_columns_are_errors():
         hw.step_cost_many(*args, columns="time_s")
     with pytest.raises(ValueError, match="columns must be a list of column names"):
         hw.step_cost_many(*args, columns=[1])
+
+
+@given(seed=st.integers(0, 2**32 - 1), pick=st.lists(st.sampled_from(NAMES), min_size=1, max_size=4, unique=True))
+def test_out_arrays_are_filled_in_place(seed, pick):
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 6, int(rng.integers(0, 30)))
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(offsets[-1])
+    new, ctx = rng.integers(1, 3000, n), rng.integers(0, 9000, n)
+    full = hw.step_cost_many(LLAMA3_8B, H100, new, ctx, offsets)
+    out = {k: np.full(len(sizes), 7, dtype=bool if k == "compute_bound" else np.float64) for k in pick}
+    keep = dict(out)
+    assert hw.step_cost_many(LLAMA3_8B, H100, new, ctx, offsets, out=out) is out
+    for k in pick:
+        assert out[k] is keep[k] and np.array_equal(out[k], getattr(full, k)), k
+
+
+def test_bad_out_arrays_are_errors():
+    args = (LLAMA3_8B, H100, [1, 1], [0, 5], [0, 1, 2])
+    for bad, why in [({"time_s": np.empty(3)}, "of 2 elements"), ({"time_s": np.empty(2, np.float32)}, "float64"),
+                     ({"compute_bound": np.empty(2)}, "bool"), ({"time_s": np.empty(4)[::2]}, "writable 1-D"),
+                     ({"speed": np.empty(2)}, "the key must be one of"), ({}, "at least one column")]:
+        with pytest.raises(ValueError, match=why):
+            hw.step_cost_many(*args, out=bad)
+    frozen = np.empty(2)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="writable"):
+        hw.step_cost_many(*args, out={"time_s": frozen})
+    with pytest.raises(ValueError, match="columns or out, not both"):
+        hw.step_cost_many(*args, columns=["time_s"], out={"time_s": np.empty(2)})

@@ -20,6 +20,7 @@ __all__ = [
     "max_batch",
     "step_cost",
     "step_cost_many",
+    "step_cost_many_into",
     "step_cost_uniform_many",
     "EventQueue",
     "MAX_REQUEST_TOKENS",
@@ -88,6 +89,15 @@ def step_cost_many(
     offsets: _I64,
     columns: list[str] | None = None,
 ) -> dict[str, np.ndarray]: ...
+def step_cost_many_into(
+    model: _ModelLike,
+    gpu: _GpuLike,
+    efficiency: _EfficiencyLike,
+    new_tokens: _I64,
+    context_len: _I64,
+    offsets: _I64,
+    out: dict[str, np.ndarray],
+) -> None: ...
 def step_cost_uniform_many(
     model: _ModelLike,
     gpu: _GpuLike,

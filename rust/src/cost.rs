@@ -548,6 +548,22 @@ pub fn step_cost_many_columns(
     offsets: &[i64],
     cols: Columns,
 ) -> CoreResult<StepCosts> {
+    let mut out = StepCosts::with_capacity(offsets.len().saturating_sub(1));
+    step_cost_many_each(model, gpu, eff, new_tokens, context_len, offsets, |_, cost| out.push_selected(cost, cols))?;
+    Ok(out)
+}
+
+/// The steps of [`step_cost_many`], each handed to `each(step, cost)` in order (to write into
+/// the caller's arrays, say); on an error the steps before it have been handed over.
+pub fn step_cost_many_each<F: FnMut(usize, StepCost)>(
+    model: &ModelSpec,
+    gpu: &GpuSpec,
+    eff: &Efficiency,
+    new_tokens: &[i64],
+    context_len: &[i64],
+    offsets: &[i64],
+    mut each: F,
+) -> CoreResult<()> {
     let pricer = Pricer::new(model, gpu, eff)?;
     if new_tokens.len() != context_len.len() {
         return Err(CoreError::invalid(format!(
@@ -565,7 +581,6 @@ pub fn step_cost_many_columns(
         )));
     }
     let n_steps = offsets.len() - 1;
-    let mut out = StepCosts::with_capacity(n_steps);
     for s in 0..n_steps {
         let (lo, hi) = (offsets[s], offsets[s + 1]);
         if hi <= lo || hi > new_tokens.len() as i64 {
@@ -582,9 +597,9 @@ pub fn step_cost_many_columns(
             new_tokens[lo..hi].iter().zip(&context_len[lo..hi]).map(|(&n, &c)| SeqGroup::one(n, c)),
             |k| format!("new_tokens/context_len[{}]: ", lo + k),
         )?;
-        out.push_selected(cost, cols);
+        each(s, cost);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Many uniform steps: step `s` is `batch_size[s]` identical sequences of

@@ -5,7 +5,8 @@
 //! Python exception here; nothing in the core panics on user input.
 
 use super::slice;
-use numpy::{IntoPyArray, PyReadonlyArray1};
+use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadwriteArray1};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -88,7 +89,7 @@ fn to_tuple(c: StepCost) -> StepTuple {
 /// The dict of the columns `cols` (all of them, unless `step_cost_many` got `columns`).
 fn to_dict<'py>(py: Python<'py>, c: StepCosts, cols: Columns) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    let mut put = |name: &str, a: Bound<'py, PyAny>| if cols.has(name) { d.set_item(name, a) } else { Ok(()) };
+    let put = |name: &str, a: Bound<'py, PyAny>| if cols.has(name) { d.set_item(name, a) } else { Ok(()) };
     put("time_s", c.time_s.into_pyarray(py).into_any())?;
     put("flops", c.flops.into_pyarray(py).into_any())?;
     put("bytes_moved", c.bytes_moved.into_pyarray(py).into_any())?;
@@ -193,6 +194,82 @@ fn step_cost_uniform_many<'py>(
     to_dict(py, costs, Columns::ALL)
 }
 
+/// `step_cost_many` into the caller's arrays: `out` maps column names (`Columns::NAMES`) to
+/// writable 1-D arrays of one element per step (float64; bool for `compute_bound`). Reusing the
+/// same arrays over many calls costs no fresh memory page.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn step_cost_many_into<'py>(
+    py: Python<'py>,
+    model: PyModelSpec,
+    gpu: PyGpuSpec,
+    efficiency: PyEfficiency,
+    new_tokens: PyReadonlyArray1<'py, i64>,
+    context_len: PyReadonlyArray1<'py, i64>,
+    offsets: PyReadonlyArray1<'py, i64>,
+    out: &Bound<'py, PyDict>,
+) -> PyResult<()> {
+    let (m, g, e) = (model.into(), gpu.into(), efficiency.into());
+    let (n, c, o) = (slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?, slice("offsets", &offsets)?);
+    let n_steps = o.len().saturating_sub(1);
+    if out.is_empty() {
+        return Err(PyValueError::new_err("out must name at least one column, got an empty dict"));
+    }
+    let mut floats: Vec<(usize, PyReadwriteArray1<'py, f64>)> = Vec::new();
+    let mut bools: Option<PyReadwriteArray1<'py, bool>> = None;
+    for (key, value) in out.iter() {
+        let name: String = key.extract().map_err(|_| PyValueError::new_err(format!("out keys must be column names, got {}", key.repr().map(|r| r.to_string()).unwrap_or_default())))?;
+        let Some(k) = Columns::NAMES.iter().position(|&x| x == name) else {
+            return Err(PyValueError::new_err(format!("out['{name}']: the key must be one of {}", Columns::NAMES.join(", "))));
+        };
+        let bad = |what: &str| {
+            PyValueError::new_err(format!("out['{name}'] must be a writable 1-D {what} numpy array of {n_steps} elements (one per step)"))
+        };
+        let dtype = if name == "compute_bound" { "bool" } else { "float64" };
+        if name == "compute_bound" {
+            let a = value.cast::<PyArray1<bool>>().map_err(|_| bad(dtype))?;
+            let w = a.try_readwrite().map_err(|_| bad(dtype))?;
+            if w.as_slice().ok().map(|s| s.len()) != Some(n_steps) {
+                return Err(bad(dtype));
+            }
+            bools = Some(w);
+        } else {
+            let a = value.cast::<PyArray1<f64>>().map_err(|_| bad(dtype))?;
+            let w = a.try_readwrite().map_err(|_| bad(dtype))?;
+            if w.as_slice().ok().map(|s| s.len()) != Some(n_steps) {
+                return Err(bad(dtype));
+            }
+            floats.push((k, w));
+        }
+    }
+    let mut float_cols: Vec<(usize, &mut [f64])> = Vec::with_capacity(floats.len());
+    for (k, w) in floats.iter_mut() {
+        float_cols.push((*k, w.as_slice_mut().expect("checked contiguous above")));
+    }
+    let mut bool_col: Option<&mut [bool]> = bools.as_mut().map(|w| w.as_slice_mut().expect("checked contiguous above"));
+    py.detach(|| {
+        cost::step_cost_many_each(&m, &g, &e, n, c, o, |s, cost| {
+            for (k, col) in float_cols.iter_mut() {
+                col[s] = match *k {
+                    0 => cost.time_s,
+                    1 => cost.flops,
+                    2 => cost.bytes_moved,
+                    3 => cost.weight_bytes,
+                    4 => cost.kv_bytes,
+                    5 => cost.compute_s,
+                    6 => cost.memory_s,
+                    8 => cost.mfu,
+                    _ => cost.intensity,
+                };
+            }
+            if let Some(b) = bool_col.as_mut() {
+                b[s] = cost.compute_bound;
+            }
+        })
+    })?;
+    Ok(())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_DIM", cost::MAX_DIM)?;
     m.add("MAX_TOKENS", cost::MAX_TOKENS)?;
@@ -206,6 +283,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(max_batch, m)?)?;
     m.add_function(wrap_pyfunction!(step_cost, m)?)?;
     m.add_function(wrap_pyfunction!(step_cost_many, m)?)?;
+    m.add_function(wrap_pyfunction!(step_cost_many_into, m)?)?;
     m.add_function(wrap_pyfunction!(step_cost_uniform_many, m)?)?;
     Ok(())
 }

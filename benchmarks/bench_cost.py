@@ -76,14 +76,14 @@ def run(console: Console, quick: bool = False) -> None:
     assert np.allclose(rust, python, rtol=1e-9, atol=0), "Rust and the reference disagree"
     assert np.allclose(numpy_, python, rtol=1e-9, atol=0), "numpy and the reference disagree"
     t = Table(title="step cost: same steps, same answers")
-    for col in ("implementation", "seconds", "steps/s", "Rust is faster by"):
+    for col in ("implementation", "seconds", "steps/s", "time / full Rust call"):
         t.add_column(col, justify="right")
     for name, secs in (("Rust, vectorised (servelab._core)", t_rust),
                        ("Rust, columns=['time_s', 'flops']", t_two),
                        ("Rust, the same into the caller's arrays (out=)", t_into),
                        ("numpy, vectorised", t_np),
                        ("pure Python reference, one step at a time", t_py)):
-        t.add_row(name, f"{secs:.3f}", f"{n_steps / secs:,.0f}", f"{secs / t_rust:.1f}x")
+        t.add_row(name, f"{secs:.3f}", f"{n_steps / secs:,.0f}", f"{secs / t_rust:.2f}x")
     console.print(t)
     console.print(f"   Two columns of ten: {t_rust / t_two:.1f}x faster than all ten in fresh arrays, "
                   f"{t_rust / t_into:.1f}x into arrays the caller reuses (out=). A full call's extra time is mostly "

@@ -20,6 +20,7 @@ __all__ = [
     "max_batch",
     "step_cost",
     "step_cost_many",
+    "step_cost_many_into",
     "step_cost_uniform_many",
     "EventQueue",
     "MAX_REQUEST_TOKENS",
@@ -86,7 +87,17 @@ def step_cost_many(
     new_tokens: _I64,
     context_len: _I64,
     offsets: _I64,
+    columns: list[str] | None = None,
 ) -> dict[str, np.ndarray]: ...
+def step_cost_many_into(
+    model: _ModelLike,
+    gpu: _GpuLike,
+    efficiency: _EfficiencyLike,
+    new_tokens: _I64,
+    context_len: _I64,
+    offsets: _I64,
+    out: dict[str, np.ndarray],
+) -> None: ...
 def step_cost_uniform_many(
     model: _ModelLike,
     gpu: _GpuLike,
@@ -158,6 +169,7 @@ def sim_continuous_batching(
     chunked_prefill: bool,
     trace: bool,
     batch_log: bool,
+    per_step: bool = False,
 ) -> dict[str, object]: ...
 
 # ---- paged KV block allocator (rust/src/blocks.rs) -------------------------------------------
@@ -210,4 +222,6 @@ class BlockAllocator:
     def num_copies(self) -> int: ...
     def stats(self) -> dict[str, int]: ...
     def replay(self, op: _I64, seq: _I64, arg: _I64, tokens: _I64, offsets: _I64) -> _I64: ...
+    def append_many(self, seq_ids: _I64, token_ids: _I64) -> tuple[int, _I64, _I64]: ...
+    def free_many(self, seq_ids: _I64) -> None: ...
     def check_invariants(self) -> None: ...

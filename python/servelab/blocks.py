@@ -150,6 +150,34 @@ class BlockAllocator:
         """
         return self._inner.replay(op, seq, arg, tokens, offsets)
 
+    def append_many(self, seq_ids: Iterable[int] | np.ndarray,
+                    token_ids: Iterable[int] | np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+        """A whole decode step's appends in one call: ``token_ids[i]`` onto ``seq_ids[i]``, in
+        order, as many :meth:`append` calls would (one Python call instead of one per sequence).
+
+        Stops at the first append the pool cannot serve, which changes nothing, and returns
+        ``(done, copy_src, copy_dst)``: the first ``done`` appends went through, and append ``i``
+        made the copy-on-write ``(copy_src[i], copy_dst[i])``, or ``(-1, -1)`` if none. An
+        engine then preempts and calls again with the rest. A bad token or an unknown sequence
+        raises with ``seq_ids[i]: `` before the message; the appends before it stay done.
+
+        >>> a = BlockAllocator(num_blocks=2, block_size=2)
+        >>> a.allocate(1, [7, 7]), a.allocate(2, [8])
+        ([0], [1])
+        >>> done, src, dst = a.append_many([2, 1], [5, 6])   # 1 needs a block, none is free
+        >>> done, a.block_table(2), a.num_tokens(1)
+        (1, [1], 2)
+        """
+        s = _int_array("seq_ids", seq_ids)
+        t = _int_array("token_ids", token_ids)
+        return self._inner.append_many(s, t)
+
+    def free_many(self, seq_ids: Iterable[int] | np.ndarray) -> None:
+        """Frees every sequence of ``seq_ids`` in order, as many :meth:`free` calls would. An
+        unknown one raises ``KeyError`` with ``seq_ids[i]: `` before the message; the frees
+        before it stay done."""
+        self._inner.free_many(_int_array("seq_ids", seq_ids))
+
     # ---- queries -----------------------------------------------------------------------------
 
     def block_table(self, seq_id: int) -> list[int]:
@@ -248,3 +276,22 @@ class BlockAllocator:
 
     def __repr__(self) -> str:
         return repr(self._inner)
+
+
+def _int_array(name: str, values: object) -> np.ndarray:
+    """A 1-D int64 array of ``values`` (integers only: a float or a bool is an error, not
+    silently cast; so is an unsigned value past int64)."""
+    if isinstance(values, np.ndarray) and values.dtype == np.int64 and values.ndim == 1 \
+            and values.flags.c_contiguous:
+        return values  # the common case of a decode loop: nothing to check or convert
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if arr.dtype == np.uint64 and int(arr.max()) > np.iinfo(np.int64).max:
+        i = int(np.argmax(arr > np.iinfo(np.int64).max))
+        raise ValueError(f"{name}[{i}] must fit in int64, got {arr[i]}")
+    return np.ascontiguousarray(arr, dtype=np.int64)

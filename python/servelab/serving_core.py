@@ -263,7 +263,8 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
                             max_num_batched_tokens: int = 8192, block_size: int = 16,
                             num_blocks: int | None = None, chunked_prefill: bool = False, *,
                             mem_util: float = 0.9, efficiency: Efficiency = DEFAULT_EFFICIENCY,
-                            trace: bool = False, batch_log: bool = False) -> SimResult:
+                            trace: bool = False, batch_log: bool = False,
+                            _per_step: bool = False) -> SimResult:
     """Continuous batching (§4.5 policy 3: Orca's iteration-level scheduling over vLLM's paged
     KV blocks, §2.4): the batch is chosen anew at every step, with the seven rules of
     :mod:`servelab.engine`, so that on the same requests it makes the engine's batches.
@@ -282,7 +283,10 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     :meth:`SimResult.reject_reason` says why. ``batch_id`` is the rank of first admission.
     ``trace=True`` adds ``kv_blocks``, ``n_preempted`` and ``n_admitted`` to the step trace;
     ``batch_log=True`` keeps every step's batch (:class:`BatchLog`). Neither is kept otherwise,
-    so memory stays linear in the number of requests.
+    so memory stays linear in the number of requests. The simulator costs per event (arrival,
+    admission, end of a prefill, finish, preemption), not per sequence-step; ``_per_step=True``
+    (tests and benchmarks only) runs the per-sequence-step loop it replaced, with the same
+    output bit for bit.
 
     >>> from servelab.hw_model import LLAMA3_8B, H100
     >>> reqs = Requests(arrival_s=[0.0, 0.0], prompt_len=[512, 512], output_len=[2, 2])
@@ -318,7 +322,8 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     chunked = _flag("chunked_prefill", chunked_prefill)
     d = _core.sim_continuous_batching(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
                                       requests.output_len, seqs, budget, bs, blocks, chunked,
-                                      _flag("trace", trace), _flag("batch_log", batch_log))
+                                      _flag("trace", trace), _flag("batch_log", batch_log),
+                                      _flag("_per_step", _per_step))
     params = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,
               "num_blocks": blocks, "chunked_prefill": chunked}
     return _result("continuous", params, requests, model, gpu, efficiency, d)

@@ -189,6 +189,40 @@ fn out_of_blocks(seq_id: i64, need: usize, free: usize) -> CoreError {
     CoreError::OutOfBlocks(format!("seq_id {seq_id} needs {need} new block{s}, {free} free"))
 }
 
+/// Why an op failed, its message not formatted yet: bulk calls (`replay`, `append_many`) meet
+/// many refusals and keep none of their messages, so an `OutOfBlocks` is only spelled out when
+/// it reaches the user.
+#[derive(Debug)]
+enum OpError {
+    OutOfBlocks { seq_id: i64, need: usize, free: usize },
+    Other(CoreError),
+}
+
+impl From<CoreError> for OpError {
+    fn from(e: CoreError) -> Self {
+        OpError::Other(e)
+    }
+}
+
+impl From<OpError> for CoreError {
+    fn from(e: OpError) -> Self {
+        match e {
+            OpError::OutOfBlocks { seq_id, need, free } => out_of_blocks(seq_id, need, free),
+            OpError::Other(e) => e,
+        }
+    }
+}
+
+/// What [`BlockAllocator::append_many`] did: `done` appends succeeded, in order; the next one
+/// (if `done` is short of the input) was refused for want of a block and changed nothing.
+/// `copy_src[i]`/`copy_dst[i]` is append `i`'s copy-on-write, `-1`/`-1` when it made none.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AppendMany {
+    pub done: usize,
+    pub copy_src: Vec<i64>,
+    pub copy_dst: Vec<i64>,
+}
+
 impl BlockAllocator {
     pub fn new(num_blocks: i64, block_size: i64, prefix_caching: bool) -> CoreResult<Self> {
         if !(1..=MAX_NUM_BLOCKS).contains(&num_blocks) {
@@ -288,13 +322,21 @@ impl BlockAllocator {
     /// and returns its block table.
     pub fn allocate(&mut self, seq_id: i64, tokens: &[i64]) -> CoreResult<&[u32]> {
         let tokens = check_tokens(tokens)?;
+        Ok(self.try_allocate(seq_id, &tokens)?)
+    }
+
+    /// `allocate` of checked tokens (`tokens` must not be empty).
+    fn try_allocate(&mut self, seq_id: i64, tokens: &[u32]) -> Result<&[u32], OpError> {
+        if tokens.is_empty() {
+            return Err(CoreError::invalid("token_ids must not be empty").into());
+        }
         if self.seqs.contains_key(&seq_id) {
-            return Err(duplicate(seq_id));
+            return Err(duplicate(seq_id).into());
         }
         let bs = self.block_size;
         let n = tokens.len();
         let n_blocks = n.div_ceil(bs);
-        let keys = if self.prefix_caching { self.chain_keys(&tokens) } else { Vec::new() };
+        let keys = if self.prefix_caching { self.chain_keys(tokens) } else { Vec::new() };
         // Longest verified cached prefix, leaving at least one token to compute.
         let max_hits = if self.prefix_caching { (n - 1) / bs } else { 0 };
         let mut hits: Vec<u32> = Vec::new();
@@ -316,7 +358,7 @@ impl BlockAllocator {
         let need = n_blocks - hits.len();
         let free = self.num_free - hits_free;
         if need > free {
-            return Err(out_of_blocks(seq_id, need, free));
+            return Err(OpError::OutOfBlocks { seq_id, need, free });
         }
         // Commit: nothing below can fail.
         self.num_lookups += max_hits as u64;
@@ -344,13 +386,18 @@ impl BlockAllocator {
     /// Adds one token to `seq_id`; returns the copy-on-write `(src, dst)` if one was made.
     pub fn append(&mut self, seq_id: i64, token: i64) -> CoreResult<Option<(u32, u32)>> {
         let token = check_token("token_id", token)?;
+        Ok(self.try_append(seq_id, token)?)
+    }
+
+    /// `append` of a checked token.
+    fn try_append(&mut self, seq_id: i64, token: u32) -> Result<Option<(u32, u32)>, OpError> {
         let bs = self.block_size;
         let seq = self.seqs.get(&seq_id).ok_or_else(|| unknown(seq_id))?;
         let last = *seq.table.last().expect("a sequence holds at least one token");
         let last_full = seq.num_tokens.is_multiple_of(bs);
         let shared = self.blocks[last as usize].ref_count > 1;
         if (last_full || shared) && self.num_free == 0 {
-            return Err(out_of_blocks(seq_id, 1, 0));
+            return Err(OpError::OutOfBlocks { seq_id, need: 1, free: 0 });
         }
         let mut copy = None;
         let dst = if last_full {
@@ -573,6 +620,12 @@ impl BlockAllocator {
             )));
         }
         let n_prompts = offsets.len().saturating_sub(1) as i64;
+        // Tokens are checked once for the whole trace; with a bad one somewhere, each allocate
+        // checks its own prompt as it comes (the error then names the op that met it).
+        let checked: Option<Vec<u32>> = tokens
+            .iter()
+            .all(|t| (0..TOKEN_LIMIT).contains(t))
+            .then(|| tokens.iter().map(|&t| t as u32).collect());
         let mut status = Vec::with_capacity(op.len());
         for i in 0..op.len() {
             let (s, a) = (seq[i], arg[i]);
@@ -581,33 +634,89 @@ impl BlockAllocator {
                     if !(0..n_prompts).contains(&a) {
                         Err(CoreError::invalid(format!(
                             "prompt index must be in [0, {n_prompts}), got {a}"
-                        )))
+                        ))
+                        .into())
                     } else {
                         let (lo, hi) = (offsets[a as usize], offsets[a as usize + 1]);
                         if !(0 <= lo && lo <= hi && hi <= tokens.len() as i64) {
                             Err(CoreError::invalid(format!(
                                 "prompt {a} spans [{lo}, {hi}), outside tokens of length {}",
                                 tokens.len()
-                            )))
+                            ))
+                            .into())
                         } else {
-                            self.allocate(s, &tokens[lo as usize..hi as usize]).map(|_| STATUS_OK)
+                            let (lo, hi) = (lo as usize, hi as usize);
+                            match &checked {
+                                Some(all) => self.try_allocate(s, &all[lo..hi]).map(|_| STATUS_OK),
+                                None => match check_tokens(&tokens[lo..hi]) {
+                                    Ok(t) => self.try_allocate(s, &t).map(|_| STATUS_OK),
+                                    Err(e) => Err(e.into()),
+                                },
+                            }
                         }
                     }
                 }
-                OP_APPEND => self.append(s, a).map(|c| if c.is_some() { STATUS_COPIED } else { STATUS_OK }),
-                OP_FORK => self.fork(s, a).map(|_| STATUS_OK),
-                OP_FREE => self.free(s).map(|_| STATUS_OK),
+                OP_APPEND => match check_token("token_id", a) {
+                    Ok(t) => self.try_append(s, t).map(|c| if c.is_some() { STATUS_COPIED } else { STATUS_OK }),
+                    Err(e) => Err(e.into()),
+                },
+                OP_FORK => self.fork(s, a).map(|_| STATUS_OK).map_err(OpError::from),
+                OP_FREE => self.free(s).map(|_| STATUS_OK).map_err(OpError::from),
                 code => Err(CoreError::invalid(format!(
                     "unknown op code {code} (0 allocate, 1 append, 2 fork, 3 free)"
-                ))),
+                ))
+                .into()),
             };
             match r {
                 Ok(st) => status.push(st),
-                Err(CoreError::OutOfBlocks(_)) => status.push(STATUS_OUT_OF_BLOCKS),
-                Err(e) => return Err(e.prefixed(&format!("op {i}: "))),
+                Err(OpError::OutOfBlocks { .. }) => status.push(STATUS_OUT_OF_BLOCKS),
+                Err(OpError::Other(e)) => return Err(e.prefixed(&format!("op {i}: "))),
             }
         }
         Ok(status)
+    }
+
+    /// One decode step's appends in one call: token `token_ids[i]` onto sequence `seq_ids[i]`,
+    /// in order. Stops at the first append the pool cannot serve (it changes nothing; `done`
+    /// says how many went through, so the caller can preempt and call again with the rest).
+    /// A bad token or an unknown sequence is an error naming its index; the appends before it
+    /// stay done, as in [`BlockAllocator::replay`].
+    pub fn append_many(&mut self, seq_ids: &[i64], token_ids: &[i64]) -> CoreResult<AppendMany> {
+        if seq_ids.len() != token_ids.len() {
+            return Err(CoreError::invalid(format!(
+                "seq_ids and token_ids must have the same length, got {} and {}",
+                seq_ids.len(),
+                token_ids.len()
+            )));
+        }
+        let mut out = AppendMany {
+            done: 0,
+            copy_src: Vec::with_capacity(seq_ids.len()),
+            copy_dst: Vec::with_capacity(seq_ids.len()),
+        };
+        for (i, (&s, &t)) in seq_ids.iter().zip(token_ids).enumerate() {
+            let r = check_token("token_id", t).map_err(OpError::from).and_then(|t| self.try_append(s, t));
+            match r {
+                Ok(copy) => {
+                    let (src, dst) = copy.map_or((-1, -1), |(a, b)| (a as i64, b as i64));
+                    out.copy_src.push(src);
+                    out.copy_dst.push(dst);
+                    out.done += 1;
+                }
+                Err(OpError::OutOfBlocks { .. }) => break,
+                Err(OpError::Other(e)) => return Err(e.prefixed(&format!("seq_ids[{i}]: "))),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Frees every sequence of `seq_ids`, in order (each as [`BlockAllocator::free`]). An
+    /// unknown one is an error naming its index; the frees before it stay done.
+    pub fn free_many(&mut self, seq_ids: &[i64]) -> CoreResult<()> {
+        for (i, &s) in seq_ids.iter().enumerate() {
+            self.free(s).map_err(|e| e.prefixed(&format!("seq_ids[{i}]: ")))?;
+        }
+        Ok(())
     }
 
     /// Checks every internal invariant; returns the first broken one. For tests.
@@ -778,5 +887,91 @@ mod tests {
             assert_eq!(a.num_free_blocks(), a.num_blocks());
             a.check_invariants().unwrap();
         }
+    }
+
+    /// `append_many` does what one `append` per sequence does, in order, and stops at the
+    /// first refusal with nothing changed by it; `free_many` as one `free` each.
+    #[test]
+    fn append_many_is_appends_in_order() {
+        let mut state = 0x9abc_def0_u64;
+        let mut rnd = move |n: u64| {
+            state = mix(state.wrapping_add(GOLDEN));
+            state % n
+        };
+        for trial in 0..60 {
+            let (nb, bs) = (1 + rnd(16) as i64, 1 + rnd(4) as i64);
+            let mut bulk = BlockAllocator::new(nb, bs, trial % 2 == 0).unwrap();
+            let mut one = bulk.clone();
+            for id in 0..6i64 {
+                let t: Vec<i64> = (0..1 + rnd(5)).map(|_| rnd(2) as i64).collect();
+                let ok = bulk.allocate(id, &t).is_ok();
+                assert_eq!(one.allocate(id, &t).is_ok(), ok);
+                if ok && rnd(3) == 0 {
+                    bulk.fork(id, 100 + id).unwrap();
+                    one.fork(id, 100 + id).unwrap();
+                }
+            }
+            for _ in 0..8 {
+                let ids = bulk.seq_ids();
+                let toks: Vec<i64> = ids.iter().map(|_| rnd(3) as i64).collect();
+                let got = bulk.append_many(&ids, &toks).unwrap();
+                let mut want = AppendMany::default();
+                for (&s, &t) in ids.iter().zip(&toks) {
+                    match one.append(s, t) {
+                        Ok(c) => {
+                            want.done += 1;
+                            want.copy_src.push(c.map_or(-1, |c| c.0 as i64));
+                            want.copy_dst.push(c.map_or(-1, |c| c.1 as i64));
+                        }
+                        Err(CoreError::OutOfBlocks(_)) => break,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                assert_eq!(got, want, "trial {trial}");
+                assert_eq!(bulk.block_tables(), one.block_tables());
+                assert_eq!(bulk.free_queue(), one.free_queue());
+                bulk.check_invariants().unwrap();
+                if got.done < ids.len() {
+                    // preempt the newest, as an engine would
+                    let victim = *ids.last().unwrap();
+                    bulk.free_many(&[victim]).unwrap();
+                    one.free(victim).unwrap();
+                }
+            }
+        }
+        let mut a = BlockAllocator::new(4, 2, false).unwrap();
+        a.allocate(1, &[5]).unwrap();
+        let e = a.append_many(&[1, 2], &[0, 0]).unwrap_err();
+        assert_eq!(e, CoreError::key("seq_ids[1]: seq_id 2 is not allocated"));
+        assert_eq!(a.num_tokens(1).unwrap(), 2); // the append before it stays done
+        let e = a.append_many(&[1], &[-1]).unwrap_err();
+        assert_eq!(e.to_string(), format!("seq_ids[0]: token_id must be in [0, {TOKEN_LIMIT}), got -1"));
+        assert!(a.append_many(&[1], &[]).unwrap_err().to_string().contains("same length"));
+        let e = a.free_many(&[1, 1]).unwrap_err();
+        assert_eq!(e, CoreError::key("seq_ids[1]: seq_id 1 is not allocated"));
+        assert_eq!(a.num_seqs(), 0);
+    }
+
+    /// `replay` with every token valid (checked once) and with a bad one (checked per op) ends
+    /// in the same state and statuses up to the bad prompt, whose op is named.
+    #[test]
+    fn replay_checks_tokens_once_and_names_the_op() {
+        let toks = [1, 2, 3, 4, 1, 2, 9];
+        let offsets = [0, 4, 7];
+        let op = [OP_ALLOCATE, OP_ALLOCATE, OP_APPEND, OP_ALLOCATE, OP_FREE];
+        let seq = [1, 2, 1, 3, 1];
+        let arg = [0, 1, 7, 1, 0];
+        let mut a = BlockAllocator::new(3, 2, true).unwrap();
+        let st = a.replay(&op, &seq, &arg, &toks, &offsets).unwrap();
+        // prompt 1 shares its first block with prompt 0: the pool is full after two allocates
+        assert_eq!(st, vec![STATUS_OK, STATUS_OK, STATUS_OUT_OF_BLOCKS, STATUS_OUT_OF_BLOCKS, STATUS_OK]);
+        let mut bad = toks;
+        bad[5] = -4; // in prompt 1 only
+        let mut b = BlockAllocator::new(3, 2, true).unwrap();
+        let e = b.replay(&op, &seq, &arg, &bad, &offsets).unwrap_err();
+        assert_eq!(e.to_string(), format!("op 1: token_ids[1] must be in [0, {TOKEN_LIMIT}), got -4"));
+        assert_eq!(b.seq_ids(), vec![1]);
+        let e = BlockAllocator::new(3, 2, true).unwrap().replay(&[0], &[1], &[0], &[], &[0, 0]).unwrap_err();
+        assert_eq!(e.to_string(), "op 0: token_ids must not be empty");
     }
 }

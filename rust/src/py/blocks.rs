@@ -227,6 +227,23 @@ impl PyBlockAllocator {
         Ok(status.into_pyarray(py))
     }
 
+    /// One step's appends in one call (`blocks.rs`'s `append_many`): `(done, copy_src,
+    /// copy_dst)`, the copies `-1` where an append made none.
+    fn append_many<'py>(
+        &mut self,
+        py: Python<'py>,
+        seq_ids: PyReadonlyArray1<'py, i64>,
+        token_ids: PyReadonlyArray1<'py, i64>,
+    ) -> PyResult<(usize, I64Array<'py>, I64Array<'py>)> {
+        let (s, t) = (slice("seq_ids", &seq_ids)?, slice("token_ids", &token_ids)?);
+        let r = self.inner.append_many(s, t)?;
+        Ok((r.done, r.copy_src.into_pyarray(py), r.copy_dst.into_pyarray(py)))
+    }
+
+    fn free_many(&mut self, seq_ids: PyReadonlyArray1<'_, i64>) -> PyResult<()> {
+        Ok(self.inner.free_many(slice("seq_ids", &seq_ids)?)?)
+    }
+
     fn check_invariants(&self) -> PyResult<()> {
         self.inner.check_invariants().map_err(PyRuntimeError::new_err)
     }

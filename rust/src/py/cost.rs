@@ -5,11 +5,12 @@
 //! Python exception here; nothing in the core panics on user input.
 
 use super::slice;
-use numpy::{IntoPyArray, PyReadonlyArray1};
+use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadwriteArray1};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::cost::{self, Efficiency, GpuSpec, ModelSpec, StepCost, StepCosts};
+use crate::cost::{self, Columns, Efficiency, GpuSpec, ModelSpec, StepCost, StepCosts};
 
 #[derive(FromPyObject)]
 pub(super) struct PyModelSpec {
@@ -85,18 +86,20 @@ fn to_tuple(c: StepCost) -> StepTuple {
     )
 }
 
-fn to_dict<'py>(py: Python<'py>, c: StepCosts) -> PyResult<Bound<'py, PyDict>> {
+/// The dict of the columns `cols` (all of them, unless `step_cost_many` got `columns`).
+fn to_dict<'py>(py: Python<'py>, c: StepCosts, cols: Columns) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item("time_s", c.time_s.into_pyarray(py))?;
-    d.set_item("flops", c.flops.into_pyarray(py))?;
-    d.set_item("bytes_moved", c.bytes_moved.into_pyarray(py))?;
-    d.set_item("weight_bytes", c.weight_bytes.into_pyarray(py))?;
-    d.set_item("kv_bytes", c.kv_bytes.into_pyarray(py))?;
-    d.set_item("compute_s", c.compute_s.into_pyarray(py))?;
-    d.set_item("memory_s", c.memory_s.into_pyarray(py))?;
-    d.set_item("compute_bound", c.compute_bound.into_pyarray(py))?;
-    d.set_item("mfu", c.mfu.into_pyarray(py))?;
-    d.set_item("intensity", c.intensity.into_pyarray(py))?;
+    let put = |name: &str, a: Bound<'py, PyAny>| if cols.has(name) { d.set_item(name, a) } else { Ok(()) };
+    put("time_s", c.time_s.into_pyarray(py).into_any())?;
+    put("flops", c.flops.into_pyarray(py).into_any())?;
+    put("bytes_moved", c.bytes_moved.into_pyarray(py).into_any())?;
+    put("weight_bytes", c.weight_bytes.into_pyarray(py).into_any())?;
+    put("kv_bytes", c.kv_bytes.into_pyarray(py).into_any())?;
+    put("compute_s", c.compute_s.into_pyarray(py).into_any())?;
+    put("memory_s", c.memory_s.into_pyarray(py).into_any())?;
+    put("compute_bound", c.compute_bound.into_pyarray(py).into_any())?;
+    put("mfu", c.mfu.into_pyarray(py).into_any())?;
+    put("intensity", c.intensity.into_pyarray(py).into_any())?;
     Ok(d)
 }
 
@@ -153,7 +156,10 @@ fn step_cost(model: PyModelSpec, gpu: PyGpuSpec, efficiency: PyEfficiency, batch
     Ok(to_tuple(c))
 }
 
+/// `columns` (names of `Columns::NAMES`): fill and return only those.
 #[pyfunction]
+#[pyo3(signature = (model, gpu, efficiency, new_tokens, context_len, offsets, columns=None))]
+#[allow(clippy::too_many_arguments)]
 fn step_cost_many<'py>(
     py: Python<'py>,
     model: PyModelSpec,
@@ -162,12 +168,14 @@ fn step_cost_many<'py>(
     new_tokens: PyReadonlyArray1<'py, i64>,
     context_len: PyReadonlyArray1<'py, i64>,
     offsets: PyReadonlyArray1<'py, i64>,
+    columns: Option<Vec<String>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let (m, g, e) = (model.into(), gpu.into(), efficiency.into());
     let (n, c, o) = (slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?, slice("offsets", &offsets)?);
+    let cols = columns.map_or(Ok(Columns::ALL), |names| Columns::from_names(&names))?;
     // A sweep of a million steps takes milliseconds to seconds: let other Python threads run.
-    let costs = py.detach(|| cost::step_cost_many(&m, &g, &e, n, c, o))?;
-    to_dict(py, costs)
+    let costs = py.detach(|| cost::step_cost_many_columns(&m, &g, &e, n, c, o, cols))?;
+    to_dict(py, costs, cols)
 }
 
 #[pyfunction]
@@ -183,7 +191,83 @@ fn step_cost_uniform_many<'py>(
     let (m, g, e) = (model.into(), gpu.into(), efficiency.into());
     let (b, n, c) = (slice("batch_size", &batch_size)?, slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?);
     let costs = py.detach(|| cost::step_cost_uniform_many(&m, &g, &e, b, n, c))?;
-    to_dict(py, costs)
+    to_dict(py, costs, Columns::ALL)
+}
+
+/// `step_cost_many` into the caller's arrays: `out` maps column names (`Columns::NAMES`) to
+/// writable 1-D arrays of one element per step (float64; bool for `compute_bound`). Reusing the
+/// same arrays over many calls costs no fresh memory page.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn step_cost_many_into<'py>(
+    py: Python<'py>,
+    model: PyModelSpec,
+    gpu: PyGpuSpec,
+    efficiency: PyEfficiency,
+    new_tokens: PyReadonlyArray1<'py, i64>,
+    context_len: PyReadonlyArray1<'py, i64>,
+    offsets: PyReadonlyArray1<'py, i64>,
+    out: &Bound<'py, PyDict>,
+) -> PyResult<()> {
+    let (m, g, e) = (model.into(), gpu.into(), efficiency.into());
+    let (n, c, o) = (slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?, slice("offsets", &offsets)?);
+    let n_steps = o.len().saturating_sub(1);
+    if out.is_empty() {
+        return Err(PyValueError::new_err("out must name at least one column, got an empty dict"));
+    }
+    let mut floats: Vec<(usize, PyReadwriteArray1<'py, f64>)> = Vec::new();
+    let mut bools: Option<PyReadwriteArray1<'py, bool>> = None;
+    for (key, value) in out.iter() {
+        let name: String = key.extract().map_err(|_| PyValueError::new_err(format!("out keys must be column names, got {}", key.repr().map(|r| r.to_string()).unwrap_or_default())))?;
+        let Some(k) = Columns::NAMES.iter().position(|&x| x == name) else {
+            return Err(PyValueError::new_err(format!("out['{name}']: the key must be one of {}", Columns::NAMES.join(", "))));
+        };
+        let bad = |what: &str| {
+            PyValueError::new_err(format!("out['{name}'] must be a writable 1-D {what} numpy array of {n_steps} elements (one per step)"))
+        };
+        let dtype = if name == "compute_bound" { "bool" } else { "float64" };
+        if name == "compute_bound" {
+            let a = value.cast::<PyArray1<bool>>().map_err(|_| bad(dtype))?;
+            let w = a.try_readwrite().map_err(|_| bad(dtype))?;
+            if w.as_slice().ok().map(|s| s.len()) != Some(n_steps) {
+                return Err(bad(dtype));
+            }
+            bools = Some(w);
+        } else {
+            let a = value.cast::<PyArray1<f64>>().map_err(|_| bad(dtype))?;
+            let w = a.try_readwrite().map_err(|_| bad(dtype))?;
+            if w.as_slice().ok().map(|s| s.len()) != Some(n_steps) {
+                return Err(bad(dtype));
+            }
+            floats.push((k, w));
+        }
+    }
+    let mut float_cols: Vec<(usize, &mut [f64])> = Vec::with_capacity(floats.len());
+    for (k, w) in floats.iter_mut() {
+        float_cols.push((*k, w.as_slice_mut().expect("checked contiguous above")));
+    }
+    let mut bool_col: Option<&mut [bool]> = bools.as_mut().map(|w| w.as_slice_mut().expect("checked contiguous above"));
+    py.detach(|| {
+        cost::step_cost_many_each(&m, &g, &e, n, c, o, |s, cost| {
+            for (k, col) in float_cols.iter_mut() {
+                col[s] = match *k {
+                    0 => cost.time_s,
+                    1 => cost.flops,
+                    2 => cost.bytes_moved,
+                    3 => cost.weight_bytes,
+                    4 => cost.kv_bytes,
+                    5 => cost.compute_s,
+                    6 => cost.memory_s,
+                    8 => cost.mfu,
+                    _ => cost.intensity,
+                };
+            }
+            if let Some(b) = bool_col.as_mut() {
+                b[s] = cost.compute_bound;
+            }
+        })
+    })?;
+    Ok(())
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -199,6 +283,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(max_batch, m)?)?;
     m.add_function(wrap_pyfunction!(step_cost, m)?)?;
     m.add_function(wrap_pyfunction!(step_cost_many, m)?)?;
+    m.add_function(wrap_pyfunction!(step_cost_many_into, m)?)?;
     m.add_function(wrap_pyfunction!(step_cost_uniform_many, m)?)?;
     Ok(())
 }

@@ -11,6 +11,7 @@ use crate::error::CoreResult;
 use crate::sim::admission::EarlyReject;
 use crate::sim::batch1::{self, AcceptAll};
 use crate::sim::continuous::{self, ContinuousParams};
+use crate::sim::continuous_per_step;
 use crate::sim::fixed_service;
 use crate::sim::static_batching::{self, StaticParams};
 use crate::sim::{SimOutput, Workload};
@@ -156,7 +157,11 @@ fn sim_static_batching<'py>(
 /// see `continuous::REJECT_*`), `n_preemptions`, the totals `preemptions` and
 /// `peak_kv_blocks`, with the trace its columns `kv_blocks`, `n_preempted`, `n_admitted`, and
 /// with `batch_log` a dict of CSR columns `offsets`, `request_id`, `new_tokens`, `context_len`.
+/// `per_step` (tests and benchmarks only) runs the per-sequence-step loop the event-driven
+/// engine replaced (`sim/continuous_per_step.rs`): the same output, bit for bit, slower.
 #[pyfunction]
+#[pyo3(signature = (model, gpu, efficiency, arrival_s, prompt_len, output_len, max_num_seqs,
+    max_num_batched_tokens, block_size, num_blocks, chunked_prefill, trace, batch_log, per_step=false))]
 #[allow(clippy::too_many_arguments)]
 fn sim_continuous_batching<'py>(
     py: Python<'py>,
@@ -173,12 +178,17 @@ fn sim_continuous_batching<'py>(
     chunked_prefill: bool,
     trace: bool,
     batch_log: bool,
+    per_step: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let params = ContinuousParams { max_num_seqs, max_num_batched_tokens, block_size, num_blocks, chunked_prefill };
     params.validate()?;
     let mut rest = None;
     let d = simulate(py, model, gpu, efficiency, arrival_s, prompt_len, output_len, |pr, w| {
-        let o = continuous::run(pr, w, &params, trace, batch_log)?;
+        let o = if per_step {
+            continuous_per_step::run_per_step(pr, w, &params, trace, batch_log)?
+        } else {
+            continuous::run(pr, w, &params, trace, batch_log)?
+        };
         rest = Some((o.reject_code, o.n_preemptions, o.preemptions, o.peak_kv_blocks, o.trace_extra, o.batch_log));
         Ok(o.sim)
     })?;

@@ -40,13 +40,33 @@
 //! There is no prefix caching here: the simulator knows lengths, not tokens, so it cannot
 //! tell which prompts share a prefix.
 //!
+//! # A cost per event, not per sequence-step
+//!
+//! A step's price needs only integer totals (sequences, new tokens, attention keys, cached
+//! tokens), and in a decode step every decoding request adds exactly one token to its context.
+//! So [`run`] does not visit the decoding requests: it keeps their count and the sum of their
+//! contexts, and stores for each one `computed - step`, which stays put while it decodes. The
+//! events are found by counters, not divisions: the requests that need a new KV block in step
+//! `s` are those whose offset is `-s` modulo `block_size` (a count per residue), and the step in
+//! which a request samples its last token is known when it starts decoding (a min-heap). A step
+//! then costs O(1) plus its events: arrivals, admissions, prefill chunks, finishes.
+//!
+//! The rare step in which the pool runs out of blocks (rule 3 preempts) runs the per-step way:
+//! the offsets are turned back into counts, the step runs as in `continuous_per_step.rs`, and
+//! the aggregates are rebuilt. The clock is bit for bit that of the per-step loop: the step's
+//! totals are exact integers, priced by the same [`Pricer`] arithmetic and added to the clock
+//! one step at a time (`t + a + a` is not `t + 2a` in floating point: no step is skipped).
+//! `tests/test_sim_events.py` checks it on 200 random workloads against the per-step loop,
+//! which stays available to the tests and the benchmark (`per_step` in the bindings).
+//!
 //! # Memory
 //!
-//! Per request a fixed number of words (its state and its output columns); the waiting queue
-//! and the running list hold indices. Per-step data (the trace, the batch log) is kept only
-//! when asked for.
+//! Per request a fixed number of words (its 17-byte state and its output columns); the waiting
+//! queue and the running list hold indices. Per-step data (the trace, the batch log) is kept
+//! only when asked for.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 
 use super::{Recorder, SimOutput, StepShape, Workload};
 use crate::blocks::{MAX_BLOCK_SIZE, MAX_NUM_BLOCKS};
@@ -138,6 +158,11 @@ impl KvCounts {
         }
     }
 
+    /// `count` appends that each need a new block (the caller checked that enough are free).
+    pub fn take(&mut self, count: i64) {
+        self.free -= count;
+    }
+
     /// `free` of a sequence holding `held` slots.
     pub fn free(&mut self, held: i64) {
         self.free += blocks_for(held, self.block_size);
@@ -187,19 +212,98 @@ pub struct ContinuousOutput {
     pub batch_log: Option<BatchLog>,
 }
 
-/// The live state of one request (one per request: memory stays linear).
+/// Where a request is (one byte per request).
+const WAITING: u8 = 0; // not arrived yet, waiting, preempted or rejected
+const PREFILLING: u8 = 1; // running, some of its tokens not computed yet
+const DECODING: u8 = 2; // running, all its tokens computed: it decodes one token a step
+const DONE: u8 = 3;
+
+/// The state of one request, 16 bytes (the run's memory stays linear and small).
+///
+/// `c` is the number of tokens whose KV is in the pool, except for a decoding request, which
+/// stores `computed - step` instead: every decoding request gains one token per step, so this
+/// offset stays put while the clock runs and no step has to visit it. For a decoding request
+/// `held == computed` and `generated == computed + 1 - prompt` (every token but the last
+/// sampled one is computed), so neither needs storing.
 #[derive(Debug, Clone, Copy, Default)]
-struct Live {
-    /// prompt plus the tokens generated so far
-    tokens: i64,
-    /// tokens whose KV is in the pool
-    computed: i64,
-    /// token slots the pool holds for it (0 while waiting)
-    held: i64,
-    generated: i64,
+struct Req {
+    c: i64,
+    /// token slots the pool holds for it (0 while waiting; unused while decoding)
+    held: i32,
+    /// output tokens sampled so far (unused while decoding)
+    generated: i32,
 }
 
-/// Runs continuous batching over a validated workload.
+/// The decoding requests, by their aggregates: what a step of them costs and which events
+/// (a block boundary, a last token) fall in which step are known without visiting them.
+struct Decoders {
+    /// decoding requests in admission order (the order of `running` in the rules); entries of
+    /// finished requests stay as tombstones until the next compaction
+    order: Vec<u32>,
+    live: i64,
+    /// sum of `c` over the live ones: the step's context tokens are `sum_c + live * step`
+    sum_c: i128,
+    /// how many live ones have `c` congruent to `k` modulo `block_size`: those whose held slots
+    /// are a multiple of `block_size` in step `s` (they need a new block) have `k = -s mod bs`
+    by_residue: Vec<u32>,
+    /// (step in which it samples its last token, request), earliest first
+    finish: BinaryHeap<Reverse<(i64, u32)>>,
+}
+
+impl Decoders {
+    fn new(block_size: i64) -> Self {
+        Decoders {
+            order: Vec::new(),
+            live: 0,
+            sum_c: 0,
+            // a block size is at most MAX_BLOCK_SIZE (65,536): one counter per residue
+            by_residue: vec![0; block_size as usize],
+            finish: BinaryHeap::new(),
+        }
+    }
+
+    /// Adds request `r` (prompt `p`, `out` output tokens), which holds `computed` tokens after
+    /// step `step - 1`, at the end of the admission order.
+    fn push(&mut self, r: usize, req: &mut Req, p: i64, out: i64, step: i64) {
+        let c = req.c - step;
+        req.c = c;
+        self.order.push(r as u32);
+        self.live += 1;
+        self.sum_c += c as i128;
+        let k = c.rem_euclid(self.by_residue.len() as i64) as usize;
+        self.by_residue[k] += 1;
+        // after step s it has generated c + s + 2 - p tokens: the last one comes in step
+        // out + p - 2 - c (>= step, since it has not generated all of them yet)
+        self.finish.push(Reverse((out + p - 2 - c, r as u32)));
+    }
+
+    /// Removes a finished request (its `order` entry becomes a tombstone).
+    fn remove(&mut self, c: i64) {
+        self.live -= 1;
+        self.sum_c -= c as i128;
+        let k = c.rem_euclid(self.by_residue.len() as i64) as usize;
+        self.by_residue[k] -= 1;
+    }
+
+    /// How many of them need a new block in step `step`.
+    fn crossing(&self, step: i64) -> i64 {
+        let bs = self.by_residue.len() as i64;
+        self.by_residue[(-step).rem_euclid(bs) as usize] as i64
+    }
+
+    fn clear(&mut self) {
+        self.order.clear();
+        self.live = 0;
+        self.sum_c = 0;
+        self.by_residue.iter_mut().for_each(|k| *k = 0);
+        self.finish.clear();
+    }
+}
+
+/// Runs continuous batching over a validated workload, at a cost per event (arrival,
+/// admission, end of a prefill chunk, finish, preemption) rather than per sequence-step; the
+/// module docs say how, and why the clock's bits are those of the per-step loop
+/// ([`super::continuous_per_step::run_per_step`]).
 pub fn run(
     pricer: &Pricer,
     w: &Workload<'_>,
@@ -209,21 +313,34 @@ pub fn run(
 ) -> CoreResult<ContinuousOutput> {
     params.validate()?;
     let n = w.len();
+    if n > u32::MAX as usize {
+        // requests are kept as u32 indices (and counted in u32 per block residue)
+        return Err(CoreError::invalid(format!(
+            "arrival_s must hold at most {} requests for continuous batching, got {n} (split the workload)",
+            u32::MAX
+        )));
+    }
     let (a, pl, ol) = (w.arrival_s, w.prompt_len, w.output_len);
     let mut rec = Recorder::new(pricer, n, trace);
     let mut reject_code = vec![REJECT_NONE; n];
     let mut n_preemptions = vec![0i64; n];
     let mut extra = trace.then(StepExtra::default);
     let mut log = batch_log.then(|| BatchLog { offsets: vec![0], ..Default::default() });
-    let mut live: Vec<Live> = pl.iter().map(|&p| Live { tokens: p, ..Default::default() }).collect();
+    let mut req = vec![Req::default(); n];
+    let mut state = vec![WAITING; n];
     let mut kv = KvCounts::new(params.num_blocks, params.block_size);
     let mut waiting: VecDeque<usize> = VecDeque::new();
-    let mut running: Vec<usize> = Vec::new();
-    // (request, new tokens, decoding?) in batch order
-    let mut batch: Vec<(usize, i64, bool)> = Vec::new();
+    let mut dec = Decoders::new(params.block_size);
+    // the running requests that are not decoding, in admission order: they always come after
+    // every decoding one in the rules' `running` order (see `prefilling_is_a_suffix`)
+    let mut prefilling: Vec<usize> = Vec::new();
+    // (request, new tokens, context) of the step's prefill pieces
+    let mut pieces: Vec<(usize, i64, i64)> = Vec::new();
+    let mut scratch = Scratch::default();
     let (mut preemptions, mut peak_blocks) = (0u64, 0i64);
     let mut next = 0; // first request not arrived yet
     let mut n_started = 0i64;
+    let mut step = 0i64; // steps run so far
     let mut t = 0.0f64;
     loop {
         // rule 1: arrivals
@@ -237,7 +354,7 @@ pub fn run(
             }
             next += 1;
         }
-        if waiting.is_empty() && running.is_empty() {
+        if waiting.is_empty() && dec.live == 0 && prefilling.is_empty() {
             if next == n {
                 break;
             }
@@ -245,95 +362,121 @@ pub fn run(
             continue;
         }
 
-        // rules 2-3: running requests, oldest admitted first
-        batch.clear();
-        let mut budget = params.max_num_batched_tokens;
-        let (mut n_preempted, mut n_admitted) = (0i64, 0i64);
-        let mut i = 0;
-        'running: while i < running.len() && budget > 0 {
-            let r = running[i];
-            let decoding = live[r].computed == live[r].held;
-            let nt = if !decoding {
-                (live[r].held - live[r].computed).min(budget) // a chunk of the prompt
-            } else {
-                while !kv.can_append(live[r].held) {
-                    let victim = running.pop().expect("r itself is running");
-                    kv.free(live[victim].held);
-                    live[victim].computed = 0;
-                    live[victim].held = 0;
-                    n_preemptions[victim] += 1;
-                    preemptions += 1;
-                    waiting.push_front(victim);
-                    n_preempted += 1;
-                    if victim == r {
-                        break 'running;
-                    }
-                }
-                kv.append(live[r].held);
-                live[r].held += 1;
-                1
+        let budget = params.max_num_batched_tokens;
+        let crossing = dec.crossing(step);
+        if dec.live > budget || crossing > kv.num_free_blocks() {
+            // Rare: the pool runs out of blocks mid-step (rule 3 preempts). Run this step the
+            // per-step way. (The budget never cuts the decoding requests short: every running
+            // request took at least one token of the budget in the step that admitted or ran
+            // it, so at most `max_num_batched_tokens` run; the test is a guard.)
+            let mut ctx = SlowStep {
+                params,
+                pl,
+                ol,
+                rec: &mut rec,
+                req: &mut req,
+                state: &mut state,
+                kv: &mut kv,
+                waiting: &mut waiting,
+                dec: &mut dec,
+                prefilling: &mut prefilling,
+                n_preemptions: &mut n_preemptions,
+                log: log.as_mut(),
+                scratch: &mut scratch,
             };
-            batch.push((r, nt, decoding));
-            budget -= nt;
-            i += 1;
+            let (end, n_preempted, n_admitted) = ctx.run(t, step, &mut n_started)?;
+            preemptions = preemptions.checked_add(n_preempted as u64).ok_or_else(counter_overflow)?;
+            peak_blocks = peak_blocks.max(kv.blocks_used());
+            if let Some(x) = extra.as_mut() {
+                x.kv_blocks.push(kv.blocks_used());
+                x.n_preempted.push(n_preempted);
+                x.n_admitted.push(n_admitted);
+            }
+            step = step.checked_add(1).ok_or_else(counter_overflow)?;
+            t = end;
+            continue;
         }
 
-        // rule 4: admission, only in a step that preempted nobody. Without prefix caching the
-        // guard never changes a batch: the front of the queue is then the last victim, the pool
-        // had no free block before it was preempted, and the request it made room for took one
-        // of the blocks it gave back, so it cannot fit anyway. Kept for the engine's rules
-        // (with prefix caching a hit could make it fit); tests/test_sim_continuous.py shows it.
-        if n_preempted == 0 {
-            while budget > 0 && (running.len() as i64) < params.max_num_seqs {
-                let Some(&r) = waiting.front() else { break };
-                let tokens = live[r].tokens;
-                if !params.chunked_prefill && tokens > budget {
-                    break;
+        // rule 2, decoding requests: all of them, one token each; `crossing` of them take a
+        // new block (enough are free: nobody is preempted, so rule 3 does not apply)
+        let mut left = budget - dec.live;
+        kv.take(crossing);
+        let ctx_dec = dec.sum_c + (dec.live as i128) * (step as i128);
+        let mut shape = StepShape {
+            seqs: dec.live,
+            tokens: dec.live,
+            keys: ctx_dec + dec.live as i128,
+            ctx_tokens: ctx_dec,
+            n_prefill: 0,
+            n_decode: dec.live,
+        };
+        if let Some(l) = log.as_mut() {
+            for &r in &dec.order {
+                if state[r as usize] == DECODING {
+                    l.request_id.push(r as i64);
+                    l.new_tokens.push(1);
+                    l.context_len.push(req[r as usize].c + step);
                 }
-                if !kv.allocate(tokens) {
-                    break;
-                }
-                waiting.pop_front();
-                running.push(r);
-                live[r].held = tokens;
-                live[r].computed = 0;
-                let o = rec.out();
-                if o.start_s[r].is_nan() {
-                    // a recompute keeps its first start; `batch_id` is the rank of first admission
-                    o.start_s[r] = t;
-                    o.batch_id[r] = n_started;
-                    n_started += 1;
-                }
-                let nt = if params.chunked_prefill { tokens.min(budget) } else { tokens };
-                batch.push((r, nt, false));
-                n_admitted += 1;
-                budget -= nt;
             }
         }
-        if batch.is_empty() {
-            // rules 1-4 rule this out (see the engine's docstring); an error, never a hang
+        // rule 2, prefilling requests: the rest of their prompt, while the budget lasts
+        pieces.clear();
+        for &r in &prefilling {
+            if left == 0 {
+                break;
+            }
+            let s = req[r];
+            let nt = (s.held as i64 - s.c).min(left);
+            pieces.push((r, nt, s.c));
+            left -= nt;
+        }
+        // rule 4: admission (nobody was preempted)
+        let mut n_admitted = 0i64;
+        while left > 0 && dec.live + (prefilling.len() as i64) < params.max_num_seqs {
+            let Some(&r) = waiting.front() else { break };
+            let tokens = pl[r] + req[r].generated as i64;
+            if !params.chunked_prefill && tokens > left {
+                break;
+            }
+            if !kv.allocate(tokens) {
+                break;
+            }
+            waiting.pop_front();
+            prefilling.push(r);
+            state[r] = PREFILLING;
+            req[r].held = tokens as i32; // <= prompt + output (both <= MAX_REQUEST_TOKENS)
+            req[r].c = 0;
+            let o = rec.out();
+            if o.start_s[r].is_nan() {
+                o.start_s[r] = t;
+                o.batch_id[r] = n_started;
+                n_started += 1;
+            }
+            let nt = if params.chunked_prefill { tokens.min(left) } else { tokens };
+            pieces.push((r, nt, 0));
+            n_admitted += 1;
+            left -= nt;
+        }
+        if shape.seqs == 0 && pieces.is_empty() {
             return Err(CoreError::invalid(format!(
                 "internal error: at t={t} work is left but nothing could be scheduled"
             )));
         }
 
-        // rule 5: the step's shape and price
-        let mut shape = StepShape::default();
-        for &(r, nt, decoding) in &batch {
-            let (nn, c) = (nt as i128, live[r].computed as i128);
+        // rule 5: the step's shape (integer totals, as the per-step loop sums them) and price
+        for &(r, nt, c) in &pieces {
+            let (nn, cc) = (nt as i128, c as i128);
             shape.seqs += 1;
             shape.tokens += nt;
-            shape.keys += nn * c + nn * (nn + 1) / 2;
-            shape.ctx_tokens += c;
-            if decoding {
-                shape.n_decode += 1;
-            } else if live[r].computed + nt == live[r].held {
-                shape.n_prefill += 1; // a (re)prefill ends: it samples a token
+            shape.keys += nn * cc + nn * (nn + 1) / 2;
+            shape.ctx_tokens += cc;
+            if c + nt == req[r].held as i64 {
+                shape.n_prefill += 1;
             }
             if let Some(l) = log.as_mut() {
                 l.request_id.push(r as i64);
                 l.new_tokens.push(nt);
-                l.context_len.push(live[r].computed);
+                l.context_len.push(c);
             }
         }
         if let Some(l) = log.as_mut() {
@@ -341,34 +484,54 @@ pub fn run(
         }
         let end = rec.step(t, shape);
 
-        // rule 7: sampling and leaving
-        let mut finished = false;
-        for &(r, nt, _) in &batch {
-            let s = &mut live[r];
-            s.computed += nt;
-            if s.computed < s.held {
-                continue; // a chunk that is not the prompt's last
+        // rule 7, decoding requests: those whose last token this step samples leave
+        while let Some(&Reverse((last, r))) = dec.finish.peek() {
+            if last > step {
+                break;
             }
+            debug_assert_eq!(last, step, "a decoding request outlived its last token");
+            dec.finish.pop();
+            let r = r as usize;
+            let c = req[r].c;
+            dec.remove(c);
+            kv.free(c + step + 1); // it held every computed token
+            state[r] = DONE;
+            rec.out().finish_s[r] = end;
+        }
+        step = step.checked_add(1).ok_or_else(counter_overflow)?;
+        // rule 7, prefill pieces: a completed prefill samples a token; the completed ones are
+        // the first pieces (only the last piece can be a partial chunk)
+        let mut completed = 0;
+        for &(r, nt, _) in &pieces {
+            let s = &mut req[r];
+            s.c += nt;
+            if s.c < s.held as i64 {
+                break;
+            }
+            completed += 1;
             s.generated += 1;
-            s.tokens += 1;
             let o = rec.out();
             if o.first_token_s[r].is_nan() {
                 o.first_token_s[r] = end;
             }
-            if s.generated == ol[r] {
+            if s.generated as i64 == ol[r] {
                 o.finish_s[r] = end;
-                kv.free(s.held);
+                kv.free(s.held as i64);
                 s.held = 0;
-                finished = true;
+                state[r] = DONE;
+            } else {
+                state[r] = DECODING;
+                dec.push(r, s, pl[r], ol[r], step);
             }
         }
-        if finished {
-            running.retain(|&r| live[r].generated < ol[r]);
+        prefilling.drain(..completed);
+        if dec.order.len() > 2 * dec.live as usize + 64 {
+            dec.order.retain(|&r| state[r as usize] == DECODING);
         }
         peak_blocks = peak_blocks.max(kv.blocks_used());
         if let Some(x) = extra.as_mut() {
             x.kv_blocks.push(kv.blocks_used());
-            x.n_preempted.push(n_preempted);
+            x.n_preempted.push(0);
             x.n_admitted.push(n_admitted);
         }
         t = end;
@@ -382,6 +545,194 @@ pub fn run(
         peak_kv_blocks: peak_blocks,
         batch_log: log,
     })
+}
+
+fn counter_overflow() -> CoreError {
+    CoreError::invalid(format!(
+        "the run is too long: a step or preemption counter would pass {} (split the workload)",
+        i64::MAX
+    ))
+}
+
+/// Buffers of the per-step path, kept between its (rare) steps.
+#[derive(Default)]
+struct Scratch {
+    running: Vec<usize>,
+    /// (request, new tokens, decoding?) in batch order
+    batch: Vec<(usize, i64, bool)>,
+}
+
+/// One step the per-step way (rules 2-7 visiting every running request), for the steps the
+/// aggregates cannot take: it turns the decoding requests' offsets back into counts, runs the
+/// step exactly as `continuous_per_step.rs` does, and rebuilds the aggregates.
+struct SlowStep<'a, 'b> {
+    params: &'a ContinuousParams,
+    pl: &'a [i64],
+    ol: &'a [i64],
+    rec: &'a mut Recorder<'b>,
+    req: &'a mut [Req],
+    state: &'a mut [u8],
+    kv: &'a mut KvCounts,
+    waiting: &'a mut VecDeque<usize>,
+    dec: &'a mut Decoders,
+    prefilling: &'a mut Vec<usize>,
+    n_preemptions: &'a mut [i64],
+    log: Option<&'a mut BatchLog>,
+    scratch: &'a mut Scratch,
+}
+
+impl SlowStep<'_, '_> {
+    /// Returns (end of the step, requests preempted, requests admitted).
+    fn run(&mut self, t: f64, step: i64, n_started: &mut i64) -> CoreResult<(f64, i64, i64)> {
+        let (params, pl, ol) = (self.params, self.pl, self.ol);
+        let req = &mut *self.req;
+        let state = &mut *self.state;
+        let kv = &mut *self.kv;
+        let Scratch { running, batch } = &mut *self.scratch;
+        running.clear();
+        for &r in &self.dec.order {
+            let r = r as usize;
+            if state[r] == DECODING {
+                let computed = req[r].c + step;
+                req[r] = Req { c: computed, held: computed as i32, generated: (computed + 1 - pl[r]) as i32 };
+                running.push(r);
+            }
+        }
+        running.extend(self.prefilling.drain(..));
+        self.dec.clear();
+
+        // rules 2-3 (as in continuous_per_step.rs)
+        batch.clear();
+        let mut budget = params.max_num_batched_tokens;
+        let (mut n_preempted, mut n_admitted) = (0i64, 0i64);
+        let mut i = 0;
+        'running: while i < running.len() && budget > 0 {
+            let r = running[i];
+            let decoding = req[r].c == req[r].held as i64;
+            let nt = if !decoding {
+                (req[r].held as i64 - req[r].c).min(budget)
+            } else {
+                while !kv.can_append(req[r].held as i64) {
+                    let victim = running.pop().expect("r itself is running");
+                    kv.free(req[victim].held as i64);
+                    req[victim].c = 0;
+                    req[victim].held = 0;
+                    state[victim] = WAITING;
+                    self.n_preemptions[victim] =
+                        self.n_preemptions[victim].checked_add(1).ok_or_else(counter_overflow)?;
+                    self.waiting.push_front(victim);
+                    n_preempted += 1;
+                    if victim == r {
+                        break 'running;
+                    }
+                }
+                kv.append(req[r].held as i64);
+                req[r].held += 1;
+                1
+            };
+            batch.push((r, nt, decoding));
+            budget -= nt;
+            i += 1;
+        }
+        // rule 4 (see continuous_per_step.rs on why it waits for a step without preemption)
+        if n_preempted == 0 {
+            while budget > 0 && (running.len() as i64) < params.max_num_seqs {
+                let Some(&r) = self.waiting.front() else { break };
+                let tokens = pl[r] + req[r].generated as i64;
+                if !params.chunked_prefill && tokens > budget {
+                    break;
+                }
+                if !kv.allocate(tokens) {
+                    break;
+                }
+                self.waiting.pop_front();
+                running.push(r);
+                state[r] = PREFILLING;
+                req[r].held = tokens as i32;
+                req[r].c = 0;
+                let o = self.rec.out();
+                if o.start_s[r].is_nan() {
+                    o.start_s[r] = t;
+                    o.batch_id[r] = *n_started;
+                    *n_started += 1;
+                }
+                let nt = if params.chunked_prefill { tokens.min(budget) } else { tokens };
+                batch.push((r, nt, false));
+                n_admitted += 1;
+                budget -= nt;
+            }
+        }
+        if batch.is_empty() {
+            return Err(CoreError::invalid(format!(
+                "internal error: at t={t} work is left but nothing could be scheduled"
+            )));
+        }
+
+        // rule 5
+        let mut shape = StepShape::default();
+        for &(r, nt, decoding) in batch.iter() {
+            let c = req[r].c;
+            let (nn, cc) = (nt as i128, c as i128);
+            shape.seqs += 1;
+            shape.tokens += nt;
+            shape.keys += nn * cc + nn * (nn + 1) / 2;
+            shape.ctx_tokens += cc;
+            if decoding {
+                shape.n_decode += 1;
+            } else if c + nt == req[r].held as i64 {
+                shape.n_prefill += 1;
+            }
+            if let Some(l) = self.log.as_mut() {
+                l.request_id.push(r as i64);
+                l.new_tokens.push(nt);
+                l.context_len.push(c);
+            }
+        }
+        if let Some(l) = self.log.as_mut() {
+            l.offsets.push(l.request_id.len() as i64);
+        }
+        let end = self.rec.step(t, shape);
+
+        // rule 7
+        for &(r, nt, _) in batch.iter() {
+            let s = &mut req[r];
+            s.c += nt;
+            if s.c < s.held as i64 {
+                continue;
+            }
+            s.generated += 1;
+            let o = self.rec.out();
+            if o.first_token_s[r].is_nan() {
+                o.first_token_s[r] = end;
+            }
+            if s.generated as i64 == ol[r] {
+                o.finish_s[r] = end;
+                kv.free(s.held as i64);
+                s.held = 0;
+                state[r] = DONE;
+            }
+        }
+
+        // back to aggregates: the decoding requests first, the prefilling ones after (a request
+        // is only admitted once every older one is decoding or ends its prefill in that step:
+        // a partial chunk uses up the budget; so the prefilling ones are a suffix of `running`)
+        for &r in running.iter() {
+            match state[r] {
+                DONE => {}
+                _ if req[r].c == req[r].held as i64 => {
+                    if !self.prefilling.is_empty() {
+                        return Err(CoreError::invalid(format!(
+                            "internal error: at t={t} request {r} decodes after a prefilling request"
+                        )));
+                    }
+                    state[r] = DECODING;
+                    self.dec.push(r, &mut req[r], pl[r], ol[r], step + 1);
+                }
+                _ => self.prefilling.push(r),
+            }
+        }
+        Ok((end, n_preempted, n_admitted))
+    }
 }
 
 #[cfg(test)]
@@ -567,6 +918,63 @@ mod tests {
                     _ => {}
                 }
                 assert_eq!(counts.num_free_blocks(), real.num_free_blocks() as i64);
+            }
+        }
+    }
+
+    /// The event-driven engine against the per-step loop it replaces, bit for bit, on small
+    /// pseudo-random workloads that hit every rare path: tight pools (preemption), budgets
+    /// below the seat count, chunked prefill, block sizes of 1.
+    #[test]
+    fn events_agree_with_the_per_step_loop() {
+        use crate::sim::continuous_per_step::run_per_step;
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |k: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % k
+        };
+        for case in 0..300 {
+            let n = 1 + rnd(40) as usize;
+            let mut t = 0.0;
+            let mut a = Vec::new();
+            for _ in 0..n {
+                t += rnd(4) as f64 * 0.003;
+                a.push(t);
+            }
+            let p: Vec<i64> = (0..n).map(|_| 1 + rnd(60) as i64).collect();
+            let l: Vec<i64> = (0..n).map(|_| 1 + rnd(40) as i64).collect();
+            let prm = params(
+                1 + rnd(12) as i64,
+                1 + rnd(90) as i64,
+                1 + rnd(8) as i64,
+                1 + rnd(40) as i64,
+                rnd(2) == 0,
+            );
+            let w = Workload::new(&a, &p, &l).unwrap();
+            let trace = case % 2 == 0;
+            let want = run_per_step(&pricer(), &w, &prm, trace, trace);
+            let got = run(&pricer(), &w, &prm, trace, trace);
+            match (want, got) {
+                (Ok(want), Ok(got)) => {
+                    // f64 columns with NaN: compare bits
+                    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got.sim.start_s), bits(&want.sim.start_s), "case {case} {prm:?}");
+                    assert_eq!(bits(&got.sim.first_token_s), bits(&want.sim.first_token_s), "case {case}");
+                    assert_eq!(bits(&got.sim.finish_s), bits(&want.sim.finish_s), "case {case}");
+                    assert_eq!(got.sim.busy_s.to_bits(), want.sim.busy_s.to_bits(), "case {case}");
+                    assert_eq!(got.sim.flops.to_bits(), want.sim.flops.to_bits(), "case {case}");
+                    let strip = |mut o: ContinuousOutput| {
+                        o.sim.start_s.clear();
+                        o.sim.first_token_s.clear();
+                        o.sim.finish_s.clear();
+                        o
+                    };
+                    assert_eq!(strip(got), strip(want), "case {case} {prm:?}");
+                }
+                (Err(e1), Err(e2)) => assert_eq!(e1, e2),
+                (want, got) => panic!("case {case}: {want:?} vs {got:?}"),
             }
         }
     }

@@ -38,6 +38,7 @@
 pub mod admission;
 pub mod batch1;
 pub mod continuous;
+pub mod continuous_per_step;
 pub mod fixed_service;
 pub mod static_batching;
 
@@ -188,7 +189,19 @@ impl StepShape {
 /// The price of one step. Admission control (`admission.rs`) prices its estimated steps with
 /// this very function, so that an exact estimate reproduces the simulator's clock bit for bit.
 pub(crate) fn price_shape(pricer: &Pricer, shape: &StepShape) -> StepCost {
-    pricer.price_totals(shape.tokens, shape.seqs, shape.keys as f64, shape.ctx_tokens as f64)
+    pricer.price_totals(shape.tokens, shape.seqs, to_f64(shape.keys), to_f64(shape.ctx_tokens))
+}
+
+/// `x as f64`, through `i64` when it fits: both casts round to nearest (ties to even), so the
+/// bits are the same, and the 64-bit one is a single instruction where the 128-bit one is a
+/// library call (6% of a long continuous-batching run). `black_box` keeps the optimizer from
+/// folding the two branches back into the library call (they are equal, so it would).
+#[inline]
+fn to_f64(x: i128) -> f64 {
+    match i64::try_from(x) {
+        Ok(v) => std::hint::black_box(v) as f64,
+        Err(_) => x as f64,
+    }
 }
 
 /// Runs the clock: prices steps, accumulates totals, and keeps the trace.
@@ -279,6 +292,19 @@ pub(crate) mod test_util {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn to_f64_rounds_as_the_128_bit_cast() {
+        let mut x = 1i128;
+        for _ in 0..120 {
+            for d in [-3i128, -1, 0, 1, 2, 5] {
+                for v in [x + d, -(x + d)] {
+                    assert_eq!(to_f64(v).to_bits(), (v as f64).to_bits(), "{v}");
+                }
+            }
+            x = x * 3 / 2 + 7;
+        }
+    }
 
     #[test]
     fn workload_errors_name_the_value() {

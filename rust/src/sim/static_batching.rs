@@ -16,6 +16,12 @@
 //!   tokens and are charged for them, `(1, p + s - 1)` like the others;
 //! * `ride_along = false` (exercise 5): a decode step `s` holds only the members with
 //!   `L_o - 1 >= s` (the lecture's `works`); the others stop computing, their seats stay empty.
+//!
+//! **Cost per event.** A step never visits the batch's members: a decode step's totals follow
+//! from the batch's prompt sum and the step number ([`StepShape::decode`]), and members leave
+//! the working set in output-length order (sorted once per batch). A step costs O(1) plus the
+//! members that finish in it, the cost per event that `continuous.rs` reaches with its
+//! aggregates (issue 17); the sums are `i128`, so no total can wrap.
 
 use super::{Recorder, SimOutput, StepShape, Workload};
 use crate::cost::{fmt_f64, Pricer};

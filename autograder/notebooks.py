@@ -41,13 +41,14 @@ from pathlib import Path
 
 import servelab
 
-from autograder import nb_recheck
+from autograder import nb_recheck, sandbox
 from autograder.remote import Limits
 
 ASSIGNMENT = "notebooks"  # the nbgrader assignment: the folder assignments/notebooks/
 STUDENT = "student"
 RUNNER = Path(__file__).with_name("nb_runner.py")
 KERNEL = Path(__file__).with_name("nb_kernel.py")
+SANDBOX = Path(__file__).with_name("sandbox.py")
 KERNEL_NAME = "servelab-sandbox"
 KERNEL_CPU_FACTOR = 4  # the kernel's CPU limit, in per-test CPU limits (see _kernel_spec)
 MAX_NOTEBOOK = 1 << 20  # bytes, as for any submitted file
@@ -136,22 +137,40 @@ def kernel_forbidden(root: Path, extra: list[Path] = ()) -> list[Path]:
 
 
 def _kernel_spec(course: Path, forbidden: list[Path], writable: list[Path], limits: Limits) -> Path:
-    """A Jupyter data folder holding the sandboxed kernel's spec; returns it (for JUPYTER_PATH)."""
-    from autograder.remote import _user_processes
+    """A Jupyter data folder holding the sandboxed kernel's spec; returns it (for JUPYTER_PATH).
 
+    The kernel runs behind the OS boundary (:mod:`autograder.sandbox`): it sees the interpreter,
+    the venv and servelab (read-only: the test cells import it), its writable folders (its own
+    uid's) and Jupyter's runtime folder, and nothing else of the course. It keeps the host's
+    network namespace: nbgrader talks to it over TCP on loopback (the audit hook refuses every
+    socket but AF_UNIX at the Python level). It drops to the grading's uid itself, after reading
+    its connection file (Jupyter writes it mode 0600 as root)."""
+    from autograder.remote import CHILD, _user_processes
+
+    boundary = sandbox.boundary()
     data = course / "jupyter"
     spec = data / "kernels" / KERNEL_NAME
     spec.mkdir(parents=True)
-    sandbox = {"forbidden": [str(p) for p in forbidden], "writable": [str(p) for p in writable],
-               # CPU seconds for the whole kernel (every cell, the imports): an endless cell must meet
-               # its per-cell wall-clock timeout first, and the cells after it must still run
-               "blocked_modules": [], "cpu_s": KERNEL_CPU_FACTOR * max(1, int(limits.cpu_s)),
-               "memory_bytes": int(limits.memory_bytes),
-               "output_bytes": int(limits.output_bytes), "nproc": _user_processes() + int(limits.nproc)}
+    for folder in writable:
+        boundary.give(folder)
+    nproc = int(limits.nproc) + (_user_processes() if boundary.uid is None else 0)
+    cfg = {"forbidden": [str(p) for p in forbidden], "writable": [str(p) for p in writable],
+           # CPU seconds for the whole kernel (every cell, the imports): an endless cell must meet
+           # its per-cell wall-clock timeout first, and the cells after it must still run
+           "blocked_modules": [], "cpu_s": KERNEL_CPU_FACTOR * max(1, int(limits.cpu_s)),
+           "memory_bytes": int(limits.memory_bytes),
+           "output_bytes": int(limits.output_bytes), "nproc": nproc,
+           "uid": boundary.uid, "gid": boundary.gid, "own": str(writable[-1]), "bwrap": boundary.bwrap}
+    servelab_home = Path(servelab.__file__).resolve().parent.parent  # python/ (or site-packages)
+    for folder in (*writable, servelab_home):
+        boundary.reach(folder)
+    argv = boundary.command([sys.executable, "-s", str(KERNEL), "-f", "{connection_file}"],
+                            readable=[servelab_home, KERNEL, CHILD, SANDBOX], writable=writable,
+                            hidden=forbidden, share_net=True, ignore_sigint=True, drop_here=False)
     (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-s", str(KERNEL), "-f", "{connection_file}"],
+        "argv": argv,
         "display_name": "servelab sandbox", "language": "python",
-        "env": {"SERVELAB_SANDBOX": json.dumps(sandbox)}}), encoding="utf-8")
+        "env": {"SERVELAB_SANDBOX": json.dumps(cfg)}}), encoding="utf-8")
     return data
 
 

@@ -6,6 +6,7 @@ edited test cells gain nothing) are in the self-check (test_selfcheck.py)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import sys
@@ -146,7 +147,7 @@ def test_kernel_sandbox_refuses_the_course_copy_and_processes(tmp_path):
     # refused by the audit hook (PermissionError), or not there at all behind bubblewrap's mount
     # namespace (nbgrader's database: FileNotFoundError)
     line = next(ln for ln in text.splitlines() if ln.startswith("SANDBOX "))
-    outcomes = eval(line[len("SANDBOX "):])  # a list of exception names printed by the notebook
+    outcomes = ast.literal_eval(line[len("SANDBOX "):])
     assert len(outcomes) == 7 and set(outcomes) <= {"PermissionError", "FileNotFoundError"}, line
     # the honest work next to the attack still earns its autograded points
     earned = {t["extra_data"]["cell"]: t["score"] for t in result["tests"] if t["extra_data"]["task"] == nb.id}

@@ -164,6 +164,7 @@ def _kernel_spec(course: Path, forbidden: list[Path], writable: list[Path], limi
     servelab_home = Path(servelab.__file__).resolve().parent.parent  # python/ (or site-packages)
     for folder in (*writable, servelab_home):
         boundary.reach(folder)
+    boundary.lock(forbidden, keep=[servelab_home / "servelab"])  # only without namespaces
     argv = boundary.command([sys.executable, "-s", str(KERNEL), "-f", "{connection_file}"],
                             readable=[servelab_home, KERNEL, CHILD, SANDBOX], writable=writable,
                             hidden=forbidden, share_net=True, ignore_sigint=True, drop_here=False)

@@ -24,6 +24,8 @@ from pathlib import Path
 from autograder import sandbox, wire
 
 CHILD = Path(__file__).with_name("child.py")
+# servelab's folder: a notebook's kernel imports it, so the uid drop alone cannot close it (README)
+SERVELAB = Path(__file__).resolve().parents[1] / "python" / "servelab"
 MAX_REPLY = 16 << 20  # bytes; a longer line is a protocol error, not a reason to run out of memory
 
 
@@ -131,6 +133,7 @@ class Child:
                                      readable=[*folders, CHILD], writable=[scratch], hidden=forbidden, cwd=scratch)
         for folder in (*folders, scratch):
             self.boundary.reach(folder)
+        self.boundary.lock(forbidden, keep=[SERVELAB])  # only without namespaces: 0700 instead
         with open(self.log_path, "wb") as log:
             self.boundary.give(scratch)
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,

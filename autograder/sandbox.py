@@ -155,6 +155,25 @@ class Boundary:
                 os.chown(folder, -1, self.gid)
             os.chmod(folder, stat.S_IMODE(st.st_mode) | stat.S_IXGRP)
 
+    def lock(self, paths: list[Path], keep: list[Path] = ()) -> None:
+        """Without a mount namespace, the folders the child must not read (the course copy's
+        private parts) lose every permission of group and others: mode 0700, the grader's. A
+        path holding one of ``keep`` (servelab's folder: a kernel imports it), or the
+        interpreter's folders, is left alone."""
+        if self.bwrap or self.uid is None:
+            return
+        keep = [Path(k).resolve() for k in (*keep, *interpreter_paths())]
+        for path in paths:
+            path = Path(path)
+            if any(path == k or path in k.parents for k in keep):
+                continue
+            try:
+                st = path.lstat()
+                if st.st_uid == os.geteuid() and not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077:
+                    os.chmod(path, stat.S_IMODE(st.st_mode) & 0o700)
+            except OSError:
+                pass
+
     def reap(self) -> None:
         """Kills every process still running as the child's uid (one that left its process
         group). Nothing else runs as that uid: it was chosen free."""

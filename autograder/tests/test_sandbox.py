@@ -38,7 +38,8 @@ open('listing.txt', 'w').write(found)
 
 
 def test_the_child_is_another_user_in_other_namespaces_and_cannot_list_the_course(tmp_path):
-    """Even from a subinterpreter (no audit hook), the course copy cannot be listed."""
+    """Even from a subinterpreter (no audit hook), the course copy (its assignments, with the
+    solutions and hidden tests) cannot be listed."""
     boundary = sandbox.boundary()
     assert boundary.mode != "none"  # this machine runs as root with bubblewrap (.ci/run installs it)
     (tmp_path / "mods").mkdir()
@@ -46,7 +47,7 @@ def test_the_child_is_another_user_in_other_namespaces_and_cannot_list_the_cours
     child = Child([("probe", tmp_path / "mods" / "probe.py")], tmp_path / "scratch", [], [], Limits(wall_s=60),
                   time.monotonic() + 60)
     try:
-        uid, pid_ns, listing = child.call("probe", "probe", (str(ROOT),), {})
+        uid, pid_ns, listing = child.call("probe", "probe", (str(ROOT / "assignments"),), {})
     finally:
         child.close()
     assert listing in ("FileNotFoundError", "PermissionError"), listing
@@ -138,3 +139,16 @@ def test_with_the_boundary_off_a_notebook_runs_nbgraders_source_solutions(monkey
     exposed = grade(HOSTILE / "nbgrader_source_folder", limits=Limits(wall_s=30, cpu_s=30),
                     only_tasks=frozenset({nb.id}))
     assert points_by_task(exposed)[nb.id] > 0, [t["output"][:200] for t in exposed["tests"]][-4:]
+
+
+def test_without_namespaces_the_course_copy_is_locked_but_servelab_stays(tmp_path):
+    """The uid drop alone: private folders become 0700; servelab's folder (a kernel imports it)
+    and its ancestors keep their modes."""
+    course = tmp_path / "course"
+    for sub in ("assignments/a1_ledger", "autograder/answers", "python/servelab"):
+        (course / sub).mkdir(parents=True)
+        os.chmod(course / sub.split("/")[0], 0o755)
+    b = sandbox.Boundary(bwrap=False, uid=300001, gid=300001)
+    b.lock([course / "assignments", course / "autograder", course / "python"], keep=[course / "python" / "servelab"])
+    modes = {p: (course / p).stat().st_mode & 0o777 for p in ("assignments", "autograder", "python")}
+    assert modes == {"assignments": 0o700, "autograder": 0o700, "python": 0o755}

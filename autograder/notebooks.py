@@ -141,16 +141,17 @@ def _kernel_spec(course: Path, forbidden: list[Path], writable: list[Path], limi
 
     The kernel runs behind the OS boundary (:mod:`autograder.sandbox`): it sees the interpreter,
     the venv and servelab (read-only: the test cells import it), its writable folders (its own
-    uid's) and Jupyter's runtime folder, and nothing else of the course. It keeps the host's
-    network namespace: nbgrader talks to it over TCP on loopback (the audit hook refuses every
-    socket but AF_UNIX at the Python level). It drops to the grading's uid itself, after reading
-    its connection file (Jupyter writes it mode 0600 as root)."""
+    uid's, Jupyter's runtime folder among them), and nothing else of the course; no network
+    (nbgrader talks to it over Unix sockets in the runtime folder: ``transport = "ipc"`` in
+    :mod:`autograder.nb_runner`). It drops to the grading's uid itself, after reading its
+    connection file (Jupyter writes it mode 0600 as root)."""
     from autograder.remote import CHILD, _user_processes
 
     boundary = sandbox.boundary()
     data = course / "jupyter"
     spec = data / "kernels" / KERNEL_NAME
     spec.mkdir(parents=True)
+    (course / "home" / "runtime").mkdir(parents=True, exist_ok=True)  # the kernel's sockets: its own
     for folder in writable:
         boundary.give(folder)
     nproc = int(limits.nproc) + (_user_processes() if boundary.uid is None else 0)
@@ -167,7 +168,7 @@ def _kernel_spec(course: Path, forbidden: list[Path], writable: list[Path], limi
     boundary.lock(forbidden, keep=[servelab_home / "servelab"])  # only without namespaces
     argv = boundary.command([sys.executable, "-s", str(KERNEL), "-f", "{connection_file}"],
                             readable=[servelab_home, KERNEL, CHILD, SANDBOX], writable=writable,
-                            hidden=forbidden, share_net=True, ignore_sigint=True, drop_here=False)
+                            hidden=forbidden, ignore_sigint=True, drop_here=False)
     (spec / "kernel.json").write_text(json.dumps({
         "argv": argv,
         "display_name": "servelab sandbox", "language": "python",

@@ -14,7 +14,7 @@ a compiled extension or a ``dir_fd`` walks past it). The boundary is the operati
   interpreter, its virtual environment (read-only), the grader's one launcher file, the folders
   named ``readable`` (read-only) and ``writable`` (read-write), and nothing else: no course copy,
   no ``/tmp`` of the host, no ``/proc`` of other processes (a PID namespace), no network (a
-  network namespace; a kernel keeps the host's, see :meth:`Boundary.command`), no System V IPC.
+  network namespace: a kernel talks to nbgrader over Unix sockets), no System V IPC.
 
 Which boundary runs (:func:`boundary`): bubblewrap plus the uid drop as root; bubblewrap alone
 as a user; the uid drop alone as root where bubblewrap cannot make namespaces (a Docker
@@ -82,8 +82,8 @@ class Boundary:
         """``argv`` wrapped in the boundary. ``readable``/``writable``: the folders or files the
         child needs besides the interpreter and its environment (the same paths inside);
         ``hidden``: paths under those that must stay out of sight (an empty folder is mounted
-        over each). ``share_net``: keep the host's network namespace (a Jupyter kernel talks
-        to nbgrader over TCP on loopback). ``ignore_sigint``: bubblewrap's own process ignores
+        over each). ``share_net``: keep the host's network namespace (nothing needs it today:
+        a Jupyter kernel talks to nbgrader over Unix sockets). ``ignore_sigint``: bubblewrap's own process ignores
         SIGINT (Jupyter interrupts a cell by signalling the kernel's whole process group; that
         must reach Python, not end bubblewrap). ``cwd``: the child's working folder inside.
         ``drop_here=False``: the program drops to ``uid`` itself (a kernel must first read its

@@ -136,7 +136,8 @@ def kernel_forbidden(root: Path, extra: list[Path] = ()) -> list[Path]:
     return out
 
 
-def _kernel_spec(course: Path, forbidden: list[Path], writable: list[Path], limits: Limits) -> Path:
+def _kernel_spec(course: Path, forbidden: list[Path], writable: list[Path], limits: Limits,
+                 boundary: sandbox.Boundary) -> Path:
     """A Jupyter data folder holding the sandboxed kernel's spec; returns it (for JUPYTER_PATH).
 
     The kernel runs behind the OS boundary (:mod:`autograder.sandbox`): it sees the interpreter,
@@ -147,7 +148,6 @@ def _kernel_spec(course: Path, forbidden: list[Path], writable: list[Path], limi
     connection file (Jupyter writes it mode 0600 as root)."""
     from autograder.remote import CHILD, _user_processes
 
-    boundary = sandbox.boundary()
     data = course / "jupyter"
     spec = data / "kernels" / KERNEL_NAME
     spec.mkdir(parents=True)
@@ -184,7 +184,9 @@ def _run(course: Path, action: str, limits: Limits, timeout_s: float, forbidden:
     writable = [course / "submitted" / STUDENT / ASSIGNMENT, home, tmp]
     jupyter = _kernel_spec(course, forbidden + [course / p for p in ("gradebook.db", "source", "release",
                                                                      "autograded", "jupyter")],
-                           writable, limits) if not (course / "jupyter").exists() else course / "jupyter"
+                           # generate runs no notebook: no boundary needed (a release is no grading)
+                           writable, limits, sandbox.boundary() if action == "autograde" else sandbox.NONE,
+                           ) if not (course / "jupyter").exists() else course / "jupyter"
     out = course / f"{action}.json"
     cfg = {"action": action, "course": str(course), "assignment": ASSIGNMENT, "student": STUDENT,
            "cell_timeout": max(1, int(limits.wall_s)), "kernel": KERNEL_NAME, "out": str(out),

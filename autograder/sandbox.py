@@ -57,6 +57,10 @@ SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so
                 "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives", "/etc/ssl")
 
 
+# the grader's files a child runs (by path): they stay readable when the course copy is locked
+LAUNCHERS = tuple(Path(__file__).resolve().with_name(n) for n in ("child.py", "nb_kernel.py", "sandbox.py"))
+
+
 class Refused(RuntimeError):
     """No OS boundary is available here and the submission is not trusted: grading stops."""
 
@@ -162,17 +166,27 @@ class Boundary:
         interpreter's folders, is left alone."""
         if self.bwrap or self.uid is None:
             return
-        keep = [Path(k).resolve() for k in (*keep, *interpreter_paths())]
-        for path in paths:
-            path = Path(path)
-            if any(path == k or path in k.parents for k in keep):
-                continue
+        keep = [Path(k).resolve() for k in (*keep, *LAUNCHERS, *interpreter_paths())]
+
+        def close(path: Path) -> None:
+            if path in keep:
+                return
+            if any(path in k.parents for k in keep):  # e.g. autograder/, which holds child.py
+                try:
+                    for entry in sorted(path.iterdir()):
+                        close(entry)
+                except OSError:
+                    pass
+                return
             try:
                 st = path.lstat()
                 if st.st_uid == os.geteuid() and not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077:
                     os.chmod(path, stat.S_IMODE(st.st_mode) & 0o700)
             except OSError:
                 pass
+
+        for path in paths:
+            close(Path(path))
 
     def reap(self) -> None:
         """Kills every process still running as the child's uid (one that left its process

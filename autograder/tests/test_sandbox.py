@@ -152,3 +152,19 @@ def test_without_namespaces_the_course_copy_is_locked_but_servelab_stays(tmp_pat
     b.lock([course / "assignments", course / "autograder", course / "python"], keep=[course / "python" / "servelab"])
     modes = {p: (course / p).stat().st_mode & 0o777 for p in ("assignments", "autograder", "python")}
     assert modes == {"assignments": 0o700, "autograder": 0o700, "python": 0o755}
+
+
+def test_locking_keeps_the_launchers_readable(tmp_path, monkeypatch):
+    """child.py, nb_kernel.py and sandbox.py must stay readable: their folder stays open, and
+    everything else in it (the answer key) is closed."""
+    course = tmp_path / "course"
+    (course / "autograder" / "answers").mkdir(parents=True)
+    os.chmod(course / "autograder" / "answers", 0o755)
+    launcher = course / "autograder" / "child.py"
+    launcher.write_text("")
+    os.chmod(launcher, 0o644)
+    b = sandbox.Boundary(bwrap=False, uid=300001, gid=300001)
+    monkeypatch.setattr(sandbox, "LAUNCHERS", (launcher,))
+    b.lock([course / "autograder"])
+    assert launcher.stat().st_mode & 0o777 == 0o644
+    assert (course / "autograder" / "answers").stat().st_mode & 0o777 == 0o700

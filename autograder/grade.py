@@ -19,7 +19,7 @@ from autograder import results
 from autograder.hidden import hidden_test_names
 from autograder.judge import Outcome, run_task
 from autograder.remote import Limits
-from autograder import notebooks
+from autograder import notebooks, sandbox
 from autograder.submission import SubmissionError, collect, find_file, unpack
 from servelab.grading.manifest import Manifest
 
@@ -73,6 +73,7 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
     own folder, so the other tasks cannot be affected. A notebook counts as a task here (its
     manifest id). ``notebooks_out``: where to keep the autograded notebooks (for manual grading)."""
     start = time.monotonic()
+    sandbox.require()  # no OS boundary and no --trust-submission: refuse (autograder/sandbox.py)
     root = Path(root).resolve()
     manifest = manifest_of(root)
     work = Path(tempfile.mkdtemp(prefix="servelab-grade-")).resolve()

@@ -23,22 +23,46 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _load_child():
-    """autograder/child.py by path (the package itself stays off the kernel's sys.path)."""
-    spec = importlib.util.spec_from_file_location("_servelab_sandbox", os.path.join(HERE, "child.py"))
+def _load(name: str):
+    """autograder/<name>.py by path (the package itself stays off the kernel's sys.path)."""
+    spec = importlib.util.spec_from_file_location(f"_servelab_{name}", os.path.join(HERE, f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
 
+def _become_the_sandbox_user(cfg: dict) -> None:
+    """Started as root (behind bubblewrap, or not): Jupyter wrote the connection file mode 0600
+    as root, so copy it into the kernel's own folder, then drop to the grading's uid for good
+    (autograder/sandbox.py) before anything of the notebook's runs."""
+    uid, gid = cfg.get("uid"), cfg.get("gid")
+    if uid is None:
+        return
+    at = sys.argv.index("-f") + 1
+    own = os.path.join(cfg["own"], "connection.json")
+    with open(sys.argv[at], "rb") as src, open(own, "wb") as dst:
+        dst.write(src.read())
+    os.chown(own, uid, gid)
+    os.chmod(own, 0o600)
+    sys.argv[at] = own
+    _load("sandbox").drop_privileges(uid, gid)
+
+
 def main() -> None:
     cfg = json.loads(os.environ.pop("SERVELAB_SANDBOX"))
+    _become_the_sandbox_user(cfg)
     if sys.path and os.path.realpath(sys.path[0] or ".") == HERE:
         del sys.path[0]
     hidden = tuple(os.path.realpath(p) for p in cfg["forbidden"])
     sys.path[:] = [p for p in sys.path if not any(os.path.realpath(p or ".").startswith(h) for h in hidden)]
-    child = _load_child()
+    child = _load("child")
     import asyncio  # noqa: F401  (the kernel's machinery, loaded before the hook)
+
+    # in bubblewrap's PID namespace the parent's pid means nothing (ipykernel would see it gone
+    # and exit); the kernel ends with its namespace when nbgrader's process ends
+    if cfg.get("bwrap"):
+        os.environ.pop("JPY_PARENT_PID", None)
 
     from ipykernel import kernelapp
 

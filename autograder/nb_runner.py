@@ -87,6 +87,10 @@ def main() -> None:
     c.CourseDirectory.db_url = db_url
     c.Execute.timeout = int(cfg.get("cell_timeout", 60))
     c.Execute.kernel_name = cfg.get("kernel", "python3")
+    # Unix sockets in the runtime folder instead of TCP on loopback: the kernel then needs no
+    # network at all, and runs in a network namespace of its own (autograder/sandbox.py)
+    c.KernelManager.transport = "ipc"
+    c.KernelManager.ip = str(Path(os.environ["JUPYTER_RUNTIME_DIR"]) / "kernel")  # the socket files' prefix
     api = NbGraderAPI(config=c)
     if cfg["action"] == "generate":
         result = api.generate_assignment(cfg["assignment"], force=True, create=True)

@@ -41,13 +41,14 @@ from pathlib import Path
 
 import servelab
 
-from autograder import nb_recheck
+from autograder import nb_recheck, sandbox
 from autograder.remote import Limits
 
 ASSIGNMENT = "notebooks"  # the nbgrader assignment: the folder assignments/notebooks/
 STUDENT = "student"
 RUNNER = Path(__file__).with_name("nb_runner.py")
 KERNEL = Path(__file__).with_name("nb_kernel.py")
+SANDBOX = Path(__file__).with_name("sandbox.py")
 KERNEL_NAME = "servelab-sandbox"
 KERNEL_CPU_FACTOR = 4  # the kernel's CPU limit, in per-test CPU limits (see _kernel_spec)
 MAX_NOTEBOOK = 1 << 20  # bytes, as for any submitted file
@@ -179,23 +180,43 @@ def kernel_forbidden(root: Path, extra: list[Path] = ()) -> list[Path]:
     return out
 
 
-def _kernel_spec(course: Path, forbidden: list[Path], writable: list[Path], limits: Limits) -> Path:
-    """A Jupyter data folder holding the sandboxed kernel's spec; returns it (for JUPYTER_PATH)."""
-    from autograder.remote import _user_processes
+def _kernel_spec(course: Path, forbidden: list[Path], writable: list[Path], limits: Limits,
+                 boundary: sandbox.Boundary) -> Path:
+    """A Jupyter data folder holding the sandboxed kernel's spec; returns it (for JUPYTER_PATH).
+
+    The kernel runs behind the OS boundary (:mod:`autograder.sandbox`): it sees the interpreter,
+    the venv and servelab (read-only: the test cells import it), its writable folders (its own
+    uid's, Jupyter's runtime folder among them), and nothing else of the course; no network
+    (nbgrader talks to it over Unix sockets in the runtime folder: ``transport = "ipc"`` in
+    :mod:`autograder.nb_runner`). It drops to the grading's uid itself, after reading its
+    connection file (Jupyter writes it mode 0600 as root)."""
+    from autograder.remote import CHILD, _user_processes
 
     data = course / "jupyter"
     spec = data / "kernels" / KERNEL_NAME
     spec.mkdir(parents=True)
-    sandbox = {"forbidden": [str(p) for p in forbidden], "writable": [str(p) for p in writable],
-               # CPU seconds for the whole kernel (every cell, the imports): an endless cell must meet
-               # its per-cell wall-clock timeout first, and the cells after it must still run
-               "blocked_modules": [], "cpu_s": KERNEL_CPU_FACTOR * max(1, int(limits.cpu_s)),
-               "memory_bytes": int(limits.memory_bytes),
-               "output_bytes": int(limits.output_bytes), "nproc": _user_processes() + int(limits.nproc)}
+    (course / "home" / "runtime").mkdir(parents=True, exist_ok=True)  # the kernel's sockets: its own
+    for folder in writable:
+        boundary.give(folder)
+    nproc = int(limits.nproc) + (_user_processes() if boundary.uid is None else 0)
+    cfg = {"forbidden": [str(p) for p in forbidden], "writable": [str(p) for p in writable],
+           # CPU seconds for the whole kernel (every cell, the imports): an endless cell must meet
+           # its per-cell wall-clock timeout first, and the cells after it must still run
+           "blocked_modules": [], "cpu_s": KERNEL_CPU_FACTOR * max(1, int(limits.cpu_s)),
+           "memory_bytes": int(limits.memory_bytes),
+           "output_bytes": int(limits.output_bytes), "nproc": nproc,
+           "uid": boundary.uid, "gid": boundary.gid, "own": str(writable[-1]), "bwrap": boundary.bwrap}
+    servelab_home = Path(servelab.__file__).resolve().parent.parent  # python/ (or site-packages)
+    for folder in (*writable, servelab_home):
+        boundary.reach(folder)
+    boundary.lock(forbidden, keep=[servelab_home / "servelab"])  # only without namespaces
+    argv = boundary.command([sys.executable, "-s", str(KERNEL), "-f", "{connection_file}"],
+                            readable=[servelab_home, KERNEL, CHILD, SANDBOX], writable=writable,
+                            hidden=forbidden, ignore_sigint=True, drop_here=False)
     (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-s", str(KERNEL), "-f", "{connection_file}"],
+        "argv": argv,
         "display_name": "servelab sandbox", "language": "python",
-        "env": {"SERVELAB_SANDBOX": json.dumps(sandbox)}}), encoding="utf-8")
+        "env": {"SERVELAB_SANDBOX": json.dumps(cfg)}}), encoding="utf-8")
     return data
 
 
@@ -207,7 +228,9 @@ def _run(course: Path, action: str, limits: Limits, timeout_s: float, forbidden:
     writable = [course / "submitted" / STUDENT / ASSIGNMENT, home, tmp]
     jupyter = _kernel_spec(course, forbidden + [course / p for p in ("gradebook.db", "source", "release",
                                                                      "autograded", "jupyter")],
-                           writable, limits) if not (course / "jupyter").exists() else course / "jupyter"
+                           # generate runs no notebook: no boundary needed (a release is no grading)
+                           writable, limits, sandbox.boundary() if action == "autograde" else sandbox.NONE,
+                           ) if not (course / "jupyter").exists() else course / "jupyter"
     out = course / f"{action}.json"
     cfg = {"action": action, "course": str(course), "assignment": ASSIGNMENT, "student": STUDENT,
            "cell_timeout": max(1, int(limits.wall_s)), "kernel": KERNEL_NAME, "out": str(out),

@@ -21,9 +21,11 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import wire
+from autograder import sandbox, wire
 
 CHILD = Path(__file__).with_name("child.py")
+# servelab's folder: a notebook's kernel imports it, so the uid drop alone cannot close it (README)
+SERVELAB = Path(__file__).resolve().parents[1] / "python" / "servelab"
 MAX_REPLY = 16 << 20  # bytes; a longer line is a protocol error, not a reason to run out of memory
 
 
@@ -106,25 +108,36 @@ class Child:
         self.limits, self.deadline = limits, deadline
         self._buffer = b""
         self._reply: int | None = None
+        self.boundary = sandbox.boundary()  # the OS boundary (autograder/sandbox.py)
+        # a fresh uid runs nothing else, so RLIMIT_NPROC counts only this child's processes
+        nproc = int(limits.nproc) + (_user_processes() if self.boundary.uid is None else 0)
+        home, tmp = scratch / "home", scratch / "tmp"
+        home.mkdir(parents=True)
+        tmp.mkdir()
         read_fd, write_fd = os.pipe()
         cfg = {"reply_fd": write_fd, "modules": [[n, str(p)] for n, p in modules],
                "forbidden": [str(p) for p in forbidden], "writable": [str(scratch)],
                "blocked_modules": list(blocked_modules), "cpu_s": max(1, int(limits.cpu_s)),
                "memory_bytes": int(limits.memory_bytes), "output_bytes": int(limits.output_bytes),
-               "nproc": _user_processes() + int(limits.nproc), "preload": list(preload)}
-        home, tmp = scratch / "home", scratch / "tmp"
-        home.mkdir(parents=True)
-        tmp.mkdir()
+               "nproc": nproc, "preload": list(preload)}
         env = {"HOME": str(home), "TMPDIR": str(tmp), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
                "PYTHONIOENCODING": "utf-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         # the student's prints go to a file that is never read back as a result
         self.log_path = scratch / "output.log"
+        # the child sees its modules' folders (read-only), its scratch folder (its own) and the
+        # interpreter; the course copy, servelab and every other folder are not there at all
+        folders = sorted({Path(p).parent for _, p in modules})
+        argv = self.boundary.command([sys.executable, "-s", str(CHILD), json.dumps(cfg)],
+                                     readable=[*folders, CHILD], writable=[scratch], hidden=forbidden, cwd=scratch)
+        for folder in (*folders, scratch):
+            self.boundary.reach(folder)
+        self.boundary.lock(forbidden, keep=[SERVELAB])  # only without namespaces: 0700 instead
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-s", str(CHILD), json.dumps(cfg)], stdin=subprocess.PIPE,
-                                         stdout=log, stderr=subprocess.STDOUT, cwd=scratch, env=env,
-                                         pass_fds=(write_fd,), start_new_session=True)
+            self.boundary.give(scratch)
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                                         cwd=scratch, env=env, pass_fds=(write_fd,), start_new_session=True)
         os.close(write_fd)
         self._reply = read_fd
         first = self._read("importing your code")
@@ -223,6 +236,8 @@ class Child:
         except (ProcessLookupError, PermissionError):
             pass
         self.proc.wait()
+        if not self.boundary.bwrap:  # a process that left the group (a PID namespace ends with its first)
+            self.boundary.reap()
         if self.proc.stdin:
             try:
                 self.proc.stdin.close()

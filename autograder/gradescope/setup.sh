@@ -2,7 +2,7 @@
 # Gradescope runs this once when building the autograder image (Ubuntu, as root).
 set -euxo pipefail
 apt-get update
-apt-get install -y --no-install-recommends python3 python3-venv python3-dev build-essential curl make git
+apt-get install -y --no-install-recommends python3 python3-venv python3-dev build-essential curl make git bubblewrap
 curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
 source "$HOME/.cargo/env"
 cd /autograder/source

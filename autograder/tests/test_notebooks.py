@@ -6,6 +6,7 @@ edited test cells gain nothing) are in the self-check (test_selfcheck.py)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import sys
@@ -143,7 +144,11 @@ def test_kernel_sandbox_refuses_the_course_copy_and_processes(tmp_path):
     executed = json.loads((tmp_path / "executed" / f"{nb.name}.ipynb").read_text())
     text = "".join("".join(o.get("text", "")) for c in executed["cells"] if c["cell_type"] == "code"
                    for o in c.get("outputs", []))
-    assert "SANDBOX " + str(["PermissionError"] * 7) in text, text
+    # refused by the audit hook (PermissionError), or not there at all behind bubblewrap's mount
+    # namespace (nbgrader's database: FileNotFoundError)
+    line = next(ln for ln in text.splitlines() if ln.startswith("SANDBOX "))
+    outcomes = ast.literal_eval(line[len("SANDBOX "):])
+    assert len(outcomes) == 7 and set(outcomes) <= {"PermissionError", "FileNotFoundError"}, line
     # the honest work next to the attack still earns its autograded points
     earned = {t["extra_data"]["cell"]: t["score"] for t in result["tests"] if t["extra_data"]["task"] == nb.id}
     assert earned == {"ex06_a_test": 2, "ex06_b_test": 2, "ex06_c_test": 1, "ex06_d_answer": 0}

@@ -12,7 +12,7 @@ import pytest
 
 from autograder import wire
 
-MODULES = ["autograder.wire", "autograder.hidden", "autograder.submission", "autograder.notebooks"]
+MODULES = ["autograder.wire", "autograder.hidden", "autograder.submission", "autograder.notebooks", "autograder.sandbox"]
 
 
 @pytest.mark.parametrize("name", MODULES)

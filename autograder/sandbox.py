@@ -1,0 +1,358 @@
+"""The OS boundary around student code: one place builds the command line of every process that
+runs a submission (the Python tasks' child, a notebook's kernel, ``nb_recheck``'s child).
+
+The audit hook in :mod:`autograder.child` is not a security boundary (PEP 578: a subinterpreter,
+a compiled extension or a ``dir_fd`` walks past it). The boundary is the operating system:
+
+* **another user.** As root, each grading process picks a numeric uid (and the same gid) that
+  no process runs as and no account names, and every child drops to it (``setpriv``: real and
+  effective ids, no supplementary groups, no capabilities, ``no_new_privs``). It owns only its
+  scratch folder; the grader's temporary folders are mode 0700 (``tempfile.mkdtemp``), so other
+  gradings' files, nbgrader's database and the course copy's private folders are not its to
+  read. As a non-root user there is no other uid to become.
+* **a mount namespace** (bubblewrap, ``/usr/bin/bwrap``): the child sees ``/usr``, the
+  interpreter, its virtual environment (read-only), the grader's one launcher file, the folders
+  named ``readable`` (read-only) and ``writable`` (read-write), and nothing else: no course copy,
+  no ``/tmp`` of the host, no ``/proc`` of other processes (a PID namespace), no network (a
+  network namespace: a kernel talks to nbgrader over Unix sockets), no System V IPC.
+
+Which boundary runs (:func:`boundary`): bubblewrap plus the uid drop as root; bubblewrap alone
+as a user; the uid drop alone as root where bubblewrap cannot make namespaces (a Docker
+container without ``CAP_SYS_ADMIN``, as Gradescope's); otherwise none, and :func:`require`
+refuses to grade unless the operator trusts the submission (``grade --trust-submission``).
+``SERVELAB_SANDBOX`` in the grader's own environment forces a mode (``bwrap``, ``uid``, or
+``none``: the self-check's controls grade with the OS boundary off to show it is what stops
+the hostile submissions); a submission never sees the grader's environment.
+
+>>> b = Boundary(bwrap=False, uid=None, gid=None)
+>>> b.mode, b.command(["python", "child.py"], readable=[], writable=[])
+('none', ['python', 'child.py'])
+>>> u = Boundary(bwrap=False, uid=123456, gid=123456)
+>>> u.mode, u.command(["python"], readable=[], writable=[])[1:3]
+('uid', ['--reuid=123456', '--regid=123456'])
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+TOOLS_PATH = "/usr/bin:/bin:/usr/sbin:/sbin:/usr/local/bin"
+BWRAP = shutil.which("bwrap", path=TOOLS_PATH)
+SETPRIV = shutil.which("setpriv", path=TOOLS_PATH)
+ENV = shutil.which("env", path=TOOLS_PATH) or "/usr/bin/env"
+MODE_VARIABLE = "SERVELAB_SANDBOX"  # auto (default), bwrap, uid, none: the grader's own setting
+TRUST_VARIABLE = "SERVELAB_TRUST_SUBMISSION"  # set by `grade --trust-submission`
+MODES = ("auto", "bwrap", "uid", "none")
+ID_RANGE = (200_000, (1 << 31) - 2)  # far above any distribution's system and login accounts
+# what every sandboxed interpreter needs from the host, read-only (each if it exists)
+SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so.cache", "/etc/ld.so.conf",
+                "/etc/ld.so.conf.d", "/etc/localtime", "/etc/alternatives", "/etc/ssl")
+
+
+# the grader's files a child runs (by path): they stay readable when the course copy is locked
+LAUNCHERS = tuple(Path(__file__).resolve().with_name(n) for n in ("child.py", "nb_kernel.py", "sandbox.py"))
+
+
+class Refused(RuntimeError):
+    """No OS boundary is available here and the submission is not trusted: grading stops."""
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """How children start. ``uid``/``gid``: the identity they drop to (None: stay as the grader);
+    ``bwrap``: inside a bubblewrap mount, PID, IPC, UTS (and network) namespace."""
+
+    bwrap: bool
+    uid: int | None
+    gid: int | None
+
+    @property
+    def mode(self) -> str:
+        """``bwrap+uid``, ``bwrap``, ``uid`` or ``none``."""
+        parts = (["bwrap"] if self.bwrap else []) + (["uid"] if self.uid is not None else [])
+        return "+".join(parts) or "none"
+
+    def command(self, argv: list[str], readable: list[Path], writable: list[Path], hidden: list[Path] = (),
+                cwd: Path | None = None, share_net: bool = False, ignore_sigint: bool = False,
+                drop_here: bool = True) -> list[str]:
+        """``argv`` wrapped in the boundary. ``readable``/``writable``: the folders or files the
+        child needs besides the interpreter and its environment (the same paths inside);
+        ``hidden``: paths under those that must stay out of sight (an empty folder is mounted
+        over each). ``share_net``: keep the host's network namespace (nothing needs it today:
+        a Jupyter kernel talks to nbgrader over Unix sockets). ``ignore_sigint``: bubblewrap's own process ignores
+        SIGINT (Jupyter interrupts a cell by signalling the kernel's whole process group; that
+        must reach Python, not end bubblewrap). ``cwd``: the child's working folder inside.
+        ``drop_here=False``: the program drops to ``uid`` itself (a kernel must first read its
+        connection file, which Jupyter writes mode 0600: :func:`drop_privileges`)."""
+        argv = [str(a) for a in argv]
+        if self.uid is not None and drop_here:
+            argv = [SETPRIV or "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
+                    "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", *argv]
+        if not self.bwrap:
+            return argv
+        cmd = [BWRAP or "bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+               "--unshare-cgroup-try", "--hostname", "sandbox"]
+        if not share_net:
+            cmd.append("--unshare-net")
+        if os.geteuid() != 0:
+            cmd.append("--unshare-user")  # a user's bubblewrap needs a user namespace for the rest
+        else:
+            cmd += ["--cap-drop", "ALL"] if self.uid is None else []
+        for path in SYSTEM_PATHS:
+            if os.path.islink(path):
+                cmd += ["--symlink", os.readlink(path), path]
+            elif os.path.exists(path):
+                cmd += ["--ro-bind", path, path]
+        # the fresh /proc, /dev and /tmp first: a folder bound later may lie under /tmp
+        cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+        mounted: list[Path] = [Path("/usr")]
+        made = {Path("/")}
+        binds = [("--ro-bind", p) for p in (*interpreter_paths(), *readable)] + [("--bind", p) for p in writable]
+        for flag, path in binds:
+            path = Path(path)
+            # bubblewrap makes missing parents mode 0700: the child (another uid) could not pass
+            for parent in reversed(path.parents):
+                if parent not in made and not any(parent == m or m in parent.parents for m in mounted):
+                    cmd += ["--perms", "0755", "--dir", str(parent)]
+                    made.add(parent)
+            cmd += [flag, str(path), str(path)]
+            mounted.append(path)
+        for path in hidden:  # e.g. servelab installed inside the venv, the references under python/
+            path = Path(path)
+            if path.exists() and any(path == m or m in path.parents for m in mounted):
+                cmd += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
+        cmd += ["--chdir", str(cwd)] if cwd is not None else []
+        cmd += ["--", *argv]
+        return [ENV, "--ignore-signal=INT", *cmd] if ignore_sigint else cmd
+
+    def give(self, folder: Path) -> Path:
+        """Makes ``folder`` the child's own (created if needed): owned by the child's uid, mode
+        0700, so that nobody else's children can read it. Returns it."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        if self.uid is not None:
+            for dirpath, dirnames, filenames in os.walk(folder):
+                for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
+                    os.chown(name, self.uid, self.gid, follow_symlinks=False)
+            os.chmod(folder, 0o700)
+        return folder
+
+    def reach(self, path: Path) -> None:
+        """Without a mount namespace, the child must be able to walk down to ``path``: each
+        ancestor the grader owns that others cannot enter gets the child's group and ``g+x``
+        (the grader's 0700 temporary folders become 0710 for this grading's children only)."""
+        if self.bwrap or self.uid is None:
+            return
+        for folder in reversed(Path(path).resolve().parents):
+            st = folder.stat()
+            if st.st_mode & stat.S_IXOTH or st.st_uid != os.geteuid():
+                continue
+            if st.st_gid != self.gid:
+                os.chown(folder, -1, self.gid)
+            os.chmod(folder, stat.S_IMODE(st.st_mode) | stat.S_IXGRP)
+
+    def lock(self, paths: list[Path], keep: list[Path] = ()) -> None:
+        """Without a mount namespace, the folders the child must not read (the course copy's
+        private parts) lose every permission of group and others: mode 0700, the grader's. A
+        path holding one of ``keep`` (servelab's folder: a kernel imports it), or the
+        interpreter's folders, is left alone."""
+        if self.bwrap or self.uid is None:
+            return
+        keep = [Path(k).resolve() for k in (*keep, *LAUNCHERS, *interpreter_paths())]
+
+        def close(path: Path) -> None:
+            if path in keep:
+                return
+            if any(path in k.parents for k in keep):  # e.g. autograder/, which holds child.py
+                try:
+                    for entry in sorted(path.iterdir()):
+                        close(entry)
+                except OSError:
+                    pass
+                return
+            try:
+                st = path.lstat()
+                if st.st_uid == os.geteuid() and not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077:
+                    os.chmod(path, stat.S_IMODE(st.st_mode) & 0o700)
+            except OSError:
+                pass
+
+        for path in paths:
+            close(Path(path))
+
+    def reap(self) -> None:
+        """Kills every process still running as the child's uid (one that left its process
+        group). Nothing else runs as that uid: it was chosen free."""
+        if self.uid is None:
+            return
+        for pid in _pids_of(self.uid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+NONE = Boundary(bwrap=False, uid=None, gid=None)
+
+
+def drop_privileges(uid: int, gid: int) -> None:
+    """In a process started as root: become ``uid``/``gid`` for good (real, effective and saved
+    ids, no supplementary groups; the kernel then clears every capability). Standard library
+    only: :mod:`autograder.nb_kernel` loads this file by path."""
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid or os.getgid() != gid or os.getgroups() not in ([], [gid]):
+        raise PermissionError(f"could not drop to uid {uid}")
+
+
+def interpreter_paths() -> list[str]:
+    """The folders the interpreter runs from: its installation (a pyenv's under /root, a
+    system Python's /usr) and its virtual environment, outside ``/usr``."""
+    out = []
+    for p in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))):
+        real = os.path.realpath(p)
+        if not any(real == s or real.startswith(s + os.sep) for s in ("/usr", *out)):
+            out = [o for o in out if not o.startswith(real + os.sep)] + [real]
+    return out
+
+
+def _pids_of(uid: int) -> list[int]:
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                if entry.stat().st_uid == uid:
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+def _ids_in_use() -> set[int]:
+    """uids and gids of running processes, of /etc/passwd and /etc/group."""
+    used = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                st = entry.stat()
+                used |= {st.st_uid, st.st_gid}
+            except OSError:
+                pass
+    for table in ("/etc/passwd", "/etc/group"):
+        try:
+            for line in Path(table).read_text(encoding="utf-8", errors="replace").splitlines():
+                fields = line.split(":")
+                if len(fields) > 2 and fields[2].isdigit():
+                    used.add(int(fields[2]))
+        except OSError:
+            pass
+    return used
+
+
+def free_id() -> int:
+    """A uid (and gid) that no process uses and no account names, drawn at random from a range
+    this user namespace maps (two graders choosing at once will not meet)."""
+    low, high = ID_RANGE
+    try:
+        start, _, count = (int(x) for x in Path("/proc/self/uid_map").read_text().split()[:3])
+        low, high = max(low, start), min(high, start + count - 1)
+    except (OSError, ValueError):
+        pass
+    if high - low < 1000:
+        raise Refused(f"no free uid range to run submissions as another user (user namespace maps {low}..{high})")
+    used, rng = _ids_in_use(), random.SystemRandom()
+    while True:
+        n = rng.randrange(low, high + 1)
+        if n not in used:
+            return n
+
+
+def _world_reachable(path: str) -> str | None:
+    """The first ancestor of ``path`` (or itself) that other users cannot enter, or None."""
+    p = Path(path).resolve()
+    for folder in [*reversed(p.parents), p]:
+        try:
+            if folder.is_dir() and not folder.stat().st_mode & stat.S_IXOTH:
+                return str(folder)
+        except OSError:
+            return str(folder)
+    return None
+
+
+_PROBED: dict[tuple, bool] = {}
+
+
+def _bwrap_works(candidate: Boundary) -> bool:
+    key = (candidate, os.getpid())
+    if key not in _PROBED:
+        ok = False
+        if BWRAP and os.access(BWRAP, os.X_OK):
+            try:
+                run = subprocess.run(candidate.command([sys.executable, "-c", "pass"], readable=[], writable=[]),
+                                     stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+                ok = run.returncode == 0
+            except (OSError, subprocess.SubprocessError):
+                ok = False
+        _PROBED[key] = ok
+    return _PROBED[key]
+
+
+_CHOSEN: dict[int, Boundary] = {}
+
+
+def boundary() -> Boundary:
+    """The boundary this grading process uses (chosen once per process: a grade-all worker gets
+    a uid of its own). Raises :class:`Refused` when there is none and the submission is not
+    trusted, with the reason and what to do."""
+    mode = os.environ.get(MODE_VARIABLE, "auto") or "auto"
+    if mode not in MODES:
+        raise Refused(f"{MODE_VARIABLE} must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "none":
+        return NONE
+    if os.getpid() in _CHOSEN:
+        return _CHOSEN[os.getpid()]
+    root = os.geteuid() == 0
+    ident = free_id() if root and SETPRIV else None
+    why = []
+    chosen = None
+    if mode in ("auto", "bwrap"):
+        candidate = Boundary(bwrap=True, uid=ident, gid=ident)
+        if root and not SETPRIV:
+            why.append("setpriv (util-linux) is missing, so children cannot drop root")
+        elif not BWRAP:
+            why.append("bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)")
+        elif _bwrap_works(candidate):
+            chosen = candidate
+        else:
+            why.append("bubblewrap cannot create namespaces here")
+    if chosen is None and mode in ("auto", "uid"):
+        if not root or ident is None:
+            why.append("not root, so there is no other user to run submissions as" if not root else
+                       "setpriv (util-linux) is missing")
+        else:
+            blocked = next((b for b in map(_world_reachable, interpreter_paths()) if b), None)
+            if blocked:
+                why.append(f"the interpreter's folder {blocked} is closed to other users")
+            else:
+                chosen = Boundary(bwrap=False, uid=ident, gid=ident)
+    if chosen is None:
+        if os.environ.get(TRUST_VARIABLE) == "1":
+            return NONE
+        raise Refused("refusing to run an untrusted submission without an OS boundary (" + "; ".join(why) +
+                      "): grade as root or install bubblewrap, or pass --trust-submission for your own code")
+    _CHOSEN[os.getpid()] = chosen
+    return chosen
+
+
+def require() -> Boundary:
+    """Called before a grading starts: the boundary, or :class:`Refused` (see :func:`boundary`)."""
+    return boundary()

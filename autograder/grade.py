@@ -12,10 +12,11 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import servelab
-from autograder import results
+from autograder import calibrate, results
 from autograder.hidden import hidden_test_names
 from autograder.judge import Outcome, run_task
 from autograder.remote import Limits
@@ -65,14 +66,19 @@ def _all_but(path: Path, keep: Path) -> list[Path]:
 
 def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: Limits = Limits(),
           extra_forbidden: list[Path] = (), only_tasks: frozenset[str] | None = None,
-          notebooks_out: Path | None = None) -> dict:
+          notebooks_out: Path | None = None, time_factor: float | None = None,
+          report: Callable[[str], None] | None = None) -> dict:
     """Grades ``submission`` (a folder or a zip) and returns (and writes to ``out``) results.json.
 
     ``only_tasks`` grades just those tasks (the others score zero, "not graded"): the self-check
     uses it for mutants, which change one task's file, and each task runs in a sandbox of its
     own folder, so the other tasks cannot be affected. A notebook counts as a task here (its
-    manifest id). ``notebooks_out``: where to keep the autograded notebooks (for manual grading)."""
+    manifest id). ``notebooks_out``: where to keep the autograded notebooks (for manual grading).
+    ``time_factor`` multiplies the limits' seconds; None: this machine's, measured first
+    (:mod:`autograder.calibrate`), so that no grade depends on the load. ``report`` receives one
+    line saying what the limits became (results.json does not record it)."""
     start = time.monotonic()
+    limits = calibrate.apply(limits, time_factor, report)
     root = Path(root).resolve()
     manifest = manifest_of(root)
     work = Path(tempfile.mkdtemp(prefix="servelab-grade-")).resolve()

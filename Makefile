@@ -39,12 +39,14 @@ test-assignments: $(STAMP_BUILD)
 		[ $$rc -eq 0 ] || { [ -n "$(ASSIGNMENTS_MAY_FAIL)" ] && [ $$rc -eq 1 ]; }
 
 # the autograder (autograder/README.md): its tests include the self-check (reference full marks,
-# release zero, mutants and hostile submissions)
+# release zero, mutants and hostile submissions), graded once per session, JOBS at a time
+# (default: the cores; time limits scale with the load, so verdicts do not depend on JOBS)
+JOBS ?=
 test-autograder: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
-	$(PY) -m pytest -q -p no:cacheprovider autograder/tests
+	SELFCHECK_JOBS=$(JOBS) $(PY) -m pytest -q -p no:cacheprovider autograder/tests
 
 selfcheck: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
-	$(PY) -m autograder selfcheck
+	$(PY) -m autograder selfcheck $(if $(JOBS),--jobs $(JOBS))
 
 RELEASE ?= $(OUT)/release
 release: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)

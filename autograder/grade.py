@@ -83,6 +83,8 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
     manifest = manifest_of(root)
     work = Path(tempfile.mkdtemp(prefix="servelab-grade-")).resolve()
     try:
+        if Path(submission).is_dir() and Path(submission).resolve() == root:
+            submission = _answers_of(root, work / "course-answers", report)
         forbidden = forbidden_paths(root, [*extra_forbidden, Path(submission).resolve()])
         outcomes: dict[str, dict[str, Outcome]] = {}
         try:
@@ -119,6 +121,22 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
     if out is not None:
         results.write_json_atomic(data, Path(out))
     return data
+
+
+def _answers_of(root: Path, into: Path, report: Callable[[str], None] | None) -> Path:
+    """``grade .`` on the course copy itself: a submission folder holding its edit files and
+    notebooks (what grading takes from any folder). Graded in place, the submission would be
+    the course copy, its virtual environment included, which the sandboxes must not read."""
+    rels = [rel for task in manifest_of(root).tasks for rel in task.edit]
+    rels += [nb.file for nb in notebooks.notebooks_of(root)]
+    for rel in rels:
+        if (root / "assignments" / rel).is_file():
+            (into / "assignments" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(root / "assignments" / rel, into / "assignments" / rel)
+    if report is not None:
+        report("the submission is the course copy itself: its edit files and notebooks are graded from a copy "
+               "(`python -m autograder selfcheck` proves the reference's full marks)")
+    return into
 
 
 def _snapshot(files: dict[str, Path], into: Path) -> dict[str, Path]:

@@ -221,3 +221,41 @@ def test_atomic_writes_follow_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+# ---- `grade .` on the instructors' checkout (autograder/grade.py) ---------------------------------
+
+def test_grading_the_course_copy_grades_a_copy_of_its_answers(monkeypatch):
+    """``grade .`` in the instructors' checkout: the tasks and notebooks get copies of its edit
+    files and notebooks, and no sandbox is told to refuse the virtual environment that runs it
+    (it lies inside the checkout when it is the in-repo .venv: every kernel died of that)."""
+    from pathlib import Path
+
+    from autograder import grade as grade_module
+    from autograder.judge import Outcome
+
+    seen = {}
+
+    def record(key, files, forbidden):  # the copies go with the grading's temporary folder: read them now
+        seen[key] = ({rel: (Path(p), Path(p).read_bytes()) for rel, p in files.items()}, list(forbidden))
+
+    def fake_task(root, task, files, workdir, limits, forbidden):
+        record(task.id, files, forbidden)
+        return {test: Outcome(True, "passed") for test in task.tests}
+
+    def fake_notebooks(root, files, work, limits, forbidden, keep=None):
+        record("notebooks", files, forbidden)
+        return notebooks.not_graded(root, "not graded here")
+
+    monkeypatch.setattr(grade_module, "run_task", fake_task)
+    monkeypatch.setattr(notebooks, "autograde", fake_notebooks)
+    said = []
+    grade(ROOT, time_factor=1.0, report=said.append)
+    venv = Path(sys.prefix).resolve()
+    assert any("course copy itself" in line for line in said)
+    for key, (files, forbidden) in seen.items():
+        assert isinstance(files, dict) and files, key
+        for rel, (path, content) in files.items():
+            assert ROOT not in path.resolve().parents, (key, rel, path)
+            assert content == (ROOT / "assignments" / rel).read_bytes()
+        assert not any(p == venv or p in venv.parents for p in map(Path, forbidden)), (key, forbidden)

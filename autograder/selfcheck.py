@@ -35,10 +35,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -350,10 +351,12 @@ def default_jobs() -> int:
 
 
 def run_all(tmp: Path, jobs: int | None = None, only: list[Check] | None = None,
-            done: Callable[[Result], None] | None = None) -> dict[str, Result]:
+            done: Callable[[Result], None] | None = None, stop: threading.Event | None = None) -> dict[str, Result]:
     """Makes the release in ``tmp`` and runs ``only`` (default: every check), ``jobs`` at a
     time (default :func:`default_jobs`), each in its own worker process and folder. ``done``
-    is called with each result as it arrives. Returns name -> result, in :func:`checks` order."""
+    is called with each result as it arrives. Returns name -> result, in :func:`checks` order.
+    Setting ``stop`` (an interrupted test session) drops the checks not yet started and raises
+    :class:`InterruptedError` once the running ones end."""
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise ValueError(f"jobs must be a whole number >= 1, got {jobs!r}")
     todo = checks() if only is None else list(only)
@@ -367,15 +370,21 @@ def run_all(tmp: Path, jobs: int | None = None, only: list[Check] | None = None,
     with ProcessPoolExecutor(max_workers=jobs or default_jobs(), mp_context=context,
                              initializer=_worker_init, initargs=(nb_course,)) as pool:
         futures = {pool.submit(run_one, c, tmp / f"check{n}", release_dir, pristine): c for n, c in enumerate(todo)}
-        for future in as_completed(futures):
-            check = futures[future]
-            try:
-                result = future.result()
-            except Exception as exc:  # the worker itself died
-                result = Result(check.name, [f"the worker running it failed: {type(exc).__name__}: {exc}"])
-            results[check.name] = result
-            if done is not None:
-                done(result)
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            if stop is not None and stop.is_set():
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise InterruptedError("the self-check was stopped")
+            for future in finished:
+                check = futures[future]
+                try:
+                    result = future.result()
+                except Exception as exc:  # the worker itself died
+                    result = Result(check.name, [f"the worker running it failed: {type(exc).__name__}: {exc}"])
+                results[check.name] = result
+                if done is not None:
+                    done(result)
     return {c.name: results[c.name] for c in todo}
 
 

@@ -2,14 +2,13 @@
 under pytest), each task's reference pasted back into the release, every mutant, every hostile.
 
 Every check grades its submission once per session, all of them side by side
-(:func:`autograder.selfcheck.run_all`, ``SELFCHECK_JOBS`` workers, default the cores); the tests
-below only read the results.
+(:func:`autograder.selfcheck.run_all`, ``SELFCHECK_JOBS`` workers, default the cores), started
+by ``conftest.py`` as soon as the tests are collected; the tests below only read the results.
 """
 
 from __future__ import annotations
 
 import json
-import os
 
 import jsonschema
 import pytest
@@ -24,14 +23,13 @@ CHECKS = selfcheck.checks()
 
 
 @pytest.fixture(scope="session")
-def selfcheck_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("selfcheck")
+def results(selfcheck_run) -> dict[str, selfcheck.Result]:
+    return selfcheck_run[0]
 
 
 @pytest.fixture(scope="session")
-def results(selfcheck_dir) -> dict[str, selfcheck.Result]:
-    jobs = int(os.environ["SELFCHECK_JOBS"]) if os.environ.get("SELFCHECK_JOBS") else None
-    return selfcheck.run_all(selfcheck_dir, jobs=jobs)
+def selfcheck_dir(selfcheck_run):
+    return selfcheck_run[1]
 
 
 @pytest.mark.parametrize("name", [c.name for c in CHECKS])

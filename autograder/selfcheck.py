@@ -43,7 +43,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import notebooks
+from autograder import calibrate, notebooks
 from autograder.grade import ROOT, grade, manifest_of
 from autograder.release import release
 from autograder.remote import Limits
@@ -53,6 +53,7 @@ MUTANTS = ROOT / "autograder" / "mutants"
 # hostile submissions are graded with tight limits so that the self-check stays short (but
 # loose enough that the honest parts inside them pass on a busy 2-core machine)
 HOSTILE_LIMITS = Limits(wall_s=4.0, cpu_s=4, memory_bytes=1 << 30, output_bytes=256 << 10)
+RELEASE_PYTEST_S = 600  # the release's pytest assignments/ may take this long (times the calibration factor)
 HOSTILE_SECONDS = 60  # a hostile grading taking longer than this (times the calibration factor) is a problem
 # issue 11.5: every graded test is failed by some mutant. False while autograder/mutants/ does
 # not yet cover every test: the self-check then lists the survivors as a warning.
@@ -176,9 +177,11 @@ def run_release_pytest(release_dir: Path, *extra: str) -> tuple[dict, subprocess
     points = release_dir / "points.json"
     points.unlink(missing_ok=True)
     env = {**os.environ, "HYPOTHESIS_PROFILE": "ci", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    # 10 minutes on a quiet machine, more on a busy one (599 s were seen at load 8)
+    timeout = RELEASE_PYTEST_S * calibrate.measure().factor
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "assignments",
                           "--points-json", str(points), *extra], cwd=release_dir, capture_output=True, text=True,
-                         timeout=600, env=env)
+                         timeout=timeout, env=env)
     summary = json.loads(points.read_text()) if points.exists() else {}
     return summary, run
 

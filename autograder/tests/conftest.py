@@ -64,6 +64,26 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _start_selfcheck(None if everything else names)
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The self-check's time-limit factors, and the graded tests no mutant fails (a warning
+    until ``selfcheck.SURVIVORS_FAIL``)."""
+    future = _RUN.get("future")
+    if future is None or not future.done() or future.exception() is not None:
+        return
+    from autograder import selfcheck
+
+    results = future.result()
+    factors = [r.factor for r in results.values()]
+    terminalreporter.write_sep("-", "autograder self-check")
+    terminalreporter.write_line(f"{len(results)} checks; time limits scaled x{min(factors):.2f} to "
+                                f"x{max(factors):.2f} for the machine's load (autograder/calibrate.py)")
+    if all(name in results for name in (c.name for c in selfcheck.checks() if c.kind == "mutant")):
+        survivors = selfcheck.survivors_of(results)
+        terminalreporter.write_line(f"{len(survivors)} graded tests no mutant fails" + (":" if survivors else ""))
+        for name in survivors:
+            terminalreporter.write_line(f"  {name}")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if "stop" in _RUN:
         _RUN["stop"].set()  # an interrupted session: queued checks are dropped, running ones end

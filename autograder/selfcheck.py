@@ -427,9 +427,11 @@ def main(jobs: int | None = None) -> int:
     if survivors:
         failed += SURVIVORS_FAIL
         colour, verdict = ("red", "FAILED") if SURVIVORS_FAIL else ("yellow", "warning")
-        table.add_row("every graded test fails under some mutant", f"[{colour}]{verdict}: {len(survivors)} tests no "
-                      "mutant fails:\n" + "\n".join(survivors), "", "")
+        table.add_row("every graded test fails under some mutant",
+                      f"[{colour}]{verdict}: {len(survivors)} tests no mutant fails (listed below)", "", "")
     console.print(table)
+    for name in survivors:
+        console.print(f"  no mutant fails {name}", highlight=False, soft_wrap=True)
     console.print(f"{len(results) - sum(bool(r.problems) for r in results.values())} of {len(results)} checks hold"
                   + (f"; {len(survivors)} graded tests no mutant fails" if survivors else "")
                   + f" ({time.monotonic() - start:.0f} s)")

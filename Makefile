@@ -47,12 +47,14 @@ check: $(STAMP_BUILD)
 	HYPOTHESIS_PROFILE=student $(PY) -m pytest assignments $(if $(TASK),-m task_$(TASK)); rc=$$?; [ $$rc -le 1 ]
 
 # the autograder (autograder/README.md): its tests include the self-check (reference full marks,
-# release zero, mutants and hostile submissions)
+# release zero, mutants and hostile submissions), graded once per session, JOBS at a time
+# (default: the cores; time limits scale with the load, so verdicts do not depend on JOBS)
+JOBS ?=
 test-autograder: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
-	$(PY) -m pytest -q -p no:cacheprovider autograder/tests
+	SELFCHECK_JOBS=$(JOBS) $(PY) -m pytest -q -p no:cacheprovider autograder/tests
 
 selfcheck: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
-	$(PY) -m autograder selfcheck
+	$(PY) -m autograder selfcheck $(if $(JOBS),--jobs $(JOBS))
 
 RELEASE ?= $(OUT)/release
 release: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)

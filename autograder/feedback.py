@@ -1,13 +1,27 @@
-"""``feedback GRADEBOOK_DIR --out FOLDER``: one Markdown page per student from grade-all's
-results, showing what Gradescope would show: visible tests always, ``after_due_date`` tests only
-with ``--after-due-date``, ``hidden`` tests never (their points still count in the total)."""
+"""``feedback RESULTS --out FOLDER``: one Markdown page per student, showing what Gradescope
+would show: visible tests always, ``after_due_date`` tests only with ``--after-due-date``,
+``hidden`` tests never (their points still count in the total). A manually graded notebook cell
+shows "pending" (results.json gives it no status: it has not failed, it waits for the
+instructor).
+
+RESULTS is grade-all's ``--out`` folder (``results/<student>.json``: one page each), or the
+results.json that ``grade --out`` wrote, or the folder holding it (one page, named after the
+file's folder when the file is ``results.json``).
+
+>>> data = {"score": 1, "max_score": 3, "tests": [
+...     {"name": "a1: t", "score": 1, "max_score": 1, "status": "passed", "output": "passed", "visibility": "visible"},
+...     {"name": "nb: q (manually graded)", "score": 0, "max_score": 2, "output": "manually graded: 2 point(s) pending", "visibility": "visible"}]}
+>>> print(page("ada", data, after_due_date=False).splitlines()[7])
+| nb: q (manually graded) | 0 / 2 | pending |
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
+
+from autograder.files import write_text_atomic
+from autograder.results import status_of
 
 SHOWN = {False: {"visible"}, True: {"visible", "after_due_date", "after_published"}}
 
@@ -16,9 +30,9 @@ def page(name: str, data: dict, after_due_date: bool) -> str:
     lines = [f"# servelab feedback: {name}", "", f"**{data['score']} / {data['max_score']} points**", "",
              "| test | points | status |", "|---|---|---|"]
     shown = [t for t in data["tests"] if t["visibility"] in SHOWN[after_due_date]]
-    lines += [f"| {t['name']} | {t['score']} / {t['max_score']} | {t['status']} |" for t in shown]
+    lines += [f"| {t['name']} | {t['score']} / {t['max_score']} | {status_of(t)} |" for t in shown]
     for t in shown:
-        if t["status"] != "passed":
+        if status_of(t) == "failed":
             lines += ["", f"## {t['name']}", "", "```", t["output"], "```"]
     unseen = len(data["tests"]) - len(shown)
     if unseen:
@@ -26,18 +40,32 @@ def page(name: str, data: dict, after_due_date: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def results_files(source: Path) -> dict[str, Path]:
+    """Page name -> results file, for any RESULTS the module docstring lists."""
+    source = Path(source)
+    if source.is_dir() and (source / "results").is_dir():  # grade-all's --out folder
+        found = {p.stem: p for p in sorted((source / "results").glob("*.json"))}
+        if found:
+            return found
+    if source.is_dir() and (source / "results.json").is_file():  # the folder of one `grade --out`
+        source = source / "results.json"
+    if source.is_file() and source.suffix == ".json":
+        name = source.parent.resolve().name if source.name == "results.json" else source.stem
+        return {name or "results": source}
+    raise FileNotFoundError(f"feedback RESULTS must be grade-all's --out folder (results/*.json), grade's "
+                            f"results.json or the folder holding it; got {str(source)!r}")
+
+
 def publish(gradebook: Path, out: Path, after_due_date: bool = False) -> list[Path]:
-    results = sorted((Path(gradebook) / "results").glob("*.json"))
-    if not results:
-        raise FileNotFoundError(f"feedback GRADEBOOK_DIR must hold grade-all's results/*.json, got {str(gradebook)!r}")
-    out.mkdir(parents=True, exist_ok=True)
+    """Writes ``out/<name>.md`` for each results file of ``gradebook`` (see
+    :func:`results_files`); returns the pages, in name order."""
     written = []
-    for path in results:
-        dst = out / f"{path.stem}.md"
-        fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", dir=out)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(page(path.stem, json.loads(path.read_text(encoding="utf-8")), after_due_date))
-        os.replace(tmp, dst)
-        written.append(dst)
+    for name, path in results_files(gradebook).items():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            text = page(name, data, after_due_date)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{str(path)!r} is not a results.json written by the grader: {type(exc).__name__}: {exc}") from None
+        written.append(write_text_atomic(Path(out) / f"{name}.md", text))
     print(f"wrote {len(written)} feedback pages to {out}")
     return written

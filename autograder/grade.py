@@ -12,10 +12,11 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import servelab
-from autograder import results
+from autograder import calibrate, results
 from autograder.hidden import hidden_test_names
 from autograder.judge import Outcome, run_task
 from autograder.remote import Limits
@@ -65,19 +66,26 @@ def _all_but(path: Path, keep: Path) -> list[Path]:
 
 def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: Limits = Limits(),
           extra_forbidden: list[Path] = (), only_tasks: frozenset[str] | None = None,
-          notebooks_out: Path | None = None) -> dict:
+          notebooks_out: Path | None = None, time_factor: float | None = None,
+          report: Callable[[str], None] | None = None) -> dict:
     """Grades ``submission`` (a folder or a zip) and returns (and writes to ``out``) results.json.
 
     ``only_tasks`` grades just those tasks (the others score zero, "not graded"): the self-check
     uses it for mutants, which change one task's file, and each task runs in a sandbox of its
     own folder, so the other tasks cannot be affected. A notebook counts as a task here (its
-    manifest id). ``notebooks_out``: where to keep the autograded notebooks (for manual grading)."""
+    manifest id). ``notebooks_out``: where to keep the autograded notebooks (for manual grading).
+    ``time_factor`` multiplies the limits' seconds; None: this machine's, measured first
+    (:mod:`autograder.calibrate`), so that no grade depends on the load. ``report`` receives one
+    line saying what the limits became (results.json does not record it)."""
     start = time.monotonic()
     sandbox.require()  # no OS boundary and no --trust-submission: refuse (autograder/sandbox.py)
+    limits = calibrate.apply(limits, time_factor, report)
     root = Path(root).resolve()
     manifest = manifest_of(root)
     work = Path(tempfile.mkdtemp(prefix="servelab-grade-")).resolve()
     try:
+        if Path(submission).is_dir() and Path(submission).resolve() == root:
+            submission = _answers_of(root, work / "course-answers", report)
         forbidden = forbidden_paths(root, [*extra_forbidden, Path(submission).resolve()])
         outcomes: dict[str, dict[str, Outcome]] = {}
         try:
@@ -114,6 +122,22 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
     if out is not None:
         results.write_json_atomic(data, Path(out))
     return data
+
+
+def _answers_of(root: Path, into: Path, report: Callable[[str], None] | None) -> Path:
+    """``grade .`` on the course copy itself: a submission folder holding its edit files and
+    notebooks (what grading takes from any folder). Graded in place, the submission would be
+    the course copy, its virtual environment included, which the sandboxes must not read."""
+    rels = [rel for task in manifest_of(root).tasks for rel in task.edit]
+    rels += [nb.file for nb in notebooks.notebooks_of(root)]
+    for rel in rels:
+        if (root / "assignments" / rel).is_file():
+            (into / "assignments" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(root / "assignments" / rel, into / "assignments" / rel)
+    if report is not None:
+        report("the submission is the course copy itself: its edit files and notebooks are graded from a copy "
+               "(`python -m autograder selfcheck` proves the reference's full marks)")
+    return into
 
 
 def _snapshot(files: dict[str, Path], into: Path) -> dict[str, Path]:

@@ -1,6 +1,9 @@
 """``grade-all DIR``: every submission in DIR (each a folder or a zip, named after the student),
 graded on local cores; one results.json per submission and a CSV gradebook, both written
-atomically, rows in name order (the same DIR gives the same gradebook)."""
+atomically, rows in name order (the same DIR gives the same gradebook). ``timing.csv`` beside
+it says, per submission, how long its grading took and by how much its time limits were scaled
+for the machine's load (:mod:`autograder.calibrate`): that changes no grade, so it stays out of
+the gradebook and the results."""
 
 from __future__ import annotations
 
@@ -8,12 +11,12 @@ import csv
 import io
 import multiprocessing
 import os
-import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from autograder.files import write_text_atomic
 from autograder.grade import grade, manifest_of
 from autograder import notebooks
 from autograder.notebooks import cell_points, notebooks_of
@@ -29,15 +32,17 @@ def submissions(folder: Path) -> list[Path]:
     return found
 
 
-def _one(sub: Path, out: Path, root: Path, limits: Limits, everyone: Path, nb_course: Path | None) -> tuple[str, dict]:
+def _one(sub: Path, out: Path, root: Path, limits: Limits, everyone: Path,
+         nb_course: Path | None) -> tuple[str, dict, str]:
     name = sub.stem if sub.suffix == ".zip" else sub.name
     if nb_course is not None:  # nbgrader's generate step ran once, in the parent
         notebooks.adopt(root, nb_course)
     # other students' submissions are out of this one's reach
     # the autograded notebooks stay in OUT/notebooks/<student>/ for manual grading
+    said: list[str] = []
     data = grade(sub, root=root, out=out / "results" / f"{name}.json", limits=limits, extra_forbidden=[everyone, out],
-                 notebooks_out=out / "notebooks" / name)
-    return name, data
+                 notebooks_out=out / "notebooks" / name, report=said.append)
+    return name, data, " ".join(said)
 
 
 def grade_all(folder: Path, out: Path, root: Path, limits: Limits = Limits(), jobs: int | None = None) -> Path:
@@ -48,6 +53,7 @@ def grade_all(folder: Path, out: Path, root: Path, limits: Limits = Limits(), jo
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     manifest = manifest_of(root)
     rows: dict[str, dict] = {}
+    timing: dict[str, str] = {}
     # spawn, not fork: the progress bar runs a thread, and forking a threaded process is unsafe
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs or os.cpu_count() or 1, mp_context=context) as pool, Progress(
@@ -58,8 +64,9 @@ def grade_all(folder: Path, out: Path, root: Path, limits: Limits = Limits(), jo
         for future in as_completed(futures):
             sub = futures[future]
             try:
-                name, data = future.result()
+                name, data, limits_line = future.result()
                 rows[name] = data
+                timing[name] = limits_line
             except Exception as exc:  # the grader's own failure: say so in the gradebook, go on
                 rows[sub.stem if sub.suffix == ".zip" else sub.name] = {"error": f"{type(exc).__name__}: {exc}"}
                 bar.console.print(f"[red]grader error on {sub.name}: {type(exc).__name__}: {exc}")
@@ -82,11 +89,12 @@ def grade_all(folder: Path, out: Path, root: Path, limits: Limits = Limits(), jo
         for test in rows[name]["tests"]:
             by_task[test["extra_data"]["task"]] += test["score"]
         writer.writerow([name, *by_task.values(), pending, rows[name]["score"], rows[name]["max_score"]])
-    path = out / "gradebook.csv"
-    out.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".gradebook.", dir=out)
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-        f.write(text.getvalue())
-    os.replace(tmp, path)
-    print(f"graded {len(rows)} submissions: {path}")
+    path = write_text_atomic(out / "gradebook.csv", text.getvalue())
+    times = io.StringIO()
+    writer = csv.writer(times, lineterminator="\n")
+    writer.writerow(["submission", "execution_time_s", "time_limits"])
+    for name in sorted(rows):
+        writer.writerow([name, rows[name].get("execution_time", ""), timing.get(name, "")])
+    write_text_atomic(out / "timing.csv", times.getvalue())
+    print(f"graded {len(rows)} submissions: {path} (time limits per submission: {out / 'timing.csv'})")
     return path

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import servelab
 
-from autograder import nb_recheck, sandbox
+from autograder import nb_recheck, results, sandbox
 from autograder.remote import Limits
 
 ASSIGNMENT = "notebooks"  # the nbgrader assignment: the folder assignments/notebooks/
@@ -469,10 +469,11 @@ def merge(data: dict, root: Path, scores: dict[str, dict[str, tuple[float, str]]
             score, message = scores[nb.id][cell.grade_id]
             score = int(score) if float(score).is_integer() else float(score)
             passed = cell.kind == "auto" and score >= cell.points
+            waiting = cell.kind == "manual" and message == PENDING.format(points=cell.points)  # not failed
             data["tests"].append({
                 "name": f"{nb.id}: {cell.grade_id}" + (" (manually graded)" if cell.kind == "manual" else ""),
                 "number": f"{n_index}.{c_index}", "score": score, "max_score": cell.points,
-                "status": "passed" if passed else "failed", "output": message,
+                **results.status_fields(passed, pending=waiting), "output": message,
                 # as for Python tests in hidden regions: a cell with hidden tests is shown after the due date
                 "visibility": "after_due_date" if cell.hidden and nb.visibility == "visible" else nb.visibility,
                 "extra_data": {"task": nb.id, "notebook": nb.file, "cell": cell.grade_id, "kind": cell.kind}})

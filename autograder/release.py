@@ -33,6 +33,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from autograder.files import normal_mode
 from autograder import notebooks
 from autograder.grade import hidden_tests, manifest_of
 from autograder.hidden import strip_hidden
@@ -248,6 +249,7 @@ def release(root: Path, out: Path, force: bool = False) -> list[str]:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
+        tmp.chmod(normal_mode(file=False))  # 0755, not mkdtemp's 0700: students get this folder
         for rel, text in sorted(files.items()):
             dst = tmp / rel
             dst.parent.mkdir(parents=True, exist_ok=True)

@@ -12,24 +12,38 @@
   released ones zero with every cell graded (inside "release"), and released notebooks whose
   test cells were edited or deleted still score zero (nbgrader restores them from the source).
 
-Each check is a function returning a list of problems (empty: it holds); ``autograder/tests``
-runs them one by one under pytest, ``python -m autograder selfcheck`` all at once.
+* every graded test of the manifest is failed by at least one mutant (a test that no mutant
+  fails could be passed by a lookup table without anyone noticing): the list of the others is
+  a warning today, a failure once :data:`SURVIVORS_FAIL` is set.
+
+Each check grades one submission (or runs the release's pytest once) and returns a
+:class:`Result`: its problems (empty: it holds), how long it took, and what the mutant checks
+need. :func:`run_all` runs them in parallel, one check per worker process (``--jobs``); each
+grading scales its time limits to the machine's load (:mod:`autograder.calibrate`), so a busy
+machine makes the self-check slower, never wrong. ``python -m autograder selfcheck`` prints
+them as a table; ``autograder/tests/test_selfcheck.py`` runs them all once per pytest session
+and asserts on each.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tomllib
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import notebooks
+from autograder import calibrate, notebooks
 from autograder.grade import ROOT, grade, manifest_of
 from autograder.release import release
 from autograder.remote import Limits
@@ -39,6 +53,37 @@ MUTANTS = ROOT / "autograder" / "mutants"
 # hostile submissions are graded with tight limits so that the self-check stays short (but
 # loose enough that the honest parts inside them pass on a busy 2-core machine)
 HOSTILE_LIMITS = Limits(wall_s=4.0, cpu_s=4, memory_bytes=1 << 30, output_bytes=256 << 10)
+RELEASE_PYTEST_S = 600  # the release's pytest assignments/ may take this long (times the calibration factor)
+HOSTILE_SECONDS = 60  # a hostile grading taking longer than this (times the calibration factor) is a problem
+# issue 11.5: every graded test is failed by some mutant. False while autograder/mutants/ does
+# not yet cover every test: the self-check then lists the survivors as a warning.
+SURVIVORS_FAIL = False
+
+
+@dataclass
+class Result:
+    """What one check found: ``problems`` (empty: it holds), wall-clock ``seconds``, the
+    calibration ``factor`` of its grading (1.0 when it graded nothing), and for a mutant the
+    manifest tests it made fail (``killed``)."""
+
+    name: str
+    problems: list[str]
+    seconds: float = 0.0
+    factor: float = 1.0
+    killed: tuple[str, ...] = ()
+    data: dict | None = field(default=None, repr=False)  # the results.json of its grading, if one
+
+
+class _Factor:
+    """The ``report`` callback of :func:`~autograder.grade.grade`: keeps the largest
+    calibration factor it was told of."""
+
+    def __init__(self) -> None:
+        self.value = 1.0
+
+    def __call__(self, line: str) -> None:
+        if line.startswith("time limits x"):
+            self.value = max(self.value, float(line.split()[2][1:]))
 
 
 def points_by_task(data: dict) -> dict[str, int]:
@@ -93,10 +138,13 @@ def course_fingerprint() -> str:
 
 # ---- the checks ---------------------------------------------------------------------------------
 
-def check_reference(tmp: Path) -> list[str]:
-    data = grade(reference_submission(tmp / "reference", with_notebooks=True))
+def check_reference(tmp: Path, report: Callable[[str], None] | None = None, keep: dict | None = None) -> list[str]:
+    """``keep``: a dict that receives the results (``keep["data"]``)."""
+    data = grade(reference_submission(tmp / "reference", with_notebooks=True), report=report)
+    if keep is not None:
+        keep["data"] = data
     got, want = points_by_task(data), {**full_marks(), **notebook_full_marks()}
-    failing = [f"{t['name']}: {t['output'][:300]}" for t in data["tests"] if t["status"] != "passed"]
+    failing = [f"{t['name']}: {t['output'][:300]}" for t in data["tests"] if t.get("status") == "failed"]
     return [] if got == want else [f"reference scores {got}, not full marks {want}", *failing]
 
 
@@ -106,8 +154,8 @@ def make_release(tmp: Path) -> Path:
     return out
 
 
-def check_release_grades_zero(release_dir: Path) -> list[str]:
-    data = grade(release_dir)
+def check_release_grades_zero(release_dir: Path, report: Callable[[str], None] | None = None) -> list[str]:
+    data = grade(release_dir, report=report)
     problems = []
     if data["score"] != 0:
         problems.append(f"the release scores {data['score']}, not 0")
@@ -130,9 +178,11 @@ def run_release_pytest(release_dir: Path, *extra: str) -> tuple[dict, subprocess
     points = release_dir / "points.json"
     points.unlink(missing_ok=True)
     env = {**os.environ, "HYPOTHESIS_PROFILE": "ci", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    # 10 minutes on a quiet machine, more on a busy one (599 s were seen at load 8)
+    timeout = RELEASE_PYTEST_S * calibrate.measure().factor
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "assignments",
                           "--points-json", str(points), *extra], cwd=release_dir, capture_output=True, text=True,
-                         timeout=600, env=env)
+                         timeout=timeout, env=env)
     summary = json.loads(points.read_text()) if points.exists() else {}
     return summary, run
 
@@ -153,9 +203,13 @@ def check_release_pytest_zero(release_dir: Path) -> list[str]:
     return problems
 
 
-def check_paste_back(release_dir: Path, task_id: str) -> list[str]:
-    """Pasting one task's reference into the release earns exactly that task's points."""
+def check_paste_back(release_dir: Path, task_id: str, tmp: Path | None = None) -> list[str]:
+    """Pasting one task's reference into the release earns exactly that task's points. With
+    ``tmp``, into a copy of the release made there (checks running side by side each have their
+    own); without, into ``release_dir`` itself, restored afterwards."""
     task = next(t for t in manifest_of(ROOT).tasks if t.id == task_id)
+    if tmp is not None:
+        release_dir = Path(shutil.copytree(release_dir, tmp / "release", symlinks=True))
     saved = {rel: (release_dir / "assignments" / rel).read_bytes() for rel in task.edit}
     try:
         for rel in task.edit:
@@ -170,7 +224,10 @@ def check_paste_back(release_dir: Path, task_id: str) -> list[str]:
     return [] if got == want else [f"after pasting {task_id} back: {got}, expected {want}\n{run.stdout[-1500:]}"]
 
 
-def check_mutant(mutant: dict, tmp: Path) -> list[str]:
+def check_mutant(mutant: dict, tmp: Path, report: Callable[[str], None] | None = None,
+                 keep: dict | None = None) -> list[str]:
+    """The mutant loses points on its task. ``keep``: a dict that receives the manifest tests
+    it fails (``keep["killed"]``, a tuple of test ids)."""
     sub = reference_submission(tmp / "mutant")
     path = sub / "assignments" / mutant["file"]
     text = path.read_text()
@@ -180,18 +237,36 @@ def check_mutant(mutant: dict, tmp: Path) -> list[str]:
     # only the mutant's task is graded: the others run in sandboxes of their own folders and
     # cannot see the changed file (tests/test_assignments_grading.py checks that no task
     # imports another's module)
-    got = points_by_task(grade(sub, only_tasks=frozenset({mutant["task"]})))
-    if got[mutant["task"]] >= full_marks()[mutant["task"]]:
+    data = grade(sub, only_tasks=frozenset({mutant["task"]}), report=report)
+    if keep is not None:
+        keep["killed"] = tuple(t["extra_data"]["test"] for t in data["tests"]
+                               if t["extra_data"]["task"] == mutant["task"] and t["score"] < t["max_score"])
+    if points_by_task(data)[mutant["task"]] >= full_marks()[mutant["task"]]:
         return [f"mutant survived on {mutant['task']}: {mutant['why']}"]
     return []
 
 
-def check_hostile(folder: Path, tmp: Path) -> list[str]:
+def surviving_tests(killed: list[tuple[str, ...]]) -> list[str]:
+    """The manifest's tests (``task: test id``) that no mutant fails, given each mutant's
+    ``killed`` tests, in manifest order.
+
+    >>> tests = [t for task in manifest_of(ROOT).tasks for t in task.tests]
+    >>> surviving_tests([tuple(tests)])
+    []
+    >>> surviving_tests([tuple(tests[1:])]) == [f"{manifest_of(ROOT).tasks[0].id}: {tests[0]}"]
+    True
+    """
+    dead = {t for k in killed for t in k}
+    return [f"{task.id}: {test}" for task in manifest_of(ROOT).tasks for test in task.tests if test not in dead]
+
+
+def check_hostile(folder: Path, tmp: Path, report: Callable[[str], None] | None = None) -> list[str]:
     expect = tomllib.loads((folder / "expect.toml").read_text())
     before = course_fingerprint()
     out = tmp / "results.json"
     start = time.monotonic()
-    data = grade(folder, out=out, limits=HOSTILE_LIMITS)
+    factor = _Factor()
+    data = grade(folder, out=out, limits=HOSTILE_LIMITS, report=lambda line: (factor(line), report and report(line)))
     problems = []
     if data["score"] > expect["max_points"]:
         problems.append(f"{folder.name} ({expect['why']}) scored {data['score']} > {expect['max_points']}")
@@ -201,12 +276,128 @@ def check_hostile(folder: Path, tmp: Path) -> list[str]:
         problems.append(f"{folder.name}: results.json on disk is not the grader's")
     if course_fingerprint() != before:
         problems.append(f"{folder.name}: the course copy changed while grading it")
-    if time.monotonic() - start > 60:
-        problems.append(f"{folder.name}: grading took {time.monotonic() - start:.0f} s")
+    if time.monotonic() - start > HOSTILE_SECONDS * factor.value:
+        problems.append(f"{folder.name}: grading took {time.monotonic() - start:.0f} s "
+                        f"(limit {HOSTILE_SECONDS} s x{factor.value:g} for the load)")
     return problems
 
 
-def main() -> int:
+# ---- running them ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Check:
+    """One check: its ``name`` (the table's row, the pytest id), its ``kind`` and the argument
+    of that kind (a task id, a mutant's index in :func:`mutants`, a hostile folder's name)."""
+
+    name: str
+    kind: str
+    arg: str = ""
+
+
+def checks() -> list[Check]:
+    """Every check, longest first (so that parallel workers finish together)."""
+    out = [Check("reference: full marks", "reference"),
+           Check("release: grades to zero", "release-grade"),
+           Check("release: pytest assignments/ shows 0", "release-pytest")]
+    if notebooks.notebooks_of(ROOT):
+        out.append(Check("notebooks: edited test cells gain nothing", "notebook-tampering"))
+    out += [Check(f"hostile: {h.name}", "hostile", h.name) for h in hostiles()]
+    out += [Check(f"release + reference {task.id}: that task only", "paste-back", task.id)
+            for task in manifest_of(ROOT).tasks]
+    out += [Check(f"mutant: {m['task']}: {m['why']}", "mutant", str(i)) for i, m in enumerate(mutants())]
+    names = [c.name for c in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two self-checks share a name: {sorted({n for n in names if names.count(n) > 1})}")
+    return out
+
+
+def run_one(check: Check, tmp: Path, release_dir: Path, pristine: Path | None = None) -> Result:
+    """Runs ``check`` in the new folder ``tmp``; a check that raises is a problem, not a crash.
+    ``pristine``: a copy of the release that no check runs in (paste-back checks copy it while
+    others run pytest in ``release_dir``); default ``release_dir``."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    factor, keep = _Factor(), {}
+    start = time.monotonic()
+    try:
+        if check.kind == "reference":
+            problems = check_reference(tmp, factor, keep)
+        elif check.kind == "release-grade":
+            problems = check_release_grades_zero(release_dir, factor)
+        elif check.kind == "release-pytest":
+            problems = check_release_pytest_zero(release_dir)
+        elif check.kind == "notebook-tampering":
+            problems = check_notebook_tampering(release_dir, tmp, factor)
+        elif check.kind == "hostile":
+            problems = check_hostile(HOSTILE / check.arg, tmp, factor)
+        elif check.kind == "paste-back":
+            problems = check_paste_back(pristine or release_dir, check.arg, tmp)
+        elif check.kind == "mutant":
+            problems = check_mutant(mutants()[int(check.arg)], tmp, factor, keep)
+        else:
+            raise ValueError(f"unknown self-check kind {check.kind!r}")
+    except Exception as exc:  # the grader or the check itself broke: that is what we are here to find
+        problems = [f"the check raised {type(exc).__name__}: {exc}"]
+    return Result(check.name, problems, round(time.monotonic() - start, 1), factor.value,
+                  keep.get("killed", ()), keep.get("data"))
+
+
+def _worker_init(nb_course: str | None) -> None:
+    if nb_course is not None:  # nbgrader's generate step ran once, in the parent
+        notebooks.adopt(ROOT, Path(nb_course))
+
+
+def default_jobs() -> int:
+    """Worker processes by default: the cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def run_all(tmp: Path, jobs: int | None = None, only: list[Check] | None = None,
+            done: Callable[[Result], None] | None = None, stop: threading.Event | None = None) -> dict[str, Result]:
+    """Makes the release in ``tmp`` and runs ``only`` (default: every check), ``jobs`` at a
+    time (default :func:`default_jobs`), each in its own worker process and folder. ``done``
+    is called with each result as it arrives. Returns name -> result, in :func:`checks` order.
+    Setting ``stop`` (an interrupted test session) drops the checks not yet started and raises
+    :class:`InterruptedError` once the running ones end."""
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise ValueError(f"jobs must be a whole number >= 1, got {jobs!r}")
+    todo = checks() if only is None else list(only)
+    tmp = Path(tmp)
+    release_dir = make_release(tmp)
+    pristine = Path(shutil.copytree(release_dir, tmp / "release-pristine", symlinks=True))
+    nb_course = str(notebooks.generated(ROOT)) if notebooks.notebooks_of(ROOT) else None
+    results: dict[str, Result] = {}
+    # spawn, not fork: a forked copy of a process that runs threads (rich, pytest) is unsafe
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs or default_jobs(), mp_context=context,
+                             initializer=_worker_init, initargs=(nb_course,)) as pool:
+        futures = {pool.submit(run_one, c, tmp / f"check{n}", release_dir, pristine): c for n, c in enumerate(todo)}
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+            if stop is not None and stop.is_set():
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise InterruptedError("the self-check was stopped")
+            for future in finished:
+                check = futures[future]
+                try:
+                    result = future.result()
+                except Exception as exc:  # the worker itself died
+                    result = Result(check.name, [f"the worker running it failed: {type(exc).__name__}: {exc}"])
+                results[check.name] = result
+                if done is not None:
+                    done(result)
+    return {c.name: results[c.name] for c in todo}
+
+
+def survivors_of(results: dict[str, Result]) -> list[str]:
+    """The manifest tests no mutant in ``results`` fails (every mutant must have run)."""
+    return surviving_tests([r.killed for name, r in results.items() if name.startswith("mutant: ")])
+
+
+def main(jobs: int | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
@@ -215,34 +406,36 @@ def main() -> int:
         console.print("selfcheck needs the instructors' copy: autograder/tests/hostile and autograder/mutants "
                       "are not in a student release")
         return 2
+    todo = checks()
+    start = time.monotonic()
+    console.print(f"self-check: {len(todo)} checks, {jobs or default_jobs()} at a time")
+
+    def done(r: Result) -> None:
+        console.print(f"  {'ok ' if not r.problems else 'FAILED'} {r.name} ({r.seconds:.0f} s)", highlight=False)
+
+    with tempfile.TemporaryDirectory(prefix="servelab-selfcheck-") as t:
+        results = run_all(Path(t), jobs, todo, done)
     table = Table(title="autograder self-check")
     table.add_column("check")
     table.add_column("result")
     table.add_column("seconds", justify="right")
-    failed = 0
-    with tempfile.TemporaryDirectory(prefix="servelab-selfcheck-") as t:
-        tmp = Path(t)
-        release_dir = make_release(tmp)
-        checks = [("reference: full marks", lambda d: check_reference(d)),
-                  ("release: grades to zero", lambda d: check_release_grades_zero(release_dir)),
-                  ("release: pytest assignments/ shows 0", lambda d: check_release_pytest_zero(release_dir))]
-        checks += [(f"release + reference {task.id}: that task only",
-                    lambda d, i=task.id: check_paste_back(release_dir, i)) for task in manifest_of(ROOT).tasks]
-        checks += [(f"mutant: {m['why']}", lambda d, m=m: check_mutant(m, d)) for m in mutants()]
-        checks += [(f"hostile: {h.name}", lambda d, h=h: check_hostile(h, d)) for h in hostiles()]
-        if notebooks.notebooks_of(ROOT):
-            checks.append(("notebooks: edited test cells gain nothing",
-                           lambda d: check_notebook_tampering(release_dir, d)))
-        for n, (name, fn) in enumerate(checks):
-            d = tmp / f"check{n}"
-            d.mkdir()
-            start = time.monotonic()
-            problems = fn(d)
-            failed += bool(problems)
-            table.add_row(name, "[green]ok" if not problems else "[red]" + "\n".join(problems)[:500],
-                          f"{time.monotonic() - start:.1f}")
+    table.add_column("limits x", justify="right")
+    for r in results.values():
+        table.add_row(r.name, "[green]ok" if not r.problems else "[red]" + "\n".join(r.problems)[:500],
+                      f"{r.seconds:.1f}", f"{r.factor:.2f}")
+    survivors = survivors_of(results)
+    failed = sum(bool(r.problems) for r in results.values())
+    if survivors:
+        failed += SURVIVORS_FAIL
+        colour, verdict = ("red", "FAILED") if SURVIVORS_FAIL else ("yellow", "warning")
+        table.add_row("every graded test fails under some mutant",
+                      f"[{colour}]{verdict}: {len(survivors)} tests no mutant fails (listed below)", "", "")
     console.print(table)
-    console.print(f"{len(checks) - failed} of {len(checks)} checks hold")
+    for name in survivors:
+        console.print(f"  no mutant fails {name}", highlight=False, soft_wrap=True)
+    console.print(f"{len(results) - sum(bool(r.problems) for r in results.values())} of {len(results)} checks hold"
+                  + (f"; {len(survivors)} graded tests no mutant fails" if survivors else "")
+                  + f" ({time.monotonic() - start:.0f} s)")
     return 1 if failed else 0
 
 
@@ -264,7 +457,7 @@ def tamper(text: str, delete: frozenset[str] = frozenset()) -> str:
     return json.dumps(nb)
 
 
-def check_notebook_tampering(release_dir: Path, tmp: Path) -> list[str]:
+def check_notebook_tampering(release_dir: Path, tmp: Path, report: Callable[[str], None] | None = None) -> list[str]:
     """The released notebooks with every test cell edited to pass (and one deleted) score 0:
     nbgrader restores test cells from the checksummed source before it runs them."""
     problems = []
@@ -278,7 +471,7 @@ def check_notebook_tampering(release_dir: Path, tmp: Path) -> list[str]:
         gone = frozenset(auto[:1]) if i == 0 else frozenset()  # a deleted test cell earns nothing either
         deleted |= gone
         dst.write_text(tamper(text, gone), encoding="utf-8")
-    data = grade(sub, notebooks_out=tmp / "executed")
+    data = grade(sub, notebooks_out=tmp / "executed", report=report)
     for t in data["tests"]:
         if "notebook" in t["extra_data"] and t["score"] != 0:
             problems.append(f"tampered notebook earned {t['score']} on {t['name']}: {t['output'][:200]}")

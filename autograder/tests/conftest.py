@@ -1,3 +1,100 @@
-"""The hostile submissions are data, not tests: pytest must never load their conftest.py files."""
+"""The hostile submissions are data, not tests: pytest must never load their conftest.py files.
+
+The self-check (``test_selfcheck.py``) grades about a hundred submissions. It starts as soon as
+the tests are collected, in a background thread that keeps ``SELFCHECK_JOBS`` worker processes
+busy (default: the cores), while the other test files run here; its tests then only wait for
+the results (:func:`selfcheck_run`). Each grading scales its time limits to the load
+(``autograder/calibrate.py``), so running side by side changes no verdict.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
 
 collect_ignore = ["hostile"]
+
+SELFCHECK_TESTS = "test_selfcheck.py"
+_RUN: dict[str, object] = {}  # "future": results, "dir": its folder, "stop": an Event
+
+
+def _start_selfcheck(names: set[str] | None = None) -> Future:
+    """Starts the self-check once: the checks called ``names``, or (None) all of them."""
+    if "future" not in _RUN:
+        from autograder import selfcheck
+
+        folder = Path(tempfile.mkdtemp(prefix="servelab-selfcheck-tests-"))
+        jobs = int(os.environ["SELFCHECK_JOBS"]) if os.environ.get("SELFCHECK_JOBS") else None
+        future: Future = Future()
+        stop = threading.Event()
+
+        def run() -> None:
+            try:
+                only = None if names is None else [c for c in selfcheck.checks() if c.name in names]
+                future.set_result(selfcheck.run_all(folder, jobs=jobs, only=only, stop=stop))
+            except BaseException as exc:  # the fixture re-raises it in the tests that need it
+                future.set_exception(exc)
+
+        _RUN.update(future=future, dir=folder, stop=stop)
+        threading.Thread(target=run, name="selfcheck", daemon=True).start()
+    return _RUN["future"]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Starts the checks the selected tests need: ``-k always_equal`` grades that submission
+    only; a test that reads every result (the surviving-test list) needs them all."""
+    if session.config.option.collectonly:
+        return
+    names: set[str] = set()
+    everything = False
+    for item in session.items:
+        if Path(str(item.fspath)).name != SELFCHECK_TESTS:
+            continue
+        if getattr(item, "originalname", "") == "test_check_holds":
+            names.add(item.callspec.params["name"])
+        elif {"results", "selfcheck_run", "selfcheck_dir"} & set(getattr(item, "fixturenames", ())):
+            everything = True
+    if names or everything:
+        _start_selfcheck(None if everything else names)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The self-check's time-limit factors, and the graded tests no mutant fails (a warning
+    until ``selfcheck.SURVIVORS_FAIL``)."""
+    future = _RUN.get("future")
+    if future is None or not future.done() or future.exception() is not None:
+        return
+    from autograder import selfcheck
+
+    results = future.result()
+    terminalreporter.write_sep("-", "autograder self-check")
+    terminalreporter.write_line(f"{len(results)} checks; time limits scaled up to x{max(r.factor for r in results.values()):.2f} "
+                                "for the machine's load (autograder/calibrate.py)")
+    if all(name in results for name in (c.name for c in selfcheck.checks() if c.kind == "mutant")):
+        survivors = selfcheck.survivors_of(results)
+        terminalreporter.write_line(f"{len(survivors)} graded tests no mutant fails" + (":" if survivors else ""))
+        for name in survivors:
+            terminalreporter.write_line(f"  {name}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if "stop" in _RUN:
+        _RUN["stop"].set()  # an interrupted session: queued checks are dropped, running ones end
+        try:
+            _RUN["future"].result(timeout=600)
+        except Exception:
+            pass
+        shutil.rmtree(_RUN["dir"], ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def selfcheck_run() -> tuple[dict, Path]:
+    """The self-check's results (name -> :class:`autograder.selfcheck.Result`) and its folder."""
+    results = _start_selfcheck().result()
+    return results, _RUN["dir"]

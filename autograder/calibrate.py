@@ -1,0 +1,126 @@
+"""Per-test time limits that follow the grading machine's speed and load.
+
+A test that needs 3 s on a quiet machine needs 12 s on two cores shared by eight busy
+processes; with a fixed ``--timeout`` its grade would depend on what else the machine was
+doing. So each grading first times a fixed, deterministic CPU workload in a fresh child
+process (:func:`measure`: the child's start included, as a test's limit includes it) and
+compares the time with :data:`REFERENCE_S`, the same workload on a quiet machine. The ratio,
+never below 1 (a fast machine keeps the limits it was given) and at most :data:`MAX_FACTOR`
+(a stalled calibration must not make hostile code run for an hour), multiplies the wall-clock
+and CPU seconds of :class:`~autograder.remote.Limits` (:func:`scaled`).
+
+The factor changes how long the grader waits, never what it decides: results.json does not
+record it (a regrade stays byte-identical); ``grade`` prints it on stderr, ``grade-all`` writes
+it to ``OUT/timing.csv``, the self-check shows it in its table.
+
+>>> from autograder.remote import Limits
+>>> big = scaled(Limits(wall_s=4.0, cpu_s=4), 2.5)
+>>> big.wall_s, big.cpu_s
+(10.0, 10)
+>>> scaled(Limits(wall_s=4.0, cpu_s=4), 1.0) == Limits(wall_s=4.0, cpu_s=4)
+True
+>>> factor_of(0.9, 0.3), factor_of(0.1, 0.3), factor_of(99.0, 0.3)
+(3.0, 1.0, 10.0)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from autograder.remote import Limits
+
+# the workload: a chain of multiply-add-modulo steps, pure interpreted Python as most of a
+# grading is (Hypothesis, the wire, the tests), with no memory or I/O to speak of
+ITERATIONS = 2_000_000
+WORKLOAD = f"""
+import time
+start, cpu = time.perf_counter(), time.process_time()
+x = 0
+for i in range({ITERATIONS}):
+    x = (x * 31 + i) % 1000003
+print('{{"x": %d, "cpu_s": %.6f}}' % (x, time.process_time() - cpu))
+"""
+EXPECTED_X = 235197  # the workload's answer: a child that printed anything else did not run it
+# seconds the child takes, start to exit, on a quiet 2-core machine (CPython 3.11; its CPU time
+# alone is 0.17 s): measured by `python -c "from autograder.calibrate import measure; print(measure())"`
+REFERENCE_S = 0.2
+MAX_FACTOR = 10.0
+TIMEOUT_S = 120.0  # a calibration child slower than this is a machine not fit to grade on
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One timing of the workload: wall-clock seconds of the child (start to exit), its CPU
+    seconds, and the factor the limits are multiplied by."""
+
+    wall_s: float
+    cpu_s: float
+    factor: float
+
+    def describe(self, limits: Limits) -> str:
+        """One line for the instructor: the factor and the limits it gives."""
+        big = scaled(limits, self.factor)
+        return (f"time limits x{self.factor:.2f} for this machine's speed and load (a {REFERENCE_S:g} s "
+                f"calibration took {self.wall_s:.2f} s): per test {big.wall_s:g} s wall-clock, {big.cpu_s} s CPU")
+
+
+def factor_of(seconds: float, reference: float = REFERENCE_S) -> float:
+    """``seconds / reference``, kept within 1 and :data:`MAX_FACTOR`, rounded to two decimals
+    (up: the limit is a floor)."""
+    if not (isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"seconds must be a finite number >= 0, got {seconds!r}")
+    if not (isinstance(reference, (int, float)) and math.isfinite(reference) and reference > 0):
+        raise ValueError(f"reference must be a finite number > 0, got {reference!r}")
+    return min(MAX_FACTOR, max(1.0, math.ceil(100 * seconds / reference) / 100))
+
+
+def scaled(limits: Limits, factor: float) -> Limits:
+    """``limits`` with its wall-clock and CPU seconds multiplied by ``factor`` (>= 1)."""
+    if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor >= 1):
+        raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
+    return dataclasses.replace(limits, wall_s=limits.wall_s * factor, cpu_s=math.ceil(limits.cpu_s * factor))
+
+
+def measure() -> Calibration:
+    """Times :data:`WORKLOAD` in a fresh child of this interpreter (``-I``: no site packages,
+    no environment, nothing of the course loaded)."""
+    start = time.perf_counter()
+    run = subprocess.run([sys.executable, "-I", "-c", WORKLOAD], capture_output=True, text=True, timeout=TIMEOUT_S)
+    wall = time.perf_counter() - start
+    try:
+        reply = json.loads(run.stdout)
+        ok = run.returncode == 0 and reply["x"] == EXPECTED_X
+    except (ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise RuntimeError(f"the calibration child failed (exit {run.returncode}): {run.stderr[-500:]!r}")
+    return Calibration(round(wall, 3), round(float(reply["cpu_s"]), 3), factor_of(wall))
+
+
+def apply(limits: Limits, factor: float | None = None, report: Callable[[str], None] | None = None) -> Limits:
+    """``limits`` scaled by ``factor``, or (None) by a fresh :func:`measure`; ``report`` gets one
+    line saying so. A calibration that fails leaves the limits as given (and says why): it
+    must never stop a grading."""
+    if factor is not None:
+        big = scaled(limits, factor)
+        line = f"time limits x{factor:g} (given): per test {big.wall_s:g} s wall-clock, {big.cpu_s} s CPU"
+    else:
+        try:
+            cal = measure()
+            big, line = scaled(limits, cal.factor), cal.describe(limits)
+        except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+            big, line = limits, f"time limits as given (the calibration failed: {type(exc).__name__}: {exc})"
+    if report is not None:
+        report(line)
+    return big
+
+
+if __name__ == "__main__":  # prints a measurement (how REFERENCE_S was found)
+    print(measure())

@@ -131,6 +131,10 @@ def test_cli_writes_table_csv_json_and_plots(tmp_path, capsys):
     assert [r["rate"] for r in doc["rows"]] == [0.2, 0.4, 0.2, 0.4]
     lines = (out / "sweep.csv").read_text().splitlines()
     assert len(lines) == 5 and lines[0].startswith("policy,config,rate")
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in ("sweep.csv", "sweep.json"):  # outputs hold no secret: the usual permissions
+        assert (out / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
 
 
 def test_cli_bad_arguments_exit_2(tmp_path, capsys):

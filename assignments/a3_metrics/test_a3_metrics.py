@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import metrics_hw as mine
+from assignment_strategies import assert_close
 from servelab import metrics as ref
 from servelab.hw_model import H100, LLAMA3_8B
 from servelab.serving_core import run_batch1, run_static_batching
@@ -36,9 +37,10 @@ def cols(r):
 
 
 def same(what, expected, actual):
-    e, a = np.asarray(expected, dtype=float), np.asarray(actual, dtype=float)
-    assert e.shape == a.shape and np.allclose(e, a, rtol=1e-12, atol=0, equal_nan=True), \
-        f"{what}: expected {e.tolist()[:8]}..., got {a.tolist()[:8]}..."
+    # the expected shape exactly (no broadcasting), booleans where booleans are due, NaN only
+    # where the reference has NaN
+    kinds = "b" if np.asarray(expected).dtype == bool else "iuf"
+    assert_close(what, expected, actual, rtol=1e-12, atol=0, equal_nan=True, kinds=kinds)
 
 
 slos = st.tuples(st.floats(0.01, 20.0), st.floats(0.001, 0.2))

@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--timeout", type=float, default=60.0, help="wall-clock seconds per task (and CPU seconds)")
         p.add_argument("--memory-mb", type=int, default=2048, help="address space of the child process")
         p.add_argument("--output-kb", type=int, default=1024, help="output the child process may write")
+        p.add_argument("--secret-file", type=Path, default=None,
+                       help="the instructors' grading secret (default: $SERVELAB_GRADING_SECRET_FILE, "
+                            "$SERVELAB_GRADING_SECRET, else a random one recorded beside the results)")
         if name == "grade-all":
             p.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
 
@@ -55,8 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "grade":
         import json
 
+        from autograder import grading_secret
         from autograder.grade import ROOT, grade
-        data = grade(args.submission, root=args.root or ROOT, out=args.out, limits=_limits(args))
+        data = grade(args.submission, root=args.root or ROOT, out=args.out, limits=_limits(args),
+                     secret=grading_secret.resolve(args.secret_file))
         print(data["output"])
         print(f"total: {data['score']} / {data['max_score']}" + (f"  (written to {args.out})" if args.out else ""))
         if args.out is None:
@@ -66,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "grade-all":
         from autograder.grade import ROOT
         from autograder.gradebook import grade_all
+        if args.secret_file is not None:  # the worker processes read it from the environment
+            import os
+            os.environ["SERVELAB_GRADING_SECRET_FILE"] = str(args.secret_file.resolve())
         grade_all(args.dir, args.out, root=args.root or ROOT, limits=_limits(args), jobs=args.jobs)
         return 0
     if args.command == "regenerate":

@@ -38,6 +38,7 @@ HOSTILE = ROOT / "autograder" / "tests" / "hostile"
 MUTANTS = ROOT / "autograder" / "mutants"
 # hostile submissions are graded with tight limits so that the self-check stays short (but
 # loose enough that the honest parts inside them pass on a busy 2-core machine)
+SELFCHECK_SECRET = "servelab self-check: a fixed, public secret"
 HOSTILE_LIMITS = Limits(wall_s=4.0, cpu_s=4, memory_bytes=1 << 30, output_bytes=256 << 10)
 
 
@@ -211,6 +212,8 @@ def main() -> int:
     from rich.table import Table
 
     console = Console()
+    # a fixed, public secret unless the instructors set theirs: the same inputs run after run
+    os.environ.setdefault("SERVELAB_GRADING_SECRET", SELFCHECK_SECRET)
     if not (HOSTILE.is_dir() and MUTANTS.is_dir()):
         console.print("selfcheck needs the instructors' copy: autograder/tests/hostile and autograder/mutants "
                       "are not in a student release")

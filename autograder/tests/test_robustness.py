@@ -121,19 +121,27 @@ def test_a_configured_secret_is_never_written_and_a_bad_one_is_refused(tmp_path,
 
 
 def test_the_release_reveals_nothing_of_the_secret(tmp_path, monkeypatch):
+    """Not from the environment, not from a secret file an instructor left in the course copy,
+    not from a random secret recorded there beside a results.json."""
     from autograder.release import release
 
     token = "s3cr3t-" + "9f2c" * 8
-    (tmp_path / "secret").write_text(token)
+    careless = [ROOT / "instructors-secret.txt", ROOT / f"results.json{grading_secret.SIDECAR_SUFFIX}"]
     monkeypatch.setenv(grading_secret.ENV_SECRET, token)
-    monkeypatch.setenv(grading_secret.ENV_SECRET_FILE, str(tmp_path / "secret"))
-    files = release(ROOT, tmp_path / "release")
+    monkeypatch.setenv(grading_secret.ENV_SECRET_FILE, str(careless[0]))
+    try:
+        for path in careless:
+            path.write_text(token)
+        files = release(ROOT, tmp_path / "release")
+    finally:
+        for path in careless:
+            path.unlink(missing_ok=True)
     assert files
     for path in (tmp_path / "release").rglob("*"):
-        assert grading_secret.SIDECAR_SUFFIX not in path.name, path
+        assert grading_secret.SIDECAR_SUFFIX not in path.name and path.name != careless[0].name, path
         if path.is_file():
             assert token.encode() not in path.read_bytes(), path
-    # the released grader seeds from a secret it must be given: no default one ships
+    # the released grader seeds from a secret it must be given: it holds no default one
     shipped = (tmp_path / "release" / "autograder" / "grading_secret.py").read_text()
     assert "secrets.token_hex" in shipped and not re.search(r"ENV_SECRET\s*,\s*\"", shipped)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
+import numpy as np
 from hypothesis import strategies as st
 
 from servelab import hw_model as hw
@@ -56,3 +57,121 @@ def request_workloads(draw, max_requests: int = 20, max_output: int = 60):
     return Requests(arrival_s=np.cumsum(gaps),
                     prompt_len=draw(st.lists(st.integers(1, 1024), min_size=n, max_size=n)),
                     output_len=draw(st.lists(st.integers(1, max_output), min_size=n, max_size=n)))
+
+
+# ---- strict answers: shape, dtype and finiteness (every comparison goes through these) ---------
+#
+# ``np.allclose(actual, expected)`` broadcasts: an answer of shape (0, n) "equals" anything of
+# shape (n,), and ``True == 1``. So a test states what it expects of each answer, and these
+# refuse anything else with a message, before any value is compared.
+
+def answer_array(what, value, shape, kinds="iuf", finite=True):
+    """``value`` as a numpy array of exactly ``shape`` (no empty or extra axis), of a dtype kind
+    in ``kinds`` ("b" bool, "i"/"u" integers, "f" floats: bool is never an integer here), and
+    finite unless ``finite`` is False (NaN then allowed, infinities still refused unless
+    ``finite is None``).
+
+    >>> answer_array("x", [1.0, 2.0], (2,)).tolist()
+    [1.0, 2.0]
+    >>> answer_array("x", np.zeros((0, 2)), (2,))
+    Traceback (most recent call last):
+    AssertionError: x: expected an array of shape (2,), got shape (0, 2)
+    >>> answer_array("x", [True, False], (2,))
+    Traceback (most recent call last):
+    AssertionError: x: expected numbers (dtype kind in 'iuf'), got dtype bool
+    >>> answer_array("x", [1.0, float("nan")], (2,))
+    Traceback (most recent call last):
+    AssertionError: x: expected finite values, got [1.0, nan]
+    """
+    import numpy as np
+
+    if isinstance(value, (str, bytes, dict)) or value is None:
+        raise AssertionError(f"{what}: expected an array of shape {tuple(shape)}, got {type(value).__name__} {value!r:.200}")
+    try:
+        got = np.asarray(value)
+    except Exception as exc:  # ragged lists
+        raise AssertionError(f"{what}: expected an array of shape {tuple(shape)}, got {value!r:.200} ({exc})") from None
+    assert got.shape == tuple(shape), f"{what}: expected an array of shape {tuple(shape)}, got shape {got.shape}"
+    assert got.dtype.kind in kinds, f"{what}: expected {_kinds(kinds)}, got dtype {got.dtype}"
+    if got.dtype.kind == "f" and finite is not None:
+        bad = ~np.isfinite(got) if finite else np.isinf(got)
+        assert not bad.any(), f"{what}: expected {'finite values' if finite else 'no infinity'}, got {got.tolist()[:8]}"
+    return got
+
+
+def _kinds(kinds: str) -> str:
+    return {"b": "booleans", "iu": "integers", "iuf": f"numbers (dtype kind in {kinds!r})",
+            "f": "floats"}.get(kinds, f"dtype kind in {kinds!r}")
+
+
+def assert_close(what, expected, actual, rtol, atol=0.0, equal_nan=False, kinds="iuf"):
+    """``actual`` has ``expected``'s shape, a numeric dtype, NaN only where ``equal_nan`` allows
+    it (and then only where ``expected`` has NaN), no infinity that ``expected`` lacks, and is
+    close to it: an ``allclose`` that cannot be passed by broadcasting.
+
+    >>> assert_close("t", [1.0, 2.0], [1.0, 2.0 + 1e-13], rtol=1e-12)
+    >>> assert_close("t", [1.0, 2.0], [[1.0, 2.0]], rtol=1e-12)
+    Traceback (most recent call last):
+    AssertionError: t: expected an array of shape (2,), got shape (1, 2)
+    """
+    import numpy as np
+
+    want = np.asarray(expected, dtype=np.float64)
+    finite = None if (np.isinf(want).any()) else (not equal_nan)
+    got = answer_array(what, actual, want.shape, kinds, finite=finite)
+    ok = np.allclose(got.astype(np.float64), want, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    assert ok, f"{what}: expected {want.tolist()[:8]}, got {got.tolist()[:8]}"
+
+
+def answer_int(what, value):
+    """``value`` as a Python int: an int or a numpy integer, never a bool or a float.
+
+    >>> answer_int("n", np.int64(3))
+    3
+    >>> answer_int("n", True)
+    Traceback (most recent call last):
+    AssertionError: n: expected an integer, got bool True
+    """
+    import numpy as np
+
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    assert ok, f"{what}: expected an integer, got {type(value).__name__} {value!r:.200}"
+    return int(value)
+
+
+def answer_bool(what, value):
+    """``value`` as a Python bool: a bool or a numpy bool, never 0 or 1."""
+    import numpy as np
+
+    assert isinstance(value, (bool, np.bool_)), f"{what}: expected True or False, got {type(value).__name__} {value!r:.200}"
+    return bool(value)
+
+
+def answer_float(what, value, finite=True):
+    """``value`` as a Python float: a float, an int or a numpy number, never a bool; finite
+    unless ``finite`` is False.
+
+    >>> answer_float("t", 2)
+    2.0
+    >>> answer_float("t", float("inf"))
+    Traceback (most recent call last):
+    AssertionError: t: expected a finite number, got inf
+    """
+    import math
+
+    import numpy as np
+
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    assert ok, f"{what}: expected a number, got {type(value).__name__} {value!r:.200}"
+    value = float(value)
+    assert not finite or math.isfinite(value), f"{what}: expected a finite number, got {value!r}"
+    return value
+
+
+def assert_close_float(what, expected, actual, rel_tol, abs_tol=0.0):
+    """``math.isclose`` on a strictly checked number (:func:`answer_float`)."""
+    import math
+
+    got = answer_float(what, actual)
+    assert math.isclose(got, expected, rel_tol=rel_tol, abs_tol=abs_tol), f"{what}: expected {expected!r}, got {got!r}"
+    return got

@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "grade":
             p.add_argument("--trust-submission", action="store_true",
                            help="grade without an OS boundary (no root, no bubblewrap): only your own code")
+        p.add_argument("--secret-file", type=Path, default=None,
+                       help="the instructors' grading secret (default: $SERVELAB_GRADING_SECRET_FILE, "
+                            "$SERVELAB_GRADING_SECRET, else a random one recorded beside the results)")
         if name == "grade-all":
             p.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPU count)")
 
@@ -94,9 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "grade":
         import json
 
+        from autograder import grading_secret
         from autograder.grade import ROOT, grade
         data = grade(args.submission, root=args.root or ROOT, out=args.out, limits=_limits(args),
-                     report=lambda line: print(line, file=sys.stderr))
+                     report=lambda line: print(line, file=sys.stderr),
+                     secret=grading_secret.resolve(args.secret_file))
         print(data["output"])
         print(f"total: {data['score']} / {data['max_score']}" + (f"  (written to {args.out})" if args.out else ""))
         if args.out is None:
@@ -106,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "grade-all":
         from autograder.grade import ROOT
         from autograder.gradebook import grade_all
+        if args.secret_file is not None:  # the worker processes read it from the environment
+            import os
+            os.environ["SERVELAB_GRADING_SECRET_FILE"] = str(args.secret_file.resolve())
         grade_all(args.dir, args.out, root=args.root or ROOT, limits=_limits(args), jobs=args.jobs)
         return 0
     if args.command == "regenerate":

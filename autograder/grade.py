@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import servelab
-from autograder import calibrate, results
+from autograder import calibrate, grading_secret, results, testload
 from autograder.hidden import hidden_test_names
 from autograder.judge import Outcome, run_task
 from autograder.remote import Limits
@@ -67,7 +67,8 @@ def _all_but(path: Path, keep: Path) -> list[Path]:
 def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: Limits = Limits(),
           extra_forbidden: list[Path] = (), only_tasks: frozenset[str] | None = None,
           notebooks_out: Path | None = None, time_factor: float | None = None,
-          report: Callable[[str], None] | None = None) -> dict:
+          report: Callable[[str], None] | None = None,
+          secret: grading_secret.Secret | None = None) -> dict:
     """Grades ``submission`` (a folder or a zip) and returns (and writes to ``out``) results.json.
 
     ``only_tasks`` grades just those tasks (the others score zero, "not graded"): the self-check
@@ -76,46 +77,61 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
     manifest id). ``notebooks_out``: where to keep the autograded notebooks (for manual grading).
     ``time_factor`` multiplies the limits' seconds; None: this machine's, measured first
     (:mod:`autograder.calibrate`), so that no grade depends on the load. ``report`` receives one
-    line saying what the limits became (results.json does not record it)."""
+    line saying what the limits became (results.json does not record it).
+    ``secret``: seeds the generated inputs (default :func:`autograder.grading_secret.resolve`);
+    a random one is recorded beside ``out``, never inside it.
+
+    Whatever the submission does, a results.json comes out: a failure inside one task (or the
+    notebooks) gives it 0 with a message, and the others are still graded."""
     start = time.monotonic()
     sandbox.require()  # no OS boundary and no --trust-submission: refuse (autograder/sandbox.py)
     limits = calibrate.apply(limits, time_factor, report)
     root = Path(root).resolve()
     manifest = manifest_of(root)
+    secret = secret or grading_secret.resolve()
+    if out is not None:
+        grading_secret.record(secret, Path(out).with_name(Path(out).name + grading_secret.SIDECAR_SUFFIX))
     work = Path(tempfile.mkdtemp(prefix="servelab-grade-")).resolve()
+    keep_out = [*extra_forbidden, Path(submission).resolve()] + ([secret.file] if secret.file else [])
+    if out is not None:  # a random secret's record sits there
+        keep_out.append(Path(out).resolve().with_name(Path(out).name + grading_secret.SIDECAR_SUFFIX))
+    paths = {work: "<work>", Path(submission).resolve(): "<submission>", root: "<course>"}
     try:
         if Path(submission).is_dir() and Path(submission).resolve() == root:
             submission = _answers_of(root, work / "course-answers", report)
-        forbidden = forbidden_paths(root, [*extra_forbidden, Path(submission).resolve()])
+            keep_out = [Path(submission).resolve() if p == root else p for p in keep_out]
+        forbidden = forbidden_paths(root, keep_out)
         outcomes: dict[str, dict[str, Outcome]] = {}
         try:
             folder = unpack(Path(submission), work / "unpacked")
             broken = None
         except SubmissionError as exc:
             folder, broken = None, str(exc)
+        except Exception as exc:  # an unreadable folder or zip: no task can be graded
+            folder, broken = None, f"the submission cannot be read: {type(exc).__name__}: {exc}"
         for task in manifest.tasks:
             if only_tasks is not None and task.id not in only_tasks:
                 outcomes[task.id] = {test: Outcome(False, "not graded in this run") for test in task.tests}
                 continue
-            files = broken if broken else collect(folder, task.edit)
-            # each task's own copies: the student's file may change later, the sandbox may not
-            if isinstance(files, dict):
-                files = _snapshot(files, work / "files" / task.id)
-            outcomes[task.id] = run_task(root, task, files, work / "run", limits, forbidden)
+            outcomes[task.id] = _contained(task, lambda task=task: _grade_task(root, task, folder, broken, work,
+                                                                                limits, forbidden, secret))
         data = results.build(manifest, outcomes, hidden_tests(root, manifest), 0.0)
         # ---- nbgrader notebooks (autograder/notebooks.py): autograded, merged after the tasks
         if notebooks.notebooks_of(root):
-            if only_tasks is not None and not {nb.id for nb in notebooks.notebooks_of(root)} & only_tasks:
-                scores = notebooks.not_graded(root, "not graded in this run")
-            elif broken:
-                scores = notebooks.not_graded(root, broken)
-            else:
-                nb_files = {nb.file: find_file(folder, nb.file) for nb in notebooks.notebooks_of(root)}
-                scores = notebooks.autograde(root, nb_files, work / "nb", limits,
-                                             notebooks.kernel_forbidden(root, [*extra_forbidden,
-                                                                               Path(submission).resolve()]),
-                                             keep=notebooks_out)
+            try:
+                if only_tasks is not None and not {nb.id for nb in notebooks.notebooks_of(root)} & only_tasks:
+                    scores = notebooks.not_graded(root, "not graded in this run")
+                elif broken:
+                    scores = notebooks.not_graded(root, broken)
+                else:
+                    nb_files = {nb.file: find_file(folder, nb.file) for nb in notebooks.notebooks_of(root)}
+                    scores = notebooks.autograde(root, nb_files, work / "nb", limits,
+                                                 notebooks.kernel_forbidden(root, keep_out), keep=notebooks_out)
+            except Exception as exc:  # nbgrader or the recheck fell over: the notebooks score 0, say why
+                scores = notebooks.not_graded(root, f"the grader could not grade the notebooks: "
+                                                    f"{type(exc).__name__}: {results.describe(exc)}")
             data = notebooks.merge(data, root, scores)
+        data = results.make_safe(data, paths)
         data["execution_time"] = round(time.monotonic() - start, 3)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -138,6 +154,35 @@ def _answers_of(root: Path, into: Path, report: Callable[[str], None] | None) ->
         report("the submission is the course copy itself: its edit files and notebooks are graded from a copy "
                "(`python -m autograder selfcheck` proves the reference's full marks)")
     return into
+
+
+def _grade_task(root: Path, task, folder: Path | None, broken: str | None, work: Path, limits: Limits,
+                forbidden: list[Path], secret: grading_secret.Secret) -> dict[str, Outcome]:
+    files = broken if broken else collect(folder, task.edit)
+    if isinstance(files, str):
+        return run_task(root, task, files, work / "run", limits, forbidden)
+    # each task's own copies: the student's file may change later, the sandbox may not
+    files = _snapshot(files, work / "files" / task.id)
+    taken = grading_secret.content_hash({rel: path.read_bytes() for rel, path in files.items()})
+    # the generated inputs: this secret, these files, this test (a regrade draws the same ones)
+    with testload.seeded(lambda test_id: grading_secret.seed_for(secret, taken, f"{task.id}\0{test_id}")):
+        return run_task(root, task, files, work / "run", limits, forbidden)
+
+
+def _contained(task, grade_one) -> dict[str, Outcome]:
+    """``grade_one()``, or, when the grader itself fails on this task (whatever the reason),
+    every test of it at 0 with the reason: the other tasks are still graded."""
+    try:
+        got = grade_one()
+        missing = [test for test in task.tests if test not in got]
+        if missing:
+            raise LookupError(f"no outcome for {missing[0]}")
+        return got
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - RecursionError, OSError, SystemExit from a library...
+        why = f"the grader could not grade this task: {type(exc).__name__}: {results.describe(exc)}"
+        return {test: Outcome(False, why) for test in task.tests}
 
 
 def _snapshot(files: dict[str, Path], into: Path) -> dict[str, Path]:

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from autograder.files import write_text_atomic
 from autograder.grade import grade, manifest_of
-from autograder import notebooks
+from autograder import grading_secret, notebooks
 from autograder.notebooks import cell_points, notebooks_of
 from autograder.remote import Limits
 
@@ -52,6 +52,9 @@ def grade_all(folder: Path, out: Path, root: Path, limits: Limits = Limits(), jo
     if jobs is not None and jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     manifest = manifest_of(root)
+    # one secret for every worker (a random one goes into the environment they inherit, and is
+    # recorded here, where only instructors look; autograder/grading_secret.py)
+    grading_secret.record(grading_secret.resolve(), out / f"gradebook{grading_secret.SIDECAR_SUFFIX}")
     rows: dict[str, dict] = {}
     timing: dict[str, str] = {}
     # spawn, not fork: the progress bar runs a thread, and forking a threaded process is unsafe

@@ -27,6 +27,7 @@ A file outside the edit list that still holds a solution region stops the releas
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shutil
 import subprocess
@@ -34,7 +35,7 @@ import tempfile
 from pathlib import Path
 
 from autograder.files import normal_mode
-from autograder import notebooks
+from autograder import grading_secret, notebooks
 from autograder.grade import hidden_tests, manifest_of
 from autograder.hidden import strip_hidden
 from servelab.grading.solutions import BEGIN as SOLUTION_BEGIN
@@ -68,6 +69,15 @@ def course_files(root: Path) -> list[str]:
                       if p.is_file() and not skip & set(p.relative_to(root).parts))
 
 
+def _secret(root: Path, rel: str) -> bool:
+    """A grading secret never ships: a recorded one (``*.grading-secret``, written beside a
+    results.json) or the file ``$SERVELAB_GRADING_SECRET_FILE`` names, should either sit in the
+    course copy (:mod:`autograder.grading_secret`)."""
+    named = os.environ.get(grading_secret.ENV_SECRET_FILE)
+    return rel.endswith(grading_secret.SIDECAR_SUFFIX) or bool(
+        named and Path(named).resolve() == (root / rel).resolve())
+
+
 def stub_notebook(path: str, versions: dict[str, str]) -> str:
     """A notebook's student version, as nbgrader's ``generate_assignment`` wrote it
     (:func:`autograder.notebooks.student_versions`); a notebook under ``assignments/`` that the
@@ -90,7 +100,7 @@ def plan(root: Path) -> dict[str, str | None]:
     versions: dict[str, str] | None = None
     for rel in course_files(root):
         path = root / rel
-        if rel.startswith(PRIVATE) or rel in hidden_files or rel == STUDENT_README:
+        if rel.startswith(PRIVATE) or rel in hidden_files or rel == STUDENT_README or _secret(root, rel):
             continue
         if rel.endswith(".ipynb") and rel.startswith("assignments/"):
             if versions is None:  # nbgrader runs once, for every notebook

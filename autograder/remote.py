@@ -208,7 +208,7 @@ class Child:
         line, self._buffer = self._buffer.split(b"\n", 1)
         try:
             reply = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deeply
             self.close()
             raise SubmissionFailed(f"the child process wrote something that is not a reply while {what}") from None
         if not isinstance(reply, dict):

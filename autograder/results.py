@@ -3,12 +3,24 @@ the judge's outcomes; written atomically so that a reader never sees half a file
 
 Visibility: a test takes its task's visibility, except that a test inside a ``### BEGIN HIDDEN
 TESTS`` region of a visible task is shown ``after_due_date``.
+
+Every message is made safe before it is written (:func:`safe_text`): no lone surrogates (they
+cannot be encoded), no absolute paths or memory addresses (they name this machine's temporary
+folders and change from one grading to the next), and a bounded length.
+
+>>> safe_text("bad " + chr(0xD800) + " at /tmp/servelab-grade-x1/run/a1/ledger.py, <f at 0x7f3a2b1c9d40>")
+'bad ? at <path>/ledger.py, <f at 0x...>'
+>>> safe_text("<course>/assignments/x.py and 3 tok/s, 1/2")
+'<course>/assignments/x.py and 3 tok/s, 1/2'
+>>> len(safe_text("x" * 10_000))
+4018
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -59,6 +71,44 @@ def status_of(test: dict) -> str:
     ('failed', 'pending')
     """
     return test.get("status", PENDING)
+
+
+MAX_TEXT = 4000  # characters of one message
+# an absolute path: "/" not after a word, a dot, "<" or ">" (so "tok/s" and "<course>/x" stay),
+# then at least two segments; it becomes "<path>/" and its last segment
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.<>~/-])/(?:[^\s/'\"():,;\[\]{}<>|]+/)+([^\s/'\"():,;\[\]{}<>|]*)")
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
+
+
+def safe_text(text, paths: dict | None = None, limit: int = MAX_TEXT) -> str:
+    """``text`` as a message results.json can carry and a regrade repeats: each of ``paths``
+    (path -> placeholder) replaced, other absolute paths cut to ``<path>/<last part>``, memory
+    addresses blanked, lone surrogates replaced, at most ``limit`` characters (then a note)."""
+    if not isinstance(text, str):
+        text = describe(text)
+    text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates -> "?"
+    for path, placeholder in sorted((paths or {}).items(), key=lambda kv: -len(str(kv[0]))):
+        text = text.replace(str(path), placeholder)
+    text = _ABSOLUTE_PATH.sub(lambda m: f"<path>/{m.group(1)}", text)
+    text = _ADDRESS.sub("0x...", text)
+    return text if len(text) <= limit else text[:limit] + "\n... (message cut)"
+
+
+def describe(exc) -> str:
+    """``str(exc)``, or a placeholder when even that fails (an ``__str__`` that raises)."""
+    try:
+        return str(exc)
+    except BaseException:  # noqa: BLE001
+        return f"<{type(exc).__name__} that cannot be printed>"
+
+
+def make_safe(data: dict, paths: dict | None = None) -> dict:
+    """results.json ``data`` with every message and name passed through :func:`safe_text`."""
+    data["output"] = safe_text(data.get("output", ""), paths, limit=20 * MAX_TEXT)
+    for test in data.get("tests", []):
+        test["output"] = safe_text(test.get("output", ""), paths)
+        test["name"] = safe_text(test.get("name", ""), paths, limit=500)
+    return data
 
 
 def write_json_atomic(data: dict, path: Path) -> None:

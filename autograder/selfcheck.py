@@ -52,6 +52,7 @@ HOSTILE = ROOT / "autograder" / "tests" / "hostile"
 MUTANTS = ROOT / "autograder" / "mutants"
 # hostile submissions are graded with tight limits so that the self-check stays short (but
 # loose enough that the honest parts inside them pass on a busy 2-core machine)
+SELFCHECK_SECRET = "servelab self-check: a fixed, public secret"
 HOSTILE_LIMITS = Limits(wall_s=4.0, cpu_s=4, memory_bytes=1 << 30, output_bytes=256 << 10)
 RELEASE_PYTEST_S = 600  # the release's pytest assignments/ may take this long (times the calibration factor)
 HOSTILE_SECONDS = 60  # a hostile grading taking longer than this (times the calibration factor) is a problem
@@ -266,7 +267,9 @@ def check_hostile(folder: Path, tmp: Path, report: Callable[[str], None] | None 
     out = tmp / "results.json"
     start = time.monotonic()
     factor = _Factor()
-    data = grade(folder, out=out, limits=HOSTILE_LIMITS, report=lambda line: (factor(line), report and report(line)))
+    # expect.toml's ``zip``: the submission is that zip inside the folder (a zip trick)
+    data = grade(folder / expect["zip"] if "zip" in expect else folder, out=out, limits=HOSTILE_LIMITS,
+                 report=lambda line: (factor(line), report and report(line)))
     problems = []
     if data["score"] > expect["max_points"]:
         problems.append(f"{folder.name} ({expect['why']}) scored {data['score']} > {expect['max_points']}")
@@ -402,6 +405,8 @@ def main(jobs: int | None = None) -> int:
     from rich.table import Table
 
     console = Console()
+    # a fixed, public secret unless the instructors set theirs: the same inputs run after run
+    os.environ.setdefault("SERVELAB_GRADING_SECRET", SELFCHECK_SECRET)
     if not (HOSTILE.is_dir() and MUTANTS.is_dir()):
         console.print("selfcheck needs the instructors' copy: autograder/tests/hostile and autograder/mutants "
                       "are not in a student release")

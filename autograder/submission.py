@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import stat
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 MAX_FILE = 1 << 20
 MAX_ZIP_TOTAL = 200 << 20
@@ -32,39 +32,108 @@ class SubmissionError(ValueError):
 
 def unpack(submission: Path, into: Path) -> Path:
     """The folder to grade: ``submission`` itself, or a zip's contents extracted into ``into``
-    (only regular files, no absolute or ``..`` paths, bounded in count and size)."""
+    (regular files only, bounded in count and size). A zip holding a link, an absolute name, a
+    ``..``, or two entries for one path (a file ``notes`` and a file ``notes/a.py``, or the same
+    name twice) is refused with a message naming the entry: what it means is ambiguous.
+
+    >>> import io, tempfile
+    >>> z = Path(tempfile.mkdtemp()) / "s.zip"
+    >>> with zipfile.ZipFile(z, "w") as f:
+    ...     f.writestr("notes", "x"); f.writestr("notes/a1_ledger/ledger.py", "y")
+    >>> unpack(z, z.parent / "out")
+    Traceback (most recent call last):
+    autograder.submission.SubmissionError: submission zip: entry 'notes/a1_ledger/ledger.py' lies inside 'notes', which is a file in the same zip
+    """
     if submission.is_dir():
         return submission
     if not submission.is_file():
-        raise SubmissionError(f"submission must be a folder or a .zip file, got {str(submission)!r} (not found)")
+        raise SubmissionError(f"submission must be a folder or a .zip file, got {submission.name!r} (not found)")
     if not zipfile.is_zipfile(submission):
-        raise SubmissionError(f"submission must be a folder or a .zip file, got {str(submission)!r}")
+        raise SubmissionError(f"submission must be a folder or a .zip file, got {submission.name!r}")
     into.mkdir(parents=True, exist_ok=True)
     total = 0
-    with zipfile.ZipFile(submission) as z:
+    try:
+        z = zipfile.ZipFile(submission)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise SubmissionError(f"submission zip cannot be read: {exc}") from None
+    with z:
         members = z.infolist()
         if len(members) > MAX_ZIP_MEMBERS:
             raise SubmissionError(f"submission zip has {len(members)} entries, more than {MAX_ZIP_MEMBERS}")
+        _refuse_ambiguous(members)
         for info in members:
             name = info.filename
-            parts = Path(name).parts
-            if info.is_dir() or name.startswith("/") or ".." in parts or stat.S_ISLNK(info.external_attr >> 16):
+            parts = PurePosixPath(name).parts
+            if info.is_dir() or info.file_size > MAX_FILE or any(p in SKIP_DIRS for p in parts):
                 continue
-            if info.file_size > MAX_FILE or any(p in SKIP_DIRS for p in parts):
-                continue
-            with z.open(info) as src:
-                data = src.read(MAX_FILE + 1)  # the declared size may lie: count what comes out
+            try:
+                with z.open(info) as src:
+                    data = src.read(MAX_FILE + 1)  # the declared size may lie: count what comes out
+            except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError) as exc:
+                raise SubmissionError(f"submission zip: entry {_shown(name)} cannot be read: {exc}") from None
             if len(data) > MAX_FILE:
                 continue
             total += len(data)
             if total > MAX_ZIP_TOTAL:
                 raise SubmissionError(f"submission zip holds more than {MAX_ZIP_TOTAL} bytes")
-            dst = into / name
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.write_bytes(data)
+            dst = into.joinpath(*parts)
+            try:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                dst.write_bytes(data)
+            except OSError as exc:  # a name this file system cannot hold
+                raise SubmissionError(f"submission zip: entry {_shown(name)} cannot be written: "
+                                      f"{exc.strerror or exc}") from None
     entries = [p for p in into.iterdir() if p.name != "__MACOSX"]
     # a zip of a folder: grade the folder
     return entries[0] if len(entries) == 1 and entries[0].is_dir() else into
+
+
+def _shown(name: str) -> str:
+    """An entry's name for a message: quoted, surrogates escaped, at most 200 characters."""
+    text = repr(name.encode("utf-8", "backslashreplace").decode("utf-8"))
+    return text if len(text) <= 200 else text[:200] + "...'"
+
+
+def _refuse_ambiguous(members: list[zipfile.ZipInfo]) -> None:
+    """SubmissionError naming the first entry that is a link, absolute, climbs out with ``..``,
+    holds a NUL or a backslash, or collides with another entry."""
+    files: dict[str, str] = {}
+    dirs: dict[str, str] = {}
+    for info in members:
+        name = info.filename
+        mode = info.external_attr >> 16
+        if stat.S_ISLNK(mode):
+            raise SubmissionError(f"submission zip: entry {_shown(name)} is a symbolic link")
+        if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
+            raise SubmissionError(f"submission zip: entry {_shown(name)} has an absolute name")
+        if "\0" in name or "\\" in name:
+            raise SubmissionError(f"submission zip: entry {_shown(name)} has a NUL or a backslash in its name")
+        parts = [p for p in name.split("/") if p not in ("", ".")]
+        if ".." in parts:
+            raise SubmissionError(f"submission zip: entry {_shown(name)} climbs out of the folder with '..'")
+        if not parts:
+            continue
+        key = "/".join(parts)
+        if info.is_dir():
+            if key in files:
+                raise SubmissionError(f"submission zip: entry {_shown(name)} is a folder, and "
+                                      f"{_shown(files[key])} a file of the same name")
+            dirs.setdefault(key, name)
+            continue
+        if key in files:
+            raise SubmissionError(f"submission zip: entry {_shown(name)} appears twice")
+        if key in dirs:
+            raise SubmissionError(f"submission zip: entry {_shown(name)} is a file, and {_shown(dirs[key])} "
+                                  "a folder of the same name")
+        files[key] = name
+        for i in range(1, len(parts)):
+            dirs.setdefault("/".join(parts[:i]), name)
+    for key, name in files.items():
+        for i in range(1, len(key.split("/"))):
+            parent = "/".join(key.split("/")[:i])
+            if parent in files:
+                raise SubmissionError(f"submission zip: entry {_shown(name)} lies inside {_shown(files[parent])}, "
+                                      "which is a file in the same zip")
 
 
 def _regular(path: Path) -> bool:

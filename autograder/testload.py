@@ -2,11 +2,16 @@
 standing in for the student's modules (and pytest's assertion rewriting, so that a bare
 ``assert a == b`` explains itself), find a test (``test_x`` or ``TestClass::test_x``), expand its
 ``@pytest.mark.parametrize`` marks, and call each case (``tmp_path`` is the one fixture given).
+
+Seeds: inside :func:`seeded`, every Hypothesis test (and state machine) of a test file imported
+here takes the seed ``seed_of(test_id)`` instead of the one derandomization derives from its
+code (:mod:`autograder.grading_secret`: a secret the student cannot know).
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import inspect
 import itertools
@@ -15,6 +20,72 @@ import types
 from pathlib import Path
 
 from _pytest.assertion.rewrite import rewrite_asserts
+
+_SEED_OF: list = [None]  # the seeding in force (set by :func:`seeded`), a callable test id -> int
+
+
+@contextlib.contextmanager
+def seeded(seed_of):
+    """Test files imported in this block seed their Hypothesis tests with ``seed_of(test id)``,
+    and Hypothesis draws no constants from the modules this process happened to load (it
+    mines every local module in ``sys.modules`` for "interesting" numbers, and caches them in
+    an LRU: the inputs would depend on what the process did before, and a regrade in another
+    process, or a grade of one task alone, would draw others)."""
+    before = _SEED_OF[0]
+    _SEED_OF[0] = seed_of
+    try:
+        with _no_local_constants():
+            yield
+    finally:
+        _SEED_OF[0] = before
+
+
+@contextlib.contextmanager
+def _no_local_constants():
+    try:
+        import copy
+
+        from hypothesis.internal.cache import LRUCache
+        from hypothesis.internal.conjecture import providers
+
+        empty = copy.deepcopy(providers._local_constants)
+        for name in ("integers", "floats", "bytes", "strings"):
+            getattr(empty, name).clear()
+        saved = providers._get_local_constants, providers.CONSTANTS_CACHE
+    except (ImportError, AttributeError):  # another Hypothesis: nothing of the kind to turn off
+        yield
+        return
+    providers._get_local_constants, providers.CONSTANTS_CACHE = (lambda: empty), LRUCache(1024)
+    try:
+        yield
+    finally:
+        providers._get_local_constants, providers.CONSTANTS_CACHE = saved
+
+
+def seed_hypothesis(module, file_rel: str, seed_of) -> list[str]:
+    """Sets the seed of every ``@given`` test and ``RuleBasedStateMachine`` defined in
+    ``module`` (test classes' methods included) to ``seed_of("<file_rel>::<name>")``; returns
+    the ids seeded. What the module imported from elsewhere is left alone."""
+    from hypothesis.stateful import RuleBasedStateMachine
+
+    done = []
+
+    def own(obj) -> bool:
+        return getattr(obj, "__module__", None) == module.__name__
+
+    for name, obj in sorted(vars(module).items()):
+        targets = [(name, obj)]
+        if isinstance(obj, type) and own(obj) and not issubclass(obj, RuleBasedStateMachine):
+            targets = [(f"{name}::{k}", v) for k, v in sorted(vars(obj).items())]
+        for test_name, target in targets:
+            if isinstance(target, (staticmethod, classmethod)):
+                target = target.__func__
+            is_machine = isinstance(target, type) and issubclass(target, RuleBasedStateMachine)
+            if own(target) and (is_machine or getattr(target, "is_hypothesis_test", False)):
+                test_id = f"{file_rel}::{test_name}"
+                target._hypothesis_internal_use_seed = seed_of(test_id)
+                done.append(test_id)
+    return done
 
 
 def import_test_module(path: Path, proxies: dict[str, types.ModuleType], unique: str):
@@ -36,6 +107,8 @@ def import_test_module(path: Path, proxies: dict[str, types.ModuleType], unique:
         # pytest's assertion rewriting, so that a bare ``assert a == b`` explains itself here too
         rewrite_asserts(tree, source, str(path))
         exec(compile(tree, str(path), "exec", dont_inherit=True), module.__dict__)
+        if _SEED_OF[0] is not None:
+            seed_hypothesis(module, f"{path.parent.name}/{path.name}", _SEED_OF[0])
         return module
     finally:
         sys.path.remove(str(path.parent))

@@ -10,7 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import metrics_hw as mine
+from assignment_strategies import assert_close
 from servelab import metrics as ref
+from servelab.admission import EarlyReject, MeanLength
 from servelab.hw_model import H100, LLAMA3_8B
 from servelab.serving_core import run_batch1, run_static_batching
 from servelab.workload import Requests, chat_requests
@@ -24,7 +26,11 @@ def runs(draw):
     prompt = draw(st.lists(st.integers(1, 2048), min_size=n, max_size=n))
     out = draw(st.lists(st.integers(1, 600), min_size=n, max_size=n))
     reqs = Requests(arrival_s=arrival, prompt_len=prompt, output_len=out)
-    if draw(st.booleans()):
+    policy = draw(st.sampled_from(["batch1", "static", "early_reject"]))
+    if policy == "early_reject":  # some requests turned away: NaN times, tokens never produced
+        return run_batch1(reqs, LLAMA3_8B, H100,
+                          admission=EarlyReject(draw(st.sampled_from([0.05, 0.5, 2.0])), MeanLength()))
+    if policy == "batch1":
         return run_batch1(reqs, LLAMA3_8B, H100)
     return run_static_batching(reqs, LLAMA3_8B, H100, batch_size=draw(st.integers(1, 16)),
                                ride_along=draw(st.booleans()))
@@ -36,9 +42,10 @@ def cols(r):
 
 
 def same(what, expected, actual):
-    e, a = np.asarray(expected, dtype=float), np.asarray(actual, dtype=float)
-    assert e.shape == a.shape and np.allclose(e, a, rtol=1e-12, atol=0, equal_nan=True), \
-        f"{what}: expected {e.tolist()[:8]}..., got {a.tolist()[:8]}..."
+    # the expected shape exactly (no broadcasting), booleans where booleans are due, NaN only
+    # where the reference has NaN
+    kinds = "b" if np.asarray(expected).dtype == bool else "iuf"
+    assert_close(what, expected, actual, rtol=1e-12, atol=0, equal_nan=True, kinds=kinds)
 
 
 slos = st.tuples(st.floats(0.01, 20.0), st.floats(0.001, 0.2))

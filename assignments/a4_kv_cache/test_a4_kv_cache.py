@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kv_cache as mine
+from assignment_strategies import answer_int, assert_close
 from servelab import tiny_llm
 from servelab.tiny_llm import TINY
 from servelab.tiny_llm.model import causal_attention as model_attention
@@ -34,9 +35,8 @@ def test_causal_attention_matches_model(args):
     q, k, v, ctx = args
     got = mine.causal_attention(q, k, v, ctx)
     want = model_attention(q, k, v, ctx)
-    assert got.shape == want.shape, f"shape: expected {want.shape}, got {got.shape}"
-    assert np.allclose(got, want, rtol=1e-4, atol=1e-5), \
-        f"attention of n={q.shape[0]} new tokens over context {ctx}: max |diff| {np.abs(got - want).max()}"
+    assert_close(f"attention of n={q.shape[0]} new tokens over context {ctx}", want, got, rtol=1e-4, atol=1e-5,
+                 kinds="f")
 
 
 prompts = st.lists(st.integers(0, 255), min_size=1, max_size=24)
@@ -102,11 +102,16 @@ def test_cache_refuses_overflow_and_rolls_back():
 def test_tokens_processed_matches_the_real_model(prompt_len, n_new, use_cache):
     gen = tiny_llm.generate([65] * prompt_len, n_new, use_cache=use_cache)
     counted = sum(step.n_tokens for step in gen.steps)
-    got = mine.tokens_processed(prompt_len, n_new, use_cache)
+    got = answer_int("tokens_processed", mine.tokens_processed(prompt_len, n_new, use_cache))
     assert got == counted, f"tokens_processed({prompt_len}, {n_new}, use_cache={use_cache}): " \
                            f"the model processed {counted}, you said {got}"
 
 
-def test_lecture_numbers():
-    assert mine.tokens_processed(32, 200, True) == 231, "with the cache (§2.2)"
-    assert mine.tokens_processed(32, 200, False) == 26_300, "without the cache (§2.2)"
+@given(st.integers(1, 4096), st.integers(1, 4096), st.booleans())
+def test_lecture_numbers(prompt_len, n_new, use_cache):
+    assert answer_int("tokens_processed", mine.tokens_processed(32, 200, True)) == 231, "with the cache (§2.2)"
+    assert answer_int("tokens_processed", mine.tokens_processed(32, 200, False)) == 26_300, "without the cache (§2.2)"
+    # and off the lecture's numbers: the closed forms of §2.2 (a table of the two answers fails)
+    want = prompt_len + n_new - 1 if use_cache else sum(prompt_len + i for i in range(n_new))
+    got = answer_int("tokens_processed", mine.tokens_processed(prompt_len, n_new, use_cache))
+    assert got == want, f"tokens_processed({prompt_len}, {n_new}, use_cache={use_cache}): expected {want}, got {got}"

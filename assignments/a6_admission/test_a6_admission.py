@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import admission as mine
-from assignment_strategies import request_workloads
+from assignment_strategies import answer_array, answer_int, assert_close, assert_close_float, request_workloads
 from servelab import hw_model as hw
 from servelab.admission import EarlyReject, MeanLength, NoisyPredictor, Oracle, PredictedLengths
 from servelab.admission import admission_report as core_report
@@ -44,8 +44,7 @@ probs = st.floats(1e-6, 0.999)
 def test_p_any_slow(n, q):
     got = mine.p_any_slow(n, q)
     want = any_slow(n, q)
-    assert math.isclose(got, want, rel_tol=1e-8), \
-        f"p_any_slow(n_calls={n}, p_slow={q}): expected {want}, got {got}"
+    assert_close_float(f"p_any_slow(n_calls={n}, p_slow={q})", want, got, rel_tol=1e-8)
 
 
 @given(calls, st.floats(1e-4, 0.99))
@@ -59,13 +58,17 @@ def test_per_call_budget_and_percentile(n, target):
         f"per_call_budget(n_calls={n}, target={target}) = {q}: then P(at least one slow) = {reached}, "
         f"expected {target}")
     pct = mine.per_call_percentile(n, target)
-    assert math.isclose(pct, 100.0 * (1.0 - q), rel_tol=1e-12, abs_tol=1e-9), (
-        f"per_call_percentile(n_calls={n}, target={target}): expected {100.0 * (1.0 - q)} "
-        f"(= 100 * (1 - per_call_budget)), got {pct}")
+    assert_close_float(f"per_call_percentile(n_calls={n}, target={target}) (= 100 * (1 - per_call_budget))",
+                       100.0 * (1.0 - q), pct, rel_tol=1e-12, abs_tol=1e-9)
 
 
-def test_exercise6_lecture_numbers():
-    # (a) 20 calls, 1% each: 18.2%; (b) at most 10% over 20 calls: q <= 0.525%, about P99.5
+@given(calls, st.floats(1e-4, 0.99))
+def test_exercise6_lecture_numbers(n, target):
+    # (a) 20 calls, 1% each: 18.2%; (b) at most 10% over 20 calls: q <= 0.525%, about P99.5;
+    # and the budget of a generated fan-out, so that a table of the lecture's answers fails
+    q = assert_close_float(f"per_call_budget({n}, {target})", -math.expm1(math.log1p(-target) / n),
+                           mine.per_call_budget(n, target), rel_tol=1e-9)
+    assert_close_float(f"p_any_slow({n}, per_call_budget({n}, {target}))", target, mine.p_any_slow(n, q), rel_tol=1e-6)
     a = mine.p_any_slow(20, 0.01)
     assert round(a, 3) == 0.182, f"p_any_slow(20, 0.01): expected 18.2%, got {a:.4%}"
     b = mine.per_call_budget(20, 0.10)
@@ -85,9 +88,8 @@ def as_requests(output_len):
 
 
 def same_ints(what, want, got):
-    got = np.asarray(got)
-    assert got.shape == want.shape and np.array_equal(got, want), \
-        f"{what}: expected {want.tolist()}, got {got.tolist()}"
+    got = answer_array(what, got, want.shape, kinds="iu")
+    assert np.array_equal(got, want), f"{what}: expected {want.tolist()}, got {got.tolist()}"
 
 
 @given(lengths)
@@ -124,14 +126,12 @@ def check_run(r, guess, slo):
     want = run_batch1(r, LLAMA3_8B, H100, admission=EarlyReject(slo, PredictedLengths(guess)))
     got = mine.simulate_early_reject(r.arrival_s, r.prompt_len, r.output_len, guess, slo, PRICE)
     where = describe(r, guess, slo)
-    rejected = np.asarray(got["rejected"])
+    rejected = answer_array(f"rejected for {where}", got["rejected"], want.rejected.shape, kinds="b")
     assert rejected.tolist() == want.rejected.tolist(), \
         f"rejected for {where}: expected {want.rejected.tolist()}, got {rejected.tolist()}"
     for key, expected in (("first_token_s", want.first_token_s), ("finish_s", want.finish_s),
                           ("would_first_token_s", want.would_first_token_s)):
-        actual = np.asarray(got[key], dtype=np.float64)
-        assert actual.shape == expected.shape and np.allclose(actual, expected, rtol=1e-9, atol=1e-12, equal_nan=True), \
-            f"{key} for {where}: expected {expected.tolist()}, got {actual.tolist()}"
+        assert_close(f"{key} for {where}", expected, got[key], rtol=1e-9, atol=1e-12, equal_nan=True, kinds="f")
     return want, got
 
 
@@ -149,10 +149,9 @@ def test_admission_report_matches_core(case):
                                 want_run.would_first_token_s, slo)
     where = describe(r, guess, slo)
     for key in COUNTS:
-        assert got[key] == getattr(want, key), f"{key} for {where}: expected {getattr(want, key)}, got {got[key]}"
+        assert answer_int(f"{key} for {where}", got[key]) == getattr(want, key), f"{key} for {where}: expected {getattr(want, key)}, got {got[key]}"
     for key in ("attainment", "late_share_of_accepted", "false_rejection_share"):
-        assert math.isclose(got[key], getattr(want, key), rel_tol=1e-12), \
-            f"{key} for {where}: expected {getattr(want, key)}, got {got[key]}"
+        assert_close_float(f"{key} for {where}", getattr(want, key), got[key], rel_tol=1e-12)
 
 
 def test_hand_checked():

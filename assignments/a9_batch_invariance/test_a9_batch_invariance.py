@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import batch_invariance as mine
+from assignment_strategies import answer_array
 
 EPS32 = float(np.finfo(np.float32).eps) / 2  # unit roundoff of float32
 
@@ -91,7 +92,8 @@ def test_piece_starts(k, data):
     pieces = data.draw(st.integers(1, k))
     want = [int(part[0]) for part in np.array_split(np.arange(k), pieces)]
     got = mine.piece_starts(k, pieces)
-    assert list(got) == want, f"piece_starts(k={k}, pieces={pieces}): expected {want}, got {got}"
+    got = answer_array(f"piece_starts(k={k}, pieces={pieces})", got, (len(want),), kinds="iu").tolist()
+    assert got == want, f"piece_starts(k={k}, pieces={pieces}): expected {want}, got {got}"
 
 
 @given(problems(max_rows=20, max_k=48))

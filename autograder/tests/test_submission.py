@@ -35,16 +35,42 @@ def test_a_symlink_is_never_followed(tmp_path):
     assert find_file(tmp_path / "sub", "a1_ledger/ledger.py") is None
 
 
-def test_zip_members_cannot_escape(tmp_path):
-    archive = tmp_path / "evil.zip"
+def test_a_plain_zip_of_a_folder_is_graded_as_that_folder(tmp_path):
+    archive = tmp_path / "ok.zip"
     with zipfile.ZipFile(archive, "w") as z:
-        z.writestr("../escaped.py", "x")
-        z.writestr("/abs.py", "x")
         z.writestr("repo/a1_ledger/ledger.py", "ok")
+        z.writestr("repo/notes/", "")
     root = unpack(archive, tmp_path / "into")
-    assert not (tmp_path / "escaped.py").exists()
     assert root == tmp_path / "into" / "repo"
     assert (root / "a1_ledger" / "ledger.py").read_text() == "ok"
+
+
+def _symlink_entry(name: str, target: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name)
+    info.external_attr = (0o120777 << 16)
+    return info
+
+
+@pytest.mark.parametrize("entries, named, why", [
+    ([("../escaped.py", "x"), ("a1_ledger/ledger.py", "ok")], "../escaped.py", "climbs out"),
+    ([("a1_ledger/../../escaped.py", "x")], "a1_ledger/../../escaped.py", "climbs out"),
+    ([("/abs.py", "x")], "/abs.py", "absolute"),
+    ([("notes", "x"), ("notes/a1_ledger/ledger.py", "y")], "notes/a1_ledger/ledger.py", "inside 'notes'"),
+    ([("notes/a1_ledger/ledger.py", "y"), ("notes", "x")], "notes", "a folder of the same name"),
+    ([("a1_ledger/ledger.py", "x"), ("a1_ledger/ledger.py", "y")], "a1_ledger/ledger.py", "appears twice"),
+    ([("a1_ledger/ledger.py", "x"), ("a1_ledger//ledger.py", "y")], "a1_ledger//ledger.py", "appears twice"),
+    ([("x/", ""), ("x", "file")], "x", "a folder of the same name"),
+    ([(_symlink_entry("a1_ledger/ledger.py", "/etc/passwd"), "/etc/passwd")], "a1_ledger/ledger.py", "symbolic link"),
+])
+def test_an_ambiguous_zip_is_refused_naming_the_entry(tmp_path, entries, named, why):
+    archive = tmp_path / "evil.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        for name, data in entries:
+            z.writestr(name, data)
+    with pytest.raises(SubmissionError) as err:
+        unpack(archive, tmp_path / "into")
+    assert repr(named) in str(err.value) and why in str(err.value), str(err.value)
+    assert not (tmp_path / "escaped.py").exists()
 
 
 def test_bad_submissions_are_named(tmp_path):

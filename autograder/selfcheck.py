@@ -14,7 +14,7 @@
 
 * every graded test of the manifest is failed by at least one mutant (a test that no mutant
   fails could be passed by a lookup table without anyone noticing): the list of the others is
-  a warning today, a failure once :data:`SURVIVORS_FAIL` is set.
+  the list of the others fails the self-check (:data:`SURVIVORS_FAIL`).
 
 Each check grades one submission (or runs the release's pytest once) and returns a
 :class:`Result`: its problems (empty: it holds), how long it took, and what the mutant checks
@@ -56,9 +56,8 @@ SELFCHECK_SECRET = "servelab self-check: a fixed, public secret"
 HOSTILE_LIMITS = Limits(wall_s=4.0, cpu_s=4, memory_bytes=1 << 30, output_bytes=256 << 10)
 RELEASE_PYTEST_S = 600  # the release's pytest assignments/ may take this long (times the calibration factor)
 HOSTILE_SECONDS = 60  # a hostile grading taking longer than this (times the calibration factor) is a problem
-# issue 11.5: every graded test is failed by some mutant. False while autograder/mutants/ does
-# not yet cover every test: the self-check then lists the survivors as a warning.
-SURVIVORS_FAIL = False
+# issue 11.5: every graded test is failed by some mutant; a survivor fails the self-check
+SURVIVORS_FAIL = True
 
 
 @dataclass

@@ -5,13 +5,13 @@ your rule plugged in (§6.5), and the closed form."""
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import spec_verify as mine
+from assignment_strategies import answer_int, assert_close_float
 from servelab.tiny_llm import TINY, TinyLLM, generate, model_for
 from servelab.tiny_llm import speculative as ref
 
@@ -32,8 +32,8 @@ def greedy_rows(draw):
 
 
 def _pair(got, what: str) -> tuple:
-    assert isinstance(got, (tuple, list)) and len(got) == 2, f"{what}: return (kept, next_token), got {got!r}"
-    return int(got[0]), int(got[1])
+    assert isinstance(got, (tuple, list)) and len(got) == 2, f"{what}: return (kept, next_token), got {got!r:.200}"
+    return answer_int(f"{what}: kept", got[0]), answer_int(f"{what}: next_token", got[1])
 
 
 @given(greedy_rows())
@@ -84,5 +84,5 @@ def test_verify_sampled_matches_the_rule(case):
 @given(st.floats(0.0, 1.0), st.integers(0, 16))
 def test_expected_tokens_per_step(a, k):
     want = ref.expected_tokens_per_step(a, k)
-    got = float(mine.expected_tokens_per_step(a, k))
-    assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12), f"a={a}, k={k}: expected {want}, got {got}"
+    assert_close_float(f"expected_tokens_per_step(a={a}, k={k})", want,
+                       mine.expected_tokens_per_step(a, k), rel_tol=1e-9, abs_tol=1e-12)

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tp_layer as mine
+from assignment_strategies import answer_array, assert_close
 from servelab import tiny_llm
 from servelab.tiny_llm import TINY, ModelConfig
 from servelab.tiny_llm.model import attention_partial, mlp_partial, rms_norm, rope_tables
@@ -39,8 +40,7 @@ def _layer(model, i: int = 0) -> dict:
 
 
 def _same(got, want, what: str) -> None:
-    got = np.asarray(got)
-    assert got.shape == want.shape, f"{what}: expected shape {want.shape}, got {got.shape}"
+    got = answer_array(what, got, want.shape, kinds="f")
     assert np.array_equal(got, want), f"{what}: wrong columns or rows (max |diff| " \
                                       f"{np.abs(got - want).max()})"
 
@@ -77,9 +77,7 @@ def test_all_reduce_sums_every_partial(t, n, d, seed):
     rng = np.random.default_rng(seed)
     partials = [rng.standard_normal((n, d), dtype=np.float32) for _ in range(t)]
     want = np.sum(partials, axis=0)
-    got = np.asarray(mine.all_reduce(partials))
-    assert got.shape == want.shape, f"expected shape {want.shape}, got {got.shape}"
-    assert np.allclose(got, want, rtol=1e-5, atol=1e-5), f"{t} partials: not their sum"
+    assert_close(f"all_reduce of {t} partials", want, mine.all_reduce(partials), rtol=1e-5, atol=1e-5)
 
 
 @given(splits(), st.integers(1, 6), st.integers(0, 2**32 - 1))
@@ -98,11 +96,10 @@ def test_tp_layer_equals_the_unsharded_layer(split, n, seed):
                                  cos, sin, offsets, [0], no_cache)
     want = want + mlp_partial(rms_norm(want, layer["mlp_norm"], config.norm_eps),
                               layer["w_gate_up"], layer["w_down"])
-    got = np.asarray(mine.tp_layer(x, layer, config.n_heads, config.n_kv_heads, config.d_head, t,
-                                   config.norm_eps))
-    assert got.shape == want.shape, f"expected shape {want.shape}, got {got.shape}"
-    assert np.allclose(got, want, rtol=1e-4, atol=1e-5), \
-        f"t={t}, {n} tokens: max |diff| {np.abs(got - want).max()} against the unsharded layer"
+    got = mine.tp_layer(x, layer, config.n_heads, config.n_kv_heads, config.d_head, t,
+                        config.norm_eps)
+    assert_close(f"tp_layer with t={t} on {n} tokens, against the unsharded layer", want, got,
+                 rtol=1e-4, atol=1e-5)
 
 
 @settings(max_examples=8)  # each example runs the whole model once per generated token
@@ -116,9 +113,9 @@ def test_greedy_tokens_through_your_layer_equal_the_model(prompt, t, n_new):
     for _ in range(n_new):  # no cache: the whole sequence each step
         x = w.embed[seq]
         for layer in layers:
-            x = np.asarray(mine.tp_layer(x, layer, TINY.n_heads, TINY.n_kv_heads, TINY.d_head, t,
-                                         TINY.norm_eps), dtype=np.float32)
-            assert x.shape == (len(seq), TINY.d_model), f"layer output shape {x.shape}"
+            x = answer_array("tp_layer", mine.tp_layer(x, layer, TINY.n_heads, TINY.n_kv_heads,
+                                                       TINY.d_head, t, TINY.norm_eps),
+                             (len(seq), TINY.d_model), kinds="f").astype(np.float32)
         logits = rms_norm(x[-1:], w.final_norm, TINY.norm_eps) @ w.lm_head
         tokens.append(int(logits[0].argmax()))
         seq.append(tokens[-1])

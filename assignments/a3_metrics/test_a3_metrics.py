@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import metrics_hw as mine
-from assignment_strategies import assert_close
+from assignment_strategies import answer_array, answer_float, assert_close
 from servelab import metrics as ref
 from servelab.admission import EarlyReject, MeanLength
 from servelab.hw_model import H100, LLAMA3_8B
@@ -139,7 +139,7 @@ def _definition_2(rates, atts, target) -> float:
 @given(grids())
 def test_sustained_rate_is_definition_2(grid):
     rates, atts, target = grid
-    got = mine.sustained_rate(rates, atts, target)
+    got = answer_float("sustained_rate", mine.sustained_rate(rates, atts, target))
     want = _definition_2(rates, atts, target)
     assert got == want, f"rates {rates.tolist()}, attainments {atts.round(3).tolist()}, " \
                         f"target {target}: expected {want}, got {got}"
@@ -160,10 +160,12 @@ def _both_definitions(sims, rates, slo_ttft, slo_tpot, target=0.9):
     goodputs, atts = [], []
     for rate in rates:
         a, f, fin, lo, rej = cols(sims[rate])
-        good = np.asarray(mine.meets_slo(a, f, fin, lo, rej, slo_ttft, slo_tpot))
-        atts.append(mine.attainment(good))
-        goodputs.append(mine.goodput(good, mine.span_s(a, fin)))
-    return goodputs, mine.sustained_rate(np.array(rates), np.array(atts), target)
+        good = answer_array("meets_slo", mine.meets_slo(a, f, fin, lo, rej, slo_ttft, slo_tpot),
+                            a.shape, kinds="b")
+        atts.append(answer_float("attainment", mine.attainment(good)))
+        goodputs.append(answer_float("goodput", mine.goodput(good, answer_float("span_s", mine.span_s(a, fin)))))
+    return goodputs, answer_float("sustained_rate",
+                                  mine.sustained_rate(np.array(rates), np.array(atts), target))
 
 
 @given(st.sets(st.integers(1, 40), min_size=2, max_size=6), policies,

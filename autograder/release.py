@@ -14,8 +14,10 @@ What changes on the way (each rule is here, nowhere else):
   and its exercise scripts, the pure-Python references (they double as solutions, e.g.
   ``reference/step_cost.py`` is the roofline task's answer) together with every test and
   benchmark that imports them, and the tests that grade the reference solutions;
-* the Makefile learns that failing assignments are expected (``ASSIGNMENTS_MAY_FAIL = 1``), and
-  ``.github/workflows/classroom.yml`` is added.
+* the Makefile learns that failing assignments are expected (``ASSIGNMENTS_MAY_FAIL = 1``); its
+  ``make build WHEEL=...`` installs a wheel (``make wheel``) instead of compiling;
+* ``.github/workflows/classroom.yml`` is added: GitHub Classroom's autograding, one step per task
+  of the released manifest with its points (:func:`autograder.ci.workflow.classroom_workflow`).
 
 A file outside the edit list that still holds a solution region stops the release (a leak).
 """
@@ -30,8 +32,10 @@ import tempfile
 from pathlib import Path
 
 from autograder import notebooks
+from autograder.ci.workflow import classroom_workflow
 from autograder.grade import hidden_tests, manifest_of
 from autograder.hidden import strip_hidden
+from servelab.grading.manifest import Manifest
 from servelab.grading.solutions import BEGIN as SOLUTION_BEGIN
 from servelab.grading.solutions import strip_solutions
 
@@ -41,7 +45,6 @@ PRIVATE = (
 )
 IMPORTS_REFERENCE = re.compile(r"^\s*(from\s+servelab\.reference\b|import\s+servelab\.reference\b|"
                                r"from\s+servelab\s+import\s+[^\n]*\breference\b)", re.M)
-CLASSROOM = Path(__file__).with_name("ci") / "classroom.yml"
 MAKEFILE_FLAG = "ASSIGNMENTS_MAY_FAIL ?="
 
 
@@ -110,8 +113,19 @@ def plan(root: Path) -> dict[str, str | None]:
             text = re.sub(r"^ASSIGNMENTS_MAY_FAIL \?=.*$", "ASSIGNMENTS_MAY_FAIL ?= 1", text, count=1, flags=re.M)
         out[rel] = text
     _drop_dependents(root, out)
-    out[".github/workflows/classroom.yml"] = CLASSROOM.read_text(encoding="utf-8")
+    out[".github/workflows/classroom.yml"] = _classroom(root, out)
     return out
+
+
+def _classroom(root: Path, out: dict[str, str | None]) -> str:
+    """The Classroom workflow for the released manifest (hidden tests gone) and the notebooks'
+    autograded points (the same in source and released notebooks: nbgrader keeps the cells)."""
+    released = out["assignments/manifest.toml"]
+    assert released is not None  # the manifest is text, always rewritten above
+    notebook_points = {nb.id: (nb.title, sum(c.points for c in notebooks.cell_points(root / "assignments" / nb.file)
+                                            if c.kind == "auto"))
+                       for nb in notebooks.notebooks_of(root)}
+    return classroom_workflow(Manifest.from_toml(released, "released manifest"), notebook_points)
 
 
 def _module_of(rel: str) -> str:

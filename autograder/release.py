@@ -154,7 +154,8 @@ def _drop_dependents(root: Path, out: dict[str, str | None]) -> None:
     while changed:
         changed = False
         for rel in [r for r in out if kept(r)]:
-            text = out[rel] if out[rel] is not None else (root / rel).read_text(encoding="utf-8")
+            held = out[rel]
+            text = held if held is not None else (root / rel).read_text(encoding="utf-8")
             if _imported(text) & gone:
                 del out[rel]
                 gone.add(_module_of(rel))

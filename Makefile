@@ -150,7 +150,8 @@ sdist: $(STAMP_VENV)
 # A second interpreter (the oldest supported, Python 3.10, from pyenv or PATH; PYTHON_OTHER=...
 # picks another) runs the assignments' and the library's tests. Its venv imports servelab from
 # python/ through a .pth file, with the abi3 extension that `make build` compiled: no second
-# Rust build, and the instructors' references stay importable.
+# Rust build, and the instructors' references stay importable. (tests/test_assignments_grading.py,
+# the grading of references, stubs and mutants through pytest, runs once, on the first Python.)
 PYENV_ROOT   ?= $(HOME)/.pyenv
 PYTHON_OTHER ?= $(firstword $(wildcard $(PYENV_ROOT)/versions/3.10.*/bin/python3.10) $(shell command -v python3.10))
 VENV_OTHER   := $(VENV)/other-python
@@ -160,7 +161,7 @@ STAMP_OTHER  := $(VENV_OTHER)/.deps-stamp
 test-python-other: $(STAMP_BUILD) $(STAMP_OTHER)
 	$(PY_OTHER) -c "import sys, servelab._core as c; print('second Python:', sys.version.split()[0], c.__file__)"
 	$(PY_OTHER) -m pytest -q -p no:cacheprovider assignments
-	$(PY_OTHER) -m pytest -q -p no:cacheprovider tests
+	$(PY_OTHER) -m pytest -q -p no:cacheprovider tests --ignore=tests/test_assignments_grading.py
 
 $(STAMP_OTHER): $(STAMP_BUILD) pyproject.toml
 	@test -n "$(PYTHON_OTHER)" || { echo "no second Python found: install 3.10 (pyenv install 3.10) or set PYTHON_OTHER=/path/to/python3.X" >&2; exit 1; }

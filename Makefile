@@ -128,7 +128,7 @@ endif
 # .cpython-3XX-*.so before .abi3.so), so it goes before each build.
 $(STAMP_BUILD): | drop-stale-core
 drop-stale-core:
-	rm -f python/servelab/_core.cpython-*.so
+	@rm -f python/servelab/_core.cpython-*.so
 
 # ---- packaging (README "Install"): wheels, sdist, a second Python ------------------------------
 # `make wheel`: abi3 wheels (one per platform for every Python >= 3.10) in $(DIST)/, linked by

@@ -35,11 +35,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import servelab
+from servelab.grading.manifest import tomllib  # tomli on Python 3.10
 
 from autograder import nb_recheck, results, sandbox
 from autograder.remote import Limits

@@ -14,12 +14,14 @@ What changes on the way (each rule is here, nowhere else):
   and its exercise scripts, the pure-Python references (they double as solutions, e.g.
   ``reference/step_cost.py`` is the roofline task's answer) together with every test and
   benchmark that imports them, and the tests that grade the reference solutions;
-* the Makefile learns that failing assignments are expected (``ASSIGNMENTS_MAY_FAIL = 1``), loses
+* the Makefile learns that failing assignments are expected (``ASSIGNMENTS_MAY_FAIL = 1``), that
+  ``make build WHEEL=...`` installs a wheel (``make wheel``) instead of compiling, loses
   the instructors' targets (:data:`INSTRUCTOR_TARGETS`) and gains ``make check``, the students'
   one way to run their tests (:func:`student_makefile`);
 * ``README.md`` is the students' (:data:`STUDENT_README`, its task, notebook and hidden-test
   lists filled in from the manifest: :func:`student_readme`), and
-  ``.github/workflows/classroom.yml`` is added.
+  ``.github/workflows/classroom.yml`` is added: GitHub Classroom's autograding, one step per task
+  of the released manifest with its points (:func:`autograder.ci.workflow.classroom_workflow`).
 
 A file outside the edit list that still holds a solution region stops the release (a leak).
 """
@@ -36,8 +38,10 @@ from pathlib import Path
 
 from autograder.files import normal_mode
 from autograder import grading_secret, notebooks
+from autograder.ci.workflow import classroom_workflow
 from autograder.grade import hidden_tests, manifest_of
 from autograder.hidden import strip_hidden
+from servelab.grading.manifest import Manifest
 from servelab.grading.solutions import BEGIN as SOLUTION_BEGIN
 from servelab.grading.solutions import strip_solutions
 
@@ -47,7 +51,6 @@ PRIVATE = (
 )
 IMPORTS_REFERENCE = re.compile(r"^\s*(from\s+servelab\.reference\b|import\s+servelab\.reference\b|"
                                r"from\s+servelab\s+import\s+[^\n]*\breference\b)", re.M)
-CLASSROOM = Path(__file__).with_name("ci") / "classroom.yml"
 STUDENT_README = "autograder/README.student.md"  # in the course copy; read from the grader's folder, like CLASSROOM
 STUDENT_README_TEMPLATE = Path(__file__).with_name("README.student.md")
 MAKEFILE_FLAG = "ASSIGNMENTS_MAY_FAIL ?="
@@ -132,7 +135,7 @@ def plan(root: Path) -> dict[str, str | None]:
     if "Makefile" in out:
         out["Makefile"] = student_makefile(out["Makefile"], kept=set(out) | {"README.md"})
     out["README.md"] = student_readme(root, manifest, drop_tests)
-    out[".github/workflows/classroom.yml"] = CLASSROOM.read_text(encoding="utf-8")
+    out[".github/workflows/classroom.yml"] = _classroom(root, out)
     return out
 
 
@@ -208,6 +211,17 @@ def student_readme(root: Path, manifest, hidden: set[str]) -> str:
     return text
 
 
+def _classroom(root: Path, out: dict[str, str | None]) -> str:
+    """The Classroom workflow for the released manifest (hidden tests gone) and the notebooks'
+    autograded points (the same in source and released notebooks: nbgrader keeps the cells)."""
+    released = out["assignments/manifest.toml"]
+    assert released is not None  # the manifest is text, always rewritten above
+    notebook_points = {nb.id: (nb.title, sum(c.points for c in notebooks.cell_points(root / "assignments" / nb.file)
+                                            if c.kind == "auto"))
+                       for nb in notebooks.notebooks_of(root)}
+    return classroom_workflow(Manifest.from_toml(released, "released manifest"), notebook_points)
+
+
 def _module_of(rel: str) -> str:
     return rel.removesuffix(".py").replace("/", ".")
 
@@ -234,7 +248,8 @@ def _drop_dependents(root: Path, out: dict[str, str | None]) -> None:
     while changed:
         changed = False
         for rel in [r for r in out if kept(r)]:
-            text = out[rel] if out[rel] is not None else (root / rel).read_text(encoding="utf-8")
+            held = out[rel]
+            text = held if held is not None else (root / rel).read_text(encoding="utf-8")
             if _imported(text) & gone:
                 del out[rel]
                 gone.add(_module_of(rel))

@@ -37,11 +37,12 @@ import sys
 import tempfile
 import threading
 import time
-import tomllib
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from servelab.grading.manifest import tomllib  # tomli on Python 3.10
 
 from autograder import calibrate, notebooks
 from autograder.grade import ROOT, grade, manifest_of

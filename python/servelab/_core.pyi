@@ -45,26 +45,43 @@ __version__: str
 MAX_DIM: int
 MAX_TOKENS: int
 
+# Read-only members: the presets are frozen dataclasses, and the Rust side only reads the fields
+# (a settable Protocol member would refuse them).
 class _ModelLike(Protocol):
-    n_layers: int
-    d_model: int
-    n_heads: int
-    n_kv_heads: int
-    d_head: int
-    d_ff: int
-    vocab_size: int
-    tie_embeddings: bool
-    bytes_per_param: float
+    @property
+    def n_layers(self) -> int: ...
+    @property
+    def d_model(self) -> int: ...
+    @property
+    def n_heads(self) -> int: ...
+    @property
+    def n_kv_heads(self) -> int: ...
+    @property
+    def d_head(self) -> int: ...
+    @property
+    def d_ff(self) -> int: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def tie_embeddings(self) -> bool: ...
+    @property
+    def bytes_per_param(self) -> float: ...
 
 class _GpuLike(Protocol):
-    peak_flops: float
-    hbm_bandwidth: float
-    memory_bytes: float
+    @property
+    def peak_flops(self) -> float: ...
+    @property
+    def hbm_bandwidth(self) -> float: ...
+    @property
+    def memory_bytes(self) -> float: ...
 
 class _EfficiencyLike(Protocol):
-    compute: float
-    bandwidth: float
-    overhead_s: float
+    @property
+    def compute(self) -> float: ...
+    @property
+    def bandwidth(self) -> float: ...
+    @property
+    def overhead_s(self) -> float: ...
 
 _StepTuple = tuple[float, float, float, float, float, float, float, bool, float, float, int, int]
 _I64 = npt.NDArray[np.int64]

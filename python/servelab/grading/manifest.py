@@ -14,9 +14,16 @@
 
 from __future__ import annotations
 
-import tomllib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+# tomllib joined the standard library in Python 3.11; on 3.10 its model, tomli, stands in (a
+# dependency there, see pyproject.toml). Other modules take it from here.
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised by `make test-python310`
+    import tomli as tomllib
 
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 

@@ -11,6 +11,7 @@ import csv
 import io
 import multiprocessing
 import os
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
@@ -40,9 +41,10 @@ def _one(sub: Path, out: Path, root: Path, limits: Limits, everyone: Path,
     # other students' submissions are out of this one's reach
     # the autograded notebooks stay in OUT/notebooks/<student>/ for manual grading
     said: list[str] = []
+    start = time.monotonic()
     data = grade(sub, root=root, out=out / "results" / f"{name}.json", limits=limits, extra_forbidden=[everyone, out],
                  notebooks_out=out / "notebooks" / name, report=said.append)
-    return name, data, " ".join(said)
+    return name, {**data, "execution_time": round(time.monotonic() - start, 3)}, " ".join(said)
 
 
 def grade_all(folder: Path, out: Path, root: Path, limits: Limits = Limits(), jobs: int | None = None) -> Path:

@@ -49,7 +49,7 @@ from typing import Iterable, Literal, Sequence
 
 import numpy as np
 
-from servelab import _core
+from servelab import _checks, _core
 
 __all__ = [
     "ModelSpec",
@@ -80,14 +80,18 @@ GB = 1e9  # the lecture's GB is decimal (SPEC.md §2)
 KiB = 1024
 
 
-def _validate(check, spec: object) -> None:
-    """Runs a Rust validator; a Python int too large for i64 becomes a ValueError too."""
-    try:
-        check(spec)
-    except TypeError as exc:  # PyO3 wraps the OverflowError of an i64 field in a TypeError
-        if not isinstance(exc.__cause__, OverflowError):
-            raise
-        raise ValueError(f"{exc.args[0]} (out of the 64-bit range) in {spec!r}") from None
+def _validate(check, spec: object, ints: tuple[str, ...] = (), reals: tuple[str, ...] = (),
+              flags: tuple[str, ...] = ()) -> None:
+    """Runs a Rust validator (it names the bad field, its value and the allowed range or type),
+    then stores each field as a plain Python int, float or bool, so that numpy scalars given
+    for them cannot overflow in later arithmetic."""
+    check(spec)
+    for names, kind in ((ints, int), (reals, float), (flags, bool)):
+        for name in names:
+            object.__setattr__(spec, name, kind(getattr(spec, name)))
+
+
+_MODEL_INTS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_head", "d_ff", "vocab_size")
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,8 @@ class ModelSpec:
     bytes_per_param: float = 2.0  # BF16
 
     def __post_init__(self) -> None:
-        _validate(_core.validate_model, self)
+        _checks.instance("name", self.name, str, "a str")
+        _validate(_core.validate_model, self, _MODEL_INTS, ("bytes_per_param",), ("tie_embeddings",))
 
     @property
     def param_count(self) -> int:
@@ -150,7 +155,8 @@ class GpuSpec:
     memory_bytes: float
 
     def __post_init__(self) -> None:
-        _validate(_core.validate_gpu, self)
+        _checks.instance("name", self.name, str, "a str")
+        _validate(_core.validate_gpu, self, reals=("peak_flops", "hbm_bandwidth", "memory_bytes"))
 
     @property
     def ridge_point(self) -> float:
@@ -171,7 +177,7 @@ class Efficiency:
     overhead_s: float = 0.5e-3
 
     def __post_init__(self) -> None:
-        _validate(_core.validate_efficiency, self)
+        _validate(_core.validate_efficiency, self, reals=("compute", "bandwidth", "overhead_s"))
 
 
 DEFAULT_EFFICIENCY = Efficiency()
@@ -241,20 +247,38 @@ def _int_array(name: str, values: Iterable[int] | np.ndarray) -> np.ndarray:
         raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if arr.size and arr.dtype.kind == "u" and int(arr.max()) >= 2**63:  # would wrap to negative
+        i = int(np.argmax(arr >= 2**63))
+        raise ValueError(f"{name}[{i}] must fit in a signed 64-bit integer, got {int(arr[i])}")
     return np.ascontiguousarray(arr, dtype=np.int64)
 
 
-def _as_batch(batch: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    out = []
-    for i, seq in enumerate(batch):
+def _as_batch(batch: object) -> tuple[np.ndarray, np.ndarray]:
+    """``batch`` as two int64 columns (new_tokens, context_len). A numpy array of shape (n, 2)
+    or a list of integer pairs goes through numpy in one piece (a batch of millions of sequences
+    takes no Python loop); anything else is read pair by pair, to name the first bad one."""
+    if isinstance(batch, (str, bytes)) or not hasattr(batch, "__iter__"):
+        raise TypeError("batch must be a sequence of (new_tokens, context_len) pairs, "
+                        f"got {type(batch).__name__} {batch!r:.80}")
+    try:
+        arr = np.asarray(batch) if isinstance(batch, (list, tuple, np.ndarray)) else None
+    except (TypeError, ValueError, OverflowError):  # ragged, or ints past int64
+        arr = None
+    if arr is not None and arr.ndim == 2 and arr.shape[1] == 2 and arr.dtype.kind in "iu" and (
+            arr.dtype.kind == "i" or not arr.size or int(arr.max()) < 2**63):
+        cols = arr.astype(np.int64)
+        return np.ascontiguousarray(cols[:, 0]), np.ascontiguousarray(cols[:, 1])
+    pairs = []
+    for i, seq in enumerate(batch):  # type: ignore[attr-defined]
         try:
             new_tokens, context_len = seq
         except (TypeError, ValueError):
             raise ValueError(
                 f"batch[{i}] must be a pair (new_tokens, context_len), got {seq!r}") from None
-        out.append((_as_int(f"batch[{i}].new_tokens", new_tokens),
-                    _as_int(f"batch[{i}].context_len", context_len)))
-    return out
+        pairs.append((_as_int(f"batch[{i}].new_tokens", new_tokens),
+                      _as_int(f"batch[{i}].context_len", context_len)))
+    cols = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    return np.ascontiguousarray(cols[:, 0]), np.ascontiguousarray(cols[:, 1])
 
 
 def _as_int(name: str, value: object) -> int:
@@ -278,8 +302,8 @@ def step_cost(model: ModelSpec, gpu: GpuSpec, batch: Sequence[tuple[int, int]],
     >>> round(s.time_s / 2048 * 1e6, 1), s.bound
     (21.2, 'compute')
     """
-    t = _core.step_cost(model, gpu, efficiency, _as_batch(batch))
-    return StepCost._from_core(t)
+    new_tokens, context_len = _as_batch(batch)
+    return StepCost._from_core(_core.step_cost_columns(model, gpu, efficiency, new_tokens, context_len))
 
 
 def _costs(d: dict[str, np.ndarray]) -> StepCosts:
@@ -326,14 +350,22 @@ def decode_step_cost(model: ModelSpec, gpu: GpuSpec, batch_size: int, context_le
     >>> round(decode_step_cost(LLAMA3_8B, A100_80GB, 1, 512).time_s * 1e3, 2)
     9.74
     """
-    return step_cost(model, gpu, [(1, _as_int("context_len", context_len))] * _positive("batch_size", batch_size),
-                     efficiency)
+    b = _positive("batch_size", batch_size)
+    c = _as_int("context_len", context_len)
+    if not 0 <= c <= _core.MAX_TOKENS:
+        raise ValueError(f"context_len must be an integer in [0, {_core.MAX_TOKENS}], got {c}")
+    # one group of b identical sequences: no list of b pairs (b may be millions)
+    cols = _core.step_cost_uniform_many(model, gpu, efficiency, np.array([b]), np.array([1]), np.array([c]))
+    return StepCost(**{k: float(v[0]) for k, v in cols.items() if k != "compute_bound"},
+                    bound="compute" if cols["compute_bound"][0] else "memory", n_tokens=b, n_seqs=b)
 
 
 def _positive(name: str, value: object) -> int:
     v = _as_int(name, value)
     if v < 1:
         raise ValueError(f"{name} must be a positive integer, got {v}")
+    if v > _core.MAX_TOKENS:
+        raise ValueError(f"{name} must be an integer in [1, {_core.MAX_TOKENS}], got {v}")
     return v
 
 
@@ -354,7 +386,7 @@ def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, mem_util: float = 0.9) ->
     >>> kv_capacity_tokens(LLAMA3_70B, H100)   # exercise 1d
     0
     """
-    return int(_core.kv_capacity_tokens(model, gpu, float(mem_util)))
+    return int(_core.kv_capacity_tokens(model, gpu, _checks.real("mem_util", mem_util, finite=False)))
 
 
 def max_batch(model: ModelSpec, gpu: GpuSpec, context_len: int, mem_util: float = 0.9) -> int:
@@ -363,7 +395,8 @@ def max_batch(model: ModelSpec, gpu: GpuSpec, context_len: int, mem_util: float 
     >>> max_batch(LLAMA3_8B, H100, 1024)
     416
     """
-    return int(_core.max_batch(model, gpu, _as_int("context_len", context_len), float(mem_util)))
+    return int(_core.max_batch(model, gpu, _as_int("context_len", context_len),
+                               _checks.real("mem_util", mem_util, finite=False)))
 
 
 def price_constants(model: ModelSpec, gpu: GpuSpec,
@@ -381,17 +414,21 @@ def price_constants(model: ModelSpec, gpu: GpuSpec,
     >>> round(c["streamed_weight_bytes"] / 1e9, 2), c["kv_bytes_per_token"]
     (15.01, 131072.0)
     """
-    embedding = model.vocab_size * model.d_model
-    streamed = model.param_count - (0 if model.tie_embeddings else embedding)
-    q, kv = model.n_heads * model.d_head, model.n_kv_heads * model.d_head
-    layer = 2 * model.d_model * q + 2 * model.d_model * kv + 3 * model.d_model * model.d_ff
+    _core.validate_model(model)  # names a bad or missing field, like every entry point
+    _core.validate_gpu(gpu)
+    _core.validate_efficiency(efficiency)
+    d_model, n_layers, d_ff = int(model.d_model), int(model.n_layers), int(model.d_ff)
+    embedding = int(model.vocab_size) * d_model
+    streamed = int(_core.param_count(model)) - (0 if model.tie_embeddings else embedding)
+    q, kv = int(model.n_heads) * int(model.d_head), int(model.n_kv_heads) * int(model.d_head)
+    layer = 2 * d_model * q + 2 * d_model * kv + 3 * d_model * d_ff
     return {
-        "matmul_flops_per_token": 2.0 * model.n_layers * layer,
+        "matmul_flops_per_token": 2.0 * n_layers * layer,
         "lm_head_flops_per_seq": 2.0 * embedding,
-        "attn_flops_per_key": 4.0 * model.n_layers * q,
+        "attn_flops_per_key": 4.0 * n_layers * q,
         "streamed_weight_bytes": streamed * float(model.bytes_per_param),
-        "embed_row_bytes": model.d_model * float(model.bytes_per_param),
-        "kv_bytes_per_token": model.kv_bytes_per_token,
+        "embed_row_bytes": d_model * float(model.bytes_per_param),
+        "kv_bytes_per_token": float(_core.kv_bytes_per_token(model)),
         "compute_rate": efficiency.compute * gpu.peak_flops,
         "memory_rate": efficiency.bandwidth * gpu.hbm_bandwidth,
         "overhead_s": efficiency.overhead_s,
@@ -405,5 +442,6 @@ def weight_read_lower_bound_s(model: ModelSpec, gpu: GpuSpec) -> float:
     >>> round(weight_read_lower_bound_s(LLAMA3_8B, H100) * 1e3, 1)
     4.8
     """
-    return model.weight_bytes / gpu.hbm_bandwidth
+    _core.validate_gpu(gpu)
+    return float(_core.weight_bytes(model)) / float(gpu.hbm_bandwidth)
 

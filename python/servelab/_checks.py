@@ -46,10 +46,26 @@ def _is_bool(value: Any) -> bool:
     return isinstance(value, (bool, np.bool_))
 
 
+def _is_time(value: Any) -> bool:
+    # numpy registers datetime64/timedelta64 as integers, but int() of one is not a count
+    return isinstance(value, (np.datetime64, np.timedelta64))
+
+
+def is_int(value: Any) -> bool:
+    """An integer argument: Python's or numpy's, never a bool, a datetime64 or a timedelta64."""
+    return isinstance(value, (numbers.Integral, np.integer)) and not _is_bool(value) and not _is_time(value)
+
+
+def is_real(value: Any) -> bool:
+    """A real-number argument: int or float, Python's or numpy's, never a bool or a time."""
+    return isinstance(value, (numbers.Real, np.integer, np.floating)) and not _is_bool(value) \
+        and not _is_time(value)
+
+
 def integer(name: str, value: Any, lo: int | None = INT64_MIN, hi: int | None = INT64_MAX) -> int:
     """``value`` as a Python int in ``[lo, hi]`` (``None``: unbounded on that side; the default
     is int64's range, what the Rust core can take)."""
-    if _is_bool(value) or not isinstance(value, (numbers.Integral, np.integer)):
+    if _is_bool(value) or _is_time(value) or not isinstance(value, (numbers.Integral, np.integer)):
         raise TypeError(f"{name} must be an integer, got {_shown(value)} ({type(value).__name__})")
     v = int(value)
     if (lo is not None and v < lo) or (hi is not None and v > hi):
@@ -66,7 +82,7 @@ def real(name: str, value: Any, lo: float | None = None, hi: float | None = None
     """``value`` as a float, finite unless ``finite=False``, ``>= lo`` (``> lo`` when
     ``lo_open``) and ``<= hi``. With ``finite=False`` and no bounds it checks the type only
     (NaN passes: the caller's own range check names it)."""
-    if _is_bool(value) or not isinstance(value, (numbers.Real, np.integer, np.floating)):
+    if _is_bool(value) or _is_time(value) or not isinstance(value, (numbers.Real, np.integer, np.floating)):
         raise TypeError(f"{name} must be a real number, got {_shown(value)} ({type(value).__name__})")
     try:
         v = float(value)
@@ -100,14 +116,59 @@ def instance(name: str, value: Any, kind: type, what: str) -> Any:
     return value
 
 
-def explain_overflow(exc: BaseException, **args: Any) -> NoReturn:
-    """Re-raises an ``OverflowError`` of the Rust core ("Python int too large to convert to C
-    long", which names nothing) as a ``ValueError`` naming the first argument that is an integer
-    outside int64; re-raises ``exc`` unchanged when none is."""
-    for name, value in args.items():
-        if isinstance(value, (numbers.Integral, np.integer)) and not _is_bool(value):
-            try:
-                integer(name, value)
-            except ValueError as named:
-                raise named from None
+def int64_array(name: str, values: Any) -> np.ndarray:
+    """``values`` as a contiguous 1-D int64 array (what the Rust core's array arguments take):
+    any integer dtype whose values fit; floats, bools, objects and other shapes are refused.
+
+    >>> int64_array("offsets", np.array([0, 2], dtype=np.int32)).dtype
+    dtype('int64')
+    >>> int64_array("offsets", [0.0, 2.0])
+    Traceback (most recent call last):
+    ...
+    ValueError: offsets must hold integers, got dtype float64
+    """
+    try:
+        arr = np.asarray(values)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"{name} must be a 1-D array of integers, got {_shown(values)} ({exc})") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if arr.size and (arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer)):
+        raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if arr.size and arr.dtype.kind == "u" and int(arr.max()) > INT64_MAX:  # would wrap to negative
+        i = int(np.argmax(arr > INT64_MAX))
+        raise ValueError(f"{name}[{i}] must fit in a signed 64-bit integer, got {int(arr[i])}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def seed(name: str, value: Any) -> int | np.random.SeedSequence:
+    """A seed for ``numpy.random.default_rng``: an integer >= 0 or a ``SeedSequence``.
+
+    >>> seed("seed", -1)
+    Traceback (most recent call last):
+    ...
+    ValueError: seed must be an integer >= 0, got -1
+    """
+    if isinstance(value, np.random.SeedSequence):
+        return value
+    if _is_bool(value) or _is_time(value) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name} must be an integer >= 0 or a numpy SeedSequence, got {_shown(value)} "
+                        f"({type(value).__name__})")
+    return integer(name, value, 0, None)
+
+
+def reraise_named(exc: BaseException, ints: dict[str, Any] | None = None,
+                  flags: dict[str, Any] | None = None) -> NoReturn:
+    """The Rust core refused an argument with a message that names nothing ("'NoneType' object
+    cannot be interpreted as an integer", "Python int too large to convert to C long"): check
+    the arguments here, so the error names the first bad one; re-raise ``exc`` if none is."""
+    try:
+        for name, value in (ints or {}).items():
+            integer(name, value)
+        for name, value in (flags or {}).items():
+            flag(name, value)
+    except (TypeError, ValueError) as named:
+        if isinstance(exc, OverflowError) and isinstance(named, ValueError):
+            raise OverflowError(str(named)) from None  # the same type as before, now named
+        raise named from None
     raise exc

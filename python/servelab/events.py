@@ -33,7 +33,7 @@ from __future__ import annotations
 import numbers
 from typing import Generic, TypeVar
 
-from servelab import _core
+from servelab import _checks, _core
 
 __all__ = ["EventQueue"]
 
@@ -55,7 +55,7 @@ class EventQueue(Generic[T]):
 
     def push(self, time_s: float, payload: T) -> None:
         """Schedules ``payload`` at ``time_s`` seconds."""
-        if isinstance(time_s, bool) or not isinstance(time_s, numbers.Real):
+        if not _checks.is_real(time_s):
             raise ValueError(f"time_s must be a real number, got {time_s!r}")
         self._inner.push(float(time_s), payload)
 

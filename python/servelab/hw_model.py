@@ -242,15 +242,7 @@ class StepCosts:
 
 
 def _int_array(name: str, values: Iterable[int] | np.ndarray) -> np.ndarray:
-    arr = np.asarray(values)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
-    if arr.size and arr.dtype.kind == "u" and int(arr.max()) >= 2**63:  # would wrap to negative
-        i = int(np.argmax(arr >= 2**63))
-        raise ValueError(f"{name}[{i}] must fit in a signed 64-bit integer, got {int(arr[i])}")
-    return np.ascontiguousarray(arr, dtype=np.int64)
+    return _checks.int64_array(name, values)
 
 
 def _as_batch(batch: object) -> tuple[np.ndarray, np.ndarray]:
@@ -282,7 +274,7 @@ def _as_batch(batch: object) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _as_int(name: str, value: object) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    if isinstance(value, (bool, np.bool_, np.datetime64, np.timedelta64)) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if not -(2**63) <= int(value) < 2**63:  # the core counts in i64
         raise ValueError(f"{name} must fit in a signed 64-bit integer, got {value}")

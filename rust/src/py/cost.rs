@@ -75,7 +75,8 @@ impl<'py> Fields<'_, 'py> {
     fn real(&self, name: &str) -> PyResult<f64> {
         let v = self.get(name)?;
         let p = self.prefix;
-        if is_bool(&v) || v.is_instance_of::<PyString>() {
+        // complex numbers have __float__ in numpy (dropping the imaginary part): not reals here
+        if is_bool(&v) || v.is_instance_of::<PyString>() || type_name(&v).starts_with("complex") {
             return Err(PyTypeError::new_err(format!("{p}{name} must be a real number, got {}", repr(&v))));
         }
         v.extract::<f64>().map_err(|e| {

@@ -32,6 +32,13 @@ magnitude, not a real engine's timings):
 * caches (L2, SRAM reuse across sequences), quantisation and sparsity;
 * clock throttling, power and thermals.
 
+Limits (each checked, with an error that names the argument, its value and the limit; nothing
+wraps around): model dimensions up to ``2**24`` (``_core.MAX_DIM``); per sequence up to
+``2**40`` new or cached tokens (``_core.MAX_TOKENS``); per step up to ``2**53`` new tokens in
+total (``_core.MAX_STEP_TOKENS``: the counts stay exact as floats). A batch given as an
+``(n, 2)`` integer array (or a list of pairs) is read by numpy in one piece, so a step of
+millions of sequences costs no Python loop.
+
 Example:
     >>> from servelab import hw_model
     >>> step = hw_model.step_cost(hw_model.LLAMA3_8B, hw_model.H100, [(1, 512)])
@@ -258,8 +265,8 @@ def _as_batch(batch: object) -> tuple[np.ndarray, np.ndarray]:
         arr = None
     if arr is not None and arr.ndim == 2 and arr.shape[1] == 2 and arr.dtype.kind in "iu" and (
             arr.dtype.kind == "i" or not arr.size or int(arr.max()) < 2**63):
-        cols = arr.astype(np.int64)
-        return np.ascontiguousarray(cols[:, 0]), np.ascontiguousarray(cols[:, 1])
+        return (np.ascontiguousarray(arr[:, 0], dtype=np.int64),
+                np.ascontiguousarray(arr[:, 1], dtype=np.int64))
     pairs = []
     for i, seq in enumerate(batch):  # type: ignore[attr-defined]
         try:

@@ -220,8 +220,12 @@ class Requests:
         >>> Requests([0.0, 2.0], [1, 1], [1, 1]).speed_up(4).arrival_s.tolist()
         [0.0, 0.5]
         """
-        _check_positive("factor", factor)
-        return self.with_arrivals(self.arrival_s / float(factor))
+        f = _check_positive("factor", factor)
+        with np.errstate(over="ignore"):
+            arrival_s = self.arrival_s / f
+        if not np.isfinite(arrival_s).all():
+            raise ValueError(f"factor={factor!r} is too small: arrival times would overflow to infinity")
+        return self.with_arrivals(arrival_s)
 
 
 def _check_positive(name: str, value: object) -> float:
@@ -254,7 +258,11 @@ def poisson_arrivals(n: int, rate: float, seed: int | np.random.SeedSequence = 0
     n = _check_count("n", n, MAX_REQUESTS)
     rate = _check_positive("rate", rate)
     gaps = np.random.default_rng(_checks.seed("seed", seed)).standard_exponential(n)
-    return np.cumsum(gaps) / rate
+    t = np.cumsum(gaps) / rate
+    if n and not math.isfinite(t[-1]):
+        raise ValueError(f"rate={rate!r} is too small: {n} arrivals would come after the largest "
+                         "float, at infinity")
+    return t
 
 
 def piecewise_poisson_arrivals(breaks_s: Sequence[float], rates: Sequence[float],
@@ -322,8 +330,12 @@ def lognormal_lengths(n: int, mean: float, sigma: float, seed: int | np.random.S
     hi = MAX_REQUEST_TOKENS if max_len is None else _check_count("max_len", max_len)
     if not 1 <= hi <= MAX_REQUEST_TOKENS:
         raise ValueError(f"max_len must be an integer in [1, {MAX_REQUEST_TOKENS}], got {max_len!r}")
-    sigma = float(sigma)
-    x = np.random.default_rng(seed).lognormal(math.log(mean) - sigma ** 2 / 2, sigma, n)
+    sigma = float(sigma) + 0.0  # -0.0 -> 0.0 (numpy refuses a negative zero)
+    try:
+        mu = math.log(mean) - sigma ** 2 / 2
+    except OverflowError:
+        raise ValueError(f"sigma={sigma!r} is too large: sigma**2 overflows a float") from None
+    x = np.random.default_rng(seed).lognormal(mu, sigma, n)
     return np.clip(np.rint(x), 1, hi).astype(np.int64)
 
 
@@ -347,6 +359,8 @@ def chat_requests(n: int = 600, rate: float = 0.5, seed: int = 0, *,
     for name, value in (("prompt_sigma", prompt_sigma), ("output_sigma", output_sigma)):
         if not (math.isfinite(_checks.real(name, value, finite=False)) and float(value) >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if not math.isfinite(float(value) ** 2 if float(value) < 1e150 else math.inf):
+            raise ValueError(f"{name}={value!r} is too large: its square overflows a float")
     return Requests(poisson_arrivals(n, rate, arrivals),
                     lognormal_lengths(n, prompt_mean, prompt_sigma, prompts, max_len),
                     lognormal_lengths(n, output_mean, output_sigma, outputs, max_len))

@@ -98,8 +98,9 @@ class Engine:
         self.config = config
         self.chunked_prefill, self.prefix_caching = chunked_prefill, prefix_caching
         self.cost_model, self.gpu = cost_model, gpu
-        self.allocator = BlockAllocator(self.num_blocks, self.block_size, prefix_caching)
+        # the pool first: it refuses a size past tiny_llm's memory limit before anything is built
         self.pool = PagedKVPool(config, self.num_blocks, self.block_size)
+        self.allocator = BlockAllocator(self.num_blocks, self.block_size, prefix_caching)
         # rule 6: a block is "ready" once a scheduled chunk has covered all its slots
         self._ready = np.zeros(self.num_blocks, bool)
         self._live: list[_Live] = []

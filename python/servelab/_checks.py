@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeGuard, Union
 
 import numpy as np
 
@@ -51,12 +51,12 @@ def _is_time(value: Any) -> bool:
     return isinstance(value, (np.datetime64, np.timedelta64))
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[Union[int, np.integer]]:
     """An integer argument: Python's or numpy's, never a bool, a datetime64 or a timedelta64."""
     return isinstance(value, (numbers.Integral, np.integer)) and not _is_bool(value) and not _is_time(value)
 
 
-def is_real(value: Any) -> bool:
+def is_real(value: Any) -> TypeGuard[Union[float, int, np.integer, np.floating]]:
     """A real-number argument: int or float, Python's or numpy's, never a bool or a time."""
     return isinstance(value, (numbers.Real, np.integer, np.floating)) and not _is_bool(value) \
         and not _is_time(value)
@@ -87,7 +87,7 @@ def real(name: str, value: Any, lo: float | None = None, hi: float | None = None
     try:
         v = float(value)
     except OverflowError:  # an int past float's range
-        v = math.inf if value > 0 else -math.inf
+        v = math.inf if int(value) > 0 else -math.inf  # type: ignore[arg-type]
     bounds = []
     if lo is not None:
         bounds.append(f"{'>' if lo_open else '>='} {lo!r}")
@@ -109,7 +109,7 @@ def flag(name: str, value: Any) -> bool:
     return bool(value)
 
 
-def instance(name: str, value: Any, kind: type, what: str) -> Any:
+def instance(name: str, value: Any, kind: type | tuple[type, ...], what: str) -> Any:
     """``value`` itself when it is a ``kind``; else ``TypeError`` saying ``what`` was expected."""
     if not isinstance(value, kind):
         raise TypeError(f"{name} must be {what}, got {_shown(value)} ({type(value).__name__})")

@@ -40,7 +40,7 @@ def validate_model(m: Any) -> None:
         v = getattr(m, field)
         if _is_bool(v) or not isinstance(v, numbers.Integral):
             raise TypeError(f"{field} must be an integer, got {v!r}")
-        if not 1 <= v <= MAX_DIM:
+        if not 1 <= int(v) <= MAX_DIM:
             raise ValueError(f"{field} must be a positive integer at most {MAX_DIM}, got {v}")
     if m.n_heads % m.n_kv_heads:
         raise ValueError("n_heads must be a multiple of n_kv_heads, "

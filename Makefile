@@ -17,8 +17,9 @@ RUST_SOURCES := $(shell find rust -name '*.rs') Cargo.toml
 STAMP_VENV   := $(VENV)/.deps-stamp
 STAMP_BUILD  := $(VENV)/.build-stamp
 STAMP_NOTEBOOKS := $(VENV)/.notebooks-stamp
+STAMP_CLUSTER := $(VENV)/.cluster-stamp
 
-.PHONY: demo test bench build venv clean test-rust test-python test-assignments stubtest fuzz \
+.PHONY: demo test check bench build venv clean test-rust test-python test-assignments stubtest fuzz \
 	test-autograder selfcheck release release-check grade notebooks-deps notebooks
 
 demo: $(STAMP_BUILD)
@@ -30,13 +31,20 @@ test: $(STAMP_BUILD) test-rust test-python test-assignments stubtest $(if $(wild
 test-rust:
 	cargo test --release --quiet
 
-test-python: $(STAMP_BUILD)
-	$(PY) -m pytest -q tests
+# the `cluster` extra (Dask) is installed for the sweep-on-a-LocalCluster test, which then must run
+test-python: $(STAMP_BUILD) $(STAMP_CLUSTER)
+	SERVELAB_REQUIRE_CLUSTER=1 $(PY) -m pytest -q tests
 
 # the reference solutions must score full marks (the points table prints at the end)
 test-assignments: $(STAMP_BUILD)
 	$(PY) -m pytest -q -p no:cacheprovider assignments; rc=$$?; \
 		[ $$rc -eq 0 ] || { [ -n "$(ASSIGNMENTS_MAY_FAIL)" ] && [ $$rc -eq 1 ]; }
+
+# the students' one way to run their tests: .venv's pytest (a pytest from elsewhere cannot import
+# servelab), the fail-fast student profile, the points table last; make check TASK=a1_ledger runs
+# one task. Failing tests are expected while one works (pytest's exit 1); anything worse fails.
+check: $(STAMP_BUILD)
+	HYPOTHESIS_PROFILE=student $(PY) -m pytest assignments $(if $(TASK),-m task_$(TASK)); rc=$$?; [ $$rc -le 1 ]
 
 # the autograder (autograder/README.md): its tests include the self-check (reference full marks,
 # release zero, mutants and hostile submissions)
@@ -92,19 +100,31 @@ $(STAMP_NOTEBOOKS): $(STAMP_BUILD) pyproject.toml
 	flock $(VENV)/.build-lock $(PY) -m pip install --quiet -r $(VENV)/notebooks-requirements.txt
 	touch $@
 
+# Dask's `distributed`: the `cluster` extra of pyproject.toml, installed like the notebooks' one
+$(STAMP_CLUSTER): $(STAMP_BUILD) pyproject.toml
+	@echo "installing the cluster extra (Dask distributed) for the tests…"
+	@$(PY) -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['cluster']))" \
+		> $(VENV)/cluster-requirements.txt
+	@flock $(VENV)/.build-lock $(PY) -m pip install --quiet -r $(VENV)/cluster-requirements.txt
+	@touch $@
+
 $(STAMP_VENV):
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "maturin>=1.9,<2"
-	touch $@
+	@echo "setting up $(VENV) (pip, maturin)…"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install --quiet --upgrade pip
+	@$(PY) -m pip install --quiet "maturin>=1.9,<2"
+	@touch $@
 
 # maturin develop installs servelab (editable: python/ is used in place) with the freshly
 # built extension, and the runtime and `dev` dependencies that pyproject.toml lists.
 # flock: two builds at once (two terminals, parallel make) must not interleave pip installs.
+# One line while it works; the full log (cargo, pip) in .venv/build.log, printed only on failure.
 $(STAMP_BUILD): $(STAMP_VENV) $(RUST_SOURCES) pyproject.toml $(shell find python -name '*.pyi')
-	flock $(VENV)/.build-lock env VIRTUAL_ENV=$(abspath $(VENV)) \
-		$(VENV)/bin/maturin develop --release --extras dev --quiet
-	touch $@
+	@echo "building the Rust core (about 2 min the first time; log in $(VENV)/build.log)…"
+	@flock $(VENV)/.build-lock env VIRTUAL_ENV=$(abspath $(VENV)) PIP_QUIET=1 \
+		$(VENV)/bin/maturin develop --release --extras dev --quiet > $(VENV)/build.log 2>&1 \
+		|| { cat $(VENV)/build.log; echo "the build failed (log above, kept in $(VENV)/build.log)"; exit 1; }
+	@touch $@
 
 clean:
 	rm -rf $(VENV) target $(OUT) .pytest_cache .hypothesis

@@ -1,13 +1,20 @@
-"""Registers servelab's grading plugin, so that ``pytest assignments/`` ends with a points table
-read from ``manifest.toml``. (The autograder does not use this file: it runs pytest with
-``--noconftest`` and loads the plugin itself.)"""
+"""Registers servelab's grading plugins for ``pytest assignments/``: the points table read from
+``manifest.toml`` (printed last), and the probe that reports a task not started yet in one line
+instead of a Hypothesis report (``servelab.grading.fail_fast``). The Hypothesis profile is
+``student`` unless ``HYPOTHESIS_PROFILE`` names another. (The autograder does not use this file.)"""
 
+import sys
 from pathlib import Path
 
-from servelab.grading import plugin
-from servelab.grading.hypothesis_profiles import register_and_load
+try:
+    from servelab.grading import fail_fast, plugin
+    from servelab.grading.hypothesis_profiles import register_and_load
+except ModuleNotFoundError as missing:  # a pytest from outside the project's .venv: one line, no traceback
+    sys.stderr.write(f"{missing}: this pytest runs outside the project's .venv; "
+                     "run `make check` (or .venv/bin/pytest assignments/) instead\n")
+    raise SystemExit(4) from None  # 4: pytest's "usage error"
 
-register_and_load()
+register_and_load("student")
 
 
 def pytest_addoption(parser):
@@ -17,3 +24,4 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.pluginmanager.register(plugin.GradingPlugin(Path(__file__).with_name("manifest.toml")),
                                   "servelab-grading")
+    config.pluginmanager.register(fail_fast.FailFast(), "servelab-fail-fast")

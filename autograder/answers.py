@@ -3,9 +3,12 @@
 Each task may have ``autograder/exercises/<task>.py`` with ``answers(solution)`` (yielding
 ``(exercise, quantity, value)``) and ``SEEDS``; ``solution`` maps each of the task's edit
 modules (by name) to the instructors' reference file, imported directly (trusted code).
+Beside the tasks, the key holds the lecture's ten exercises: every figure of the reference
+answers (§12) beside servelab's, with the reason where they differ (:mod:`servelab.lecture_key`).
 Writes ``autograder/answers/answer_key.json`` (values and provenance: servelab version, git
-commit, seeds, numpy/Python/Hypothesis versions) and ``answer_key.md`` (a table per task).
-The key is stale when its *values* differ from a fresh run (provenance may differ freely).
+commit, seeds, numpy/Python/Hypothesis versions) and ``answer_key.md`` (a table per task, and
+one for the exercises). The key is stale when its *values* differ from a fresh run
+(provenance may differ freely).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 
 import servelab
 from autograder.grade import ROOT, manifest_of
+from servelab import lecture_key
 from autograder.results import write_json_atomic
 from servelab.grading.hypothesis_profiles import PROFILES
 
@@ -71,7 +75,14 @@ def compute(root: Path = ROOT) -> dict:
                     for rel in task.edit}
         tasks[task.id] = [{"exercise": e, "quantity": q, "value": _plain(v)} for e, q, v in exercises.answers(solution)]
         seeds[task.id] = dict(getattr(exercises, "SEEDS", {}))
-    return {"tasks": tasks, "seeds": seeds}
+    return {"tasks": tasks, "seeds": seeds, "exercises": exercise_rows()}
+
+
+def exercise_rows() -> list[dict]:
+    """The lecture's figures beside ours, as plain rows (see :mod:`servelab.lecture_key`)."""
+    return [{"exercise": r.exercise, "quantity": r.quantity, "lecture": r.lecture,
+             "ours": _plain(r.ours), "tolerance": r.tolerance, "matches": r.matches,
+             "reason": r.reason} for r in lecture_key.rows()]
 
 
 def provenance(root: Path = ROOT) -> dict:
@@ -99,7 +110,25 @@ def markdown(key: dict) -> str:
             shown = f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else (f"{v:.6g}" if isinstance(v, float) else str(v))
             lines.append(f"| {r['exercise']} | {r['quantity']} | {shown} |")
         lines.append("")
+    lines += ["## The lecture's exercises (§12): its figures beside ours", "",
+              "| ex. | quantity | lecture | ours | verdict |", "|---|---|---|---|---|"]
+    for r in key.get("exercises", []):
+        verdict = {True: "match", None: r["reason"] or "nothing to compare",
+                   False: f"differs: {r['reason']}"}[r["matches"]]
+        lines.append(f"| {r['exercise']} | {r['quantity']} | {_shown(r['lecture'])} | "
+                     f"{_shown(r['ours'])} | {verdict} |")
+    lines.append("")
     return "\n".join(lines)
+
+
+def _shown(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
+        v = int(v)
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def stale(root: Path = ROOT) -> str | None:
@@ -109,7 +138,7 @@ def stale(root: Path = ROOT) -> str | None:
         return f"{path} does not exist: run python -m autograder regenerate"
     committed = json.loads(path.read_text(encoding="utf-8"))
     fresh = compute(root)
-    for part in ("tasks", "seeds"):
+    for part in ("tasks", "seeds", "exercises"):
         if committed.get(part) != json.loads(json.dumps(fresh[part])):
             return f"the answer key's {part} differ from the reference solutions: run python -m autograder regenerate"
     return None

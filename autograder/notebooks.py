@@ -119,6 +119,50 @@ def cell_points(path: Path) -> list[Cell]:
     return cells
 
 
+def not_answered(path: Path, test_id: str, error: str) -> str:
+    """The message for test cell ``test_id`` of the submitted notebook ``path`` when the answer
+    cells between it and the test cell before it were never answered (they still ``raise NotImplementedError``) and the test
+    failed the way that causes (``NameError``, ``NotImplementedError``): ``error`` alone would
+    only say ``name 'a' is not defined``. Otherwise ``error`` unchanged.
+
+    >>> import tempfile
+    >>> cell = lambda kind, gid, src, **meta: {"cell_type": kind, "source": src, "metadata":
+    ...     {"nbgrader": {"grade_id": gid, **meta}}}
+    >>> nb = Path(tempfile.mkdtemp()) / "ex.ipynb"
+    >>> _ = nb.write_text(json.dumps({"cells": [
+    ...     cell("code", "a_answer", ["# YOUR CODE HERE\\n", "raise NotImplementedError()"], solution=True),
+    ...     cell("code", "a_test", "assert a > 0", grade=True)]}))
+    >>> print(not_answered(nb, "a_test", "NameError: name 'a' is not defined"))
+    not answered: cell a_answer above still raises NotImplementedError (write your answer there); the test then failed with NameError: name 'a' is not defined
+    >>> not_answered(nb, "a_test", "AssertionError: a must be positive")
+    'AssertionError: a must be positive'
+    """
+    if not error.startswith(("NameError", "NotImplementedError")):
+        return error
+    try:
+        cells = json.loads(Path(path).read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return error
+    waiting = []
+    for c in cells:
+        meta = c.get("metadata", {}).get("nbgrader", {}) if isinstance(c, dict) else {}
+        if meta.get("grade_id") == test_id:
+            break
+        if meta.get("grade") and c.get("cell_type") == "code":
+            waiting = []  # answers above an earlier test cell are that test's business
+        source = c.get("source", "") if isinstance(c, dict) else ""
+        source = "".join(source) if isinstance(source, list) else str(source)
+        if c.get("cell_type") == "code" and meta.get("solution") and "raise NotImplementedError" in source:
+            waiting.append(str(meta.get("grade_id", "?")))
+    else:
+        return error
+    if not waiting:
+        return error
+    return (f"not answered: cell{'s' if len(waiting) > 1 else ''} {', '.join(waiting)} above still "
+            f"raise{'' if len(waiting) > 1 else 's'} NotImplementedError (write your answer there); "
+            f"the test then failed with {error}")
+
+
 # ---- running nbgrader -------------------------------------------------------------------------
 
 
@@ -365,7 +409,8 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
             else:
                 g = got[cell.grade_id]
                 score = min(float(g.get("auto_score") or 0), cell.points)
-                message = "passed" if score >= cell.points else (g.get("error") or "the test cell raised an error")
+                message = "passed" if score >= cell.points else \
+                    not_answered(files[nb.file], cell.grade_id, g.get("error") or "the test cell raised an error")
                 ok, why = rechecked.get(nb.id, {}).get(cell.grade_id, (False, "the grader did not check this cell"))
                 if score > 0 and not ok:  # nbgrader passed it in the student's kernel, the grader does not
                     score, message = 0, why

@@ -14,7 +14,11 @@ What changes on the way (each rule is here, nowhere else):
   and its exercise scripts, the pure-Python references (they double as solutions, e.g.
   ``reference/step_cost.py`` is the roofline task's answer) together with every test and
   benchmark that imports them, and the tests that grade the reference solutions;
-* the Makefile learns that failing assignments are expected (``ASSIGNMENTS_MAY_FAIL = 1``), and
+* the Makefile learns that failing assignments are expected (``ASSIGNMENTS_MAY_FAIL = 1``), loses
+  the instructors' targets (:data:`INSTRUCTOR_TARGETS`) and gains ``make check``, the students'
+  one way to run their tests (:func:`student_makefile`);
+* ``README.md`` is the students' (:data:`STUDENT_README`, its task, notebook and hidden-test
+  lists filled in from the manifest: :func:`student_readme`), and
   ``.github/workflows/classroom.yml`` is added.
 
 A file outside the edit list that still holds a solution region stops the release (a leak).
@@ -42,7 +46,11 @@ PRIVATE = (
 IMPORTS_REFERENCE = re.compile(r"^\s*(from\s+servelab\.reference\b|import\s+servelab\.reference\b|"
                                r"from\s+servelab\s+import\s+[^\n]*\breference\b)", re.M)
 CLASSROOM = Path(__file__).with_name("ci") / "classroom.yml"
+STUDENT_README = "autograder/README.student.md"  # in the course copy; read from the grader's folder, like CLASSROOM
+STUDENT_README_TEMPLATE = Path(__file__).with_name("README.student.md")
 MAKEFILE_FLAG = "ASSIGNMENTS_MAY_FAIL ?="
+# make targets that need what a release leaves out (the autograder's tests, mutants, answer key)
+INSTRUCTOR_TARGETS = ("test-autograder", "selfcheck", "release", "release-check", "grade")
 
 
 def course_files(root: Path) -> list[str]:
@@ -81,7 +89,7 @@ def plan(root: Path) -> dict[str, str | None]:
     versions: dict[str, str] | None = None
     for rel in course_files(root):
         path = root / rel
-        if rel.startswith(PRIVATE) or rel in hidden_files:
+        if rel.startswith(PRIVATE) or rel in hidden_files or rel == STUDENT_README:
             continue
         if rel.endswith(".ipynb") and rel.startswith("assignments/"):
             if versions is None:  # nbgrader runs once, for every notebook
@@ -110,8 +118,83 @@ def plan(root: Path) -> dict[str, str | None]:
             text = re.sub(r"^ASSIGNMENTS_MAY_FAIL \?=.*$", "ASSIGNMENTS_MAY_FAIL ?= 1", text, count=1, flags=re.M)
         out[rel] = text
     _drop_dependents(root, out)
+    if "Makefile" in out:
+        out["Makefile"] = student_makefile(out["Makefile"], kept=set(out) | {"README.md"})
+    out["README.md"] = student_readme(root, manifest, drop_tests)
     out[".github/workflows/classroom.yml"] = CLASSROOM.read_text(encoding="utf-8")
     return out
+
+
+def student_makefile(text: str, kept: set[str] | None = None) -> str:
+    """The course Makefile without :data:`INSTRUCTOR_TARGETS`, nor the targets whose paragraph
+    names a ``tests/`` or ``benchmarks/`` file missing from ``kept`` (the release's files; e.g.
+    ``fuzz`` runs a test of the references): each paragraph that defines one goes, and their
+    names in ``.PHONY`` and in ``test``'s prerequisites. (``make check``, the students' way to run
+    their tests, stays: ``autograder/tests/test_release_is_the_students.py`` checks it is there.)
+
+    >>> course = ".PHONY: test check grade\\n\\ntest: build\\n\\t@true\\n\\ncheck: build\\n\\tpytest\\n\\n"
+    >>> course += "# make grade SUBMISSION=...\\ngrade: build\\n\\tgrade it\\n"
+    >>> mine = student_makefile(course)
+    >>> mine.splitlines()[:3], "grade" in mine
+    (['.PHONY: test check', '', 'test: build'], False)
+    """
+    target = re.compile(r"^([A-Za-z][\w.-]*)\s*:(?!=)", re.M)
+    gone = set(INSTRUCTOR_TARGETS)
+    paragraphs = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        names = set(target.findall(paragraph)) - {"PHONY"}
+        missing = kept is not None and any(f not in kept for f in re.findall(r"\b(?:tests|benchmarks)/[\w/]+\.py\b",
+                                                                               paragraph))
+        if names & gone or (names and missing):
+            gone |= names
+        else:
+            paragraphs.append(paragraph)
+    text = "\n\n".join(paragraphs)
+    text = re.sub(r" *\$\(if \$\(wildcard autograder/tests\),test-autograder\)", "", text)
+    text = re.sub(r"^# the autograder's own tests and self-check exist only in the instructors' copy\n", "", text,
+                  flags=re.M)
+
+    def phony(match: re.Match) -> str:
+        names = [n for n in match.group(1).replace("\\\n", " ").split() if n not in gone]
+        return ".PHONY: " + " ".join(names)
+    text = re.sub(r"^\.PHONY:((?:[^\n]*\\\n)*[^\n]*)", phony, text, count=1, flags=re.M)
+    return text
+
+
+def student_readme(root: Path, manifest, hidden: set[str]) -> str:
+    """The students' README.md: :data:`STUDENT_README` with its ``{{tasks}}``, ``{{notebooks}}``
+    and ``{{hidden}}`` filled in from the course manifest (``hidden``: the tests a release drops)."""
+    rows = ["| task | folder | file(s) to edit | points | lecture |", "|---|---|---|---|---|"]
+    for t in manifest.tasks:
+        if t.visibility != "visible":
+            continue
+        seen = sum(p for test, p in t.tests.items() if test not in hidden)
+        folder = sorted({Path(rel).parent.as_posix() for rel in t.edit})
+        rows.append(f"| {t.id}: {t.title} | `{'`, `'.join(f + '/' for f in folder)}` | "
+                    f"{', '.join(f'`{Path(rel).name}`' for rel in t.edit)} | {seen} | {t.lecture} |")
+    visible = sum(p for t in manifest.tasks for test, p in t.tests.items() if test not in hidden)
+    rows.append(f"| total | | | {visible} | |")
+    nb_rows = ["| notebook | exercise | autograded points | written answers (by hand) |", "|---|---|---|---|"]
+    nb_hidden = 0
+    for nb in notebooks.notebooks_of(root):
+        cells = notebooks.cell_points(root / "assignments" / nb.file)
+        nb_hidden += sum(c.hidden for c in cells)
+        auto = sum(c.points for c in cells if c.kind == "auto")
+        manual = sum(c.points for c in cells if c.kind == "manual")
+        nb_rows.append(f"| `assignments/{nb.file}` | {nb.title} ({nb.lecture}) | {auto} | {manual} |")
+    n_hidden = len(hidden)
+    extra = manifest.total_points - visible
+    hidden_text = (f"- **Hidden tests**: {n_hidden} more test(s) worth {extra} point(s), beyond the {visible} "
+                   "points of the tests you have. They check the same functions on cases you do not see, so make "
+                   "your code right, not just the visible tests green.\n" if n_hidden else
+                   "- No hidden Python tests: the points of the tests you have are the tasks' points.\n")
+    if nb_hidden:
+        hidden_text += (f"- **Hidden checks in the notebooks**: {nb_hidden} autograded test cell(s) hold extra checks "
+                        "that run only at grading: make the answer right, not just the visible asserts pass.\n")
+    text = STUDENT_README_TEMPLATE.read_text(encoding="utf-8")
+    for key, value in (("tasks", "\n".join(rows)), ("notebooks", "\n".join(nb_rows)), ("hidden", hidden_text.rstrip("\n"))):
+        text = text.replace("{{" + key + "}}", value)
+    return text
 
 
 def _module_of(rel: str) -> str:

@@ -143,9 +143,25 @@ def test_cli_prints_every_part_and_writes_plots(tmp_path, capsys):
     assert cli.main(["demo", "03", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     for part in ("1. An idle system", "2. Batch 1", "3. Static batching", "4. Cost per million",
-                 "5. Azure conv trace", "5. Azure code trace", "Exercise 5 preview", "(lecture:",
+                 "5a. Azure conv trace", "5b. Azure code trace", "Exercise 5 preview", "(lecture:",
                  "6. Continuous batching beside static batching"):
         assert part in out, part
     for name in ("demo03_ttft_vs_rate.png", "demo03_goodput_vs_rate.png"):
         data = (tmp_path / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 10_000, name
+
+
+def test_figures_that_miss_the_lecture_are_marked(sweep):
+    """Issue 15: a figure outside its tolerance says so, with the reason; one within does not."""
+    from rich.console import Console
+    console = Console(width=400, record=True)
+    demo03.part3_static(console, sweep)
+    demo03.part2_batch1(console, sweep)
+    lines = console.export_text().splitlines()
+    best_static = next(line for line in lines if "best static" in line)
+    assert "(lecture 0.34 req/s: MISSES; length spreads unpublished" in best_static
+    ttft = next(line for line in lines if "TTFT P50 1.27 s" in line)
+    assert "(lecture over 1.50 s: MISSES" in ttft
+    p99 = next(line for line in lines if "P99 TTFT" in line)  # read at 0.22 req/s, as the lecture
+    assert "at 0.22 req/s" in p99 and "MISSES" not in p99
+    assert "MISSES" not in next(line for line in lines if "B=32: riding" in line)

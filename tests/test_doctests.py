@@ -30,7 +30,6 @@ NO_EXAMPLES = {
     "servelab.grading": "package docstring only",
     "servelab.grading.plugin": "a pytest plugin; tests/test_assignments_grading.py drives it",
     "servelab.plots": "writes PNG files; the demo tests check them",
-    "servelab.reference": "package docstring only",
 }
 
 

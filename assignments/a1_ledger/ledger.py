@@ -1,10 +1,9 @@
 """Assignment 1: the model ledger (lecture §2.4, §3.5; exercises 1 and 3).
 
-Fill in each function between the SOLUTION markers. ``model`` is a
+Write each function's body (in your copy, each one raises ``NotImplementedError``). ``model`` is a
 ``servelab.hw_model.ModelSpec`` (fields ``n_layers, d_model, n_heads, n_kv_heads, d_head, d_ff,
 vocab_size, tie_embeddings, bytes_per_param``) and ``gpu`` a ``servelab.hw_model.GpuSpec``
-(``peak_flops, hbm_bandwidth, memory_bytes``). Check yourself with
-``pytest assignments/ -m task_a1_ledger``.
+(``peak_flops, hbm_bandwidth, memory_bytes``). Check yourself with ``make check TASK=a1_ledger``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Assignment 2: the roofline step cost (lecture §3.2-§3.5; exercises 2 and 7).
 
-Fill in each function between the SOLUTION markers. ``model`` has the fields of
+Write each function's body (in your copy, each one raises ``NotImplementedError``). ``model`` has the fields of
 ``servelab.hw_model.ModelSpec`` (``n_layers, d_model, n_heads, n_kv_heads, d_head, d_ff,
 vocab_size, tie_embeddings, bytes_per_param``), ``gpu`` those of ``GpuSpec`` (``peak_flops,
 hbm_bandwidth, memory_bytes``) and ``efficiency`` those of ``Efficiency`` (``compute = 0.70,
@@ -17,7 +17,7 @@ Counting rules (the lecture's; each one is pinned by a number it prints):
   to ``c + i`` keys, at ``4 * n_heads * d_head`` FLOPs per key per layer (QK^T and PV);
 * KV bytes: the step reads every sequence's cached context and writes the new tokens' K and V.
 
-Check yourself with ``pytest assignments/ -m task_a2_roofline``.
+Check yourself with ``make check TASK=a2_roofline``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Assignment 3: how to judge a serving system (lecture §4.1-§4.4).
 
-Fill in each function between the SOLUTION markers. Every function takes plain numpy arrays,
+Write each function's body (in your copy, each one raises ``NotImplementedError``). Every function takes plain numpy arrays,
 one entry per request, in arrival order:
 
 * ``arrival_s``, ``first_token_s``, ``finish_s``: seconds on the simulated clock (a request
   turned away by admission control has NaN times and ``rejected[i] = True``);
 * ``output_len``: the request's output tokens ``L_o`` (the first comes out of the prefill).
 
-Check yourself with ``pytest assignments/ -m task_a3_metrics``.
+Check yourself with ``make check TASK=a3_metrics``.
 """
 
 from __future__ import annotations
@@ -100,4 +100,18 @@ def cost_per_million_tokens(tokens_per_s: float, usd_per_gpu_hour: float) -> flo
     ``tokens_per_s`` (infinite when it produces nothing)."""
     ### BEGIN SOLUTION
     return usd_per_gpu_hour / 3600.0 / tokens_per_s * 1e6 if tokens_per_s > 0 else float("inf")
+    ### END SOLUTION
+
+
+def sustained_rate(rates: np.ndarray, attainments: np.ndarray, target: float) -> float:
+    """Goodput, definition 2 (§4.4, exercise 4), on a grid: ``rates`` increase; scan them
+    upwards and return the last rate before the first whose attainment is below ``target``
+    (0.0 if the lowest rate already fails)."""
+    ### BEGIN SOLUTION
+    sustained = 0.0
+    for rate, att in zip(rates, attainments):
+        if not att >= target:  # a NaN attainment fails too
+            break
+        sustained = float(rate)
+    return sustained
     ### END SOLUTION

@@ -13,7 +13,7 @@ import metrics_hw as mine
 from servelab import metrics as ref
 from servelab.hw_model import H100, LLAMA3_8B
 from servelab.serving_core import run_batch1, run_static_batching
-from servelab.workload import Requests
+from servelab.workload import Requests, chat_requests
 
 
 @st.composite
@@ -109,3 +109,81 @@ def test_rejected_requests_count_as_missed():
     assert mine.span_s(a, fin) == 5.0, f"span runs to the last arrival (5.0), got {mine.span_s(a, fin)}"
     assert math.isclose(mine.goodput(good, 5.0), 0.4)
     assert math.isclose(mine.throughput_tok_s(lo, rej, 5.0), 17 / 5), "rejected tokens are not output"
+
+
+# ---- exercise 4: the SLO's tightness changes the verdict (goodput by both definitions) ----
+
+@st.composite
+def grids(draw):
+    """An increasing rate grid and an attainment per rate (some exactly at the target)."""
+    rates = sorted(draw(st.sets(st.integers(1, 40), min_size=1, max_size=10)))
+    target = draw(st.sampled_from([0.5, 0.9, 0.95]))
+    atts = draw(st.lists(st.sampled_from([0.0, 0.42, target, 0.97, 1.0]) | st.floats(0, 1),
+                         min_size=len(rates), max_size=len(rates)))
+    return np.array(rates) * 0.05, np.array(atts), target
+
+
+def _definition_2(rates, atts, target) -> float:
+    """The last rate of the unbroken run of passing rates from the bottom of the grid."""
+    passing = [a >= target for a in atts] + [False]
+    return float(rates[passing.index(False) - 1]) if passing[0] else 0.0
+
+
+@given(grids())
+def test_sustained_rate_is_definition_2(grid):
+    rates, atts, target = grid
+    got = mine.sustained_rate(rates, atts, target)
+    want = _definition_2(rates, atts, target)
+    assert got == want, f"rates {rates.tolist()}, attainments {atts.round(3).tolist()}, " \
+                        f"target {target}: expected {want}, got {got}"
+
+
+policies = st.sampled_from(["batch1", 8, 32])
+
+
+def _simulate(policy, rate, n=120, seed=0):
+    reqs = chat_requests(n=n, rate=rate, seed=seed)
+    if policy == "batch1":
+        return run_batch1(reqs, LLAMA3_8B, H100)
+    return run_static_batching(reqs, LLAMA3_8B, H100, batch_size=policy)
+
+
+def _both_definitions(sims, rates, slo_ttft, slo_tpot, target=0.9):
+    """Your functions on each rate's run: goodput (def. 1) per rate and the sustained rate."""
+    goodputs, atts = [], []
+    for rate in rates:
+        a, f, fin, lo, rej = cols(sims[rate])
+        good = np.asarray(mine.meets_slo(a, f, fin, lo, rej, slo_ttft, slo_tpot))
+        atts.append(mine.attainment(good))
+        goodputs.append(mine.goodput(good, mine.span_s(a, fin)))
+    return goodputs, mine.sustained_rate(np.array(rates), np.array(atts), target)
+
+
+@given(st.sets(st.integers(1, 40), min_size=2, max_size=6), policies,
+       st.floats(0.5, 8.0), st.floats(0.02, 0.1), st.integers(0, 3))
+def test_exercise4_both_definitions_on_generated_slos(rate_steps, policy, slo_ttft, slo_tpot,
+                                                      seed):
+    rates = [0.05 * k for k in sorted(rate_steps)]
+    sims = {rate: _simulate(policy, rate, seed=seed) for rate in rates}
+    slo = ref.SLO(slo_ttft, slo_tpot)
+    goodputs, sustained = _both_definitions(sims, rates, slo_ttft, slo_tpot)
+    same(f"goodput (definition 1) of {policy} at rates {rates}", [ref.goodput(sims[r], slo)
+                                                                  for r in rates], goodputs)
+    want = ref.max_rate_at_attainment(sims.__getitem__, slo, 0.9, rates=rates, refine=0).rate
+    assert sustained == want, f"{policy} under TTFT <= {slo_ttft:.3g} s: sustained rate " \
+                              f"expected {want}, got {sustained}"
+
+
+def test_exercise4_the_lecture_slos():
+    """Exercise 4 as the lecture sets it (600 chat requests, TTFT <= 1 s against <= 5 s): the
+    answers servelab.exercises.exercise4 computes."""
+    from servelab.exercises import EX4_DEF2_RATES, exercise4
+    key = exercise4(policies=("batch1", 32), def2_policies=("batch1", 32))
+    for policy, label in (("batch1", "batch 1"), (32, "static B=32")):
+        sims = {rate: _simulate(policy, rate, n=600) for rate in EX4_DEF2_RATES}
+        for ttft_s in (1.0, 5.0):
+            _, sustained = _both_definitions(sims, list(EX4_DEF2_RATES), ttft_s, 0.05)
+            want = key.by_slo[ttft_s][label].def2_rate
+            assert sustained == want, f"{label}, TTFT <= {ttft_s:g} s: sustained rate " \
+                                      f"expected {want}, got {sustained}"
+

@@ -9,7 +9,7 @@ Three pieces of a tiny_llm-style forward:
    read the docstring of ``servelab.tiny_llm.cache`` for what each must do);
 3. :func:`tokens_processed`: what the cache saves, counted in tokens through the model.
 
-Check yourself with ``pytest assignments/ -m task_a4_kv_cache``.
+Check yourself with ``make check TASK=a4_kv_cache``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import kv_cache as mine
 from servelab import tiny_llm
 from servelab.tiny_llm import TINY
-from servelab.tiny_llm.model import _attention as model_attention
+from servelab.tiny_llm.model import causal_attention as model_attention
 
 
 @st.composite

@@ -23,7 +23,7 @@ The rules (the same as ``servelab.serving_core``):
   scheduler decides, so a request arriving exactly when a batch starts is in it.
 
 Both functions return ``(first_token_s, finish_s)``, two float arrays in request order.
-Check yourself with ``pytest assignments/ -m task_a5_batching``.
+Check yourself with ``make check TASK=a5_batching``.
 """
 
 from __future__ import annotations

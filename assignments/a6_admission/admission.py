@@ -46,7 +46,7 @@ but it would have met the SLO had it been admitted; its would-be first token is
 changes nothing for the requests ahead of it). For an admitted request the would-be first
 token is its actual first token.
 
-Check yourself with ``pytest assignments/ -m task_a6_admission``.
+Check yourself with ``make check TASK=a6_admission``.
 """
 
 from __future__ import annotations

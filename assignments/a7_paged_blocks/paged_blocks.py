@@ -2,9 +2,9 @@
 
 The KV cache of every sequence lives in fixed-size blocks of ``block_size`` token slots taken
 from one shared pool, so memory is handed out as it is needed instead of reserved up front.
-Fill in :class:`PagedAllocator` between the SOLUTION markers. The rules (servelab's Rust
-allocator, ``servelab.blocks.BlockAllocator`` without prefix caching, follows them exactly, and
-your block tables must equal its own):
+Write the methods of :class:`PagedAllocator` (in your copy, each one raises
+``NotImplementedError``). The rules (servelab's Rust allocator, ``servelab.blocks.BlockAllocator``
+without prefix caching, follows them exactly, and your block tables must equal its own):
 
 * a sequence of ``n`` tokens holds ``ceil(n / block_size)`` blocks; each block counts how many
   sequences hold it; a block that no sequence holds is free;
@@ -22,7 +22,7 @@ your block tables must equal its own):
   ``fork``'s child) raises ``KeyError``; ``free`` of a sequence that is not there raises
   ``KeyError`` too.
 
-Check yourself with ``pytest assignments/ -m task_a7_paged_blocks``.
+Check yourself with ``make check TASK=a7_paged_blocks``.
 """
 
 from __future__ import annotations

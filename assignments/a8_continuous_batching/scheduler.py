@@ -47,7 +47,7 @@ and the waiting ones admitted (in queue order).
 
 Hint: keep your own copy of the running list, the free-block count and the budget as you go;
 a preempted request gives back the blocks of its ``num_tokens - 1`` tokens.
-Check yourself with ``pytest assignments/ -m task_a8_continuous_batching``.
+Check yourself with ``make check TASK=a8_continuous_batching``.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ start at the given indices. Within a piece, each output starts from 0 and adds t
 ``@``/``np.dot``/``np.sum`` for the reduction: their order is the library's own, and it may
 change with the shape, which is exactly the problem this assignment is about.
 
-Check yourself with ``pytest assignments/ -m task_a9_batch_invariance``.
+Check yourself with ``make check TASK=a9_batch_invariance``.
 """
 
 from __future__ import annotations

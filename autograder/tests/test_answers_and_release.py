@@ -86,3 +86,22 @@ def test_release_keeps_no_test_that_imports_a_left_out_module():
         if code(rel):
             body = text if text is not None else (ROOT / rel).read_text(encoding="utf-8")
             assert not _imported(body) & gone, rel
+
+
+def test_the_key_answers_all_ten_exercises_and_says_why_it_misses():
+    import json
+    key = json.loads((ROOT / "autograder/answers/answer_key.json").read_text())
+    rows = key["exercises"]
+    assert sorted({r["exercise"] for r in rows}) == list(range(1, 11))
+    misses = [r for r in rows if r["matches"] is False]
+    assert misses and all(r["reason"] for r in misses)
+    two_h100s = next(r for r in rows if r["quantity"] == "(d) fewest H100s with tensor parallelism")
+    assert (two_h100s["lecture"], two_h100s["ours"], two_h100s["matches"]) == (2, 2, True)
+    assert "## The lecture's exercises" in (ROOT / "autograder/answers/answer_key.md").read_text()
+
+
+def test_a_changed_exercise_figure_makes_the_key_stale(monkeypatch):
+    fresh = answers.compute()
+    fresh["exercises"][0]["ours"] = -1
+    monkeypatch.setattr(answers, "compute", lambda root=ROOT: fresh)
+    assert "exercises differ" in answers.stale()

@@ -6,9 +6,9 @@ sequence a *block table*, so memory is taken a block at a time, shared between s
 (``fork``, prefix caching) and given back the moment a request ends.
 
 :class:`BlockAllocator` is the bookkeeping half: which block holds which tokens of which
-sequence. It runs in Rust (``servelab._core``, file ``rust/src/blocks.rs``); a pure-Python twin
-of the same rules, :mod:`servelab.reference.blocks`, is checked against it operation by
-operation by a Hypothesis state machine (``tests/test_blocks_state_machine.py``).
+sequence. It runs in Rust (``servelab._core``, file ``rust/src/blocks.rs``). (The course's own
+copy also holds a pure-Python twin of the same rules, checked against it operation by operation
+by a Hypothesis state machine.)
 
 The rules are vLLM's, kept exact so that the two implementations choose the same block at every
 step:

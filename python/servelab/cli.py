@@ -4,101 +4,355 @@
     servelab demo all               # every demo that exists
     servelab demo list              # what exists
     servelab sweep --policy batch1 static --batch-size 8 32 --rates 0.1:1:0.1 --jobs 2
+    servelab sweep --gpu A100_80GB --policy continuous --rates 1 2 4 8
+    servelab --version
+
+A bad flag stops the command before any work, with one line that names the flag, and exit
+status 2. Tables fit the terminal (cells wrap; columns that still do not fit are left out, with
+a note); piped or redirected, they print in full as plain text.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
+import time
 from pathlib import Path
+from typing import Any, Callable, NoReturn, Sequence
 
-from rich.console import Console
+import rich.console
+from rich import box
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
 
 from servelab import demos
 
+PROG = "servelab"
+
+
+class UsageError(Exception):
+    """A bad flag or flag combination: printed as one line (``servelab sweep: error: ...``),
+    exit status 2."""
+
+
+class _ParserError(UsageError):
+    """argparse's own error, already formatted with the command's name."""
+
+
+class Console(rich.console.Console):
+    """A rich console whose tables never lose a cell silently.
+
+    On a terminal a table wider than the window gets wrapping cells; if it still does not fit,
+    its right-hand columns are left out and a note names them. Piped or redirected (a log
+    file), output is plain text: no colour, ASCII borders, every table at its full width
+    (prose still wraps at the console's width)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        tables = [o for o in objects if isinstance(o, Table)]
+        if not tables:
+            super().print(*objects, **kwargs)
+        elif self.is_terminal:
+            notes = [self._fit(t) for t in tables]
+            super().print(*objects, **kwargs)
+            for note in filter(None, notes):
+                super().print(note, style="dim", highlight=False)
+        else:
+            for t in tables:
+                t.box = box.ASCII
+            natural = max(Measurement.get(self, self.options.update(width=100_000), t).maximum for t in tables)
+            old = self._width
+            self._width = max(self.width, natural)
+            try:
+                super().print(*objects, **kwargs)
+            finally:
+                self._width = old
+
+    def rule(self, title: Any = "", *args: Any, **kwargs: Any) -> None:
+        """A heading line; piped, in plain characters (``==== title ====``)."""
+        if self.is_terminal:
+            super().rule(title, *args, **kwargs)
+        else:
+            plain = Text.from_markup(title).plain if isinstance(title, str) else str(title)
+            super().print(f"==== {plain} ====", markup=False, highlight=False)
+
+    def _fit(self, table: Table) -> str | None:
+        """Makes ``table`` fit ``self.width``; returns a note on what was left out, if anything.
+
+        Rich squeezes a table that is too wide by cutting cells (``cached aft…``). Instead, each
+        column gets at least its longest word, the room left is shared by how much each column
+        would like, and columns that still do not fit are dropped from the right."""
+        wide = self.options.update(width=100_000)
+
+        def measure() -> Measurement:
+            return Measurement.get(self, wide, table)
+
+        if measure().maximum <= self.width:
+            return None
+        dropped: list[str] = []
+        while measure().minimum > self.width and len(table.columns) > 1:
+            dropped.insert(0, str(table.columns.pop().header))
+        # content widths of each column: its longest word .. its longest line
+        ranges = [Measurement(max([col.min_width or 0] + [Measurement.get(self, wide, c).minimum for c in cells]),
+                              max([col.min_width or 0] + [Measurement.get(self, wide, c).maximum for c in cells]))
+                  for col in table.columns for cells in [[col.header, *col.cells]]]
+        slack = max(0, self.width - measure().minimum)
+        want = sum(r.maximum - r.minimum for r in ranges) or 1
+        for col, r in zip(table.columns, ranges):
+            col.width = r.minimum + min(r.maximum - r.minimum, slack * (r.maximum - r.minimum) // want)
+            col.no_wrap, col.overflow = False, "fold"
+        if not dropped:
+            return None
+        return (f"   ({len(dropped)} column(s) left out to fit {self.width} columns: {', '.join(dropped)}; "
+                "widen the terminal or redirect the output to a file to see them)")
+
+
+# ---- flag types: each names what it wants; argparse adds the flag's name --------------------
+
+def _int_at_least(lo: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            v = None
+        if v is None or v < lo:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}")
+        return v
+    return parse
+
+
+def _seconds(positive: bool, allow_inf: bool = False) -> Callable[[str], float]:
+    what = "> 0" if positive else ">= 0"
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        ok = (v > 0 if positive else v >= 0) and (math.isfinite(v) or (allow_inf and v == math.inf))
+        if not ok:
+            raise argparse.ArgumentTypeError(f"must be a number of seconds {what}{' (or inf)' if allow_inf else ''}, "
+                                             f"got {text!r}")
+        return v
+    return parse
+
+
+def _estimator(text: str) -> str:
+    from servelab import sweep as sw
+
+    try:
+        sw._estimator(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (no usage block): ``servelab sweep: error: argument --n:
+    must be an integer >= 1, got '0'``."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _ParserError(f"{self.prog}: error: {message} (see {self.prog} --help)")
+
+
+def check_out_dir(path: Path, flag: str = "--out") -> Path:
+    """Refuses an output folder that cannot be made or written, before any work: an existing
+    file, a path through a file (``/dev/null/x``), a folder without write permission. Makes
+    nothing."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"{flag} {str(p)!r} exists and is not a folder")
+    existing = p
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{flag} {str(p)!r}: {str(existing)!r} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {str(p)!r}: no permission to write in {str(existing)!r}")
+    return p
+
+
+# ---- servelab demo --------------------------------------------------------------------------
 
 def _demo(args: argparse.Namespace, console: Console) -> int:
     if args.name == "list":
         for name in demos.available():
-            console.print(f"{name}  {demos.load(name).TITLE}")
+            console.print(f"{name}  {demos.load(name).TITLE}", highlight=False)
         return 0
-    names = demos.available() if args.name == "all" else [args.name]
-    modules = [demos.load(n) for n in names]  # fail on a bad name before running anything
-    out_dir = Path(args.out)
+    try:
+        names = demos.available() if args.name == "all" else [args.name]
+        modules = [demos.load(n) for n in names]  # fail on a bad name before running anything
+    except ValueError as exc:
+        raise UsageError(f"argument name: {exc}") from None
+    out_dir = check_out_dir(Path(args.out))
     for module in modules:
         console.rule(f"[bold]{module.TITLE}")
         module.run(out_dir, console)
     return 0
 
 
-def _sweep(args: argparse.Namespace, console: Console) -> int:
-    """``servelab sweep``: the grid from the flags, run with a progress bar (servelab.sweep)."""
-    from rich.progress import Progress
+# ---- servelab sweep -------------------------------------------------------------------------
 
+# the grid's axes: flag -> (Grid field, the policy that takes it)
+_AXES = {"--batch-size": ("batch_size", "static"), "--max-wait": ("max_wait_s", "static"),
+         "--ride-along": ("ride_along", "static"), "--estimator": ("estimator", "early_reject"),
+         "--max-num-seqs": ("max_num_seqs", "continuous"), "--chunked-prefill": ("chunked_prefill", "continuous")}
+
+
+def _grid(args: argparse.Namespace) -> Any:
+    """The sweep's grid from the flags, every check naming its flag; counted before it is built."""
+    from servelab import sweep as sw
+    from servelab.spec_files import resolve_gpu, resolve_model
+
+    given = {flag: getattr(args, flag[2:].replace("-", "_")) for flag in _AXES}
+    for flag, values in given.items():
+        policy = _AXES[flag][1]
+        if values is not None and policy not in args.policy:
+            raise UsageError(f"{flag} applies to --policy {policy}, which is not among "
+                             f"--policy {' '.join(args.policy)}")
+    try:
+        model = resolve_model(args.model, "--model")
+        gpu = resolve_gpu(args.gpu, "--gpu")
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        rates = sw.parse_rates(args.rates, limit=sw.MAX_POINTS)
+    except ValueError as exc:  # "rates ..." -> "--rates ..."
+        raise UsageError(f"--{exc}") from None
+    axes: dict[str, list[Any]] = {}
+    for flag, values in given.items():
+        if values is not None:
+            field = _AXES[flag][0]
+            axes[field] = [v == "yes" for v in values] if field in ("ride_along", "chunked_prefill") else values
+    try:
+        grid = sw.Grid(policies=args.policy, rates=rates, model=model, gpu=gpu, **axes)
+    except ValueError as exc:  # what is left: "model ... does not fit gpu ..."
+        raise UsageError(str(exc).replace("model ", "--model ", 1).replace(" gpu ", " --gpu ", 1)) from None
+    if len(grid) > sw.MAX_POINTS:
+        raise UsageError(f"the grid has {len(grid):,} points ({len(rates)} rates x {len(grid) // len(rates)} "
+                         f"configurations), more than {sw.MAX_POINTS:,}: narrow --rates or the parameter lists")
+    return grid
+
+
+def _sweep(args: argparse.Namespace, console: Console) -> int:
+    """``servelab sweep``: the grid from the flags, run with a progress line (servelab.sweep)."""
     from servelab import sweep as sw
     from servelab.metrics import SLO
 
-    axes = {"batch_size": args.batch_size, "max_wait_s": args.max_wait,
-            "ride_along": None if args.ride_along is None else [v == "yes" for v in args.ride_along],
-            "estimator": args.estimator, "max_num_seqs": args.max_num_seqs,
-            "chunked_prefill": None if args.chunked_prefill is None else [v == "yes" for v in args.chunked_prefill]}
-    grid = sw.Grid(policies=args.policy, rates=sw.parse_rates(args.rates),
-                   **{k: v for k, v in axes.items() if v is not None})
+    grid = _grid(args)
+    out_dir = check_out_dir(Path(args.out))
     slo = SLO(args.slo_ttft, args.slo_tpot)
-    with Progress(console=console, transient=True) as bar:
-        task = bar.add_task("simulating", total=len(grid.points()))
-        result = sw.sweep(grid, n=args.n, seed=args.seed, slo=slo, jobs=args.jobs,
-                          progress=lambda done, total: bar.update(task, completed=done))
+    total = len(grid)
+    what = f"simulating {total:,} points x {args.n} requests on {args.jobs} job(s)"
+    t0 = time.perf_counter()
+    if console.is_terminal:
+        from rich.progress import Progress
+
+        with Progress(console=console, transient=True) as bar:
+            task = bar.add_task(what, total=total)
+            result = sw.sweep(grid, n=args.n, seed=args.seed, slo=slo, jobs=args.jobs,
+                              progress=lambda done, _total: bar.update(task, completed=done))
+    else:  # piped: one line to start, one at each quarter
+        console.print(f"{what}...", highlight=False)
+        marks = {math.ceil(total * q / 4) for q in (1, 2, 3)}
+
+        def report(done: int, _total: int) -> None:
+            if done in marks:
+                console.print(f"   {done:,}/{total:,} points done", highlight=False)
+        result = sw.sweep(grid, n=args.n, seed=args.seed, slo=slo, jobs=args.jobs, progress=report)
+    console.print(f"{total:,} points in {time.perf_counter() - t0:.1f} s", highlight=False)
     console.print(sw.table(result))
-    for path in result.write(Path(args.out), args.format, plots=not args.no_plots):
-        console.print(f"wrote {path}")
+    written = result.write(out_dir, args.format, plots=False)
+    if not args.no_plots:
+        with demos.working(console, "drawing the plots"):
+            plots = result.write_plots(out_dir)
+        written += plots
+        if len(plots) < 2:
+            console.print("   (a plot with no finite value to show was not drawn)", highlight=False)
+    for path in written:
+        console.print(f"wrote {path}", highlight=False)
     return 0
 
 
-def _add_sweep_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="simulate a grid of policies x parameters x arrival rates")
-    p.add_argument("--policy", nargs="+", default=["batch1", "static"],
-                   help="batch1, static, early_reject, continuous (default: batch1 static)")
+def _add_sweep_parser(sub: Any) -> None:
+    from servelab import sweep as sw
+    from servelab.spec_files import gpu_presets, model_presets
+
+    p = sub.add_parser("sweep", help="simulate a grid of policies x parameters x arrival rates",
+                       description="Simulates demo 03's chat workload at every point of a grid of policies x "
+                                   "parameters x arrival rates; writes a table, sweep.csv, sweep.json and plots.",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--policy", nargs="+", default=["batch1", "static"], choices=sorted(sw.POLICIES),
+                   help="scheduling policies")
     p.add_argument("--rates", nargs="+", default=["0.1:1.0:0.1"],
-                   help="arrival rates in req/s: numbers or start:stop:step (default 0.1:1.0:0.1)")
-    p.add_argument("--batch-size", type=int, nargs="+", help="static: batch sizes (default 32)")
-    p.add_argument("--max-wait", type=float, nargs="+", help="static: max wait in s (default 0.2)")
-    p.add_argument("--ride-along", nargs="+", choices=["yes", "no"], help="static: riders compute (default yes)")
-    p.add_argument("--estimator", nargs="+", help="early_reject: mean, oracle, sigma=0.5 (default mean)")
-    p.add_argument("--max-num-seqs", type=int, nargs="+", help="continuous: seats (default 256)")
+                   help=f"arrival rates in req/s: numbers or start:stop:step (at most {sw.MAX_POINTS:,} points)")
+    p.add_argument("--model", default="LLAMA3_8B",
+                   help=f"a preset ({', '.join(model_presets())}) or a .toml/.json spec file")
+    p.add_argument("--gpu", default="H100", help=f"a preset ({', '.join(gpu_presets())}) or a .toml/.json spec file")
+    p.add_argument("--batch-size", type=_int_at_least(1), nargs="+", help="static: batch sizes (32 if not given)")
+    p.add_argument("--max-wait", type=_seconds(positive=False), nargs="+",
+                   help="static: longest wait for a batch to fill, s (0.2 if not given)")
+    p.add_argument("--ride-along", nargs="+", choices=["yes", "no"],
+                   help="static: finished requests keep computing (yes if not given)")
+    p.add_argument("--estimator", nargs="+", type=_estimator,
+                   help="early_reject: mean, oracle, sigma=0.5 (mean if not given)")
+    p.add_argument("--max-num-seqs", type=_int_at_least(1), nargs="+", help="continuous: seats (256 if not given)")
     p.add_argument("--chunked-prefill", nargs="+", choices=["yes", "no"],
-                   help="continuous: split long prompts over steps (default no)")
-    p.add_argument("--n", type=int, default=600, help="requests per point (default 600)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--slo-ttft", type=float, default=1.0, help="SLO on TTFT, s (default 1)")
-    p.add_argument("--slo-tpot", type=float, default=0.05, help="SLO on TPOT, s (default 0.05)")
-    p.add_argument("--jobs", type=int, default=1, help="points run at once on local cores (default 1)")
-    p.add_argument("--out", default="out/sweep", help="folder for sweep.csv, sweep.json, plots")
-    p.add_argument("--format", nargs="+", default=["csv", "json"], choices=["csv", "json"])
+                   help="continuous: split long prompts over steps (no if not given)")
+    p.add_argument("--n", type=_int_at_least(1), default=600, help="requests per point")
+    p.add_argument("--seed", type=_int_at_least(0), default=0, help="workload seed")
+    p.add_argument("--slo-ttft", type=_seconds(positive=True, allow_inf=True), default=1.0, help="SLO on TTFT, s")
+    p.add_argument("--slo-tpot", type=_seconds(positive=True, allow_inf=True), default=0.05, help="SLO on TPOT, s")
+    p.add_argument("--jobs", type=_int_at_least(1), default=1, help="points run at once on local cores")
+    p.add_argument("--out", default="out/sweep", help="folder for sweep.csv, sweep.json and the plots")
+    p.add_argument("--format", nargs="+", default=["csv", "json"], choices=["csv", "json"], help="data files")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.set_defaults(func=_sweep)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="servelab", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run one of the lecture's demos")
+    from servelab import __version__
+
+    parser = _Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    demo = sub.add_parser("demo", help="run one of the lecture's demos",
+                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     demo.add_argument("name", help="demo number (01, 02, ...), 'all' or 'list'")
-    demo.add_argument("--out", default="out", help="folder for plots (default: out/)")
+    demo.add_argument("--out", default="out", help="folder for plots")
     demo.set_defaults(func=_demo)
     _add_sweep_parser(sub)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    console = Console()
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command; returns the exit status (0, 1 for a failure while working, 2 for a
+    bad flag) instead of raising, except for ``--help`` and ``--version`` (argparse's exit 0)."""
+    command = PROG
     try:
+        args = build_parser().parse_args(argv)
+        command = f"{PROG} {args.command}"
+        console = Console()
         return int(args.func(args, console))
-    except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+    except _ParserError as exc:
+        print(exc, file=sys.stderr)
         return 2
+    except UsageError as exc:
+        print(f"{command}: error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # a check inside the library that the flags missed
+        if os.environ.get("SERVELAB_DEBUG"):
+            raise
+        print(f"{command}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # disk full, permission changed mid-run ...
+        print(f"{command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ The clock of a discrete-event simulator jumps from one event to the next: an arr
 of a forward step, a timeout. :class:`EventQueue` hands the events back earliest first; events
 at the same time come back in the order they were pushed, so a simulation never depends on how
 a heap breaks ties. The queue itself is Rust (``rust/src/events.rs``); this class adds the typed
-Python surface. Its pure-Python twin is :class:`servelab.reference.events.EventQueue`.
+Python surface. (The course's own copy also holds a pure-Python twin, for parity tests.)
 
 >>> q = EventQueue()
 >>> q.push(2.0, "step done")

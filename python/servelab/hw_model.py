@@ -6,8 +6,8 @@ A roofline with the lecture's three discounts (§0.6, §3.2)::
 
 where ``F`` counts the FLOPs of the step and ``M`` the bytes it moves from HBM. The counting
 itself runs in Rust (``servelab._core``, file ``rust/src/cost.rs``); this module holds the
-presets, the typed Python surface, and the docs. A pure-Python twin of the same formulas lives
-in :mod:`servelab.reference.step_cost` and is checked against the Rust path by property tests.
+presets, the typed Python surface, and the docs. (The course's own copy also holds a pure-Python
+twin of the same formulas, checked against the Rust path by property tests.)
 
 What the model counts (each rule is pinned by a number the lecture prints):
 
@@ -27,7 +27,8 @@ magnitude, not a real engine's timings):
 * overlap limits: compute and memory are assumed to overlap perfectly (``max``, not sum);
 * the FLOPs of norms, softmax, rotary embeddings and activations, and sampling;
 * the CPU side: tokenisation, scheduling, Python overhead (only the flat 0.5 ms covers it);
-* communication: tensor/pipeline parallelism, PCIe and NVLink traffic, host offload;
+* communication beyond tensor parallelism's all-reduces (``tp=``: a ring over the NVLink
+  figure, never overlapped with compute): pipeline parallelism, PCIe traffic, host offload;
 * memory fragmentation, activation memory and the CUDA context (only ``mem_util`` covers them);
 * caches (L2, SRAM reuse across sequences), quantisation and sparsity;
 * clock throttling, power and thermals.
@@ -81,6 +82,11 @@ __all__ = [
     "max_batch",
     "weight_read_lower_bound_s",
     "price_constants",
+    "check_tp",
+    "allreduce_s",
+    "tensor_parallel_cost",
+    "fewest_cards",
+    "NVLINK_HOP_S",
 ]
 
 GB = 1e9  # the lecture's GB is decimal (SPEC.md §2)
@@ -150,7 +156,9 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """A GPU as the roofline sees it: dense peak FLOP/s, HBM bandwidth (B/s), memory (B).
+    """A GPU as the roofline sees it: dense peak FLOP/s, HBM bandwidth (B/s), memory (B), and
+    its link to the other GPUs of its node for tensor parallelism (§8.1): ``link_bandwidth``
+    in B/s each way (0: no link, a single card) and ``link_latency_s`` per hop of a ring.
 
     >>> round(H100.ridge_point)
     295
@@ -160,10 +168,17 @@ class GpuSpec:
     peak_flops: float
     hbm_bandwidth: float
     memory_bytes: float
+    link_bandwidth: float = 0.0
+    link_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
         _checks.instance("name", self.name, str, "a str")
         _validate(_core.validate_gpu, self, reals=("peak_flops", "hbm_bandwidth", "memory_bytes"))
+        for field in ("link_bandwidth", "link_latency_s"):
+            v = getattr(self, field)
+            if not _checks.is_real(v) or not 0 <= v < float("inf"):
+                raise ValueError(f"{field} must be a non-negative finite number, got {v!r}")
+            object.__setattr__(self, field, float(v))
 
     @property
     def ridge_point(self) -> float:
@@ -196,9 +211,17 @@ LLAMA3_70B = ModelSpec("Llama-3-70B", n_layers=80, d_model=8192, n_heads=64, n_k
                        d_head=128, d_ff=28672, vocab_size=128256)
 
 # NVIDIA datasheets: BF16 dense (no sparsity) peak, HBM bandwidth, memory in decimal GB.
-H100 = GpuSpec("H100-SXM", peak_flops=989e12, hbm_bandwidth=3.35e12, memory_bytes=80 * GB)
-H200 = GpuSpec("H200", peak_flops=989e12, hbm_bandwidth=4.8e12, memory_bytes=141 * GB)
-A100_80GB = GpuSpec("A100-80GB", peak_flops=312e12, hbm_bandwidth=2.039e12, memory_bytes=80 * GB)
+# Links: the datasheets give NVLink's total bidirectional bandwidth per GPU (H100 and H200
+# SXM, NVLink 4: 900 GB/s; A100 SXM, NVLink 3: 600 GB/s); a ring all-reduce sends and
+# receives at once, so each direction gets half. The per-hop latency is not a datasheet
+# figure: 2 us is an assumed order of magnitude of one small NCCL transfer over NVLink.
+NVLINK_HOP_S = 2e-6
+H100 = GpuSpec("H100-SXM", peak_flops=989e12, hbm_bandwidth=3.35e12, memory_bytes=80 * GB,
+               link_bandwidth=900 * GB / 2, link_latency_s=NVLINK_HOP_S)
+H200 = GpuSpec("H200", peak_flops=989e12, hbm_bandwidth=4.8e12, memory_bytes=141 * GB,
+               link_bandwidth=900 * GB / 2, link_latency_s=NVLINK_HOP_S)
+A100_80GB = GpuSpec("A100-80GB", peak_flops=312e12, hbm_bandwidth=2.039e12, memory_bytes=80 * GB,
+                    link_bandwidth=600 * GB / 2, link_latency_s=NVLINK_HOP_S)
 
 GPUS: dict[str, GpuSpec] = {g.name: g for g in (H100, H200, A100_80GB)}
 MODELS: dict[str, ModelSpec] = {m.name: m for m in (LLAMA3_8B, LLAMA3_70B)}
@@ -220,6 +243,8 @@ class StepCost:
     intensity: float  # FLOP per byte moved
     n_tokens: int
     n_seqs: int
+    comm_s: float = 0.0  # tensor parallelism: the all-reduces' time, on top of the roofline
+    tp: int = 1  # cards the step is split across; FLOPs, bytes and mfu are per card
 
     @classmethod
     def _from_core(cls, t: tuple) -> StepCost:  # type: ignore[type-arg]
@@ -290,19 +315,23 @@ def _as_int(name: str, value: object) -> int:
 
 
 def step_cost(model: ModelSpec, gpu: GpuSpec, batch: Sequence[tuple[int, int]],
-              efficiency: Efficiency = DEFAULT_EFFICIENCY) -> StepCost:
+              efficiency: Efficiency = DEFAULT_EFFICIENCY, *, tp: int = 1) -> StepCost:
     """Cost of one forward over ``batch``, a list of ``(new_tokens, context_len)`` per sequence.
 
     ``context_len`` is the number of tokens already in that sequence's KV cache: a prefill of
     a 2048-token prompt is ``[(2048, 0)]``, a decode step of 64 sequences at context 1024 is
     ``[(1, 1024)] * 64``, and a chunked prefill mixes both in one step.
 
+    ``tp`` splits the step across that many cards (see :func:`tensor_parallel_cost`).
+
     >>> s = step_cost(LLAMA3_8B, H100, [(2048, 0)])
     >>> round(s.time_s / 2048 * 1e6, 1), s.bound
     (21.2, 'compute')
     """
     new_tokens, context_len = _as_batch(batch)
-    return StepCost._from_core(_core.step_cost_columns(model, gpu, efficiency, new_tokens, context_len))
+    whole = StepCost._from_core(_core.step_cost_columns(model, gpu, efficiency, new_tokens, context_len))
+    return whole if check_tp(model, gpu, tp) == 1 else tensor_parallel_cost(whole, model, gpu,
+                                                                            efficiency, tp)
 
 
 def _costs(d: dict[str, np.ndarray]) -> StepCosts:
@@ -378,24 +407,132 @@ def prefill_cost(model: ModelSpec, gpu: GpuSpec, prompt_len: int,
     return step_cost(model, gpu, [(_positive("prompt_len", prompt_len), 0)], efficiency)
 
 
-def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, mem_util: float = 0.9) -> int:
+def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, mem_util: float = 0.9, *,
+                       tp: int = 1) -> int:
     """Tokens of KV cache that fit beside the weights in ``mem_util`` of the GPU's memory
     (§3.5; 0.9 is vLLM's default). Zero, never negative, when the weights alone do not fit.
+    With ``tp`` cards each holds ``1/tp`` of the weights and of every token's KV (KV heads
+    replicated past ``n_kv_heads`` cards, see :func:`tensor_parallel_cost`).
 
-    >>> kv_capacity_tokens(LLAMA3_70B, H100)   # exercise 1d
+    >>> kv_capacity_tokens(LLAMA3_70B, H100)   # exercise 1d: 141 GB of weights, 72 GB usable
     0
+    >>> kv_capacity_tokens(LLAMA3_70B, H100, tp=2)   # 1.45 GB left per card
+    8827
     """
-    return int(_core.kv_capacity_tokens(model, gpu, _checks.real("mem_util", mem_util, finite=False)))
+    mem_util = _checks.real("mem_util", mem_util, finite=False)
+    if check_tp(model, gpu, tp) == 1:
+        return int(_core.kv_capacity_tokens(model, gpu, mem_util))
+    _core.kv_capacity_tokens(model, gpu, mem_util)  # the one-card checks of mem_util
+    free = gpu.memory_bytes * mem_util - model.weight_bytes / tp
+    per_token = model.kv_bytes_per_token / min(tp, model.n_kv_heads)
+    return max(0, int(free // per_token))
 
 
-def max_batch(model: ModelSpec, gpu: GpuSpec, context_len: int, mem_util: float = 0.9) -> int:
-    """Most sequences of ``context_len`` tokens whose KV caches fit at once (§3.5).
+def max_batch(model: ModelSpec, gpu: GpuSpec, context_len: int, mem_util: float = 0.9, *,
+              tp: int = 1) -> int:
+    """Most sequences of ``context_len`` tokens whose KV caches fit at once (§3.5), on ``tp``
+    cards.
 
     >>> max_batch(LLAMA3_8B, H100, 1024)
     416
     """
-    return int(_core.max_batch(model, gpu, _as_int("context_len", context_len),
-                               _checks.real("mem_util", mem_util, finite=False)))
+    if check_tp(model, gpu, tp) == 1:
+        return int(_core.max_batch(model, gpu, _as_int("context_len", context_len),
+                                   _checks.real("mem_util", mem_util, finite=False)))
+    _core.max_batch(model, gpu, _as_int("context_len", context_len),
+                    _checks.real("mem_util", mem_util, finite=False))  # the one-card checks
+    return kv_capacity_tokens(model, gpu, mem_util, tp=tp) // int(context_len)
+
+
+def check_tp(model: ModelSpec, gpu: GpuSpec, tp: int) -> int:
+    """``tp`` as an int, or ``ValueError`` when ``model`` cannot be split across ``tp`` cards of
+    ``gpu``: ``tp`` must divide ``n_heads`` and ``d_ff``, ``tp`` and ``n_kv_heads`` must divide
+    one another (KV heads split, or replicated past ``n_kv_heads`` cards), and the GPU needs a
+    link. The same rules as the real split, :mod:`servelab.tiny_llm.tensor_parallel`.
+
+    >>> check_tp(LLAMA3_8B, H100, 3)
+    Traceback (most recent call last):
+    ...
+    ValueError: tp=3 must divide n_heads=32 (each card holds whole query heads)
+    """
+    if isinstance(tp, (bool, np.bool_)) or not isinstance(tp, (int, np.integer)) or tp < 1:
+        raise ValueError(f"tp must be a positive integer (the number of cards), got {tp!r}")
+    if tp == 1:
+        return 1
+    if model.n_heads % tp:
+        raise ValueError(f"tp={tp} must divide n_heads={model.n_heads} (each card holds whole "
+                         "query heads)")
+    if model.d_ff % tp:
+        raise ValueError(f"tp={tp} must divide d_ff={model.d_ff}")
+    if model.n_kv_heads % tp and tp % model.n_kv_heads:
+        raise ValueError(f"tp={tp} and n_kv_heads={model.n_kv_heads}: one must divide the other")
+    if not gpu.link_bandwidth > 0:
+        raise ValueError(f"tp={tp} needs a link between cards, but {gpu.name} has "
+                         "link_bandwidth 0")
+    return int(tp)
+
+
+def allreduce_s(gpu: GpuSpec, tp: int, n_bytes: float) -> float:
+    """One ring all-reduce of an ``n_bytes`` tensor over ``tp`` cards: ``2 (tp - 1)`` hops,
+    each moving ``n_bytes / tp`` each way, so ``2 (tp - 1) / tp x n_bytes / link_bandwidth``
+    plus ``2 (tp - 1)`` hop latencies; zero on one card.
+
+    >>> allreduce_s(H100, 1, 1e6), round(allreduce_s(H100, 2, 1e6) * 1e6, 2)
+    (0.0, 6.22)
+    """
+    if tp == 1:
+        return 0.0
+    return 2 * (tp - 1) / tp * n_bytes / gpu.link_bandwidth + 2 * (tp - 1) * gpu.link_latency_s
+
+
+def tensor_parallel_cost(whole: StepCost, model: ModelSpec, gpu: GpuSpec,
+                         efficiency: Efficiency, tp: int) -> StepCost:
+    """The step ``whole`` (priced on one card) split across ``tp`` cards, Megatron-style.
+
+    Each card does ``1/tp`` of the FLOPs and streams ``1/tp`` of the weights (the embedding
+    rows looked up are replicated); it reads and writes the KV of its own KV heads,
+    ``1/min(tp, n_kv_heads)`` of it. Two all-reduces per layer (after attention, after the MLP)
+    sum the cards' partial outputs, ``n_tokens x d_model`` values each, at
+    ``bytes_per_param``; they sit on the critical path, so their time adds to the roofline::
+
+        time = max(F/tp / compute_rate, M_card / memory_rate) + 2 L allreduce_s + overhead
+
+    >>> s = step_cost(LLAMA3_70B, H100, [(1, 1024)] * 32, tp=2)
+    >>> round(s.time_s * 1e3, 1), s.bound, round(s.comm_s * 1e3, 2)
+    (29.3, 'memory', 0.83)
+    """
+    emb_rows = 0.0 if model.tie_embeddings else whole.n_tokens * model.d_model * model.bytes_per_param
+    weight_bytes = (whole.weight_bytes - emb_rows) / tp + emb_rows
+    kv_bytes = whole.kv_bytes / min(tp, model.n_kv_heads)
+    flops = whole.flops / tp
+    compute_s = flops / (efficiency.compute * gpu.peak_flops)
+    memory_s = (weight_bytes + kv_bytes) / (efficiency.bandwidth * gpu.hbm_bandwidth)
+    comm_s = 2 * model.n_layers * allreduce_s(
+        gpu, tp, whole.n_tokens * model.d_model * model.bytes_per_param)
+    time_s = max(compute_s, memory_s) + comm_s + efficiency.overhead_s
+    moved = weight_bytes + kv_bytes
+    return StepCost(time_s, flops, moved, weight_bytes, kv_bytes, compute_s, memory_s,
+                    "compute" if compute_s >= memory_s else "memory",
+                    flops / time_s / gpu.peak_flops, flops / moved, whole.n_tokens, whole.n_seqs,
+                    comm_s, tp)
+
+
+def fewest_cards(model: ModelSpec, gpu: GpuSpec, context_len: int = 1, mem_util: float = 0.9,
+                 max_tp: int = 64) -> int:
+    """Exercise 1(d): the fewest cards of ``gpu`` that hold ``model`` with room for at least
+    one sequence of ``context_len`` tokens, over the valid tensor-parallel splits.
+
+    >>> fewest_cards(LLAMA3_8B, H100), fewest_cards(LLAMA3_70B, H100)
+    (1, 2)
+    """
+    for tp in range(1, max_tp + 1):
+        try:
+            check_tp(model, gpu, tp)
+        except ValueError:
+            continue
+        if max_batch(model, gpu, context_len, mem_util, tp=tp) >= 1:
+            return tp
+    raise ValueError(f"{model.name} does not fit on {max_tp} or fewer cards of {gpu.name}")
 
 
 def price_constants(model: ModelSpec, gpu: GpuSpec,

@@ -11,19 +11,22 @@ rate, only closer together) under one policy and summarises it against an SLO:
 * ``continuous`` — continuous batching on paged KV blocks (vLLM's defaults otherwise); axes
   ``max_num_seqs``, ``chunked_prefill``.
 
-Points are independent, so they run on any :class:`concurrent.futures.Executor`: results are
-put back in grid order, and each point is deterministic, so ``jobs=1`` and ``jobs=4`` give the
-same table, bit for bit. On one machine ``jobs=N`` uses a process pool. To spread a big sweep
-over a cluster, pass an executor of your own (neither Dask nor Ray is a dependency). With Dask,
-``Client.get_executor()`` is a ``concurrent.futures.Executor`` running on the cluster's
-workers (each needs servelab installed)::
+The model and GPU are demo 03's (Llama-3-8B on an H100) unless ``Grid(model=..., gpu=...)``
+names another: a :mod:`servelab.hw_model` preset (``"LLAMA3_70B"``, ``"A100_80GB"``), a spec, or
+a TOML/JSON spec file (:mod:`servelab.spec_files`).
 
-    from dask.distributed import Client              # pip install "dask[distributed]"
+Points are independent, so they run on any :class:`concurrent.futures.Executor`, or on a Dask
+``distributed.Client``: rows come back in grid order, and each point is deterministic, so
+``jobs=1``, ``jobs=4`` and a cluster give the same table, bit for bit. On one machine ``jobs=N``
+uses a process pool. To spread a big sweep over a cluster, pass the client (every worker needs
+servelab installed; neither Dask nor Ray is a dependency: ``pip install "servelab[cluster]"``)::
+
+    from distributed import Client
     client = Client("tcp://scheduler:8786")
-    result = sweep(grid, executor=client.get_executor())
+    result = sweep(grid, executor=client)
 
-Anything with ``submit(fn, *args)`` returning ``concurrent.futures.Future``-like objects works
-the same way (a Ray-backed executor, an MPI pool ...).
+Anything with ``submit(fn, *args)`` returning futures with ``.result()`` works the same way (a
+Ray-backed executor, an MPI pool ...): see the README's "Sweeps on a cluster".
 
 >>> g = Grid(policies=("batch1", "static"), rates=(0.2, 0.5), batch_size=(8,))
 >>> [p.label for p in g.points()]
@@ -31,6 +34,12 @@ the same way (a Ray-backed executor, an MPI pool ...).
 >>> res = sweep(g, n=40)
 >>> [round(r.attainment, 3) for r in res.rows]
 [0.75, 0.475, 0.825, 0.7]
+>>> Grid(policies=("batch1",), rates=(0.5,), gpu="A100_80GB").gpu.name
+'A100-80GB'
+>>> Grid(policies=("batch1",), rates=(0.5,), model="LLAMA3_70B")
+Traceback (most recent call last):
+...
+ValueError: model Llama-3-70B does not fit gpu H100-SXM: its weights (141.1 GB) leave no room for a KV cache in 90% of 80 GB
 >>> Grid(policies=("fifo",), rates=(1.0,))
 Traceback (most recent call last):
 ...
@@ -47,7 +56,7 @@ import math
 import numbers
 import os
 import tempfile
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -56,12 +65,18 @@ import numpy as np
 
 from servelab import metrics as mx
 from servelab.admission import EarlyReject, NoisyPredictor
-from servelab.hw_model import H100, LLAMA3_8B
+from servelab.hw_model import H100, LLAMA3_8B, GpuSpec, ModelSpec, kv_capacity_tokens
 from servelab.metrics import SLO
 from servelab.serving_core import run_batch1, run_continuous_batching, run_static_batching
+from servelab.spec_files import resolve_gpu, resolve_model
 from servelab.workload import chat_requests
 
-__all__ = ["Grid", "Point", "Row", "SweepResult", "sweep", "parse_rates", "POLICIES"]
+__all__ = ["Grid", "Point", "Row", "SweepResult", "sweep", "parse_rates", "POLICIES", "MAX_POINTS"]
+
+# The most points one sweep (or one --rates range) may have. A grid is counted before it is
+# built, so a typo such as 0.001:1e6:0.001 (a billion rates) is refused at once, not after
+# minutes of building a list; sweep(max_points=None) lifts the bound for a cluster.
+MAX_POINTS = 10_000
 
 # policy -> the parameter axes it takes
 POLICIES: dict[str, tuple[str, ...]] = {
@@ -131,8 +146,10 @@ def _positive(v: Any) -> bool:
 
 @dataclass(frozen=True)
 class Grid:
-    """Policies x their parameter axes x arrival rates. An axis given for no chosen policy is an
-    error (it would silently do nothing); an axis left out takes demo 03's value."""
+    """Policies x their parameter axes x arrival rates, on one model and GPU. An axis given for
+    no chosen policy is an error (it would silently do nothing); an axis left out takes demo
+    03's value. ``model`` and ``gpu`` take a spec, a preset name or a spec file
+    (:mod:`servelab.spec_files`) and are stored as specs."""
 
     policies: Sequence[str]
     rates: Sequence[float]
@@ -142,8 +159,17 @@ class Grid:
     estimator: Sequence[str] = _DEFAULTS["estimator"]
     max_num_seqs: Sequence[int] = _DEFAULTS["max_num_seqs"]
     chunked_prefill: Sequence[bool] = _DEFAULTS["chunked_prefill"]
+    model: ModelSpec | str | os.PathLike[str] = LLAMA3_8B
+    gpu: GpuSpec | str | os.PathLike[str] = H100
 
     def __post_init__(self) -> None:
+        model, gpu = resolve_model(self.model), resolve_gpu(self.gpu)
+        if kv_capacity_tokens(model, gpu) <= 0:
+            raise ValueError(f"model {model.name} does not fit gpu {gpu.name}: its weights "
+                             f"({model.weight_bytes / 1e9:.1f} GB) leave no room for a KV cache in "
+                             f"90% of {gpu.memory_bytes / 1e9:g} GB")
+        object.__setattr__(self, "model", model)
+        object.__setattr__(self, "gpu", gpu)
         pols = tuple(self.policies)
         if not pols:
             raise ValueError("policies must not be empty")
@@ -169,6 +195,21 @@ class Grid:
             if axis not in used and values != _DEFAULTS[axis]:
                 raise ValueError(f"{axis} was given, but none of the policies {list(pols)} takes it")
             object.__setattr__(self, axis, values)
+
+    def __len__(self) -> int:
+        """How many points :meth:`points` would make (counted without making them)."""
+        return len(self.rates) * sum(math.prod(len(getattr(self, a)) for a in POLICIES[p])
+                                     for p in self.policies)
+
+    @property
+    def model_spec(self) -> ModelSpec:
+        """``model``, resolved (the field holds the spec after construction)."""
+        return resolve_model(self.model)
+
+    @property
+    def gpu_spec(self) -> GpuSpec:
+        """``gpu``, resolved."""
+        return resolve_gpu(self.gpu)
 
     def points(self) -> list[Point]:
         """Every point, in a fixed order: policy, then its parameters, then rate."""
@@ -202,20 +243,21 @@ class Row:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-def run_point(point: Point, n: int, seed: int, slo: SLO) -> Row:
-    """Simulates one point (a top-level function, so process pools can pickle it)."""
+def run_point(point: Point, n: int, seed: int, slo: SLO, model: ModelSpec = LLAMA3_8B,
+              gpu: GpuSpec = H100) -> Row:
+    """Simulates one point (a top-level function, so process pools and clusters can pickle it)."""
     reqs = chat_requests(n, point.rate, seed)
     p = dict(point.params)
     if point.policy == "static":
-        r = run_static_batching(reqs, LLAMA3_8B, H100, int(p["batch_size"]), float(p["max_wait_s"]),
+        r = run_static_batching(reqs, model, gpu, int(p["batch_size"]), float(p["max_wait_s"]),
                                 bool(p["ride_along"]))
     elif point.policy == "continuous":
-        r = run_continuous_batching(reqs, LLAMA3_8B, H100, max_num_seqs=int(p["max_num_seqs"]),
+        r = run_continuous_batching(reqs, model, gpu, max_num_seqs=int(p["max_num_seqs"]),
                                     chunked_prefill=bool(p["chunked_prefill"]))
     elif point.policy == "early_reject":
-        r = run_batch1(reqs, LLAMA3_8B, H100, admission=EarlyReject(slo.ttft_s, _estimator(p["estimator"])))
+        r = run_batch1(reqs, model, gpu, admission=EarlyReject(slo.ttft_s, _estimator(p["estimator"])))
     else:
-        r = run_batch1(reqs, LLAMA3_8B, H100)
+        r = run_batch1(reqs, model, gpu)
     s = mx.summarize(r, slo)
     return Row(point.policy, point.config, point.rate, s.n, s.n_rejected, s.attainment, s.goodput_req_s,
                s.throughput_tok_s, s.throughput_req_s, s.ttft.p50, s.ttft.p99, s.tpot.p50, s.utilisation,
@@ -237,6 +279,29 @@ class SweepResult:
             out.setdefault(r.config, []).append(r)
         return out
 
+    def heading(self) -> str:
+        """What the sweep ran, for titles: model, GPU, workload, SLO."""
+        tpot = "" if not math.isfinite(self.slo.tpot_s) else f", TPOT <= {self.slo.tpot_s * 1e3:g} ms"
+        return (f"Sweep: {self.grid.model_spec.name} on {self.grid.gpu_spec.name}, {self.n} chat requests "
+                f"(seed {self.seed}) per point, {len(self.rows)} points; SLO TTFT <= {self.slo.ttft_s:g} s{tpot}")
+
+    def write_plots(self, out_dir: Path) -> list[Path]:
+        """``sweep_ttft_vs_rate.png`` and ``sweep_goodput_vs_rate.png`` (:mod:`servelab.plots`);
+        a plot with no finite value to show is not written."""
+        from servelab import plots as pl
+
+        def curve(rows: list[Row], field: str) -> tuple[np.ndarray, np.ndarray]:
+            return np.array([r.rate for r in rows]), np.array([getattr(r, field) for r in rows], dtype=float)
+
+        c = self.curves()
+        out = [pl.ttft_vs_rate(Path(out_dir) / "sweep_ttft_vs_rate.png",
+                               {k: curve(v, "ttft_p50_s") for k, v in c.items()},
+                               {k: curve(v, "ttft_p99_s") for k, v in c.items()}, self.slo.ttft_s, self.heading()),
+               pl.goodput_vs_rate(Path(out_dir) / "sweep_goodput_vs_rate.png",
+                                  {k: curve(v, "goodput_req_s") for k, v in c.items()},
+                                  {k: curve(v, "throughput_req_s") for k, v in c.items()}, self.heading())]
+        return [p for p in out if p is not None]
+
     def to_csv(self) -> str:
         buf = io.StringIO()
         names = [f for f in Row.__dataclass_fields__ if f != "params"]
@@ -251,6 +316,7 @@ class SweepResult:
             return None if isinstance(v, float) and not math.isfinite(v) else v
 
         doc = {"n": self.n, "seed": self.seed, "slo": {"ttft_s": self.slo.ttft_s, "tpot_s": clean(self.slo.tpot_s)},
+               "model": asdict(self.grid.model_spec), "gpu": asdict(self.grid.gpu_spec),
                "rows": [{k: clean(v) for k, v in asdict(r).items()} for r in self.rows]}
         return json.dumps(doc, indent=1, sort_keys=True)
 
@@ -264,16 +330,7 @@ class SweepResult:
         written = [_write_atomic(out_dir / f"sweep.{f}", self.to_csv() if f == "csv" else self.to_json())
                    for f in formats]
         if plots:
-            from servelab import plots as pl
-
-            rates = list(self.grid.rates)
-            curves = self.curves()
-            written.append(pl.ttft_vs_rate(out_dir / "sweep_ttft_vs_rate.png", rates,
-                                           {k: (np.array([r.ttft_p50_s for r in v]), np.array([r.ttft_p99_s for r in v]))
-                                            for k, v in curves.items()}, self.slo.ttft_s))
-            written.append(pl.goodput_vs_rate(out_dir / "sweep_goodput_vs_rate.png", rates,
-                                              {k: np.array([r.goodput_req_s for r in v]) for k, v in curves.items()},
-                                              {k: np.array([r.throughput_req_s for r in v]) for k, v in curves.items()}))
+            written += self.write_plots(out_dir)
         return written
 
 
@@ -290,62 +347,115 @@ def _write_atomic(path: Path, text: str) -> Path:
     return path
 
 
+def _check_executor(executor: Any) -> None:
+    if executor is not None and not callable(getattr(executor, "submit", None)):
+        raise TypeError("executor must be a concurrent.futures.Executor or a Dask distributed.Client "
+                        f"(anything with submit(fn, *args)), got {executor!r}")
+
+
 def sweep(grid: Grid, *, n: int = 600, seed: int = 0, slo: SLO = SLO(1.0, 0.05), jobs: int = 1,
-          executor: Executor | None = None, progress: Callable[[int, int], None] | None = None) -> SweepResult:
-    """Runs every point of ``grid``. ``executor`` (any ``concurrent.futures.Executor``) runs the
-    points; without one, ``jobs=1`` runs them here and ``jobs>1`` in a local process pool.
-    ``progress(done, total)`` is called after each point. Rows come back in grid order."""
+          executor: Any = None, progress: Callable[[int, int], None] | None = None,
+          max_points: int | None = MAX_POINTS) -> SweepResult:
+    """Runs every point of ``grid``. ``executor`` runs the points: any
+    ``concurrent.futures.Executor``, a Dask ``distributed.Client``, or anything whose
+    ``submit(fn, *args)`` returns futures with ``.result()``. Without one, ``jobs=1`` runs them
+    here and ``jobs>1`` in a local process pool. ``progress(done, total)`` is called after each
+    point. Rows come back in grid order (submission order), whatever order points finish in.
+    A grid of more than ``max_points`` points is refused before anything runs."""
     if not isinstance(grid, Grid):
         raise TypeError(f"grid must be a servelab.sweep.Grid, got {grid!r}")
-    for name, v, lo in (("n", n, 0), ("seed", seed, 0), ("jobs", jobs, 1)):
+    for name, v, lo in (("n", n, 1), ("seed", seed, 0), ("jobs", jobs, 1)):
         if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
             raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
     if not isinstance(slo, SLO):
         raise TypeError(f"slo must be a servelab.metrics.SLO, got {slo!r}")
+    _check_executor(executor)
+    if max_points is not None and len(grid) > max_points:
+        raise ValueError(f"the grid has {len(grid):,} points, more than max_points={max_points:,}")
     points = grid.points()
+    args = (int(n), int(seed), slo, grid.model_spec, grid.gpu_spec)
     rows: list[Row | None] = [None] * len(points)
     own = executor is None and jobs > 1
     ex = ProcessPoolExecutor(max_workers=int(jobs)) if own else executor
     try:
         if ex is None:
             for k, pt in enumerate(points):
-                rows[k] = run_point(pt, int(n), int(seed), slo)
+                rows[k] = run_point(pt, *args)
                 if progress:
                     progress(k + 1, len(points))
         else:
-            from concurrent.futures import as_completed
-
-            futures = {ex.submit(run_point, pt, int(n), int(seed), slo): k for k, pt in enumerate(points)}
-            for done, fut in enumerate(as_completed(futures), 1):
-                rows[futures[fut]] = fut.result()
-                if progress:
-                    progress(done, len(points))
+            _run_on(ex, points, args, rows, progress)
     finally:
         if own and ex is not None:
             ex.shutdown()
     return SweepResult(grid, int(n), int(seed), slo, [r for r in rows if r is not None])
 
 
-def parse_rates(specs: Sequence[str]) -> tuple[float, ...]:
+def _run_on(ex: Any, points: list[Point], args: tuple[Any, ...], rows: list[Row | None],
+            progress: Callable[[int, int], None] | None) -> None:
+    """Submits every point, then fills ``rows`` in submission order. Standard futures are
+    collected as they finish (the progress bar moves at the pace of the fastest); other
+    futures (Dask's, which ``concurrent.futures.as_completed`` cannot wait on) one by one, in
+    order. A failed point cancels the rest and raises."""
+    futures = [ex.submit(run_point, pt, *args) for pt in points]
+    try:
+        if all(isinstance(f, Future) for f in futures):
+            index = {id(f): k for k, f in enumerate(futures)}
+            for done, fut in enumerate(as_completed(futures), 1):
+                rows[index[id(fut)]] = fut.result()
+                if progress:
+                    progress(done, len(points))
+        else:
+            for k, fut in enumerate(futures):
+                rows[k] = fut.result()
+                if progress:
+                    progress(k + 1, len(points))
+    except BaseException:
+        for fut in futures:
+            cancel = getattr(fut, "cancel", None)  # a minimal future may have none
+            if callable(cancel):
+                cancel()
+        raise
+
+
+def _range_count(start: float, stop: float, step: float) -> int:
+    # a stop that float division lands just under (0.3 / 0.1 = 2.9999...) still counts
+    return int(math.floor((stop - start) / step + 1e-6)) + 1
+
+
+def parse_rates(specs: Sequence[str], limit: int | None = MAX_POINTS) -> tuple[float, ...]:
     """Rates from the command line: numbers, or ``start:stop:step`` ranges (stop included).
+    More than ``limit`` rates in all is refused, counted before any range is expanded.
 
     >>> parse_rates(["0.1", "0.2:0.5:0.1", "2"])
     (0.1, 0.2, 0.3, 0.4, 0.5, 2.0)
+    >>> parse_rates(["0.001:1e6:0.001"])
+    Traceback (most recent call last):
+    ...
+    ValueError: rates 0.001:1e6:0.001 make 1,000,000,000 rates, more than the limit of 10,000
     """
-    out: list[float] = []
+    parsed: list[list[float]] = []
     for s in specs:
-        parts = s.split(":")
         try:
-            nums = [float(x) for x in parts]
+            nums = [float(x) for x in str(s).split(":")]
         except ValueError:
             raise ValueError(f"rates must be numbers or start:stop:step, got {s!r}") from None
+        if not all(math.isfinite(x) for x in nums) or not (
+                len(nums) == 1 or (len(nums) == 3 and nums[2] > 0 and nums[1] >= nums[0])):
+            raise ValueError(f"rates must be numbers or start:stop:step with step > 0 and stop >= start, "
+                             f"got {s!r}")
+        if nums[0] <= 0:
+            raise ValueError(f"rates must be > 0 (requests/s), got {s!r}")
+        parsed.append(nums)
+    count = sum(1 if len(p) == 1 else _range_count(*p) for p in parsed)
+    if limit is not None and count > limit:
+        raise ValueError(f"rates {' '.join(map(str, specs))} make {count:,} rates, more than the limit of {limit:,}")
+    out: list[float] = []
+    for nums in parsed:
         if len(nums) == 1:
             out.append(nums[0])
-        elif len(nums) == 3 and nums[2] > 0 and nums[1] >= nums[0]:
-            k = int(math.floor((nums[1] - nums[0]) / nums[2] + 1e-9))
-            out.extend(round(nums[0] + i * nums[2], 10) for i in range(k + 1))
         else:
-            raise ValueError(f"rates must be numbers or start:stop:step with step > 0, got {s!r}")
+            out.extend(round(nums[0] + i * nums[2], 10) for i in range(_range_count(*nums)))
     return tuple(out)
 
 
@@ -353,11 +463,10 @@ def table(result: SweepResult) -> Any:
     """The result as a rich table (one row per point)."""
     from rich.table import Table
 
-    t = Table(title=f"Sweep: {result.n} chat requests (seed {result.seed}), SLO TTFT <= {result.slo.ttft_s:g} s, "
-                    f"TPOT <= {result.slo.tpot_s * 1e3:g} ms", title_justify="left")
+    t = Table(title=result.heading(), title_justify="left")
     for c in ("policy", "rate", "attain", "goodput", "tok/s", "TTFT P50 s", "TTFT P99 s", "util", "rejected"):
         if c == "policy":
-            t.add_column(c, min_width=14, overflow="fold")
+            t.add_column(c, overflow="fold")
         else:
             t.add_column(c, justify="right")
     for r in result.rows:

@@ -1,6 +1,6 @@
 //! The paged KV block allocator (lecture §2.4, §3.5; PagedAttention; the course project's
-//! milestones 2-3). vLLM's semantics, kept exact so that the pure-Python reference
-//! (`python/servelab/reference/blocks.py`) and this file make the same choices block for block.
+//! milestones 2-3). vLLM's semantics, kept exact so that the course copy's pure-Python twin of
+//! the allocator and this file make the same choices block for block.
 //!
 //! The pool holds `num_blocks` blocks of `block_size` token slots. A sequence owns a block table
 //! (block ids in order); its `n` tokens fill `ceil(n / block_size)` blocks, the last one maybe

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from contextlib import contextmanager
 from types import ModuleType
+from typing import Iterator
+
+from rich.console import Console
 
 
 def available() -> list[str]:
@@ -25,3 +29,15 @@ def load(name: str) -> ModuleType:
     if key not in available():
         raise ValueError(f"demo must be one of {', '.join(available())} or 'all', got {name!r}")
     return importlib.import_module(f"{__name__}.demo{key if key.isdigit() else '_' + key}")
+
+
+@contextmanager
+def working(console: Console, what: str) -> Iterator[None]:
+    """Says ``what`` while a step of more than a couple of seconds runs: a spinner on a
+    terminal (gone when the step ends), one plain line when the output is piped or logged."""
+    if console.is_terminal:
+        with console.status(f"{what}\u2026"):
+            yield
+    else:
+        console.print(f"{what}...", highlight=False)
+        yield

@@ -23,7 +23,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from servelab import hw_model, tiny_llm
+from servelab import hw_model, plots, tiny_llm
+from servelab.demos import working
 from servelab.tiny_llm import ContiguousKVCache, ForwardStats, Generation, KVCache, TinyLLM
 
 TITLE = "Demo 01: autoregressive generation and the KV cache (§2)"
@@ -285,24 +286,11 @@ def _print_part5(console: Console, cmp: CacheComparison) -> None:
         "flip a greedy choice.\n")
 
 
-def _plot(out_dir: Path, cmp: CacheComparison) -> Path:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6, 4))
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    for g, label in ((cmp.without_cache, "without cache"), (cmp.with_cache, "with cache")):
-        ax.plot(np.arange(1, len(g.steps) + 1), np.cumsum([s.n_tokens for s in g.steps]),
-                label=label)
-    ax.set_xlabel("output tokens generated")
-    ax.set_ylabel("tokens processed (cumulative)")
-    ax.set_title("Demo 01: the KV cache turns quadratic work linear")
-    ax.legend()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "demo01_tokens_processed.png"
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    return path
+def make_plot(out_dir: Path, cmp: CacheComparison) -> Path | None:
+    """``demo01_tokens_processed.png``: cumulative tokens processed, with and without the cache."""
+    curves = {label: (np.arange(1, len(g.steps) + 1), np.cumsum([s.n_tokens for s in g.steps]))
+              for g, label in ((cmp.without_cache, "without cache"), (cmp.with_cache, "with cache"))}
+    return plots.tokens_processed(Path(out_dir) / "demo01_tokens_processed.png", curves)
 
 
 def run(out_dir: Path, console: Console) -> None:
@@ -310,9 +298,10 @@ def run(out_dir: Path, console: Console) -> None:
     console.print(f"Model: {model.config.name}, {model.config.param_count:,} parameters, FP32, "
                   f"byte tokens, max_len {model.config.max_len}.\n")
     _print_part1(console, part1(model))
-    cmp = part2(model)
+    with working(console, f"Part 2: generating {NEW_2} tokens twice, with and without the cache (a few s)"):
+        cmp = part2(model)
     _print_part2(console, cmp)
     _print_part3(console, part3(model))
     _print_part4(console, part4(model))
     _print_part5(console, cmp)
-    console.print(f"Plot: {_plot(Path(out_dir), cmp)}")
+    console.print(f"Plot: {make_plot(Path(out_dir), cmp)}")

@@ -16,9 +16,10 @@ from rich.table import Table
 
 from servelab import hw_model as hw
 from servelab import plots
+from servelab.demos import working
 from servelab.hw_model import H100, LLAMA3_8B
 
-TITLE = "Demo 02 - the roofline: why decode wastes the GPU (§3)"
+TITLE = "Demo 02: the roofline, and why decode wastes the GPU (§3)"
 
 MODEL, GPU = LLAMA3_8B, H100
 PREFILL_LENGTHS = [1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
@@ -124,6 +125,16 @@ def _median_time(fn, repeats: int) -> float:
 
 def part6_cpu(console: Console, seed: int = 0, repeats: int = 5) -> None:
     """§3.6: the same story on this CPU, measured (times vary by machine and load)."""
+    with working(console, f"measuring (T x 4096) @ (4096 x 4096) matmuls on this CPU for part 6, "
+                          f"{len(CPU_ROWS) + 2} cases x {repeats} runs (20-40 s)"):
+        t, separate, batched = _measure_cpu(seed, repeats)
+    console.print(t)
+    console.print(f"   32 separate vector-matrix products: {separate * 1e3:.1f} ms; one batched "
+                  f"product: {batched * 1e3:.1f} ms; batching is {separate / batched:.1f}x faster "
+                  "(the matrix is read once instead of 32 times).")
+
+
+def _measure_cpu(seed: int, repeats: int) -> tuple[Table, float, float]:
     rng = np.random.default_rng(seed)
     w = rng.standard_normal((4096, 4096), dtype=np.float32)  # 67 MB: far bigger than CPU caches
     t = _table("6. This CPU: (T x 4096) @ (4096 x 4096) FP32, measured", "rows T", "time ms",
@@ -132,13 +143,10 @@ def part6_cpu(console: Console, seed: int = 0, repeats: int = 5) -> None:
         x = rng.standard_normal((rows, 4096), dtype=np.float32)
         s = _median_time(lambda: x @ w, repeats)
         t.add_row(str(rows), f"{s * 1e3:.2f}", f"{2 * rows * 4096 * 4096 / s / 1e9:.1f}", f"{s / rows * 1e6:.0f}")
-    console.print(t)
     xs = rng.standard_normal((32, 4096), dtype=np.float32)
     separate = _median_time(lambda: [xs[i:i + 1] @ w for i in range(32)], repeats)
     batched = _median_time(lambda: xs @ w, repeats)
-    console.print(f"   32 separate vector-matrix products: {separate * 1e3:.1f} ms; one batched "
-                  f"product: {batched * 1e3:.1f} ms; batching is {separate / batched:.1f}x faster "
-                  "(the matrix is read once instead of 32 times).")
+    return t, separate, batched
 
 
 def run(out_dir: Path, console: Console) -> None:

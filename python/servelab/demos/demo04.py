@@ -33,6 +33,7 @@ from rich.table import Table
 from servelab import tiny_llm
 from servelab.admission import AdmissionReport, EarlyReject, Estimator, MeanLength, NoisyPredictor, Oracle, admission_report
 from servelab.fixed_service import burst_arrivals, run_fixed_service
+from servelab.demos import working
 from servelab.hw_model import H100, LLAMA3_8B
 from servelab.serving_core import run_batch1
 from servelab.workload import Requests, chat_requests
@@ -287,7 +288,9 @@ def _print_exercise9(console: Console, rows: dict[float, AdmissionReport]) -> No
 
 
 def run(out_dir: Path, console: Console) -> None:
-    _print_part1(console, part1())
+    with working(console, "Part 1: timing forward passes and whole requests on this CPU (10-30 s)"):
+        p1 = part1()
+    _print_part1(console, p1)
     _print_part2(console, part2())
     _print_part3(console, part3())
     _print_exercise9(console, exercise9())

@@ -26,11 +26,12 @@ from rich.console import Console
 from rich.table import Table
 
 from servelab import tiny_llm
+from servelab.demos import working
 from servelab.engine import EngineResult, Request, serve
 from servelab.tiny_llm import GREEDY, TINY, Temperature
 from servelab.workload import chat_requests
 
-TITLE = "Demo paged - paged KV blocks, continuous batching and prefix caching (§2.4, §3.5)"
+TITLE = "Demo paged: paged KV blocks, continuous batching and prefix caching (§2.4, §3.5)"
 
 SEED = 0
 N_REQUESTS = 24
@@ -211,7 +212,8 @@ def part3_equality(console: Console, runs: list[EngineRun]) -> None:
 
 def run(out_dir: Path, console: Console) -> None:
     requests = request_mix()
-    runs = compute_equality(requests)
+    with working(console, f"running the engine on tiny_llm under each setting, {len(requests)} requests (a few s)"):
+        runs = compute_equality(requests)
     part1_waste(console, requests, runs)
     part2_prefix(console)
     part3_equality(console, runs)

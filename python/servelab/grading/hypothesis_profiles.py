@@ -2,24 +2,38 @@
 
 * ``ci``: modest example counts, derandomized, sized for a 2-core CI machine (``make test``);
 * ``grading``: derandomized with a fixed seed and no deadline, so a grade is reproducible;
-* ``dev``: Hypothesis' defaults without a deadline, for students' local runs;
+* ``student``: the default of ``pytest assignments/`` (``assignments/conftest.py``): Hypothesis'
+  100 examples, full shrinking so that a failure ends at the smallest counterexample, and the
+  example database, so that the next run tries the last failure first. Before each test a probe
+  (:data:`PROBE`: the ``@example`` cases and one generated example, no shrinking) finds a task
+  not started yet (:mod:`servelab.grading.fail_fast`), so an empty stub costs one example;
+* ``dev``: Hypothesis' defaults without a deadline;
 * ``thorough``: many examples, for a long soak.
+
+Tests that set ``max_examples`` themselves (those that run the tiny model: 25 to 60) keep their
+count under every profile.
 """
 
 from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 PROFILES = {
     "ci": dict(max_examples=60, deadline=None, derandomize=True,
                suppress_health_check=[HealthCheck.too_slow]),
     "grading": dict(max_examples=100, deadline=None, derandomize=True, print_blob=False,
                     suppress_health_check=list(HealthCheck)),
+    "student": dict(max_examples=100, deadline=None, print_blob=False,
+                    suppress_health_check=[HealthCheck.too_slow]),
     "dev": dict(deadline=None),
     "thorough": dict(max_examples=2000, deadline=None),
 }
+
+# the student profile's probe: is the task started at all? (a stub raises on the first example)
+PROBE = dict(max_examples=1, phases=[Phase.explicit, Phase.generate], database=None,
+             report_multiple_bugs=False)
 
 
 def register_and_load(default: str = "dev") -> str:
@@ -33,7 +47,7 @@ def register_and_load(default: str = "dev") -> str:
     >>> register_and_load()
     Traceback (most recent call last):
     ...
-    ValueError: HYPOTHESIS_PROFILE must be one of ['ci', 'dev', 'grading', 'thorough'], got 'fast'
+    ValueError: HYPOTHESIS_PROFILE must be one of ['ci', 'dev', 'grading', 'student', 'thorough'], got 'fast'
     >>> _ = os.environ.pop("HYPOTHESIS_PROFILE")
     >>> if saved is not None: os.environ["HYPOTHESIS_PROFILE"] = saved
     >>> _ = register_and_load(saved or "ci")

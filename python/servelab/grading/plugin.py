@@ -2,8 +2,15 @@
 
 A test earns its manifest points only when it ran and passed in every phase (a parametrised
 test only when every case passed). Skipped, failed, erroring, deselected or uncollected tests
-earn nothing, and a task with no collected test says so. ``assignments/conftest.py`` registers
-the plugin for students; the autograder loads it with ``-p`` (it runs with ``--noconftest``).
+earn nothing. Each task gets a status: ``full marks``, ``failing``, ``some tests missing``,
+``not started`` (every failure is a stub's ``NotImplementedError``: :mod:`.fail_fast`), ``not
+selected`` (``-m``/``-k`` deselected all its tests: it counts nothing), ``not collected``, or
+``not run`` (collected, but the run stopped first: pytest stops at a collection error).
+
+The run ends with a one-line-per-failure summary (a task not started is one line), then the
+table, as the last thing printed: after pytest's own tally, so that a student never scrolls up
+for it. ``assignments/conftest.py`` registers the plugin for students; the autograder's own
+self-check runs it in a release with ``--points-json``.
 """
 
 from __future__ import annotations
@@ -25,6 +32,10 @@ class TaskScore:
     failed: set[str] = field(default_factory=set)  # any case failed, errored or was skipped
     passed_cases: dict[str, int] = field(default_factory=dict)
     case_count: dict[str, int] = field(default_factory=dict)
+    deselected: set[str] = field(default_factory=set)  # manifest test ids that -m / -k left out
+    failures: dict[str, str] = field(default_factory=dict)  # test id -> its one-line message
+    not_started: dict[str, str] = field(default_factory=dict)  # test id -> the stub that raised
+    ran: bool = False  # any of its tests reported (a collection error elsewhere stops the whole run)
 
     def earned(self, test: str) -> bool:
         n = self.case_count.get(test, 0)
@@ -37,10 +48,14 @@ class TaskScore:
     @property
     def status(self) -> str:
         if not self.collected:
-            return "not collected"
+            return "not selected" if self.deselected else "not collected"
         if self.points == self.task.points:
             return "full marks"
-        missing = set(self.task.tests) - self.collected
+        if not self.ran:
+            return "not run"
+        if self.points == 0 and self.failures and set(self.failures) <= set(self.not_started):
+            return "not started"
+        missing = set(self.task.tests) - self.collected - self.deselected
         return "some tests missing" if missing else "failing"
 
 
@@ -52,6 +67,7 @@ class GradingPlugin:
         self.manifest = Manifest.load(manifest_path)
         self.scores = {t.id: TaskScore(t) for t in self.manifest.tasks}
         self._task_of_node: dict[str, tuple[str, str]] = {}
+        self._other_failures: dict[str, str] = {}  # failing tests the manifest does not list
 
     def _key(self, item: pytest.Item) -> str:
         path = Path(str(item.path)).resolve()
@@ -77,6 +93,20 @@ class GradingPlugin:
             base = key.split("[", 1)[0]
             self._task_of_node[item.nodeid] = (task.id, base)
 
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            if item.nodeid in self._task_of_node:
+                task_id, base = self._task_of_node[item.nodeid]
+                self.scores[task_id].deselected.add(base)
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # the summary below lists every failure in one line: pytest's own FAILED lines would
+        # repeat it (unless the command line asks for them with -r)
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        asked = any(a.startswith(("-r", "--report-chars")) for a in session.config.invocation_params.args)
+        if reporter is not None and not asked:
+            reporter.reportchars = reporter.reportchars.replace("f", "")
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # after -m / -k deselection: only what will run counts as collected
         for item in session.items:
@@ -88,40 +118,113 @@ class GradingPlugin:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.nodeid not in self._task_of_node:
+            if report.failed:
+                self._other_failures.setdefault(report.nodeid, one_line(report))
             return
         task_id, base = self._task_of_node[report.nodeid]
         score = self.scores[task_id]
+        score.ran = True
         if report.failed or report.skipped:
             score.failed.add(base)
         elif report.when == "call" and report.passed:
             score.passed_cases[base] = score.passed_cases.get(base, 0) + 1
+        if report.failed:
+            score.failures.setdefault(base, one_line(report))
+            stub = getattr(report, "servelab_not_started", None)
+            if stub and base not in score.not_started and score.failures[base].startswith("not started"):
+                score.not_started[base] = stub
+            elif not stub:
+                score.not_started.pop(base, None)  # another case or phase failed otherwise
 
     def summary(self) -> dict:
         tasks = [{"id": s.task.id, "title": s.task.title, "lecture": s.task.lecture,
                   "points": s.points, "max_points": s.task.points, "status": s.status}
                  for s in self.scores.values()]
-        return {"points": sum(t["points"] for t in tasks),
-                "max_points": self.manifest.total_points, "tasks": tasks}
+        selected = [t for t in tasks if t["status"] != "not selected"]
+        return {"points": sum(t["points"] for t in tasks), "max_points": self.manifest.total_points,
+                "selected_max_points": sum(t["max_points"] for t in selected), "tasks": tasks}
 
-    def pytest_terminal_summary(self, terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    def failure_lines(self) -> list[str]:
+        """One line per failing test, or one per task not started; tests outside the manifest last."""
+        lines = []
+        for score in self.scores.values():
+            if score.status == "not started":  # one line: where the first test met a stub
+                func, _, where = next(iter(score.not_started.values())).partition(" in ")
+                lines.append(f"{score.task.id}: not started ({func} in {Path(where).name})")
+                continue
+            lines += [f"{score.task.id}: {test.split('::', 1)[-1]}: {message}"
+                      for test, message in score.failures.items()]
+        lines += [f"{nodeid}: {message}" for nodeid, message in self._other_failures.items()]
+        return lines
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        out = session.config.getoption("servelab_points_json", None) or os.environ.get("SERVELAB_POINTS_JSON")
+        if out:
+            tmp = Path(out).with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.summary(), indent=2, sort_keys=True))
+            tmp.replace(out)  # never a half-written file
+
+    # unconfigure: after pytest's "N failed in Ts" line, so that the table is the last thing printed
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None or not any(s.collected or s.deselected for s in self.scores.values()):
+            return
+        self.print_table(reporter._tw)
+
+    def print_table(self, tw) -> None:
+        from rich import box
         from rich.console import Console
         from rich.table import Table
 
+        width = max(80, min(tw.fullwidth, 120))
+        console = Console(file=tw._file, force_terminal=False, width=width, highlight=False)
+        failures = self.failure_lines()
+        if failures:
+            idle = sum(s.status == "not started" for s in self.scores.values())
+            failing = len(failures) - idle
+            console.print(f"servelab: {idle} not started (a stub raises NotImplementedError), {failing} failing"
+                          + (" (details above):" if failing else ":"), markup=False)
+            for line in failures:
+                console.print("  " + shorten(line, width - 2), markup=False, overflow="ellipsis", no_wrap=True)
         summary = self.summary()
-        table = Table(title="servelab assignments: points by task")
-        for col in ("task", "lecture", "points", "status"):
+        table = Table(title="servelab assignments: points by task", box=box.SIMPLE_HEAD)
+        wide = width >= 110  # the lecture sections only when they fit beside the rest
+        for col in ("task", "title", *(["lecture"] if wide else []), "points", "status"):
             table.add_column(col, justify="right" if col == "points" else "left")
+        colours = {"full marks": "green", "not selected": "dim", "not started": "yellow"}
         for t in summary["tasks"]:
-            colour = "green" if t["status"] == "full marks" else "red"
-            table.add_row(f"{t['id']}  {t['title']}", t["lecture"], f"{t['points']} / {t['max_points']}",
+            colour = colours.get(t["status"], "red")
+            points = "-" if t["status"] == "not selected" else f"{t['points']} / {t['max_points']}"
+            table.add_row(t["id"], t["title"], *([t["lecture"]] if wide else []), points,
                           f"[{colour}]{t['status']}[/{colour}]")
-        table.add_row("[bold]total", "", f"[bold]{summary['points']} / {summary['max_points']}", "")
-        Console(file=terminalreporter._tw._file, force_terminal=False, width=110).print(table)
-        out = config.getoption("servelab_points_json", None) or os.environ.get("SERVELAB_POINTS_JSON")
-        if out:
-            tmp = Path(out).with_suffix(".tmp")
-            tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
-            tmp.replace(out)  # never a half-written file
+        total = f"[bold]{summary['points']} / {summary['selected_max_points']}"
+        selected = sum(t["status"] != "not selected" for t in summary["tasks"])
+        note = "" if selected == len(summary["tasks"]) else f"of {selected} selected task(s)"
+        table.add_row("[bold]total", note, *([""] if wide else []), total, "")
+        console.print(table)
+
+
+def one_line(report: pytest.TestReport) -> str:
+    """A failed report's message in one line: a not-started test's own line, else the first line
+    of the exception pytest caught (the assertion's message, for the assignments' tests)."""
+    if isinstance(report.longrepr, str):
+        text = report.longrepr
+    else:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        text = crash.message if crash is not None else str(report.longrepr)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "failed")
+    first = first.removeprefix("AssertionError: ")  # the tests' messages say what was expected
+    where = "" if report.when == "call" else f"(in {report.when}) "
+    return where + first
+
+
+def shorten(line: str, width: int) -> str:
+    """``line`` cut to ``width`` characters, an ellipsis marking the cut.
+
+    >>> shorten("param_count of ModelSpec(d_model=1): expected 12, got 11", 30)
+    'param_count of ModelSpec(d_mo…'
+    """
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def add_option(parser: pytest.Parser) -> None:

@@ -22,7 +22,11 @@ Where things live:
 * :mod:`.counters` -- :class:`ForwardStats`: tokens, FLOPs and bytes of each forward, counted
   as ``hw_model`` counts;
 * :mod:`.sampling` -- greedy, temperature and top-p samplers, seeded;
-* :mod:`.generation` -- :func:`generate`, with or without the cache.
+* :mod:`.generation` -- :func:`generate`, with or without the cache;
+* :mod:`.tensor_parallel` -- :class:`TensorParallelLLM`: the same model split across ``t``
+  devices by heads and MLP columns, with an all-reduce (§8.1, milestone 1);
+* :mod:`.speculative` -- :func:`~servelab.tiny_llm.speculative.speculate`: a draft model
+  guesses ``k`` tokens, the model checks them in one forward (§8, milestone 4a).
 
 >>> from servelab import tiny_llm
 >>> cache = tiny_llm.KVCache(tiny_llm.TINY)
@@ -47,6 +51,7 @@ from servelab.tiny_llm.generation import Generation, StepRecord, generate
 from servelab.tiny_llm.model import LayerWeights, TinyLLM, Weights, as_token_ids, model_for
 from servelab.tiny_llm.paged import PagedKVCache, PagedKVPool
 from servelab.tiny_llm.sampling import GREEDY, Greedy, Sampler, Temperature, TopP, softmax
+from servelab.tiny_llm.tensor_parallel import ShardedKVCache, TensorParallelLLM
 
 __all__ = [
     "ModelConfig", "TINY", "SMALL", "PRESETS", "BYTES_PER_PARAM",
@@ -54,7 +59,7 @@ __all__ = [
     "KVCacheProtocol", "KVCache", "ContiguousKVCache", "PagedKVPool", "PagedKVCache",
     "ForwardStats", "forward_stats",
     "Sampler", "Greedy", "Temperature", "TopP", "GREEDY", "softmax",
-    "Generation", "StepRecord", "generate",
+    "Generation", "StepRecord", "generate", "TensorParallelLLM", "ShardedKVCache",
     "forward", "forward_batch", "encode", "decode",
 ]
 

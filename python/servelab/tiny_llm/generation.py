@@ -28,7 +28,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from servelab import _checks
-from servelab.tiny_llm.cache import KVCache, KVCacheProtocol
+from servelab.tiny_llm.cache import KVCacheProtocol
 from servelab.tiny_llm.config import TINY
 from servelab.tiny_llm.counters import ForwardStats
 from servelab.tiny_llm.model import TinyLLM, as_token_ids, model_for
@@ -90,9 +90,10 @@ def generate(prompt: Sequence[int] | np.ndarray, max_new_tokens: int, sampler: S
 
     ``sampler`` picks each token (greedy by default). ``use_cache`` turns the KV cache on (the
     default) or off; ``cache`` supplies an empty cache to use (e.g. a
-    :class:`ContiguousKVCache`), otherwise a growing :class:`KVCache` is made. ``model``
-    defaults to the model of the cache's config, or of ``TINY``. Generation stops early after
-    ``stop_token`` if it is sampled.
+    :class:`ContiguousKVCache`), otherwise ``model.new_cache()`` makes one (a growing
+    :class:`KVCache` for :class:`TinyLLM`, one spread over the devices for a tensor-parallel
+    model). ``model`` defaults to the model of the cache's config, or of ``TINY``. Generation
+    stops early after ``stop_token`` if it is sampled.
 
     >>> generate([], 4)
     Traceback (most recent call last):
@@ -130,7 +131,7 @@ def generate(prompt: Sequence[int] | np.ndarray, max_new_tokens: int, sampler: S
         if len(cache):
             raise ValueError(f"cache must be empty, got one holding {len(cache)} tokens")
     elif use_cache:
-        cache = KVCache(cfg)
+        cache = model.new_cache()
     limit = cache.max_len if cache is not None else cfg.max_len
     need = len(tokens) + max_new_tokens - 1  # the last token is never fed back
     if need > limit:

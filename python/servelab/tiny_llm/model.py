@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -40,9 +40,14 @@ from servelab.tiny_llm.cache import ContiguousKVCache, KVCache, KVCacheProtocol
 from servelab.tiny_llm.config import TINY, ModelConfig
 from servelab.tiny_llm.counters import ForwardStats, forward_stats
 
-__all__ = ["LayerWeights", "Weights", "TinyLLM", "model_for", "as_token_ids"]
+__all__ = ["LayerWeights", "Weights", "TinyLLM", "model_for", "as_token_ids", "rope_tables",
+           "rms_norm", "rope", "silu", "causal_attention", "attention_partial", "mlp_partial",
+           "lm_head_logits", "KVStore"]
 
 F32 = np.float32
+
+# kv(i, k_new, v_new) -> (k, v): store sequence i's new keys and values, return all of them
+KVStore = Callable[[int, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,7 @@ def init_weights(config: ModelConfig) -> Weights:
     return weights
 
 
-def _rope_tables(config: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
+def rope_tables(config: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin of ``position * theta^(-2i / d_head)``, ``(max_len, d_head / 2)`` each."""
     half = config.d_head // 2
     inv_freq = config.rope_theta ** (-np.arange(half, dtype=np.float64) / half)
@@ -120,11 +125,11 @@ def _rope_tables(config: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
     return np.cos(angles).astype(F32), np.sin(angles).astype(F32)
 
 
-def _rms_norm(x: np.ndarray, gain: np.ndarray, eps: float) -> np.ndarray:
+def rms_norm(x: np.ndarray, gain: np.ndarray, eps: float) -> np.ndarray:
     return x * (gain / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + F32(eps)))
 
 
-def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """Rotate ``x`` ``(tokens, heads, d_head)`` by its positions' angles (rotate-half form)."""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]
@@ -132,11 +137,11 @@ def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     return np.concatenate([x1 * c - x2 * s, x1 * s + x2 * c], axis=-1)
 
 
-def _silu(x: np.ndarray) -> np.ndarray:
+def silu(x: np.ndarray) -> np.ndarray:
     return x / (F32(1.0) + np.exp(-x))
 
 
-def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, context_len: int) -> np.ndarray:
+def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, context_len: int) -> np.ndarray:
     """Causal grouped-query attention of one sequence.
 
     ``q`` is ``(n, n_heads, d_head)`` for the ``n`` new tokens; ``k`` and ``v`` are
@@ -159,6 +164,52 @@ def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, context_len: int) ->
     probs /= probs.sum(axis=-1, keepdims=True)
     out = np.matmul(probs.reshape(n_kv, group * n, total), v)  # (n_kv, group*n, d)
     return out.reshape(n_kv, group, n, d_head).transpose(2, 0, 1, 3).reshape(n, n_heads * d_head)
+
+
+def attention_partial(h: np.ndarray, wqkv: np.ndarray, wo: np.ndarray, n_heads: int,
+                      n_kv_heads: int, d_head: int, cos: np.ndarray, sin: np.ndarray,
+                      offsets: np.ndarray, contexts: Sequence[int], kv: KVStore) -> np.ndarray:
+    """One layer's attention output ``attn @ Wo`` for the normalised input ``h`` (tokens of
+    every sequence packed, sequence ``i`` in rows ``offsets[i]:offsets[i + 1]``).
+
+    ``wqkv`` holds the Q columns of ``n_heads`` heads, then the K and V columns of their
+    ``n_kv_heads`` heads; ``wo`` the matching rows of the output projection. The whole model
+    passes every head; a tensor-parallel device passes its own heads and gets its share of the
+    sum, which an all-reduce completes (:mod:`servelab.tiny_llm.tensor_parallel`).
+    ``kv(i, k_new, v_new)`` stores sequence ``i``'s new keys and values in its cache and
+    returns the whole sequence's (``(n_kv_heads, tokens, d_head)`` each).
+    """
+    n_tok = h.shape[0]
+    q_dim, kv_dim = n_heads * d_head, n_kv_heads * d_head
+    qkv = h @ wqkv  # one matmul for all sequences' tokens
+    q = rope(qkv[:, :q_dim].reshape(n_tok, n_heads, d_head), cos, sin)
+    k = rope(qkv[:, q_dim:q_dim + kv_dim].reshape(n_tok, n_kv_heads, d_head), cos, sin)
+    v = qkv[:, q_dim + kv_dim:].reshape(n_tok, n_kv_heads, d_head)
+    attn = np.empty((n_tok, q_dim), F32)
+    for i, context_len in enumerate(contexts):  # attention mixes tokens within a sequence only
+        lo, hi = offsets[i], offsets[i + 1]
+        k_all, v_all = kv(i, k[lo:hi].transpose(1, 0, 2), v[lo:hi].transpose(1, 0, 2))
+        attn[lo:hi] = causal_attention(q[lo:hi], k_all, v_all, context_len)
+    return attn @ wo
+
+
+def mlp_partial(h: np.ndarray, w_gate_up: np.ndarray, w_down: np.ndarray) -> np.ndarray:
+    """SwiGLU ``(silu(h Wg) * h Wu) Wd``; ``w_gate_up`` holds the gate columns then the up
+    columns (of every hidden unit, or of one device's share of them)."""
+    ff = w_down.shape[0]
+    gate_up = h @ w_gate_up
+    return (silu(gate_up[:, :ff]) * gate_up[:, ff:]) @ w_down
+
+
+def lm_head_logits(x: np.ndarray, weights: Weights, config: ModelConfig, offsets: np.ndarray,
+                   all_logits: bool) -> list[np.ndarray]:
+    """Final norm and LM head: every position's logits, or only each sequence's last (§2.3)."""
+    if all_logits:
+        logits = rms_norm(x, weights.final_norm, config.norm_eps) @ weights.lm_head
+        return [logits[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
+    last = x[offsets[1:] - 1]  # LM head only for each sequence's last token (§2.3)
+    logits = rms_norm(last, weights.final_norm, config.norm_eps) @ weights.lm_head
+    return list(logits)
 
 
 def as_token_ids(token_ids: Any, vocab_size: int, what: str = "token_ids") -> np.ndarray:
@@ -221,7 +272,7 @@ class TinyLLM:
             raise ValueError(f"config must be a ModelConfig, got {config!r}")
         self.config = config
         self.weights = init_weights(config)
-        self._cos, self._sin = _rope_tables(config)
+        self._cos, self._sin = rope_tables(config)
         self.last_stats: ForwardStats | None = None
         self.total_stats = ForwardStats.zero()
 
@@ -314,34 +365,19 @@ class TinyLLM:
         offsets = np.concatenate([[0], np.cumsum(lengths)])
         positions = np.concatenate([np.arange(c, c + n) for c, n in zip(contexts, lengths)])
         cos, sin = self._cos[positions], self._sin[positions]
-        n_tok, H, KV, D = int(offsets[-1]), cfg.n_heads, cfg.n_kv_heads, cfg.d_head
-        q_dim, kv_dim, ff = cfg.q_dim, cfg.kv_dim, cfg.d_ff
 
         x = w.embed[np.concatenate(seqs)]  # (tokens, d_model): the looked-up rows only
-        attn = np.empty((n_tok, q_dim), F32)
         for layer_idx, layer in enumerate(w.layers):
-            h = _rms_norm(x, layer.attn_norm, cfg.norm_eps)
-            qkv = h @ layer.wqkv  # one matmul for all sequences' tokens
-            q = _rope(qkv[:, :q_dim].reshape(n_tok, H, D), cos, sin)
-            k = _rope(qkv[:, q_dim:q_dim + kv_dim].reshape(n_tok, KV, D), cos, sin)
-            v = qkv[:, q_dim + kv_dim:].reshape(n_tok, KV, D)
-            for i, cache in enumerate(caches):  # attention mixes tokens within a sequence only
-                lo, hi = offsets[i], offsets[i + 1]
-                k_new, v_new = k[lo:hi].transpose(1, 0, 2), v[lo:hi].transpose(1, 0, 2)
-                if cache is not None:
-                    k_new, v_new = cache.update(layer_idx, k_new, v_new)
-                attn[lo:hi] = _attention(q[lo:hi], k_new, v_new, contexts[i])
-            x = x + attn @ layer.wo
-            h = _rms_norm(x, layer.mlp_norm, cfg.norm_eps)
-            gate_up = h @ layer.w_gate_up
-            x = x + (_silu(gate_up[:, :ff]) * gate_up[:, ff:]) @ layer.w_down
-
-        if all_logits:
-            logits = _rms_norm(x, w.final_norm, cfg.norm_eps) @ w.lm_head
-            return [logits[offsets[i]:offsets[i + 1]] for i in range(len(seqs))]
-        last = x[offsets[1:] - 1]  # LM head only for each sequence's last token (§2.3)
-        logits = _rms_norm(last, w.final_norm, cfg.norm_eps) @ w.lm_head
-        return list(logits)
+            def kv(i: int, k_new: np.ndarray, v_new: np.ndarray,
+                   layer_idx: int = layer_idx) -> tuple[np.ndarray, np.ndarray]:
+                cache = caches[i]
+                return (k_new, v_new) if cache is None else cache.update(layer_idx, k_new, v_new)
+            h = rms_norm(x, layer.attn_norm, cfg.norm_eps)
+            x = x + attention_partial(h, layer.wqkv, layer.wo, cfg.n_heads, cfg.n_kv_heads,
+                                      cfg.d_head, cos, sin, offsets, contexts, kv)
+            h = rms_norm(x, layer.mlp_norm, cfg.norm_eps)
+            x = x + mlp_partial(h, layer.w_gate_up, layer.w_down)
+        return lm_head_logits(x, w, cfg, offsets, all_logits)
 
 
 @lru_cache(maxsize=8)

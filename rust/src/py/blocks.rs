@@ -1,7 +1,7 @@
 //! Bindings of the paged KV block allocator (`blocks.rs`) and its `OutOfBlocks` error.
 //!
 //! Token ids are read with the same checks, in the same order, and with the same messages as
-//! the pure-Python reference (`servelab.reference.blocks`): first a fast path for a list, tuple
+//! the course copy's pure-Python twin of the allocator: first a fast path for a list, tuple
 //! or array of machine integers; when it fails, a slow path walks the items with
 //! `operator.index` to name the first bad one exactly as the reference would.
 

@@ -32,7 +32,7 @@
 //!
 //! A step's totals (tokens, sequences, attention keys, context tokens) are summed as integers
 //! and converted to `f64` once; times accumulate as `t = t + step_time` in step order. The
-//! pure-Python reference (`servelab.reference.sim`) performs the same IEEE-754 operations in the
+//! course copy's pure-Python twin of the simulator performs the same IEEE-754 operations in the
 //! same order, so the two agree bit for bit.
 
 pub mod admission;

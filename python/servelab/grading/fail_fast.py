@@ -1,0 +1,136 @@
+"""A student's first runs fail fast: a test of a task not started yet costs one example and one
+line, not a Hypothesis report (issue 12).
+
+An untouched stub raises ``NotImplementedError`` on every input, so there is nothing for
+Hypothesis to look for: today's profile would still generate, then shrink, then look for more
+bugs, for tens of seconds a test. So before a Hypothesis test runs, a probe calls it on its
+``@example`` cases and one generated example, with no shrinking and no database (the
+``student_probe`` settings of :mod:`servelab.grading.hypothesis_profiles`):
+
+* the probe raises ``NotImplementedError``: the test fails at once, reported as the one line
+  ``not started: param_count() in a1_ledger/ledger.py still raises NotImplementedError``;
+* anything else (it passes, or fails another way): the test runs in full under the loaded
+  profile, shrinking included, so a bug's report ends at the smallest counterexample.
+
+A test without Hypothesis that raises ``NotImplementedError`` gets the same one line. Such
+failures are filed under ``not started`` in pytest's tally (not ``failed``, so that they print no
+traceback section), and still make the run fail. ``assignments/conftest.py`` registers this
+plugin for students; the autograder neither loads it nor needs it (it does not shrink).
+
+>>> not_implemented(NotImplementedError("a1_ledger/ledger.py: fill in the solution here"))
+NotImplementedError('a1_ledger/ledger.py: fill in the solution here')
+>>> not_implemented(ValueError("param_count: expected 12, got 11")) is None
+True
+"""
+
+from __future__ import annotations
+
+import builtins
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+from servelab.grading.hypothesis_profiles import PROBE
+
+NOT_STARTED = "not started"
+GROUP = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11+
+
+
+def not_implemented(exc: BaseException) -> NotImplementedError | None:
+    """``exc`` if it is a ``NotImplementedError``, or the first one of an exception group whose
+    every member is one (a group that also holds another error is a real bug); else None.
+
+    >>> not_implemented(ExceptionGroup("two", [NotImplementedError("a"), NotImplementedError("b")]))
+    NotImplementedError('a')
+    >>> not_implemented(ExceptionGroup("mixed", [NotImplementedError("a"), AssertionError("b")])) is None
+    True
+    """
+    if isinstance(exc, NotImplementedError):
+        return exc
+    if GROUP and isinstance(exc, GROUP):
+        found = [not_implemented(e) for e in exc.exceptions]
+        return found[0] if found and all(found) else None
+    return None
+
+
+def not_started_line(exc: NotImplementedError) -> str:
+    """The one line a not-started test prints: the stub that raised, by function and file.
+
+    >>> def param_count(model):
+    ...     raise NotImplementedError("a1_ledger/ledger.py: fill in the solution here")
+    >>> try:
+    ...     param_count(None)
+    ... except NotImplementedError as exc:
+    ...     print(not_started_line(exc))
+    not started: param_count() in <doctest ...> still raises NotImplementedError
+    """
+    return f"{NOT_STARTED}: {stub_of(exc)} still raises NotImplementedError"
+
+
+def stub_of(exc: BaseException) -> str:
+    """``function() in folder/file.py``: where ``exc`` was raised (its innermost frame)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return "a stub"
+    path = Path(tb.tb_frame.f_code.co_filename)
+    where = f"{path.parent.name}/{path.name}" if path.parent.name else path.name
+    return f"{tb.tb_frame.f_code.co_name}() in {where}"
+
+
+def _probe(item: pytest.Item):
+    """A callable that runs ``item``'s Hypothesis test under the probe settings, or None when
+    the item is not a Hypothesis test."""
+    probe_of = lambda current: settings(current, **PROBE)  # noqa: E731
+    run_test = getattr(getattr(item, "cls", None), "runTest", None)
+    machine = getattr(run_test, "_hypothesis_state_machine_class", None)
+    if machine is not None and item.name == "runTest":  # a RuleBasedStateMachine's TestCase
+        from hypothesis.stateful import run_state_machine_as_test
+        return lambda: run_state_machine_as_test(machine, settings=probe_of(item.cls.settings))
+    func = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+    current = getattr(func, "_hypothesis_internal_use_settings", None)
+    if current is None or getattr(func, "hypothesis", None) is None:
+        return None
+
+    def run() -> None:
+        func._hypothesis_internal_use_settings = probe_of(current)
+        try:
+            item.obj(**{name: item.funcargs[name] for name in item._fixtureinfo.argnames})
+        finally:
+            func._hypothesis_internal_use_settings = current
+    return run
+
+
+class FailFast:
+    """The probe before each Hypothesis test, and the one-line report of a not-started test."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> None:
+        run = _probe(item)
+        if run is None:
+            return
+        try:
+            run()
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - only a stub's NotImplementedError stops here
+            stub = not_implemented(exc)
+            if stub is not None:
+                raise stub.with_traceback(stub.__traceback__) from None
+            # a real failure: the full run below finds it again and shrinks it
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        stub = not_implemented(call.excinfo.value) if call.excinfo is not None and report.failed else None
+        if stub is not None:
+            report.longrepr = not_started_line(stub)
+            report.servelab_not_started = stub_of(stub)
+        return report
+
+    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config):
+        if getattr(report, "servelab_not_started", False):
+            return NOT_STARTED, "n", ("NOT STARTED", {"yellow": True})
+        return None

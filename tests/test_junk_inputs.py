@@ -100,6 +100,13 @@ CASES = [
     Case("hw_model.max_batch", fn(hw_model.max_batch), {"model": M, "gpu": G, "context_len": 1024, "mem_util": 0.9}),
     Case("hw_model.weight_read_lower_bound_s", fn(hw_model.weight_read_lower_bound_s), {"model": M, "gpu": G}),
     Case("hw_model.price_constants", fn(hw_model.price_constants), {"model": M, "gpu": G}),
+    Case("hw_model.check_tp", fn(hw_model.check_tp), {"model": M, "gpu": G, "tp": 2}),
+    Case("hw_model.allreduce_s", fn(hw_model.allreduce_s), {"gpu": G, "tp": 2, "n_bytes": 1e6}),
+    Case("hw_model.tensor_parallel_cost", fn(hw_model.tensor_parallel_cost),
+         {"whole": hw_model.step_cost(M, G, [(1, 10)]), "model": M, "gpu": G,
+          "efficiency": hw_model.DEFAULT_EFFICIENCY, "tp": 2}),
+    Case("hw_model.fewest_cards", fn(hw_model.fewest_cards),
+         {"model": hw_model.LLAMA3_70B, "gpu": G, "context_len": 1024, "mem_util": 0.9, "max_tp": 8}),
     # workload (§4.5)
     Case("workload.Requests", fn(workload.Requests), {"arrival_s": [0.0, 1.0], "prompt_len": [3, 4], "output_len": [2, 1]}),
     Case("workload.Requests.with_arrivals", lambda: REQS.with_arrivals, {"arrival_s": [0.5, 0.6]}),
@@ -188,6 +195,17 @@ CASES = [
     Case("tiny_llm.TinyLLM.forward_batch", lambda: tiny_llm.model_for(TINY).forward_batch,
          {"batch_token_ids": [[1, 2], [3]], "caches": None, "all_logits": False}, aliases=("token_ids",)),
     Case("tiny_llm.model_for", fn(tiny_llm.model_for), {"config": TINY}),
+    Case("tiny_llm.TensorParallelLLM", fn(tiny_llm.TensorParallelLLM), {"config": TINY, "t": 2, "reduction": "ring"}),
+    Case("tiny_llm.TensorParallelLLM.new_cache", lambda: tiny_llm.TensorParallelLLM(TINY, 2).new_cache,
+         {"contiguous": False, "max_len": 32}),
+    Case("tiny_llm.TensorParallelLLM.forward", lambda: tiny_llm.TensorParallelLLM(TINY, 2).forward,
+         {"token_ids": [1, 2], "cache": None, "all_logits": False}),
+    Case("tiny_llm.TensorParallelLLM.forward_batch", lambda: tiny_llm.TensorParallelLLM(TINY, 2).forward_batch,
+         {"batch_token_ids": [[1, 2], [3]], "caches": None, "all_logits": False}, aliases=("token_ids",)),
+    Case("tiny_llm.ShardedKVCache", fn(tiny_llm.ShardedKVCache), {"config": TINY, "t": 2, "contiguous": False,
+                                                                  "max_len": 32}),
+    Case("tiny_llm.ShardedKVCache.reserve", lambda: tiny_llm.ShardedKVCache(TINY, 2).reserve, {"n_new": 2}),
+    Case("tiny_llm.ShardedKVCache.commit", lambda: tiny_llm.ShardedKVCache(TINY, 2).commit, {"n_new": 0}),
     # as_token_ids names its argument with `what` (the caller's name for it)
     Case("tiny_llm.as_token_ids", fn(tiny_llm.as_token_ids), {"token_ids": [1, 2], "vocab_size": 256, "what": "prompt"},
          aliases=("prompt",)),
@@ -246,7 +264,7 @@ NOT_INPUTS = {
 }
 # Methods of covered classes fed through another case or needing internal state: update()
 # takes arrays shaped by a forward in progress (TinyLLM.forward_batch drives it).
-METHODS_NOT_FED = {"tiny_llm.KVCache.update", "tiny_llm.ContiguousKVCache.update",
+METHODS_NOT_FED = {"tiny_llm.KVCache.update", "tiny_llm.ShardedKVCache.update", "tiny_llm.ContiguousKVCache.update",
                    "tiny_llm.PagedKVCache.update", "tiny_llm.ContiguousKVCache.reserve",
                    "tiny_llm.ContiguousKVCache.commit", "tiny_llm.ContiguousKVCache.truncate",
                    "tiny_llm.ContiguousKVCache.keys", "tiny_llm.ContiguousKVCache.values"}

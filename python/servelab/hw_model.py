@@ -455,7 +455,9 @@ def check_tp(model: ModelSpec, gpu: GpuSpec, tp: int) -> int:
     ...
     ValueError: tp=3 must divide n_heads=32 (each card holds whole query heads)
     """
-    if isinstance(tp, (bool, np.bool_)) or not isinstance(tp, (int, np.integer)) or tp < 1:
+    _checks.instance("model", model, ModelSpec, "a servelab.hw_model.ModelSpec")
+    _checks.instance("gpu", gpu, GpuSpec, "a servelab.hw_model.GpuSpec")
+    if not _checks.is_int(tp) or tp < 1:
         raise ValueError(f"tp must be a positive integer (the number of cards), got {tp!r}")
     if tp == 1:
         return 1
@@ -480,6 +482,9 @@ def allreduce_s(gpu: GpuSpec, tp: int, n_bytes: float) -> float:
     >>> allreduce_s(H100, 1, 1e6), round(allreduce_s(H100, 2, 1e6) * 1e6, 2)
     (0.0, 6.22)
     """
+    _checks.instance("gpu", gpu, GpuSpec, "a servelab.hw_model.GpuSpec")
+    tp = _checks.integer("tp", tp, 1, None)
+    n_bytes = _checks.real("n_bytes", n_bytes, 0.0)
     if tp == 1:
         return 0.0
     return 2 * (tp - 1) / tp * n_bytes / gpu.link_bandwidth + 2 * (tp - 1) * gpu.link_latency_s
@@ -501,6 +506,9 @@ def tensor_parallel_cost(whole: StepCost, model: ModelSpec, gpu: GpuSpec,
     >>> round(s.time_s * 1e3, 1), s.bound, round(s.comm_s * 1e3, 2)
     (29.3, 'memory', 0.83)
     """
+    _checks.instance("whole", whole, StepCost, "a servelab.hw_model.StepCost")
+    _checks.instance("efficiency", efficiency, Efficiency, "a servelab.hw_model.Efficiency")
+    tp = check_tp(model, gpu, tp)
     emb_rows = 0.0 if model.tie_embeddings else whole.n_tokens * model.d_model * model.bytes_per_param
     weight_bytes = (whole.weight_bytes - emb_rows) / tp + emb_rows
     kv_bytes = whole.kv_bytes / min(tp, model.n_kv_heads)
@@ -525,6 +533,7 @@ def fewest_cards(model: ModelSpec, gpu: GpuSpec, context_len: int = 1, mem_util:
     >>> fewest_cards(LLAMA3_8B, H100), fewest_cards(LLAMA3_70B, H100)
     (1, 2)
     """
+    max_tp = _checks.integer("max_tp", max_tp, 1, 4096)
     for tp in range(1, max_tp + 1):
         try:
             check_tp(model, gpu, tp)

@@ -43,8 +43,7 @@ def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     >>> softmax(np.array([0.0, 0.0])).tolist()
     [0.5, 0.5]
     """
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.integer, np.floating)) \
-            or not (math.isfinite(temperature) and temperature > 0):
+    if not _checks.is_real(temperature) or not (math.isfinite(temperature) and temperature > 0):
         raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
     z = _check_logits(logits).astype(np.float64) / float(temperature)
     z = np.exp(z - z.max())

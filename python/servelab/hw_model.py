@@ -420,7 +420,8 @@ def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, mem_util: float = 0.9, *,
     8827
     """
     mem_util = _checks.real("mem_util", mem_util, finite=False)
-    if check_tp(model, gpu, tp) == 1:
+    tp = check_tp(model, gpu, tp)  # a plain int from here on (a numpy int8 would overflow)
+    if tp == 1:
         return int(_core.kv_capacity_tokens(model, gpu, mem_util))
     _core.kv_capacity_tokens(model, gpu, mem_util)  # the one-card checks of mem_util
     free = gpu.memory_bytes * mem_util - model.weight_bytes / tp
@@ -436,7 +437,8 @@ def max_batch(model: ModelSpec, gpu: GpuSpec, context_len: int, mem_util: float 
     >>> max_batch(LLAMA3_8B, H100, 1024)
     416
     """
-    if check_tp(model, gpu, tp) == 1:
+    tp = check_tp(model, gpu, tp)  # a plain int from here on (a numpy int8 would overflow)
+    if tp == 1:
         return int(_core.max_batch(model, gpu, _as_int("context_len", context_len),
                                    _checks.real("mem_util", mem_util, finite=False)))
     _core.max_batch(model, gpu, _as_int("context_len", context_len),
@@ -459,6 +461,7 @@ def check_tp(model: ModelSpec, gpu: GpuSpec, tp: int) -> int:
     _checks.instance("gpu", gpu, GpuSpec, "a servelab.hw_model.GpuSpec")
     if not _checks.is_int(tp) or tp < 1:
         raise ValueError(f"tp must be a positive integer (the number of cards), got {tp!r}")
+    tp = int(tp)  # a numpy int8 would overflow in the arithmetic below
     if tp == 1:
         return 1
     if model.n_heads % tp:
@@ -541,7 +544,8 @@ def fewest_cards(model: ModelSpec, gpu: GpuSpec, context_len: int = 1, mem_util:
             continue
         if max_batch(model, gpu, context_len, mem_util, tp=tp) >= 1:
             return tp
-    raise ValueError(f"{model.name} does not fit on {max_tp} or fewer cards of {gpu.name}")
+    raise ValueError(f"{model.name} does not fit on {max_tp} or fewer cards of {gpu.name} "
+                     f"(context_len={context_len!r}, mem_util={mem_util!r}, max_tp={max_tp})")
 
 
 def price_constants(model: ModelSpec, gpu: GpuSpec,

@@ -25,17 +25,22 @@ class EventQueue:
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, Any]] = []
         self._order = itertools.count()
+        self._now = 0.0  # time of the last popped event: the clock never runs backwards
 
     def push(self, time_s: float, payload: Any) -> None:
         t = float(time_s)
         if math.isnan(t) or math.isinf(t) or t < 0:
             raise ValueError(f"time_s must be a finite number >= 0, got {time_s!r}")
+        if t < self._now:
+            raise ValueError(f"time_s must not be earlier than the last popped event's time "
+                             f"{self._now!r}, got {t!r}")
         heapq.heappush(self._heap, (t, next(self._order), payload))
 
     def pop(self) -> tuple[float, Any]:
         if not self._heap:
             raise IndexError("pop from an empty EventQueue")
         t, _, payload = heapq.heappop(self._heap)
+        self._now = t
         return t, payload
 
     def peek(self) -> tuple[float, Any]:

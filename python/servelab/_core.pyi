@@ -10,6 +10,7 @@ __all__ = [
     "__version__",
     "MAX_DIM",
     "MAX_TOKENS",
+    "MAX_STEP_TOKENS",
     "validate_model",
     "validate_gpu",
     "validate_efficiency",
@@ -19,6 +20,7 @@ __all__ = [
     "kv_capacity_tokens",
     "max_batch",
     "step_cost",
+    "step_cost_columns",
     "step_cost_many",
     "step_cost_many_into",
     "step_cost_uniform_many",
@@ -44,6 +46,7 @@ __version__: str
 
 MAX_DIM: int
 MAX_TOKENS: int
+MAX_STEP_TOKENS: int
 
 # Read-only members: the presets are frozen dataclasses, and the Rust side only reads the fields
 # (a settable Protocol member would refuse them).
@@ -96,6 +99,9 @@ def kv_capacity_tokens(model: _ModelLike, gpu: _GpuLike, mem_util: float) -> int
 def max_batch(model: _ModelLike, gpu: _GpuLike, context_len: int, mem_util: float) -> int: ...
 def step_cost(
     model: _ModelLike, gpu: _GpuLike, efficiency: _EfficiencyLike, batch: list[tuple[int, int]]
+) -> _StepTuple: ...
+def step_cost_columns(
+    model: _ModelLike, gpu: _GpuLike, efficiency: _EfficiencyLike, new_tokens: _I64, context_len: _I64
 ) -> _StepTuple: ...
 def step_cost_many(
     model: _ModelLike,

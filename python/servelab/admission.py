@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from servelab import _checks
 from servelab.workload import MAX_REQUEST_TOKENS, Requests
 
 if TYPE_CHECKING:
@@ -77,6 +78,10 @@ def _round_lengths(name: str, x: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(x), 1, MAX_REQUEST_TOKENS).astype(np.int64)
 
 
+def _requests(requests: object) -> Requests:
+    return _checks.instance("requests", requests, Requests, "a servelab.workload.Requests")
+
+
 @runtime_checkable
 class Estimator(Protocol):
     """Anything with ``predict(requests) -> one predicted output length per request``."""
@@ -96,12 +101,12 @@ class MeanLength:
     mean: float | None = None
 
     def __post_init__(self) -> None:
-        if self.mean is not None and (isinstance(self.mean, bool) or not isinstance(self.mean, numbers.Real)
+        if self.mean is not None and (not _checks.is_real(self.mean)
                                       or not (math.isfinite(self.mean) and self.mean > 0)):
             raise ValueError(f"mean must be a positive finite number or None, got {self.mean!r}")
 
     def predict(self, requests: Requests) -> np.ndarray:
-        n = len(requests)
+        n = len(_requests(requests))
         mean = float(requests.output_len.mean()) if self.mean is None and n else (self.mean or 1.0)
         return _round_lengths("predicted_len", np.full(n, mean))
 
@@ -111,7 +116,7 @@ class Oracle:
     """The true output length (a perfect predictor)."""
 
     def predict(self, requests: Requests) -> np.ndarray:
-        return requests.output_len.copy()
+        return _requests(requests).output_len.copy()
 
 
 @dataclass(frozen=True)
@@ -132,14 +137,14 @@ class NoisyPredictor:
     seed: int = 42
 
     def __post_init__(self) -> None:
-        if isinstance(self.sigma, bool) or not isinstance(self.sigma, numbers.Real) or not (
+        if not _checks.is_real(self.sigma) or not (
                 math.isfinite(self.sigma) and self.sigma >= 0):
             raise ValueError(f"sigma must be a finite number >= 0, got {self.sigma!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
+        if not _checks.is_int(self.seed) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
 
     def predict(self, requests: Requests) -> np.ndarray:
-        eps = np.random.default_rng(int(self.seed)).normal(0.0, float(self.sigma), len(requests))
+        eps = np.random.default_rng(int(self.seed)).normal(0.0, float(self.sigma), len(_requests(requests)))
         return _round_lengths("predicted_len", requests.output_len * np.exp(eps))
 
 
@@ -150,9 +155,13 @@ class PredictedLengths:
     values: Sequence[float] | np.ndarray
 
     def predict(self, requests: Requests) -> np.ndarray:
-        x = np.asarray(self.values, dtype=np.float64)
-        if x.shape != (len(requests),):
-            raise ValueError(f"values must hold one length per request ({len(requests)}), got shape {x.shape}")
+        n = len(_requests(requests))
+        try:
+            x = np.asarray(self.values, dtype=np.float64)
+        except (TypeError, ValueError, OverflowError):
+            raise TypeError(f"values must be one predicted length per request, got {self.values!r:.80}") from None
+        if x.shape != (n,):
+            raise ValueError(f"values must hold one length per request ({n}), got shape {x.shape}")
         return _round_lengths("values", x)
 
 
@@ -176,7 +185,7 @@ class EarlyReject:
 
     def __post_init__(self) -> None:
         s = self.slo_ttft_s
-        if isinstance(s, bool) or not isinstance(s, numbers.Real) or not (math.isfinite(s) and s > 0):
+        if not _checks.is_real(s) or not (math.isfinite(s) and s > 0):
             raise ValueError(f"slo_ttft_s must be a positive finite number, got {s!r}")
         object.__setattr__(self, "slo_ttft_s", float(s))
         e = self.estimator
@@ -189,7 +198,7 @@ class EarlyReject:
 
     def predicted_len(self, requests: Requests) -> np.ndarray:
         """One predicted output length per request (int64, each in ``[1, MAX_REQUEST_TOKENS]``)."""
-        pred = np.ascontiguousarray(self._estimator.predict(requests))
+        pred = np.ascontiguousarray(self._estimator.predict(_requests(requests)))
         if pred.shape != (len(requests),):
             raise ValueError(f"the estimator must predict one length per request ({len(requests)}), "
                              f"got shape {pred.shape}")
@@ -234,7 +243,10 @@ class AdmissionReport:
 def admission_report(result: SimResult, slo_ttft_s: float) -> AdmissionReport:
     """Counts on-time, accepted-but-late and falsely rejected requests of a batch-1 run (with or
     without admission control), judging TTFT only against ``slo_ttft_s``."""
-    if isinstance(slo_ttft_s, bool) or not isinstance(slo_ttft_s, numbers.Real) or not slo_ttft_s > 0:
+    from servelab.serving_core import SimResult
+
+    _checks.instance("result", result, SimResult, "a servelab.serving_core.SimResult")
+    if not _checks.real("slo_ttft_s", slo_ttft_s, finite=False) > 0:
         raise ValueError(f"slo_ttft_s must be a positive number, got {slo_ttft_s!r}")
     a = result.requests.arrival_s
     rejected = result.rejected

@@ -79,7 +79,7 @@ from typing import Iterable
 
 import numpy as np
 
-from servelab import _core
+from servelab import _checks, _core
 from servelab._core import OutOfBlocks
 
 __all__ = ["BlockAllocator", "OutOfBlocks", "block_key", "ROOT_KEY", "TOKEN_LIMIT",
@@ -100,7 +100,16 @@ def block_key(parent_key: int, token_ids: Iterable[int]) -> int:
     >>> block_key(ROOT_KEY, [1, 2, 3, 4]) == block_key(ROOT_KEY, [1, 2, 3, 4])
     True
     """
-    return _core.block_key(parent_key, token_ids)
+    try:
+        return _core.block_key(parent_key, token_ids)
+    except (TypeError, OverflowError) as exc:
+        try:
+            _checks.integer("parent_key", parent_key, 0, 2**64 - 1)
+        except (TypeError, ValueError) as named:
+            if isinstance(exc, OverflowError) and isinstance(named, ValueError):
+                raise OverflowError(str(named)) from None
+            raise named from None
+        raise exc
 
 
 class BlockAllocator:
@@ -113,7 +122,11 @@ class BlockAllocator:
     __slots__ = ("_inner",)
 
     def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False):
-        self._inner = _core.BlockAllocator(num_blocks, block_size, prefix_caching)
+        try:
+            self._inner = _core.BlockAllocator(num_blocks, block_size, prefix_caching)
+        except (TypeError, OverflowError) as exc:
+            _checks.reraise_named(exc, {"num_blocks": num_blocks, "block_size": block_size},
+                                  {"prefix_caching": prefix_caching})
 
     # ---- operations --------------------------------------------------------------------------
 
@@ -122,19 +135,31 @@ class BlockAllocator:
 
         Raises ``KeyError`` if ``seq_id`` is in use, :class:`OutOfBlocks` if the pool is short.
         """
-        return self._inner.allocate(seq_id, token_ids)
+        try:
+            return self._inner.allocate(seq_id, token_ids)
+        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
+            _checks.reraise_named(exc, {"seq_id": seq_id})
 
     def append(self, seq_id: int, token_id: int) -> tuple[int, int] | None:
         """Adds one token; returns the copy-on-write ``(src, dst)`` if one was needed."""
-        return self._inner.append(seq_id, token_id)
+        try:
+            return self._inner.append(seq_id, token_id)
+        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
+            _checks.reraise_named(exc, {"seq_id": seq_id})
 
     def fork(self, parent_id: int, child_id: int) -> None:
         """Makes ``child_id`` a new sequence sharing every block (and token) of ``parent_id``."""
-        self._inner.fork(parent_id, child_id)
+        try:
+            self._inner.fork(parent_id, child_id)
+        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
+            _checks.reraise_named(exc, {"parent_id": parent_id, "child_id": child_id})
 
     def free(self, seq_id: int) -> None:
         """Drops the sequence; its blocks without another reference become free."""
-        self._inner.free(seq_id)
+        try:
+            self._inner.free(seq_id)
+        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
+            _checks.reraise_named(exc, {"seq_id": seq_id})
 
     def replay(self, op: np.ndarray, seq: np.ndarray, arg: np.ndarray,
                tokens: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -148,7 +173,9 @@ class BlockAllocator:
         op changed nothing). Any other error stops the replay, its message prefixed with
         ``op {i}: ``; the ops before it stay done.
         """
-        return self._inner.replay(op, seq, arg, tokens, offsets)
+        cols = [_checks.int64_array(name, a) for name, a in (
+            ("op", op), ("seq", seq), ("arg", arg), ("tokens", tokens), ("offsets", offsets))]
+        return self._inner.replay(*cols)
 
     def append_many(self, seq_ids: Iterable[int] | np.ndarray,
                     token_ids: Iterable[int] | np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
@@ -181,7 +208,10 @@ class BlockAllocator:
     # ---- queries -----------------------------------------------------------------------------
 
     def block_table(self, seq_id: int) -> list[int]:
-        return self._inner.block_table(seq_id)
+        try:
+            return self._inner.block_table(seq_id)
+        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
+            _checks.reraise_named(exc, {"seq_id": seq_id})
 
     def block_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every block table at once, as CSR: ``(seq_ids ascending, offsets, blocks)``; the
@@ -189,30 +219,48 @@ class BlockAllocator:
         return self._inner.block_tables()
 
     def num_tokens(self, seq_id: int) -> int:
-        return self._inner.num_tokens(seq_id)
+        try:
+            return self._inner.num_tokens(seq_id)
+        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
+            _checks.reraise_named(exc, {"seq_id": seq_id})
 
     def num_cached_tokens(self, seq_id: int) -> int:
         """Prompt tokens whose KV was reused from the prefix cache at ``allocate``."""
-        return self._inner.num_cached_tokens(seq_id)
+        try:
+            return self._inner.num_cached_tokens(seq_id)
+        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
+            _checks.reraise_named(exc, {"seq_id": seq_id})
 
     def can_allocate(self, n_tokens: int) -> bool:
         """Whether ``allocate`` of ``n_tokens`` tokens surely succeeds now."""
-        return self._inner.can_allocate(n_tokens)
+        try:
+            return self._inner.can_allocate(n_tokens)
+        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
+            _checks.reraise_named(exc, {"n_tokens": n_tokens})
 
     def can_append(self, seq_id: int) -> bool:
         """Whether ``append`` to ``seq_id`` succeeds now."""
-        return self._inner.can_append(seq_id)
+        try:
+            return self._inner.can_append(seq_id)
+        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
+            _checks.reraise_named(exc, {"seq_id": seq_id})
 
     def seq_ids(self) -> list[int]:
         return self._inner.seq_ids()
 
     def block_tokens(self, block_id: int) -> list[int]:
         """The tokens a block holds (a free block keeps its last content until reused)."""
-        return self._inner.block_tokens(block_id)
+        try:
+            return self._inner.block_tokens(block_id)
+        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
+            _checks.reraise_named(exc, {"block_id": block_id})
 
     def key_of(self, block_id: int) -> int | None:
         """The block's cache key, or None if the block is not the cached copy of a prefix."""
-        return self._inner.key_of(block_id)
+        try:
+            return self._inner.key_of(block_id)
+        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
+            _checks.reraise_named(exc, {"block_id": block_id})
 
     def ref_counts(self) -> np.ndarray:
         """References of every block (int64, indexed by block id)."""
@@ -269,7 +317,10 @@ class BlockAllocator:
         return self._inner.num_copies
 
     def __contains__(self, seq_id: int) -> bool:
-        return seq_id in self._inner
+        try:
+            return seq_id in self._inner
+        except (TypeError, OverflowError):
+            return False  # no sequence has an id that is not an int64
 
     def __len__(self) -> int:
         return len(self._inner)

@@ -22,6 +22,10 @@ IndexError: pop from an empty EventQueue
 Traceback (most recent call last):
 ...
 ValueError: time_s must be a finite number >= 0, got nan
+>>> q.push(1.0, "in the past")    # the last event popped was at 2.0: the clock never runs back
+Traceback (most recent call last):
+...
+ValueError: time_s must not be earlier than the last popped event's time 2.0, got 1.0
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from __future__ import annotations
 import numbers
 from typing import Generic, TypeVar
 
-from servelab import _core
+from servelab import _checks, _core
 
 __all__ = ["EventQueue"]
 
@@ -39,7 +43,8 @@ T = TypeVar("T")
 class EventQueue(Generic[T]):
     """Events ``(time_s, payload)``, popped earliest first, ties in insertion order.
 
-    ``time_s`` must be a finite number ``>= 0`` (``ValueError`` naming the value otherwise);
+    ``time_s`` must be a finite number ``>= 0`` and not earlier than the last popped event's
+    time (``ValueError`` naming the value otherwise): a discrete-event clock only moves forward.
     ``pop`` and ``peek`` on an empty queue raise ``IndexError``.
     """
 
@@ -50,7 +55,7 @@ class EventQueue(Generic[T]):
 
     def push(self, time_s: float, payload: T) -> None:
         """Schedules ``payload`` at ``time_s`` seconds."""
-        if isinstance(time_s, bool) or not isinstance(time_s, numbers.Real):
+        if not _checks.is_real(time_s):
             raise ValueError(f"time_s must be a real number, got {time_s!r}")
         self._inner.push(float(time_s), payload)
 

@@ -27,8 +27,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from servelab import _core
-from servelab.workload import piecewise_poisson_arrivals
+from servelab import _checks, _core
+from servelab.workload import MAX_REQUESTS, piecewise_poisson_arrivals
 
 __all__ = ["FixedServiceResult", "run_fixed_service", "burst_arrivals"]
 
@@ -72,17 +72,30 @@ class FixedServiceResult:
 
 
 def _check_positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-            math.isfinite(float(value)) and float(value) > 0):
+    v = _checks.real(name, value, finite=False)
+    if not (math.isfinite(v) and v > 0):
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return float(value)
+    return v
+
+
+def _check_rate(name: str, value: object) -> float:
+    v = _checks.real(name, value, finite=False)
+    if not (math.isfinite(v) and v >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return v
 
 
 def run_fixed_service(arrival_s: Sequence[float] | np.ndarray, service_s: float = 0.01,
                       slo_s: float | None = None) -> FixedServiceResult:
     """Serves requests arriving at ``arrival_s`` (sorted, finite, >= 0), ``service_s`` each,
     FCFS; with ``slo_s``, rejects at arrival every request that would finish late."""
-    a = np.ascontiguousarray(arrival_s, dtype=np.float64)
+    try:
+        raw = np.asarray(arrival_s)
+        a = np.array(raw, dtype=np.float64) if raw.dtype.kind in "iuf" or raw.size == 0 else None
+    except (TypeError, ValueError, OverflowError):
+        a = None
+    if a is None:
+        raise TypeError(f"arrival_s must be a 1-D array of times, got {arrival_s!r:.80}") from None
     if a.ndim != 1:
         raise ValueError(f"arrival_s must be one-dimensional, got shape {a.shape}")
     service = _check_positive("service_s", service_s)
@@ -101,7 +114,17 @@ def burst_arrivals(base_rate: float = 60.0, burst_rate: float = 200.0, burst_s: 
     >>> 1900 < len(t) < 2250, bool(t[-1] < 30.0)
     (True, True)
     """
-    lo, hi = burst_s
+    try:
+        lo, hi = (_checks.real("burst_s", t) for t in burst_s)
+    except (TypeError, ValueError):
+        raise ValueError(f"burst_s must be a pair (start, end) of seconds, got {burst_s!r:.80}") from None
+    duration_s = _check_positive("duration_s", duration_s)
     if not 0 < lo < hi < duration_s:
         raise ValueError(f"burst_s must lie inside (0, duration_s={duration_s!r}), got {burst_s!r}")
+    base, burst = _check_rate("base_rate", base_rate), _check_rate("burst_rate", burst_rate)
+    expected = base * (duration_s - (hi - lo)) + burst * (hi - lo)
+    if not expected <= MAX_REQUESTS / 2:
+        raise ValueError(f"base_rate={base_rate!r}, burst_rate={burst_rate!r}, burst_s={burst_s!r} and "
+                         f"duration_s={duration_s!r} expect {expected:.4g} arrivals, more than "
+                         f"{MAX_REQUESTS // 2}")
     return piecewise_poisson_arrivals([0.0, lo, hi, duration_s], [base_rate, burst_rate, base_rate], seed)

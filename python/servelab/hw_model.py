@@ -33,6 +33,13 @@ magnitude, not a real engine's timings):
 * caches (L2, SRAM reuse across sequences), quantisation and sparsity;
 * clock throttling, power and thermals.
 
+Limits (each checked, with an error that names the argument, its value and the limit; nothing
+wraps around): model dimensions up to ``2**24`` (``_core.MAX_DIM``); per sequence up to
+``2**40`` new or cached tokens (``_core.MAX_TOKENS``); per step up to ``2**53`` new tokens in
+total (``_core.MAX_STEP_TOKENS``: the counts stay exact as floats). A batch given as an
+``(n, 2)`` integer array (or a list of pairs) is read by numpy in one piece, so a step of
+millions of sequences costs no Python loop.
+
 Example:
     >>> from servelab import hw_model
     >>> step = hw_model.step_cost(hw_model.LLAMA3_8B, hw_model.H100, [(1, 512)])
@@ -50,7 +57,7 @@ from typing import Iterable, Literal, Sequence, overload
 
 import numpy as np
 
-from servelab import _core
+from servelab import _checks, _core
 
 __all__ = [
     "ModelSpec",
@@ -86,14 +93,18 @@ GB = 1e9  # the lecture's GB is decimal (SPEC.md §2)
 KiB = 1024
 
 
-def _validate(check, spec: object) -> None:
-    """Runs a Rust validator; a Python int too large for i64 becomes a ValueError too."""
-    try:
-        check(spec)
-    except TypeError as exc:  # PyO3 wraps the OverflowError of an i64 field in a TypeError
-        if not isinstance(exc.__cause__, OverflowError):
-            raise
-        raise ValueError(f"{exc.args[0]} (out of the 64-bit range) in {spec!r}") from None
+def _validate(check, spec: object, ints: tuple[str, ...] = (), reals: tuple[str, ...] = (),
+              flags: tuple[str, ...] = ()) -> None:
+    """Runs a Rust validator (it names the bad field, its value and the allowed range or type),
+    then stores each field as a plain Python int, float or bool, so that numpy scalars given
+    for them cannot overflow in later arithmetic."""
+    check(spec)
+    for names, kind in ((ints, int), (reals, float), (flags, bool)):
+        for name in names:
+            object.__setattr__(spec, name, kind(getattr(spec, name)))
+
+
+_MODEL_INTS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_head", "d_ff", "vocab_size")
 
 
 @dataclass(frozen=True)
@@ -124,7 +135,8 @@ class ModelSpec:
     bytes_per_param: float = 2.0  # BF16
 
     def __post_init__(self) -> None:
-        _validate(_core.validate_model, self)
+        _checks.instance("name", self.name, str, "a str")
+        _validate(_core.validate_model, self, _MODEL_INTS, ("bytes_per_param",), ("tie_embeddings",))
 
     @property
     def param_count(self) -> int:
@@ -160,11 +172,13 @@ class GpuSpec:
     link_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
-        _validate(_core.validate_gpu, self)
+        _checks.instance("name", self.name, str, "a str")
+        _validate(_core.validate_gpu, self, reals=("peak_flops", "hbm_bandwidth", "memory_bytes"))
         for field in ("link_bandwidth", "link_latency_s"):
             v = getattr(self, field)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+            if not _checks.is_real(v) or not 0 <= v < float("inf"):
                 raise ValueError(f"{field} must be a non-negative finite number, got {v!r}")
+            object.__setattr__(self, field, float(v))
 
     @property
     def ridge_point(self) -> float:
@@ -185,7 +199,7 @@ class Efficiency:
     overhead_s: float = 0.5e-3
 
     def __post_init__(self) -> None:
-        _validate(_core.validate_efficiency, self)
+        _validate(_core.validate_efficiency, self, reals=("compute", "bandwidth", "overhead_s"))
 
 
 DEFAULT_EFFICIENCY = Efficiency()
@@ -260,29 +274,39 @@ class StepCosts:
 
 
 def _int_array(name: str, values: Iterable[int] | np.ndarray) -> np.ndarray:
-    arr = np.asarray(values)
-    if arr.ndim != 1:
-        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
-    return np.ascontiguousarray(arr, dtype=np.int64)
+    return _checks.int64_array(name, values)
 
 
-def _as_batch(batch: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    out = []
-    for i, seq in enumerate(batch):
+def _as_batch(batch: object) -> tuple[np.ndarray, np.ndarray]:
+    """``batch`` as two int64 columns (new_tokens, context_len). A numpy array of shape (n, 2)
+    or a list of integer pairs goes through numpy in one piece (a batch of millions of sequences
+    takes no Python loop); anything else is read pair by pair, to name the first bad one."""
+    if isinstance(batch, (str, bytes)) or not hasattr(batch, "__iter__"):
+        raise TypeError("batch must be a sequence of (new_tokens, context_len) pairs, "
+                        f"got {type(batch).__name__} {batch!r:.80}")
+    try:
+        arr = np.asarray(batch) if isinstance(batch, (list, tuple, np.ndarray)) else None
+    except (TypeError, ValueError, OverflowError):  # ragged, or ints past int64
+        arr = None
+    if arr is not None and arr.ndim == 2 and arr.shape[1] == 2 and arr.dtype.kind in "iu" and (
+            arr.dtype.kind == "i" or not arr.size or int(arr.max()) < 2**63):
+        return (np.ascontiguousarray(arr[:, 0], dtype=np.int64),
+                np.ascontiguousarray(arr[:, 1], dtype=np.int64))
+    pairs = []
+    for i, seq in enumerate(batch):  # type: ignore[attr-defined]
         try:
             new_tokens, context_len = seq
         except (TypeError, ValueError):
             raise ValueError(
                 f"batch[{i}] must be a pair (new_tokens, context_len), got {seq!r}") from None
-        out.append((_as_int(f"batch[{i}].new_tokens", new_tokens),
-                    _as_int(f"batch[{i}].context_len", context_len)))
-    return out
+        pairs.append((_as_int(f"batch[{i}].new_tokens", new_tokens),
+                      _as_int(f"batch[{i}].context_len", context_len)))
+    cols = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    return np.ascontiguousarray(cols[:, 0]), np.ascontiguousarray(cols[:, 1])
 
 
 def _as_int(name: str, value: object) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    if isinstance(value, (bool, np.bool_, np.datetime64, np.timedelta64)) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if not -(2**63) <= int(value) < 2**63:  # the core counts in i64
         raise ValueError(f"{name} must fit in a signed 64-bit integer, got {value}")
@@ -304,7 +328,8 @@ def step_cost(model: ModelSpec, gpu: GpuSpec, batch: Sequence[tuple[int, int]],
     >>> round(s.time_s / 2048 * 1e6, 1), s.bound
     (21.2, 'compute')
     """
-    whole = StepCost._from_core(_core.step_cost(model, gpu, efficiency, _as_batch(batch)))
+    new_tokens, context_len = _as_batch(batch)
+    whole = StepCost._from_core(_core.step_cost_columns(model, gpu, efficiency, new_tokens, context_len))
     return whole if check_tp(model, gpu, tp) == 1 else tensor_parallel_cost(whole, model, gpu,
                                                                             efficiency, tp)
 
@@ -393,14 +418,22 @@ def decode_step_cost(model: ModelSpec, gpu: GpuSpec, batch_size: int, context_le
     >>> round(decode_step_cost(LLAMA3_8B, A100_80GB, 1, 512).time_s * 1e3, 2)
     9.74
     """
-    return step_cost(model, gpu, [(1, _as_int("context_len", context_len))] * _positive("batch_size", batch_size),
-                     efficiency)
+    b = _positive("batch_size", batch_size)
+    c = _as_int("context_len", context_len)
+    if not 0 <= c <= _core.MAX_TOKENS:
+        raise ValueError(f"context_len must be an integer in [0, {_core.MAX_TOKENS}], got {c}")
+    # one group of b identical sequences: no list of b pairs (b may be millions)
+    cols = _core.step_cost_uniform_many(model, gpu, efficiency, np.array([b]), np.array([1]), np.array([c]))
+    return StepCost(**{k: float(v[0]) for k, v in cols.items() if k != "compute_bound"},
+                    bound="compute" if cols["compute_bound"][0] else "memory", n_tokens=b, n_seqs=b)
 
 
 def _positive(name: str, value: object) -> int:
     v = _as_int(name, value)
     if v < 1:
         raise ValueError(f"{name} must be a positive integer, got {v}")
+    if v > _core.MAX_TOKENS:
+        raise ValueError(f"{name} must be an integer in [1, {_core.MAX_TOKENS}], got {v}")
     return v
 
 
@@ -426,10 +459,12 @@ def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, mem_util: float = 0.9, *,
     >>> kv_capacity_tokens(LLAMA3_70B, H100, tp=2)   # 1.45 GB left per card
     8827
     """
-    if check_tp(model, gpu, tp) == 1:
-        return int(_core.kv_capacity_tokens(model, gpu, float(mem_util)))
-    _core.kv_capacity_tokens(model, gpu, float(mem_util))  # the one-card checks of mem_util
-    free = gpu.memory_bytes * float(mem_util) - model.weight_bytes / tp
+    mem_util = _checks.real("mem_util", mem_util, finite=False)
+    tp = check_tp(model, gpu, tp)  # a plain int from here on (a numpy int8 would overflow)
+    if tp == 1:
+        return int(_core.kv_capacity_tokens(model, gpu, mem_util))
+    _core.kv_capacity_tokens(model, gpu, mem_util)  # the one-card checks of mem_util
+    free = gpu.memory_bytes * mem_util - model.weight_bytes / tp
     per_token = model.kv_bytes_per_token / min(tp, model.n_kv_heads)
     return max(0, int(free // per_token))
 
@@ -442,10 +477,12 @@ def max_batch(model: ModelSpec, gpu: GpuSpec, context_len: int, mem_util: float 
     >>> max_batch(LLAMA3_8B, H100, 1024)
     416
     """
-    if check_tp(model, gpu, tp) == 1:
+    tp = check_tp(model, gpu, tp)  # a plain int from here on (a numpy int8 would overflow)
+    if tp == 1:
         return int(_core.max_batch(model, gpu, _as_int("context_len", context_len),
-                                   float(mem_util)))
-    _core.max_batch(model, gpu, _as_int("context_len", context_len), float(mem_util))  # checks
+                                   _checks.real("mem_util", mem_util, finite=False)))
+    _core.max_batch(model, gpu, _as_int("context_len", context_len),
+                    _checks.real("mem_util", mem_util, finite=False))  # the one-card checks
     return kv_capacity_tokens(model, gpu, mem_util, tp=tp) // int(context_len)
 
 
@@ -460,8 +497,11 @@ def check_tp(model: ModelSpec, gpu: GpuSpec, tp: int) -> int:
     ...
     ValueError: tp=3 must divide n_heads=32 (each card holds whole query heads)
     """
-    if isinstance(tp, (bool, np.bool_)) or not isinstance(tp, (int, np.integer)) or tp < 1:
+    _checks.instance("model", model, ModelSpec, "a servelab.hw_model.ModelSpec")
+    _checks.instance("gpu", gpu, GpuSpec, "a servelab.hw_model.GpuSpec")
+    if not _checks.is_int(tp) or tp < 1:
         raise ValueError(f"tp must be a positive integer (the number of cards), got {tp!r}")
+    tp = int(tp)  # a numpy int8 would overflow in the arithmetic below
     if tp == 1:
         return 1
     if model.n_heads % tp:
@@ -485,6 +525,9 @@ def allreduce_s(gpu: GpuSpec, tp: int, n_bytes: float) -> float:
     >>> allreduce_s(H100, 1, 1e6), round(allreduce_s(H100, 2, 1e6) * 1e6, 2)
     (0.0, 6.22)
     """
+    _checks.instance("gpu", gpu, GpuSpec, "a servelab.hw_model.GpuSpec")
+    tp = _checks.integer("tp", tp, 1, None)
+    n_bytes = _checks.real("n_bytes", n_bytes, 0.0)
     if tp == 1:
         return 0.0
     return 2 * (tp - 1) / tp * n_bytes / gpu.link_bandwidth + 2 * (tp - 1) * gpu.link_latency_s
@@ -506,6 +549,9 @@ def tensor_parallel_cost(whole: StepCost, model: ModelSpec, gpu: GpuSpec,
     >>> round(s.time_s * 1e3, 1), s.bound, round(s.comm_s * 1e3, 2)
     (29.3, 'memory', 0.83)
     """
+    _checks.instance("whole", whole, StepCost, "a servelab.hw_model.StepCost")
+    _checks.instance("efficiency", efficiency, Efficiency, "a servelab.hw_model.Efficiency")
+    tp = check_tp(model, gpu, tp)
     emb_rows = 0.0 if model.tie_embeddings else whole.n_tokens * model.d_model * model.bytes_per_param
     weight_bytes = (whole.weight_bytes - emb_rows) / tp + emb_rows
     kv_bytes = whole.kv_bytes / min(tp, model.n_kv_heads)
@@ -530,6 +576,7 @@ def fewest_cards(model: ModelSpec, gpu: GpuSpec, context_len: int = 1, mem_util:
     >>> fewest_cards(LLAMA3_8B, H100), fewest_cards(LLAMA3_70B, H100)
     (1, 2)
     """
+    max_tp = _checks.integer("max_tp", max_tp, 1, 4096)
     for tp in range(1, max_tp + 1):
         try:
             check_tp(model, gpu, tp)
@@ -537,7 +584,8 @@ def fewest_cards(model: ModelSpec, gpu: GpuSpec, context_len: int = 1, mem_util:
             continue
         if max_batch(model, gpu, context_len, mem_util, tp=tp) >= 1:
             return tp
-    raise ValueError(f"{model.name} does not fit on {max_tp} or fewer cards of {gpu.name}")
+    raise ValueError(f"{model.name} does not fit on {max_tp} or fewer cards of {gpu.name} "
+                     f"(context_len={context_len!r}, mem_util={mem_util!r}, max_tp={max_tp})")
 
 
 def price_constants(model: ModelSpec, gpu: GpuSpec,
@@ -555,17 +603,21 @@ def price_constants(model: ModelSpec, gpu: GpuSpec,
     >>> round(c["streamed_weight_bytes"] / 1e9, 2), c["kv_bytes_per_token"]
     (15.01, 131072.0)
     """
-    embedding = model.vocab_size * model.d_model
-    streamed = model.param_count - (0 if model.tie_embeddings else embedding)
-    q, kv = model.n_heads * model.d_head, model.n_kv_heads * model.d_head
-    layer = 2 * model.d_model * q + 2 * model.d_model * kv + 3 * model.d_model * model.d_ff
+    _core.validate_model(model)  # names a bad or missing field, like every entry point
+    _core.validate_gpu(gpu)
+    _core.validate_efficiency(efficiency)
+    d_model, n_layers, d_ff = int(model.d_model), int(model.n_layers), int(model.d_ff)
+    embedding = int(model.vocab_size) * d_model
+    streamed = int(_core.param_count(model)) - (0 if model.tie_embeddings else embedding)
+    q, kv = int(model.n_heads) * int(model.d_head), int(model.n_kv_heads) * int(model.d_head)
+    layer = 2 * d_model * q + 2 * d_model * kv + 3 * d_model * d_ff
     return {
-        "matmul_flops_per_token": 2.0 * model.n_layers * layer,
+        "matmul_flops_per_token": 2.0 * n_layers * layer,
         "lm_head_flops_per_seq": 2.0 * embedding,
-        "attn_flops_per_key": 4.0 * model.n_layers * q,
+        "attn_flops_per_key": 4.0 * n_layers * q,
         "streamed_weight_bytes": streamed * float(model.bytes_per_param),
-        "embed_row_bytes": model.d_model * float(model.bytes_per_param),
-        "kv_bytes_per_token": model.kv_bytes_per_token,
+        "embed_row_bytes": d_model * float(model.bytes_per_param),
+        "kv_bytes_per_token": float(_core.kv_bytes_per_token(model)),
         "compute_rate": efficiency.compute * gpu.peak_flops,
         "memory_rate": efficiency.bandwidth * gpu.hbm_bandwidth,
         "overhead_s": efficiency.overhead_s,
@@ -579,5 +631,6 @@ def weight_read_lower_bound_s(model: ModelSpec, gpu: GpuSpec) -> float:
     >>> round(weight_read_lower_bound_s(LLAMA3_8B, H100) * 1e3, 1)
     4.8
     """
-    return model.weight_bytes / gpu.hbm_bandwidth
+    _core.validate_gpu(gpu)
+    return float(_core.weight_bytes(model)) / float(gpu.hbm_bandwidth)
 

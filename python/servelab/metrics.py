@@ -40,14 +40,28 @@ Everything here reads a :class:`servelab.serving_core.SimResult`. Definitions (�
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
+from servelab import _checks
 from servelab.serving_core import SimResult
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _reads_result(f: _F) -> _F:
+    """Checks that a metric's first argument ``r`` is a SimResult (a TypeError naming ``r``,
+    not an AttributeError from deep inside)."""
+    @functools.wraps(f)
+    def checked(r: object, *args: Any, **kwargs: Any) -> Any:
+        _checks.instance("r", r, SimResult, "a servelab.serving_core.SimResult")
+        return f(r, *args, **kwargs)
+    return checked  # type: ignore[return-value]
 
 __all__ = [
     "SLO",
@@ -93,7 +107,7 @@ class SLO:
     def __post_init__(self) -> None:
         for name in ("ttft_s", "tpot_s"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not float(v) > 0:
+            if not _checks.is_real(v) or not float(v) > 0:
                 raise ValueError(f"{name} must be a positive number (math.inf for none), got {v!r}")
             object.__setattr__(self, name, float(v))
 
@@ -112,11 +126,13 @@ def _served(r: SimResult) -> np.ndarray:
     return ~r.rejected
 
 
+@_reads_result
 def ttft(r: SimResult) -> np.ndarray:
     """Per request: first token - arrival (NaN if rejected)."""
     return r.first_token_s - r.requests.arrival_s
 
 
+@_reads_result
 def tpot(r: SimResult) -> np.ndarray:
     """Per request: (finish - first token) / (L_o - 1); NaN if rejected or ``L_o = 1``."""
     lo = r.requests.output_len
@@ -125,11 +141,13 @@ def tpot(r: SimResult) -> np.ndarray:
         return np.where(lo > 1, (r.finish_s - r.first_token_s) / gaps, np.nan)
 
 
+@_reads_result
 def e2e(r: SimResult) -> np.ndarray:
     """Per request: finish - arrival (NaN if rejected)."""
     return r.finish_s - r.requests.arrival_s
 
 
+@_reads_result
 def itl(r: SimResult) -> np.ndarray:
     """Every inter-token gap of every served request, from the step trace (see module docs)."""
     if r.trace is None:
@@ -143,7 +161,15 @@ def percentiles(x: np.ndarray) -> Percentiles:
     >>> percentiles(np.arange(101.0))
     Percentiles(p50=50.0, p90=90.0, p99=99.0, mean=50.0)
     """
-    x = np.asarray(x, dtype=np.float64)
+    raw = x
+    try:
+        x = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(f"x must be an array of numbers, got {x!r:.80}") from None
+    if x.ndim > 1:
+        raise ValueError(f"x must be one-dimensional, got shape {x.shape}")
+    if np.iscomplexobj(raw):
+        raise TypeError(f"x must hold real numbers, got complex values {raw!r:.80}")
     x = x[~np.isnan(x)]
     if not len(x):
         return Percentiles(math.nan, math.nan, math.nan, math.nan)
@@ -151,6 +177,7 @@ def percentiles(x: np.ndarray) -> Percentiles:
     return Percentiles(float(p50), float(p90), float(p99), float(x.mean()))
 
 
+@_reads_result
 def span_s(r: SimResult) -> float:
     """First arrival to the last finish (or last arrival, if later); 0 for no requests."""
     a = r.requests.arrival_s
@@ -165,21 +192,25 @@ def _per_span(x: float, r: SimResult) -> float:
     return x / s if s > 0 else 0.0
 
 
+@_reads_result
 def throughput_tok_s(r: SimResult) -> float:
     """Output tokens of served requests per second of span."""
     return _per_span(float(r.requests.output_len[_served(r)].sum()), r)
 
 
+@_reads_result
 def throughput_req_s(r: SimResult) -> float:
     """Served requests per second of span."""
     return _per_span(float(_served(r).sum()), r)
 
 
+@_reads_result
 def utilisation(r: SimResult) -> float:
     """Share of the span the GPU spent computing steps."""
     return _per_span(r.busy_s, r)
 
 
+@_reads_result
 def meets_slo(r: SimResult, slo: SLO) -> np.ndarray:
     """Per request: served, TTFT <= slo.ttft_s, and TPOT <= slo.tpot_s (or ``L_o = 1``)."""
     if not isinstance(slo, SLO):
@@ -190,17 +221,20 @@ def meets_slo(r: SimResult, slo: SLO) -> np.ndarray:
         return _served(r) & (ttft(r) <= slo.ttft_s) & ok_tpot
 
 
+@_reads_result
 def attainment(r: SimResult, slo: SLO) -> float:
     """Share of all requests that meet the SLO (rejected ones do not); NaN with no requests."""
     good = meets_slo(r, slo)
     return float(good.mean()) if len(good) else math.nan
 
 
+@_reads_result
 def goodput(r: SimResult, slo: SLO) -> float:
     """Goodput, definition 1 (§4.4): requests meeting the SLO per second of span."""
     return _per_span(float(meets_slo(r, slo).sum()), r)
 
 
+@_reads_result
 def seat_waste(r: SimResult) -> float:
     """Share of decode seat-steps that produced no real token (0 for batch 1).
 
@@ -222,15 +256,17 @@ def seat_waste(r: SimResult) -> float:
     return 1.0 - float((lo - 1).sum()) / seats if seats > 0 else 0.0
 
 
+@_reads_result
 def cost_per_million_tokens(r: SimResult, usd_per_gpu_hour: float = 3.0) -> float:
     """Dollars per million output tokens, the GPU billed for the whole span (§4.2)."""
-    if isinstance(usd_per_gpu_hour, bool) or not isinstance(usd_per_gpu_hour, numbers.Real) or not (
-            math.isfinite(usd_per_gpu_hour) and usd_per_gpu_hour >= 0):
+    if not (math.isfinite(_checks.real("usd_per_gpu_hour", usd_per_gpu_hour, finite=False))
+            and usd_per_gpu_hour >= 0):
         raise ValueError(f"usd_per_gpu_hour must be a finite number >= 0, got {usd_per_gpu_hour!r}")
     tok = throughput_tok_s(r)
     return usd_per_gpu_hour / 3600.0 / tok * 1e6 if tok > 0 else math.inf
 
 
+@_reads_result
 def mfu(r: SimResult) -> float:
     """Model FLOPs utilisation over the span: FLOPs / (span x peak FLOP/s)."""
     return _per_span(r.flops / r.gpu.peak_flops, r)
@@ -257,6 +293,7 @@ class Summary:
     mfu: float
 
 
+@_reads_result
 def summarize(r: SimResult, slo: SLO, usd_per_gpu_hour: float = 3.0) -> Summary:
     return Summary(
         label=r.label, n=len(r.requests), n_rejected=int(r.rejected.sum()), span_s=span_s(r),
@@ -301,17 +338,26 @@ def max_rate_at_attainment(simulate: Callable[[float], SimResult], slo: SLO, tar
     >>> round(g.rate, 3), g.bracketed
     (0.089, True)
     """
-    if isinstance(target, bool) or not isinstance(target, numbers.Real) or not 0 < target <= 1:
+    if not callable(simulate):
+        raise TypeError(f"simulate must be a function rate -> SimResult, got {simulate!r:.80}")
+    _checks.instance("slo", slo, SLO, "a servelab.metrics.SLO")
+    if not _checks.is_real(target) or not 0 < target <= 1:
         raise ValueError(f"target must be in (0, 1], got {target!r}")
-    grid = [float(x) for x in rates]
+    try:
+        grid = [_checks.real("rates[i]", x) for x in rates]
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"rates must be positive, finite and increasing: {exc}") from None
     if not grid or any(not (math.isfinite(x) and x > 0) for x in grid) or sorted(grid) != grid:
         raise ValueError(f"rates must be positive, finite and increasing, got {list(rates)!r}")
-    if isinstance(refine, bool) or not isinstance(refine, numbers.Integral) or refine < 0:
+    if not _checks.is_int(refine) or refine < 0:
         raise ValueError(f"refine must be a non-negative integer, got {refine!r}")
     evaluated: list[tuple[float, float]] = []
 
     def passes(rate: float) -> bool:
-        a = attainment(simulate(rate), slo)
+        result = simulate(rate)
+        if not isinstance(result, SimResult):
+            raise TypeError(f"simulate must return a SimResult, got {result!r:.80} for rate {rate!r}")
+        a = attainment(result, slo)
         evaluated.append((rate, a))
         return a >= target
 

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from servelab import _core
+from servelab import _checks, _core
 from servelab.admission import EarlyReject
 from servelab.hw_model import DEFAULT_EFFICIENCY, Efficiency, GpuSpec, ModelSpec
 from servelab.workload import Requests
@@ -95,6 +95,7 @@ class BatchLog:
         return len(self.offsets) - 1
 
     def step(self, s: int) -> list[tuple[int, int, int]]:
+        s = _checks.integer("s", s, 0, len(self) - 1)
         lo, hi = int(self.offsets[s]), int(self.offsets[s + 1])
         return list(zip(self.request_id[lo:hi].tolist(), self.new_tokens[lo:hi].tolist(),
                         self.context_len[lo:hi].tolist()))
@@ -143,6 +144,7 @@ class SimResult:
 
     def reject_reason(self, i: int) -> str:
         """Why request ``i`` was rejected, in words (``""`` if it was not)."""
+        i = _checks.integer("i", i, 0, len(self.rejected) - 1)
         if not self.rejected[i]:
             return ""
         if self.reject_code is None:
@@ -208,13 +210,13 @@ def run_batch1(requests: Requests, model: ModelSpec, gpu: GpuSpec, admission: Ea
     _check_specs(model, gpu, efficiency)
     if admission is None:
         d = _core.sim_batch1(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
-                             requests.output_len, bool(trace))
+                             requests.output_len, _flag("trace", trace))
         return _result("batch1", {}, requests, model, gpu, efficiency, d)
     if not isinstance(admission, EarlyReject):
         raise TypeError(f"admission must be None or a servelab.admission.EarlyReject, got {admission!r}")
     pred = admission.predicted_len(requests)
     d = _core.sim_batch1_early_reject(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
-                                      requests.output_len, admission.slo_ttft_s, pred, bool(trace))
+                                      requests.output_len, admission.slo_ttft_s, pred, _flag("trace", trace))
     params = {"admission": admission.label, "slo_ttft_s": admission.slo_ttft_s, "predicted_len": pred}
     return _result("batch1", params, requests, model, gpu, efficiency, d)
 
@@ -232,9 +234,9 @@ def run_static_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, batc
     """
     requests = _check_requests(requests)
     _check_specs(model, gpu, efficiency)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+    if not _checks.is_int(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if isinstance(max_wait_s, bool) or not isinstance(max_wait_s, numbers.Real) or not (
+    if not _checks.is_real(max_wait_s) or not (
             math.isfinite(float(max_wait_s)) and float(max_wait_s) >= 0):
         raise ValueError(f"max_wait_s must be a finite number >= 0, got {max_wait_s!r}")
     if not isinstance(ride_along, (bool, np.bool_)):
@@ -242,13 +244,13 @@ def run_static_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, batc
     b = min(int(batch_size), 2**63 - 1)
     d = _core.sim_static_batching(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
                                   requests.output_len, b, float(max_wait_s), bool(ride_along),
-                                  bool(trace))
+                                  _flag("trace", trace))
     params = {"batch_size": int(batch_size), "max_wait_s": float(max_wait_s), "ride_along": bool(ride_along)}
     return _result("static", params, requests, model, gpu, efficiency, d)
 
 
 def _positive_int(name: str, v: object) -> int:
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral) or v < 1:
+    if not _checks.is_int(v) or v < 1:
         raise ValueError(f"{name} must be a positive integer, got {v!r}")
     return min(int(v), 2**63 - 1)
 
@@ -312,11 +314,18 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     bs = _positive_int("block_size", block_size)
     if num_blocks is None:
         from servelab.hw_model import kv_capacity_tokens
-        blocks = kv_capacity_tokens(model, gpu, mem_util) // bs
+        capacity = kv_capacity_tokens(model, gpu, mem_util)
+        blocks = capacity // bs
+        # the default is derived, so say so: "num_blocks must be ..." would name an argument the
+        # caller never passed (issue 13)
         if blocks < 1:
-            raise ValueError(f"num_blocks: no KV block of {bs} tokens fits beside the weights at "
-                             f"mem_util {mem_util!r} (kv_capacity_tokens = {blocks * bs}); "
-                             "pass num_blocks")
+            raise ValueError(f"num_blocks: no KV block of block_size={bs} tokens fits beside the weights at "
+                             f"mem_util={mem_util!r} (kv_capacity_tokens={capacity}); pass num_blocks, "
+                             "a smaller block_size or a larger mem_util")
+        if blocks > _core.MAX_NUM_BLOCKS:
+            raise ValueError(f"the default num_blocks, kv_capacity_tokens={capacity} // block_size={bs} "
+                             f"= {blocks}, is more than the simulator's limit of {_core.MAX_NUM_BLOCKS} "
+                             "blocks; pass a larger block_size or num_blocks")
     else:
         blocks = _positive_int("num_blocks", num_blocks)
     chunked = _flag("chunked_prefill", chunked_prefill)

@@ -38,11 +38,12 @@ from typing import Sequence
 
 import numpy as np
 
-from servelab import _core
+from servelab import _checks, _core
 
 __all__ = [
     "Requests",
     "MAX_REQUEST_TOKENS",
+    "MAX_REQUESTS",
     "CHAT_PROMPT_MEAN",
     "CHAT_PROMPT_SIGMA",
     "CHAT_OUTPUT_MEAN",
@@ -58,6 +59,9 @@ __all__ = [
 ]
 
 MAX_REQUEST_TOKENS: int = _core.MAX_REQUEST_TOKENS  # 2**24, the simulator's bound
+# Most requests a generator draws at once (2**27: a gigabyte per column). A count past it is a
+# ValueError naming the argument, not a MemoryError halfway through (issue 13).
+MAX_REQUESTS = 2**27
 
 # The lecture's chat workload (§4.5): "prompt mean 512, output mean 256, both long-tailed
 # lognormal". The lecture does not print the sigmas. The output sigma sets everything demo 03
@@ -77,8 +81,15 @@ CHAT_MAX_LEN = 8192
 
 # ---- the container -----------------------------------------------------------------------------
 
+def _asarray(name: str, values: object) -> np.ndarray:
+    try:
+        return np.asarray(values)
+    except (TypeError, ValueError, OverflowError) as exc:  # ragged nesting, odd objects
+        raise ValueError(f"{name} must be a 1-D sequence of numbers, got {values!r:.80} ({exc})") from None
+
+
 def _float_column(name: str, values: object) -> np.ndarray:
-    arr = np.asarray(values)
+    arr = _asarray(name, values)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
     if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
@@ -88,7 +99,7 @@ def _float_column(name: str, values: object) -> np.ndarray:
 
 
 def _int_column(name: str, values: object) -> np.ndarray:
-    arr = np.asarray(values)
+    arr = _asarray(name, values)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
     if arr.size == 0:
@@ -117,7 +128,7 @@ def _int_column(name: str, values: object) -> np.ndarray:
 
 
 def _whole(name: str, i: int, v: object) -> int:
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+    if not _checks.is_int(v):
         raise ValueError(f"{name}[{i}] must be an integer in [1, {MAX_REQUEST_TOKENS}], got {v!r}")
     if not 1 <= int(v) <= MAX_REQUEST_TOKENS:
         raise ValueError(f"{name}[{i}] must be an integer in [1, {MAX_REQUEST_TOKENS}], got {v}")
@@ -209,21 +220,28 @@ class Requests:
         >>> Requests([0.0, 2.0], [1, 1], [1, 1]).speed_up(4).arrival_s.tolist()
         [0.0, 0.5]
         """
-        _check_positive("factor", factor)
-        return self.with_arrivals(self.arrival_s / float(factor))
+        f = _check_positive("factor", factor)
+        with np.errstate(over="ignore"):
+            arrival_s = self.arrival_s / f
+        if not np.isfinite(arrival_s).all():
+            raise ValueError(f"factor={factor!r} is too small: arrival times would overflow to infinity")
+        return self.with_arrivals(arrival_s)
 
 
 def _check_positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
-            math.isfinite(float(value)) and float(value) > 0):
+    v = _checks.real(name, value, finite=False)
+    if not (math.isfinite(v) and v > 0):
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return float(value)
+    return v
 
 
-def _check_count(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < 0:
+def _check_count(name: str, value: object, hi: int | None = None) -> int:
+    v = _checks.integer(name, value, lo=None, hi=None)
+    if v < 0:
         raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    return int(value)
+    if hi is not None and v > hi:
+        raise ValueError(f"{name} must be an integer in [0, {hi}], got {v}")
+    return v
 
 
 # ---- arrivals ----------------------------------------------------------------------------------
@@ -237,10 +255,14 @@ def poisson_arrivals(n: int, rate: float, seed: int | np.random.SeedSequence = 0
     >>> poisson_arrivals(3, rate=1.0, seed=0).round(3).tolist()
     [0.68, 1.7, 1.719]
     """
-    n = _check_count("n", n)
+    n = _check_count("n", n, MAX_REQUESTS)
     rate = _check_positive("rate", rate)
-    gaps = np.random.default_rng(seed).standard_exponential(n)
-    return np.cumsum(gaps) / rate
+    gaps = np.random.default_rng(_checks.seed("seed", seed)).standard_exponential(n)
+    t = np.cumsum(gaps) / rate
+    if n and not math.isfinite(t[-1]):
+        raise ValueError(f"rate={rate!r} is too small: {n} arrivals would come after the largest "
+                         "float, at infinity")
+    return t
 
 
 def piecewise_poisson_arrivals(breaks_s: Sequence[float], rates: Sequence[float],
@@ -258,8 +280,8 @@ def piecewise_poisson_arrivals(breaks_s: Sequence[float], rates: Sequence[float]
     >>> bool(t.min() >= 1.0 and t.max() < 2.0), 900 < len(t) < 1100
     (True, True)
     """
-    b = np.asarray(breaks_s, dtype=np.float64)
-    r = np.asarray(rates, dtype=np.float64)
+    b, r = _float_column("breaks_s", breaks_s), _float_column("rates", rates)
+    seed = _checks.seed("seed", seed)
     if b.ndim != 1 or r.ndim != 1 or len(b) != len(r) + 1 or len(r) == 0:
         raise ValueError(f"breaks_s must have one more entry than rates, got {len(b)} and {len(r)}")
     if not np.isfinite(b).all() or b[0] < 0 or (np.diff(b) <= 0).any():
@@ -269,6 +291,10 @@ def piecewise_poisson_arrivals(breaks_s: Sequence[float], rates: Sequence[float]
     cum = np.concatenate([[0.0], np.cumsum(r * np.diff(b))])  # cumulative rate at each break
     rng = np.random.default_rng(seed)
     expected = cum[-1]
+    if not expected <= MAX_REQUESTS / 2:  # also catches an overflow to inf
+        raise ValueError(f"rates x (breaks_s intervals) expect {expected:.4g} arrivals, more than "
+                         f"MAX_REQUESTS / 2 = {MAX_REQUESTS // 2}; rates={r.tolist()[:8]}, "
+                         f"breaks_s={b.tolist()[:8]}")
     points = np.cumsum(rng.standard_exponential(int(expected + 10 * math.sqrt(expected) + 10)))
     while len(points) and points[-1] < cum[-1]:  # rarely: draw more
         more = np.cumsum(rng.standard_exponential(len(points) + 10)) + points[-1]
@@ -296,16 +322,20 @@ def lognormal_lengths(n: int, mean: float, sigma: float, seed: int | np.random.S
     >>> bool(245 < x.mean() < 267), int(x.min()) >= 1
     (True, True)
     """
-    n = _check_count("n", n)
+    n = _check_count("n", n, MAX_REQUESTS)
     mean = _check_positive("mean", mean)
-    if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not (
-            math.isfinite(float(sigma)) and float(sigma) >= 0):
+    seed = _checks.seed("seed", seed)
+    if not (math.isfinite(_checks.real("sigma", sigma, finite=False)) and float(sigma) >= 0):
         raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
     hi = MAX_REQUEST_TOKENS if max_len is None else _check_count("max_len", max_len)
     if not 1 <= hi <= MAX_REQUEST_TOKENS:
         raise ValueError(f"max_len must be an integer in [1, {MAX_REQUEST_TOKENS}], got {max_len!r}")
-    sigma = float(sigma)
-    x = np.random.default_rng(seed).lognormal(math.log(mean) - sigma ** 2 / 2, sigma, n)
+    sigma = float(sigma) + 0.0  # -0.0 -> 0.0 (numpy refuses a negative zero)
+    try:
+        mu = math.log(mean) - sigma ** 2 / 2
+    except OverflowError:
+        raise ValueError(f"sigma={sigma!r} is too large: sigma**2 overflows a float") from None
+    x = np.random.default_rng(seed).lognormal(mu, sigma, n)
     return np.clip(np.rint(x), 1, hi).astype(np.int64)
 
 
@@ -322,6 +352,15 @@ def chat_requests(n: int = 600, rate: float = 0.5, seed: int = 0, *,
     (True, True)
     """
     arrivals, prompts, outputs = np.random.SeedSequence(_check_count("seed", seed)).spawn(3)
+    n = _check_count("n", n, MAX_REQUESTS)
+    # checked here too, so that a bad prompt_mean is named as such (not as lognormal's "mean")
+    for name, value in (("prompt_mean", prompt_mean), ("output_mean", output_mean)):
+        _check_positive(name, value)
+    for name, value in (("prompt_sigma", prompt_sigma), ("output_sigma", output_sigma)):
+        if not (math.isfinite(_checks.real(name, value, finite=False)) and float(value) >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if not math.isfinite(float(value) ** 2 if float(value) < 1e150 else math.inf):
+            raise ValueError(f"{name}={value!r} is too large: its square overflows a float")
     return Requests(poisson_arrivals(n, rate, arrivals),
                     lognormal_lengths(n, prompt_mean, prompt_sigma, prompts, max_len),
                     lognormal_lengths(n, output_mean, output_sigma, outputs, max_len))
@@ -368,9 +407,11 @@ def load_trace_csv(path: str | Path, *, limit: int | None = None, start_at_zero:
     ``limit`` keeps the first rows only. A bad row raises ``ValueError`` naming the file, line
     and value; rows must be in arrival order.
     """
+    _checks.instance("path", path, (str, Path), "a file path (str or pathlib.Path)")
     path = Path(path)
     if limit is not None:
         limit = _check_count("limit", limit)
+    start_at_zero = _checks.flag("start_at_zero", start_at_zero)
     with open(path, newline="", encoding="utf-8") as f:  # newline="": the csv module eats CRLF
         reader = csv.reader(f)
         try:
@@ -445,7 +486,7 @@ def azure_trace(kind: str = "conv", *, limit: int | None = None) -> Requests:
     >>> len(conv), int(conv.prompt_len.max()), round(float(conv.arrival_s[-1]) / 60, 1)
     (19366, 14050, 58.4)
     """
-    if kind not in AZURE_TRACES:
+    if not isinstance(kind, str) or kind not in AZURE_TRACES:
         raise ValueError(f"kind must be one of {sorted(AZURE_TRACES)}, got {kind!r}")
     ref = resources.files("servelab") / "data" / "azure_llm_2023" / AZURE_TRACES[kind]
     with resources.as_file(ref) as path:

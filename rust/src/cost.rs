@@ -23,6 +23,10 @@ use crate::error::{CoreError, CoreResult};
 pub const MAX_DIM: i64 = 1 << 24;
 /// Largest accepted token count for one sequence in one step (new or cached).
 pub const MAX_TOKENS: i64 = 1 << 40;
+/// Largest total of new tokens in one step (2^53): the step's token and sequence counts are
+/// summed as integers and priced as `f64`, so they must stay exact in both. Past it a step is
+/// refused with an error naming the value, never wrapped around.
+pub const MAX_STEP_TOKENS: i64 = 1 << 53;
 
 /// Shape of a decoder-only transformer (Llama family: GQA attention, SwiGLU MLP, RMSNorm).
 #[derive(Debug, Clone, PartialEq)]
@@ -171,7 +175,8 @@ impl ModelSpec {
 
     /// K and V, every layer, every KV head (§2.4). Llama-3-8B in BF16: 131072 B = 128 KiB.
     pub fn kv_bytes_per_token(&self) -> f64 {
-        (2 * self.n_layers * self.n_kv_heads * self.d_head) as f64 * self.bytes_per_param
+        // i128: three dimensions of up to 2^24 each overflow i64 (2^73)
+        (2 * self.n_layers as i128 * self.n_kv_heads as i128 * self.d_head as i128) as f64 * self.bytes_per_param
     }
 
     /// Parameters a step streams from HBM in full: all but an untied embedding table.
@@ -237,7 +242,17 @@ pub fn kv_capacity_tokens(model: &ModelSpec, gpu: &GpuSpec, mem_util: f64) -> Co
     if free <= 0.0 {
         return Ok(0);
     }
-    Ok((free / model.kv_bytes_per_token()).floor() as i64)
+    let tokens = (free / model.kv_bytes_per_token()).floor();
+    // `as i64` would saturate silently: a capacity past 2^63 is an error, not a wrong number
+    if tokens >= 9.223_372_036_854_775_808e18 {
+        return Err(CoreError::invalid(format!(
+            "memory_bytes={} gives a KV capacity of {} tokens, past the 64-bit limit {}",
+            fmt_f64(gpu.memory_bytes),
+            fmt_f64(tokens),
+            i64::MAX
+        )));
+    }
+    Ok(tokens as i64)
 }
 
 /// Largest batch whose sequences of `context_len` tokens all fit in the KV capacity.
@@ -263,6 +278,27 @@ impl SeqGroup {
     pub fn one(new_tokens: i64, context_len: i64) -> Self {
         SeqGroup { new_tokens, context_len, count: 1 }
     }
+}
+
+/// `tokens + new_tokens * count`, or an error naming the values when the step's total would pass
+/// [`MAX_STEP_TOKENS`].
+fn add_step_tokens(tokens: i64, g: &SeqGroup) -> CoreResult<i64> {
+    let group = g.new_tokens as i128 * g.count as i128;
+    let total = tokens as i128 + group;
+    if total <= MAX_STEP_TOKENS as i128 {
+        return Ok(total as i64);
+    }
+    Err(CoreError::invalid(if g.count == 1 {
+        format!(
+            "new_tokens must keep the step's total at most {MAX_STEP_TOKENS} new tokens, got {} on top of {tokens}",
+            g.new_tokens
+        )
+    } else {
+        format!(
+            "batch_size x new_tokens must be at most {MAX_STEP_TOKENS} new tokens in one step, got {} x {} = {group}",
+            g.count, g.new_tokens
+        )
+    }))
 }
 
 fn check_group(g: &SeqGroup) -> CoreResult<()> {
@@ -340,8 +376,9 @@ impl Pricer {
         for (k, g) in groups.into_iter().enumerate() {
             check_group(&g).map_err(|e| e.prefixed(&label(k)))?;
             let (n, c, cnt) = (g.new_tokens as f64, g.context_len as f64, g.count as f64);
-            tokens += g.new_tokens * g.count;
-            seqs += g.count;
+            // checked: 2^23 sequences of 2^40 tokens would wrap i64 (issue 13)
+            tokens = add_step_tokens(tokens, &g).map_err(|e| e.prefixed(&label(k)))?;
+            seqs += g.count; // <= tokens, so it cannot overflow either
             // token i (1-based) of this step attends to c + i keys: sum = n*c + n(n+1)/2
             keys += cnt * (n * c + n * (n + 1.0) / 2.0);
             ctx_tokens += cnt * c;
@@ -398,6 +435,30 @@ impl Pricer {
 pub fn step_cost(model: &ModelSpec, gpu: &GpuSpec, eff: &Efficiency, batch: &[(i64, i64)]) -> CoreResult<StepCost> {
     let pricer = Pricer::new(model, gpu, eff)?;
     pricer.price(batch.iter().map(|&(n, c)| SeqGroup::one(n, c)), |i| format!("batch[{i}]."))
+}
+
+/// Step cost of one batch given as two columns (`new_tokens[i]`, `context_len[i]` of sequence
+/// `i`): [`step_cost`] without building pairs, for batches of millions of sequences. Same checks
+/// and messages (`batch[i].new_tokens ...`).
+pub fn step_cost_columns(
+    model: &ModelSpec,
+    gpu: &GpuSpec,
+    eff: &Efficiency,
+    new_tokens: &[i64],
+    context_len: &[i64],
+) -> CoreResult<StepCost> {
+    if new_tokens.len() != context_len.len() {
+        return Err(CoreError::invalid(format!(
+            "new_tokens and context_len must have the same length, got {} and {}",
+            new_tokens.len(),
+            context_len.len()
+        )));
+    }
+    let pricer = Pricer::new(model, gpu, eff)?;
+    pricer.price(
+        new_tokens.iter().zip(context_len).map(|(&n, &c)| SeqGroup::one(n, c)),
+        |i| format!("batch[{i}]."),
+    )
 }
 
 /// Column-wise results of many steps, for sweeps.
@@ -572,13 +633,20 @@ pub fn step_cost_many_each<F: FnMut(usize, StepCost)>(
             context_len.len()
         )));
     }
-    if offsets.is_empty() || offsets[0] != 0 || *offsets.last().unwrap() != new_tokens.len() as i64 {
-        return Err(CoreError::invalid(format!(
-            "offsets must start at 0 and end at len(new_tokens)={}, got {:?}..{:?}",
-            new_tokens.len(),
-            offsets.first(),
-            offsets.last()
-        )));
+    match (offsets.first(), offsets.last()) {
+        (Some(&0), Some(&last)) if last == new_tokens.len() as i64 => {}
+        (Some(&first), Some(&last)) => {
+            return Err(CoreError::invalid(format!(
+                "offsets must start at 0 and end at len(new_tokens)={}, got offsets[0]={first} and offsets[-1]={last}",
+                new_tokens.len()
+            )))
+        }
+        _ => {
+            return Err(CoreError::invalid(format!(
+                "offsets must start at 0 and end at len(new_tokens)={}, got an empty array",
+                new_tokens.len()
+            )))
+        }
     }
     let n_steps = offsets.len() - 1;
     for s in 0..n_steps {
@@ -762,6 +830,51 @@ mod tests {
         assert!(err.to_string().starts_with("columns[1] must be one of time_s, flops,"), "{err}");
         assert!(err.to_string().ends_with("got 'speed'"), "{err}");
         assert!(Columns::from_names::<&str>(&[]).is_err());
+    }
+
+    #[test]
+    fn totals_past_the_limit_are_errors_not_wrapped() {
+        let (m, g, e) = (llama3_8b(), h100(), Efficiency::default());
+        // the issue's case: 2^32 sequences of 2^31 new tokens wrapped to weight_bytes = -7.6e22
+        let err = step_cost_uniform_many(&m, &g, &e, &[1 << 32], &[1 << 31], &[0]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "step 0: batch_size x new_tokens must be at most {MAX_STEP_TOKENS} new tokens in one step, \
+                 got 4294967296 x 2147483648 = 9223372036854775808"
+            )
+        );
+        // 2^13 sequences of 2^40 tokens reach the limit exactly; one more token passes it
+        let mut batch = vec![(MAX_TOKENS, 0); 1 << 13];
+        let at = step_cost(&m, &g, &e, &batch).unwrap();
+        assert_eq!(at.n_tokens, MAX_STEP_TOKENS);
+        assert!(at.weight_bytes > 0.0 && at.time_s.is_finite());
+        batch.push((1, 0));
+        let err = step_cost(&m, &g, &e, &batch).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("batch[8192].new_tokens must keep the step's total at most {MAX_STEP_TOKENS} new tokens, got 1 on top of {MAX_STEP_TOKENS}")
+        );
+        let cols = step_cost_columns(&m, &g, &e, &[1, MAX_TOKENS], &[0, 0]).unwrap();
+        assert_eq!(cols.n_tokens, MAX_TOKENS + 1);
+    }
+
+    #[test]
+    fn largest_dimensions_do_not_wrap() {
+        let big = 1 << 24;
+        let m = ModelSpec { n_layers: big, n_heads: big, n_kv_heads: big, d_head: big, ..llama3_8b() };
+        assert_eq!(m.kv_bytes_per_token(), 2.0f64.powi(73) * 2.0);
+        let e = kv_capacity_tokens(&llama3_8b(), &GpuSpec { memory_bytes: 1e300, ..h100() }, 0.9).unwrap_err();
+        assert!(e.to_string().starts_with("memory_bytes=1e+300 gives a KV capacity of"), "{e}");
+    }
+
+    #[test]
+    fn offsets_errors_show_the_offsets() {
+        let (m, g, e) = (llama3_8b(), h100(), Efficiency::default());
+        let err = step_cost_many(&m, &g, &e, &[1], &[0], &[0, 5]).unwrap_err();
+        assert_eq!(err.to_string(), "offsets must start at 0 and end at len(new_tokens)=1, got offsets[0]=0 and offsets[-1]=5");
+        let err = step_cost_many(&m, &g, &e, &[1], &[0], &[]).unwrap_err();
+        assert_eq!(err.to_string(), "offsets must start at 0 and end at len(new_tokens)=1, got an empty array");
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //!
 //! Events pop in order of time; events at the same time pop in the order they were pushed
 //! (FIFO), so a simulation never depends on how a heap happens to break ties. Times are seconds,
-//! finite and `>= 0`; anything else is refused with an error that names the value.
+//! finite and `>= 0`, and never earlier than the last popped event's time (the clock of a
+//! discrete-event simulation only moves forward: an event scheduled in the past is a bug in the
+//! caller); anything else is refused with an error that names the value.
 //!
 //! The queue is generic over its payload and knows nothing of Python; `py/events.rs` stores
 //! Python objects in it.
@@ -53,6 +55,8 @@ impl<T> Eq for Entry<T> {}
 pub struct EventQueue<T> {
     heap: BinaryHeap<Entry<T>>,
     next_seq: u64,
+    /// Time of the last popped event (0 before the first pop): the clock.
+    now_s: f64,
 }
 
 impl<T> Default for EventQueue<T> {
@@ -75,16 +79,24 @@ pub fn check_time(time_s: f64) -> CoreResult<()> {
 
 impl<T> EventQueue<T> {
     pub fn new() -> Self {
-        EventQueue { heap: BinaryHeap::new(), next_seq: 0 }
+        EventQueue { heap: BinaryHeap::new(), next_seq: 0, now_s: 0.0 }
     }
 
     pub fn with_capacity(n: usize) -> Self {
-        EventQueue { heap: BinaryHeap::with_capacity(n), next_seq: 0 }
+        EventQueue { heap: BinaryHeap::with_capacity(n), next_seq: 0, now_s: 0.0 }
     }
 
-    /// Schedules `payload` at `time_s`. Refuses NaN, infinite and negative times.
+    /// Schedules `payload` at `time_s`. Refuses NaN, infinite and negative times, and times
+    /// earlier than the last popped event's.
     pub fn push(&mut self, time_s: f64, payload: T) -> CoreResult<()> {
         check_time(time_s)?;
+        if time_s < self.now_s {
+            return Err(CoreError::invalid(format!(
+                "time_s must not be earlier than the last popped event's time {}, got {}",
+                fmt_f64(self.now_s),
+                fmt_f64(time_s)
+            )));
+        }
         // -0.0 and 0.0 are the same instant; store +0.0 so that total_cmp agrees.
         let time_s = if time_s == 0.0 { 0.0 } else { time_s };
         self.heap.push(Entry { time_s, seq: self.next_seq, payload });
@@ -94,7 +106,14 @@ impl<T> EventQueue<T> {
 
     /// The earliest event (first pushed among equals), removed; `None` when empty.
     pub fn pop(&mut self) -> Option<(f64, T)> {
-        self.heap.pop().map(|e| (e.time_s, e.payload))
+        let e = self.heap.pop()?;
+        self.now_s = e.time_s;
+        Some((e.time_s, e.payload))
+    }
+
+    /// Time of the last popped event (0 before the first pop): no push may be earlier.
+    pub fn now_s(&self) -> f64 {
+        self.now_s
     }
 
     /// The event `pop` would return, left in place.
@@ -148,6 +167,20 @@ mod tests {
         q.push(-0.0, 2).unwrap();
         assert_eq!(q.pop().unwrap().1, 1);
         assert_eq!(q.pop().unwrap().1, 2);
+    }
+
+    #[test]
+    fn the_clock_never_runs_backwards() {
+        let mut q = EventQueue::new();
+        q.push(5.0, "a").unwrap();
+        q.push(7.0, "b").unwrap();
+        assert_eq!(q.pop(), Some((5.0, "a")));
+        assert_eq!(q.now_s(), 5.0);
+        let e = q.push(1.0, "past").unwrap_err();
+        assert_eq!(e.to_string(), "time_s must not be earlier than the last popped event's time 5.0, got 1.0");
+        assert_eq!(q.len(), 1);
+        q.push(5.0, "now").unwrap(); // the current time is allowed
+        assert_eq!(q.pop(), Some((5.0, "now")));
     }
 
     #[test]

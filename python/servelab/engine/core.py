@@ -22,13 +22,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from servelab import hw_model
+from servelab import _checks, hw_model
 from servelab.blocks import BlockAllocator, OutOfBlocks
 from servelab.engine.records import (BatchEntry, EngineResult, EngineStep, Request,
                                      RequestResult)
 from servelab.tiny_llm import TINY, ModelConfig, TinyLLM, as_token_ids, generate, model_for
 from servelab.tiny_llm.paged import PagedKVCache, PagedKVPool
-from servelab.tiny_llm.sampling import GREEDY, Sampler
+from servelab.tiny_llm.sampling import GREEDY, Sampler, sampled_token
 
 __all__ = ["Engine", "serve"]
 
@@ -36,7 +36,7 @@ MAX_ARRIVAL_STEP = 1_000_000  # idle steps are recorded one by one; keep the log
 
 
 def _positive(name: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+    if not _checks.is_int(v) or v < 1:
         raise ValueError(f"{name} must be a positive integer, got {v!r}")
     return int(v)
 
@@ -98,8 +98,9 @@ class Engine:
         self.config = config
         self.chunked_prefill, self.prefix_caching = chunked_prefill, prefix_caching
         self.cost_model, self.gpu = cost_model, gpu
-        self.allocator = BlockAllocator(self.num_blocks, self.block_size, prefix_caching)
+        # the pool first: it refuses a size past tiny_llm's memory limit before anything is built
         self.pool = PagedKVPool(config, self.num_blocks, self.block_size)
+        self.allocator = BlockAllocator(self.num_blocks, self.block_size, prefix_caching)
         # rule 6: a block is "ready" once a scheduled chunk has covered all its slots
         self._ready = np.zeros(self.num_blocks, bool)
         self._live: list[_Live] = []
@@ -130,7 +131,7 @@ class Engine:
             raise ValueError("add_request after run() started: add every request first")
         tokens = as_token_ids(prompt, self.config.vocab_size, "prompt").tolist()
         m = _positive("max_new_tokens", max_new_tokens)
-        if isinstance(arrival_step, bool) or not isinstance(arrival_step, (int, np.integer)) \
+        if not _checks.is_int(arrival_step) \
                 or not 0 <= arrival_step <= MAX_ARRIVAL_STEP:
             raise ValueError(f"arrival_step must be an integer in [0, {MAX_ARRIVAL_STEP}], "
                              f"got {arrival_step!r}")
@@ -147,7 +148,7 @@ class Engine:
 
     def unservable_reason(self, prompt_len: int, max_new_tokens: int) -> str:
         """Why a request can never run here (rule 1), or ``""``."""
-        need = prompt_len + max_new_tokens - 1
+        need = _positive("prompt_len", prompt_len) + _positive("max_new_tokens", max_new_tokens) - 1
         blocks = -(-need // self.block_size)
         if blocks > self.num_blocks:
             return (f"needs {blocks} blocks for {need} tokens, the pool has {self.num_blocks} "
@@ -267,7 +268,7 @@ class Engine:
             r.computed_tokens += n
             if r.computed < r.held:
                 continue  # a chunk that is not the prompt's last: its logits are not used
-            token = int(r.request.sampler(lg, len(r.out)))  # seeded by (seed, output index)
+            token = sampled_token(r.request.sampler, lg, len(r.out))  # seeded by (seed, output index)
             r.out.append(token)
             r.tokens.append(token)
             if r.first_step is None:
@@ -347,6 +348,8 @@ def serve(requests: Sequence[Request], **engine_kwargs: Any) -> EngineResult:
     >>> res.batch_log(), res.requests[0].status
     ([[(0, 3, 0)], [(0, 1, 3)]], 'finished')
     """
+    if isinstance(requests, (str, bytes)) or not hasattr(requests, "__iter__"):
+        raise TypeError(f"requests must be a list of Request objects, got {requests!r:.80}")
     engine = Engine(**engine_kwargs)
     for r in requests:
         if not isinstance(r, Request):

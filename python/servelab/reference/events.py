@@ -1,7 +1,8 @@
 """Pure-Python twin of :class:`servelab.events.EventQueue`: a heap keyed by ``(time, seq)``.
 
 ``seq`` counts pushes, so events at equal times pop in insertion order (FIFO), and the heap
-never compares two payloads. Same errors, same messages as the Rust queue.
+never compares two payloads. A push earlier than the last popped event's time is refused: the
+clock never runs backwards. Same errors, same messages as the Rust queue.
 
 >>> q = EventQueue()
 >>> q.push(1.0, "b"); q.push(0.0, "a"); q.push(1.0, "c")
@@ -20,11 +21,15 @@ class EventQueue:
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, Any]] = []
         self._seq = 0
+        self._now = 0.0  # time of the last popped event
 
     def push(self, time_s: float, payload: Any) -> None:
         time_s = float(time_s)
         if not (math.isfinite(time_s) and time_s >= 0.0):
             raise ValueError(f"time_s must be a finite number >= 0, got {time_s!r}")
+        if time_s < self._now:
+            raise ValueError("time_s must not be earlier than the last popped event's time "
+                             f"{self._now!r}, got {time_s!r}")
         heapq.heappush(self._heap, (time_s + 0.0, self._seq, payload))  # + 0.0: -0.0 -> 0.0
         self._seq += 1
 
@@ -32,6 +37,7 @@ class EventQueue:
         if not self._heap:
             raise IndexError("pop from an empty EventQueue")
         time_s, _, payload = heapq.heappop(self._heap)
+        self._now = time_s
         return time_s, payload
 
     def peek(self) -> tuple[float, Any]:

@@ -17,26 +17,30 @@ invalid specs to compare error handling with Rust.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Sequence
 
 from servelab.hw_model import StepCost
 
 MAX_DIM = 1 << 24  # same bounds as rust/src/cost.rs
 MAX_TOKENS = 1 << 40
+MAX_STEP_TOKENS = 1 << 53  # a step's total new tokens: counts stay exact as floats
 
 _DIMS = ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_head", "d_ff", "vocab_size")
 
 
 # ---- validation (messages identical to the Rust core's) -------------------------------------
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+def _is_bool(v: Any) -> bool:
+    return type(v).__name__ == "bool"  # Python's bool and numpy's bool_
 
 
 def validate_model(m: Any) -> None:
     for field in _DIMS:
         v = getattr(m, field)
-        if not _is_int(v) or not 1 <= v <= MAX_DIM:
+        if _is_bool(v) or not isinstance(v, numbers.Integral):
+            raise TypeError(f"{field} must be an integer, got {v!r}")
+        if not 1 <= int(v) <= MAX_DIM:
             raise ValueError(f"{field} must be a positive integer at most {MAX_DIM}, got {v}")
     if m.n_heads % m.n_kv_heads:
         raise ValueError("n_heads must be a multiple of n_kv_heads, "
@@ -51,16 +55,22 @@ def validate_gpu(g: Any) -> None:
 
 def validate_efficiency(e: Any) -> None:
     for field in ("compute", "bandwidth"):
-        v = float(getattr(e, field))
+        v = _real(f"efficiency.{field}", getattr(e, field))
         if not 0.0 < v <= 1.0:
             raise ValueError(f"efficiency.{field} must be in (0, 1], got {v!r}")
-    v = float(e.overhead_s)
+    v = _real("efficiency.overhead_s", e.overhead_s)
     if not (math.isfinite(v) and v >= 0.0):
         raise ValueError(f"efficiency.overhead_s must be a finite number >= 0, got {v!r}")
 
 
+def _real(field: str, value: Any) -> float:
+    if _is_bool(value) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{field} must be a real number, got {value!r}")
+    return float(value)
+
+
 def _positive_finite(field: str, value: Any) -> None:
-    v = float(value)
+    v = _real(field, value)
     if not (math.isfinite(v) and v > 0.0):
         raise ValueError(f"{field} must be a positive finite number, got {v!r}")
 
@@ -101,7 +111,13 @@ def kv_capacity_tokens(m: Any, g: Any, mem_util: float = 0.9) -> int:
     validate_gpu(g)
     _check_mem_util(mem_util)
     free = g.memory_bytes * mem_util - weight_bytes(m)
-    return 0 if free <= 0 else math.floor(free / kv_bytes_per_token(m))
+    if free <= 0:
+        return 0
+    tokens = math.floor(free / kv_bytes_per_token(m))
+    if tokens >= 2**63:
+        raise ValueError(f"memory_bytes={float(g.memory_bytes)!r} gives a KV capacity of "
+                         f"{float(tokens)!r} tokens, past the 64-bit limit {2**63 - 1}")
+    return tokens
 
 
 def max_batch(m: Any, g: Any, context_len: int, mem_util: float = 0.9) -> int:
@@ -125,6 +141,9 @@ def step_cost(m: Any, g: Any, eff: Any, batch: Sequence[tuple[int, int]]) -> Ste
             raise ValueError(f"batch[{i}].new_tokens must be an integer in [1, {MAX_TOKENS}], got {n}")
         if not 0 <= c <= MAX_TOKENS:
             raise ValueError(f"batch[{i}].context_len must be an integer in [0, {MAX_TOKENS}], got {c}")
+        if tokens + n > MAX_STEP_TOKENS:
+            raise ValueError(f"batch[{i}].new_tokens must keep the step's total at most "
+                             f"{MAX_STEP_TOKENS} new tokens, got {n} on top of {tokens}")
         tokens += n
         seqs += 1
         keys += n * c + n * (n + 1) / 2  # causal: new token j attends to c + j keys

@@ -72,6 +72,8 @@ def forward(token_ids: Sequence[int] | np.ndarray, cache: KVCacheProtocol | None
     """
     if model is None:
         model = model_for(cache.config if isinstance(cache, KVCacheProtocol) else TINY)
+    elif not isinstance(model, TinyLLM):
+        raise TypeError(f"model must be a TinyLLM or None, got {model!r:.80}")
     return model.forward(token_ids, cache, all_logits=all_logits)
 
 
@@ -80,8 +82,13 @@ def forward_batch(batch_token_ids: Sequence[Sequence[int] | np.ndarray],
                   model: TinyLLM | None = None, all_logits: bool = False) -> list[np.ndarray]:
     """Several sequences, ragged lengths, one forward: see :meth:`TinyLLM.forward_batch`."""
     if model is None:
-        configs = {c.config for c in caches or () if isinstance(c, KVCacheProtocol)}
+        try:
+            configs = {c.config for c in (() if caches is None else caches) if isinstance(c, KVCacheProtocol)}
+        except TypeError:
+            raise TypeError(f"caches must be a list of KV caches (or None), got {caches!r:.80}") from None
         model = model_for(configs.pop() if len(configs) == 1 else TINY)
+    elif not isinstance(model, TinyLLM):
+        raise TypeError(f"model must be a TinyLLM or None, got {model!r:.80}")
     return model.forward_batch(batch_token_ids, caches, all_logits=all_logits)
 
 
@@ -91,6 +98,8 @@ def encode(text: str) -> list[int]:
     >>> encode("hello world")
     [104, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100]
     """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {text!r:.80} ({type(text).__name__})")
     return list(text.encode("utf-8"))
 
 
@@ -100,4 +109,4 @@ def decode(token_ids: Sequence[int]) -> str:
     >>> decode(encode("hello world"))
     'hello world'
     """
-    return bytes(list(token_ids)).decode("utf-8", errors="replace")
+    return bytes(as_token_ids(token_ids, 256, "token_ids").tolist()).decode("utf-8", errors="replace")

@@ -29,6 +29,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from servelab import _checks
 from servelab.tiny_llm.config import ModelConfig
 
 __all__ = ["KVCacheProtocol", "KVCache", "ContiguousKVCache"]
@@ -60,7 +61,7 @@ class _ArrayKVCache:
         if not isinstance(config, ModelConfig):
             raise ValueError(f"config must be a ModelConfig, got {config!r}")
         limit = config.max_len if max_len is None else max_len
-        if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) \
+        if not _checks.is_int(limit) \
                 or not 1 <= limit <= config.max_len:
             raise ValueError(f"max_len must be an integer in [1, {config.max_len}] "
                              f"(the model's max_len), got {max_len!r}")
@@ -99,11 +100,11 @@ class _ArrayKVCache:
         if self._pending:
             raise ValueError(f"cache already has {self._pending} tokens reserved by a forward "
                              "that has not committed (one cache serves one forward at a time)")
-        if n_new < 1:
-            raise ValueError(f"n_new must be at least 1, got {n_new}")
+        if not _checks.is_int(n_new) or n_new < 1:
+            raise ValueError(f"n_new must be an integer >= 1, got {n_new!r:.80}")
         if self._len + n_new > self.max_len:
             raise ValueError(f"cache overflow: {self._len} cached + {n_new} new tokens = "
-                             f"{self._len + n_new} > max_len {self.max_len}")
+                             f"{self._len + n_new} > max_len {self.max_len} (n_new={n_new})")
         if self._len + n_new > self.capacity:
             self._grow(self._len + n_new)
         self._pending = n_new
@@ -122,8 +123,8 @@ class _ArrayKVCache:
         return self._k[layer, :, :end], self._v[layer, :, :end]
 
     def commit(self, n_new: int) -> None:
-        if n_new != self._pending:
-            raise ValueError(f"commit of {n_new} tokens but {self._pending} were reserved")
+        if not _checks.is_int(n_new) or n_new != self._pending:
+            raise ValueError(f"commit of n_new={n_new!r:.80} tokens but {self._pending} were reserved")
         self._len += n_new
         self._pending = 0
 
@@ -139,21 +140,27 @@ class _ArrayKVCache:
         ...
         ValueError: n_tokens must be an integer in [0, 0] (the tokens cached), got 3
         """
-        if isinstance(n_tokens, bool) or not isinstance(n_tokens, (int, np.integer)) \
+        if not _checks.is_int(n_tokens) \
                 or not 0 <= n_tokens <= self._len:
             raise ValueError(f"n_tokens must be an integer in [0, {self._len}] (the tokens "
                              f"cached), got {n_tokens!r}")
         self._len = int(n_tokens)
 
+    def _layer(self, layer: object) -> int:
+        if not _checks.is_int(layer) \
+                or not 0 <= layer < self.config.n_layers:
+            raise ValueError(f"layer must be an integer in [0, {self.config.n_layers}), got {layer!r:.80}")
+        return int(layer)
+
     def keys(self, layer: int) -> np.ndarray:
         """Cached keys of ``layer``, ``(n_kv_heads, len(cache), d_head)`` (a read-only view)."""
-        view = self._k[layer, :, :self._len]
+        view = self._k[self._layer(layer), :, :self._len]
         view.flags.writeable = False
         return view
 
     def values(self, layer: int) -> np.ndarray:
         """Cached values of ``layer``, ``(n_kv_heads, len(cache), d_head)`` (a read-only view)."""
-        view = self._v[layer, :, :self._len]
+        view = self._v[self._layer(layer), :, :self._len]
         view.flags.writeable = False
         return view
 
@@ -175,7 +182,7 @@ class KVCache(_ArrayKVCache):
 
     def __init__(self, config: ModelConfig, max_len: int | None = None,
                  initial_capacity: int = 16) -> None:
-        super().__init__(config, max_len, max(1, initial_capacity))
+        super().__init__(config, max_len, _checks.integer("initial_capacity", initial_capacity, 1, None))
 
     def _grow(self, need: int) -> None:
         cap = self.capacity

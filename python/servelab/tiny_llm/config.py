@@ -15,13 +15,19 @@ KV cache filled by one model is refused by a model with other weights (see ``che
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from servelab import hw_model
 
-__all__ = ["ModelConfig", "TINY", "SMALL", "PRESETS", "BYTES_PER_PARAM"]
+__all__ = ["ModelConfig", "TINY", "SMALL", "PRESETS", "BYTES_PER_PARAM", "MAX_VALUES"]
 
 BYTES_PER_PARAM = 4  # FP32 (§2.3: decode intensity 0.5 FLOP/byte comes from 2 FLOPs / 4 bytes)
+# Largest number of values in one thing tiny_llm allocates (the weights, the rotary tables, one
+# sequence's KV cache at max_len, a paged KV pool): 2**27 FP32 values, 512 MiB. tiny_llm is a
+# small numpy model for correctness checks; a config past this is refused with a ValueError
+# naming its fields instead of a bare MemoryError halfway through (issue 13).
+MAX_VALUES = 2**27
 
 _POSITIVE = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_ff",
              "max_len")
@@ -68,10 +74,18 @@ class ModelConfig:
             raise ValueError(f"d_head must be even (rotary embeddings rotate pairs), got {self.d_head}")
         for field in ("rope_theta", "norm_eps"):
             v = getattr(self, field)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not v > 0:
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not (v > 0 and math.isfinite(v)):
                 raise ValueError(f"{field} must be a positive number, got {v!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        dims = ", ".join(f"{f}={getattr(self, f)}" for f in _POSITIVE)
+        for what, n in (("parameters", self.param_count),
+                        ("rotary table values (max_len x d_head / 2)", self.max_len * self.d_head // 2),
+                        ("KV values per sequence at max_len (n_layers x n_kv_heads x d_head x max_len)",
+                         self.n_layers * self.kv_dim * self.max_len)):
+            if n > MAX_VALUES:
+                raise ValueError(f"a ModelConfig with {dims} has {n} {what}, more than tiny_llm's "
+                                 f"limit of {MAX_VALUES} (MAX_VALUES, 512 MiB of FP32)")
 
     # ---- the ledger, in the same terms as hw_model (§2.4) ---------------------------------
 
@@ -125,13 +139,12 @@ class ModelConfig:
         ...
         ValueError: cache was built for another model: d_ff=8 (model has 160), seed=1 (model has 0)
         """
-        if other == self:
-            return
         if not isinstance(other, ModelConfig):
-            raise ValueError(f"{what} config must be a ModelConfig, got {other!r}")
+            raise ValueError(f"{what} config must be a ModelConfig, got other={other!r:.80}")
         diffs = [f"{f.name}={getattr(other, f.name)!r} (model has {getattr(self, f.name)!r})"
                  for f in dataclasses.fields(self) if getattr(other, f.name) != getattr(self, f.name)]
-        raise ValueError(f"{what} was built for another model: {', '.join(diffs)}")
+        if diffs:
+            raise ValueError(f"{what} was built for another model: {', '.join(diffs)}")
 
 
 # The lecture's mini model (§2): about 120 thousand parameters, FP32, byte tokens.

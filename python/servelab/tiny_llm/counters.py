@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Sequence
 
+from servelab import _checks
 from servelab.tiny_llm.config import BYTES_PER_PARAM, ModelConfig
 
 __all__ = ["ForwardStats", "forward_stats"]
@@ -101,19 +102,26 @@ def forward_stats(config: ModelConfig, batch: Sequence[tuple[int, int]],
     ...
     ValueError: batch must hold at least one sequence, got an empty batch
     """
-    if not batch:
+    _checks.instance("config", config, ModelConfig, "a tiny_llm.ModelConfig")
+    try:
+        pairs = [tuple(p) for p in batch]
+    except TypeError:
+        raise TypeError(f"batch must be a list of (new_tokens, context_len) pairs, got {batch!r:.80}") from None
+    if not pairs:
         raise ValueError("batch must hold at least one sequence, got an empty batch")
     tokens = keys = ctx_tokens = 0
-    for i, (n, c) in enumerate(batch):
-        if n < 1 or c < 0:
-            raise ValueError(f"batch[{i}] must have new_tokens >= 1 and context_len >= 0, got {(n, c)}")
+    for i, pair in enumerate(pairs):
+        if len(pair) != 2:
+            raise ValueError(f"batch[{i}] must be a pair (new_tokens, context_len), got {pair!r}")
+        n = _checks.integer(f"batch[{i}].new_tokens", pair[0], 1, None)
+        c = _checks.integer(f"batch[{i}].context_len", pair[1], 0, None)
         tokens += n
         ctx_tokens += c
         keys += n * c + n * (n + 1) // 2  # causal: new token i attends to c + i keys
-    logits = len(batch) if n_logits is None else n_logits
+    logits = len(pairs) if n_logits is None else _checks.integer("n_logits", n_logits, 0, None)
     L, bpp = config.n_layers, BYTES_PER_PARAM
     return ForwardStats(
-        n_forwards=1, n_seqs=len(batch), n_tokens=tokens, n_logits=logits,
+        n_forwards=1, n_seqs=len(pairs), n_tokens=tokens, n_logits=logits,
         matmul_flops=2 * L * config.layer_matmul_params * tokens,
         lm_head_flops=2 * config.embedding_params * logits,
         attention_flops=4 * L * config.q_dim * keys,

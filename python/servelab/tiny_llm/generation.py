@@ -27,11 +27,12 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from servelab import _checks
 from servelab.tiny_llm.cache import KVCacheProtocol
 from servelab.tiny_llm.config import TINY
 from servelab.tiny_llm.counters import ForwardStats
 from servelab.tiny_llm.model import TinyLLM, as_token_ids, model_for
-from servelab.tiny_llm.sampling import GREEDY, Sampler
+from servelab.tiny_llm.sampling import GREEDY, Sampler, sampled_token
 
 __all__ = ["StepRecord", "Generation", "generate"]
 
@@ -101,15 +102,24 @@ def generate(prompt: Sequence[int] | np.ndarray, max_new_tokens: int, sampler: S
     >>> generate([1] * 250, 10)
     Traceback (most recent call last):
     ...
-    ValueError: a prompt of 250 tokens and 10 new tokens need 259 positions, more than max_len 256
+    ValueError: a prompt of 250 tokens and 10 new tokens need 259 positions, more than max_len 256 (lower max_new_tokens or shorten the prompt)
     """
     if model is None:
         model = model_for(cache.config if isinstance(cache, KVCacheProtocol) else TINY)
+    elif not isinstance(model, TinyLLM):
+        raise TypeError(f"model must be a tiny_llm.TinyLLM or None, got {model!r:.80}")
+    if not callable(sampler):
+        raise TypeError(f"sampler must be callable as sampler(logits, step), got {sampler!r:.80}")
+    if not isinstance(use_cache, (bool, np.bool_)):
+        raise TypeError(f"use_cache must be True or False, got {use_cache!r:.80}")
     cfg = model.config
     tokens = as_token_ids(prompt, cfg.vocab_size, "prompt")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) \
+    if not _checks.is_int(max_new_tokens) \
             or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    if stop_token is not None and (isinstance(stop_token, (bool, np.bool_))
+                                   or not isinstance(stop_token, (int, np.integer))):
+        raise TypeError(f"stop_token must be a token id (an integer) or None, got {stop_token!r:.80}")
     if stop_token is not None and not 0 <= stop_token < cfg.vocab_size:
         raise ValueError(f"stop_token {stop_token} is outside the vocabulary [0, {cfg.vocab_size})")
     if cache is not None:
@@ -126,7 +136,8 @@ def generate(prompt: Sequence[int] | np.ndarray, max_new_tokens: int, sampler: S
     need = len(tokens) + max_new_tokens - 1  # the last token is never fed back
     if need > limit:
         raise ValueError(f"a prompt of {len(tokens)} tokens and {max_new_tokens} new tokens "
-                         f"need {need} positions, more than max_len {limit}")
+                         f"need {need} positions, more than max_len {limit} (lower max_new_tokens "
+                         "or shorten the prompt)")
 
     seq = list(tokens.tolist())
     out: list[int] = []
@@ -142,7 +153,7 @@ def generate(prompt: Sequence[int] | np.ndarray, max_new_tokens: int, sampler: S
         t0 = time.perf_counter()
         logits = model.forward(feed, cache)
         wall = time.perf_counter() - t0
-        token = int(sampler(logits, step))
+        token = sampled_token(sampler, logits, step)
         assert model.last_stats is not None
         steps.append(StepRecord(kind, len(feed), ctx, token, model.last_stats, wall))
         all_logits.append(logits)

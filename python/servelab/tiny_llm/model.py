@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from servelab import _checks
 from servelab.tiny_llm._blas import one_blas_thread
 from servelab.tiny_llm.cache import ContiguousKVCache, KVCache, KVCacheProtocol
 from servelab.tiny_llm.config import TINY, ModelConfig
@@ -228,10 +229,19 @@ def as_token_ids(token_ids: Any, vocab_size: int, what: str = "token_ids") -> np
     if isinstance(token_ids, (str, bytes)):
         raise ValueError(f"{what} must be a sequence of integer token ids, got {token_ids!r} "
                          "(encode text first, e.g. list(text.encode()))")
+    if not _checks.is_int(vocab_size) or vocab_size < 1:
+        raise ValueError(f"vocab_size must be a positive integer, got {vocab_size!r:.80}")
     try:
         arr = np.asarray(token_ids)
     except (TypeError, ValueError, OverflowError):
-        arr = np.asarray(list(token_ids), dtype=object)
+        try:
+            items = list(token_ids)
+        except TypeError:
+            raise ValueError(f"{what} must be a sequence of integer token ids, got {token_ids!r:.80}") from None
+        arr = np.empty(len(items), dtype=object)  # one object per item, however odd (no broadcasting)
+        arr[:] = [None] * len(items)
+        for i, t in enumerate(items):
+            arr[i] = t
     if arr.ndim != 1:
         raise ValueError(f"{what} must be a one-dimensional sequence of token ids, "
                          f"got shape {arr.shape}")
@@ -272,7 +282,7 @@ class TinyLLM:
     def new_cache(self, contiguous: bool = False,
                   max_len: int | None = None) -> KVCache | ContiguousKVCache:
         """An empty cache for this model: growing (default) or reserved up front."""
-        if contiguous:
+        if _checks.flag("contiguous", contiguous):
             return ContiguousKVCache(self.config, max_len)
         return KVCache(self.config, max_len)
 
@@ -285,6 +295,8 @@ class TinyLLM:
         generation needs and the only ones computed (and counted, as in ``hw_model``). With
         ``all_logits=True`` it is ``(len(token_ids), vocab_size)``, every position's logits.
         """
+        if cache is not None and not isinstance(cache, KVCacheProtocol):
+            raise ValueError(f"cache must be a KV cache or None, got {cache!r:.80}")
         return self.forward_batch([token_ids], [cache], all_logits=all_logits)[0]
 
     def forward_batch(self, batch_token_ids: Sequence[Sequence[int] | np.ndarray],
@@ -296,9 +308,15 @@ class TinyLLM:
         argument is checked before any cache changes; a failure leaves all caches as they were.
         """
         cfg = self.config
+        _checks.flag("all_logits", all_logits)
+        if isinstance(batch_token_ids, (str, bytes)) or not hasattr(batch_token_ids, "__len__"):
+            raise TypeError(f"batch_token_ids must be a list of token-id sequences, got {batch_token_ids!r:.80}")
+        if caches is not None and (isinstance(caches, (str, bytes)) or not hasattr(caches, "__iter__")):
+            raise TypeError(f"caches must be a list of KV caches (or None), got {caches!r:.80}")
         n_seq = len(batch_token_ids)
         if n_seq == 0:
-            raise ValueError("batch must hold at least one sequence, got an empty batch")
+            raise ValueError("batch_token_ids must hold at least one sequence: the batch must hold "
+                             "at least one sequence, got an empty batch")
         cache_list: list[KVCacheProtocol | None] = (
             [None] * n_seq if caches is None else list(caches))
         if len(cache_list) != n_seq:
@@ -313,7 +331,7 @@ class TinyLLM:
                                      f"max_len {cfg.max_len}")
                 continue
             if not isinstance(c, KVCacheProtocol):
-                raise ValueError(f"cache must be a KV cache or None, got {c!r}")
+                raise ValueError(f"caches[{i}] must be a KV cache or None, got {c!r:.80}")
             cfg.check_same(c.config)
             if id(c) in seen:
                 raise ValueError("the same cache object appears twice in one batch")
@@ -363,7 +381,12 @@ class TinyLLM:
 
 
 @lru_cache(maxsize=8)
+def _cached_model(config: ModelConfig) -> TinyLLM:
+    return TinyLLM(config)
+
+
 def model_for(config: ModelConfig = TINY) -> TinyLLM:
     """The (shared) model of ``config``: built once, then reused. Its weights are read-only;
     its counters are shared too, so code that reads them should use its own ``TinyLLM``."""
-    return TinyLLM(config)
+    _checks.instance("config", config, ModelConfig, "a tiny_llm.ModelConfig")
+    return _cached_model(config)

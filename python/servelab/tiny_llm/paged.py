@@ -41,8 +41,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from servelab import _checks
 from servelab.blocks import BlockAllocator
-from servelab.tiny_llm.config import ModelConfig
+from servelab.tiny_llm.config import MAX_VALUES, ModelConfig
 
 __all__ = ["PagedKVPool", "PagedKVCache"]
 
@@ -64,8 +65,14 @@ class PagedKVPool:
         if not isinstance(config, ModelConfig):
             raise ValueError(f"config must be a ModelConfig, got {config!r}")
         for name, v in (("num_blocks", num_blocks), ("block_size", block_size)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            if not _checks.is_int(v) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        values = config.n_layers * int(num_blocks) * int(block_size) * config.kv_dim
+        if values > MAX_VALUES:  # a ValueError naming the arguments, not a bare MemoryError
+            raise ValueError(f"num_blocks={int(num_blocks)} x block_size={int(block_size)} KV slots of "
+                             f"{config.n_layers * config.kv_dim} values each (n_layers x n_kv_heads x "
+                             f"d_head) make {values} values per K or V pool, more than tiny_llm's "
+                             f"limit of {MAX_VALUES} (MAX_VALUES, 512 MiB of FP32)")
         self.config = config
         self.num_blocks, self.block_size = int(num_blocks), int(block_size)
         shape = (config.n_layers, self.num_blocks, self.block_size, config.n_kv_heads,
@@ -88,6 +95,8 @@ class PagedKVPool:
 
     def copy_block(self, src: int, dst: int) -> None:
         """Copy-on-write (§3.5): block ``dst`` gets ``src``'s K and V in every layer."""
+        for name, b in (("src", src), ("dst", dst)):
+            _checks.integer(name, b, 0, self.num_blocks - 1)
         self.k[:, dst] = self.k[:, src]
         self.v[:, dst] = self.v[:, src]
 
@@ -104,7 +113,7 @@ class PagedKVCache:
             raise ValueError(f"allocator ({allocator.num_blocks} blocks of {allocator.block_size}) "
                              f"does not match pool ({pool.num_blocks} blocks of {pool.block_size})")
         held = allocator.num_tokens(seq_id)  # KeyError for an unknown sequence
-        if isinstance(num_computed, bool) or not isinstance(num_computed, (int, np.integer)) \
+        if not _checks.is_int(num_computed) \
                 or not 0 <= num_computed <= held:
             raise ValueError(f"num_computed must be an integer in [0, {held}] (the tokens the "
                              f"allocator holds for seq_id {seq_id}), got {num_computed!r}")
@@ -125,16 +134,17 @@ class PagedKVCache:
         if self._pending:
             raise ValueError(f"cache already has {self._pending} tokens reserved by a forward "
                              "that has not committed (one cache serves one forward at a time)")
-        if n_new < 1:
-            raise ValueError(f"n_new must be at least 1, got {n_new}")
+        if not _checks.is_int(n_new) or n_new < 1:
+            raise ValueError(f"n_new must be an integer >= 1, got {n_new!r:.80}")
         end = self._len + n_new
         if end > self.max_len:
             raise ValueError(f"cache overflow: {self._len} cached + {n_new} new tokens = "
-                             f"{end} > max_len {self.max_len}")
+                             f"{end} > max_len {self.max_len} (n_new={n_new})")
         held = self.allocator.num_tokens(self.seq_id)
         if end > held:
             raise ValueError(f"seq_id {self.seq_id} holds slots for {held} tokens in the "
-                             f"allocator, not {end}: allocate or append before the forward")
+                             f"allocator, not {end} ({self._len} cached + n_new={n_new}): allocate "
+                             "or append before the forward")
         self._table = np.asarray(self.allocator.block_table(self.seq_id), np.int64)
         self._pending = n_new
 
@@ -156,8 +166,8 @@ class PagedKVCache:
         return k, v
 
     def commit(self, n_new: int) -> None:
-        if n_new != self._pending:
-            raise ValueError(f"commit of {n_new} tokens but {self._pending} were reserved")
+        if not _checks.is_int(n_new) or n_new != self._pending:
+            raise ValueError(f"commit of n_new={n_new!r:.80} tokens but {self._pending} were reserved")
         self._len += n_new
         self._pending = 0
 

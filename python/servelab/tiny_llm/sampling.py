@@ -26,6 +26,8 @@ from typing import Protocol
 
 import numpy as np
 
+from servelab import _checks
+
 __all__ = ["Sampler", "Greedy", "Temperature", "TopP", "GREEDY", "softmax"]
 
 
@@ -41,15 +43,22 @@ def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     >>> softmax(np.array([0.0, 0.0])).tolist()
     [0.5, 0.5]
     """
-    z = np.asarray(logits, dtype=np.float64) / temperature
+    if not _checks.is_real(temperature) or not (math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
+    z = _check_logits(logits).astype(np.float64) / float(temperature)
     z = np.exp(z - z.max())
     return z / z.sum()
 
 
 def _check_logits(logits: np.ndarray) -> np.ndarray:
-    arr = np.asarray(logits)
+    try:
+        arr = np.asarray(logits)
+    except (TypeError, ValueError, OverflowError):
+        arr = np.asarray(None)
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"logits must be a non-empty 1-D array, got shape {arr.shape}")
+    if arr.dtype == bool or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise TypeError(f"logits must hold real numbers, got dtype {arr.dtype}")
     if not np.all(np.isfinite(arr)):
         raise ValueError("logits must be finite, got a NaN or an infinity")
     return arr
@@ -62,6 +71,23 @@ def _draw(probs: np.ndarray, seed: int, step: int) -> int:
     return int(min(np.searchsorted(cdf, u * cdf[-1], side="right"), len(probs) - 1))
 
 
+def _check_step(step: int) -> int:
+    if not _checks.is_int(step) or step < 0:
+        raise ValueError(f"step must be a non-negative integer (the output index), got {step!r}")
+    return int(step)
+
+
+def sampled_token(sampler: Sampler, logits: np.ndarray, step: int) -> int:
+    """``sampler(logits, step)`` checked: a token id in the vocabulary (``len(logits)``), so a
+    sampler that returns something else is named instead of failing later in ``int()``."""
+    token = sampler(logits, step)
+    if not _checks.is_int(token) \
+            or not 0 <= token < len(logits):
+        raise TypeError(f"sampler must return a token id in [0, {len(logits)}), got {token!r:.80} "
+                        f"from {sampler!r:.80}")
+    return int(token)
+
+
 def _check_seed(seed: int) -> None:
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
@@ -72,6 +98,7 @@ class Greedy:
     """The most likely token (the lowest id among exact ties)."""
 
     def __call__(self, logits: np.ndarray, step: int) -> int:
+        _check_step(step)
         return int(np.argmax(_check_logits(logits)))
 
 
@@ -95,7 +122,7 @@ class Temperature:
         _check_seed(self.seed)
 
     def __call__(self, logits: np.ndarray, step: int) -> int:
-        return _draw(softmax(_check_logits(logits), self.temperature), self.seed, step)
+        return _draw(softmax(_check_logits(logits), self.temperature), self.seed, _check_step(step))
 
 
 @dataclass(frozen=True)
@@ -114,7 +141,7 @@ class TopP:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.p, (int, float)) and 0 < self.p <= 1):
+        if isinstance(self.p, bool) or not (isinstance(self.p, (int, float)) and 0 < self.p <= 1):
             raise ValueError(f"p must be in (0, 1], got {self.p!r}")
         Temperature(self.temperature, self.seed)  # same checks
 
@@ -133,7 +160,7 @@ class TopP:
     def __call__(self, logits: np.ndarray, step: int) -> int:
         kept = self.nucleus(logits)
         probs = softmax(np.asarray(logits)[kept], self.temperature)
-        return int(kept[_draw(probs, self.seed, step)])
+        return int(kept[_draw(probs, self.seed, _check_step(step))])
 
 
 GREEDY = Greedy()

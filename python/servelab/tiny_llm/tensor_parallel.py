@@ -51,6 +51,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from servelab import _checks
 from servelab.tiny_llm.cache import ContiguousKVCache, KVCache, KVCacheProtocol
 from servelab.tiny_llm.config import TINY, ModelConfig
 from servelab.tiny_llm.model import (F32, LayerWeights, TinyLLM, attention_partial,
@@ -66,7 +67,9 @@ REDUCTIONS: tuple[str, ...] = ("ring", "fixed")
 
 def check_split(config: ModelConfig, t: int) -> None:
     """Raise ``ValueError`` unless ``config`` can be split across ``t`` devices (rules above)."""
-    if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"config must be a tiny_llm.ModelConfig, got {config!r:.80}")
+    if isinstance(t, (bool, np.bool_, np.timedelta64)) or not isinstance(t, (int, np.integer)) or t < 1:
         raise ValueError(f"t must be a positive integer (the number of devices), got {t!r}")
     H, KV = config.n_heads, config.n_kv_heads
     if H % t:
@@ -197,7 +200,7 @@ class ShardedKVCache:
                  max_len: int | None = None) -> None:
         check_split(config, t)
         self.config, self.t = config, int(t)
-        kind = ContiguousKVCache if contiguous else KVCache
+        kind = ContiguousKVCache if _checks.flag("contiguous", contiguous) else KVCache
         self.devices = [kind(_device_config(config, t, s), max_len) for s in range(t)]
         self.max_len = self.devices[0].max_len
 
@@ -258,7 +261,7 @@ class TensorParallelLLM(TinyLLM):
                  reduction: Reduction = "ring") -> None:
         super().__init__(config)
         check_split(config, t)
-        if reduction not in REDUCTIONS:
+        if not isinstance(reduction, str) or reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
         if reduction == "fixed" and config.d_ff % config.n_heads:
             raise ValueError(f"reduction='fixed' cuts the MLP into n_heads={config.n_heads} "

@@ -6,64 +6,163 @@
 
 use super::slice;
 use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadwriteArray1};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBool, PyDict, PyString};
 
 use crate::cost::{self, Columns, Efficiency, GpuSpec, ModelSpec, StepCost, StepCosts};
 
-#[derive(FromPyObject)]
-pub(super) struct PyModelSpec {
-    n_layers: i64,
-    d_model: i64,
-    n_heads: i64,
-    n_kv_heads: i64,
-    d_head: i64,
-    d_ff: i64,
-    vocab_size: i64,
-    tie_embeddings: bool,
-    bytes_per_param: f64,
+// The three specs are read by attribute name with our own checks, so that a bad field gives a
+// message naming the field, its value and what it must be (the derived extraction said "failed
+// to extract field PyModelSpec.d_model", issue 13).
+
+/// The type's name of `obj`, for messages.
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+}
+
+fn repr(obj: &Bound<'_, PyAny>) -> String {
+    obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".into())
+}
+
+/// Python's `bool` or numpy's `bool_` (both spell their type `bool`): not numbers here.
+fn is_bool(obj: &Bound<'_, PyAny>) -> bool {
+    obj.is_instance_of::<PyBool>() || type_name(obj) == "bool"
+}
+
+/// Reads the fields of one spec argument (`arg` = "model", "gpu" or "efficiency").
+struct Fields<'a, 'py> {
+    obj: &'a Bound<'py, PyAny>,
+    arg: &'static str,
+    kind: &'static str,
+    prefix: &'static str,
+}
+
+impl<'py> Fields<'_, 'py> {
+    fn get(&self, name: &str) -> PyResult<Bound<'py, PyAny>> {
+        self.obj.getattr(name).map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{} must be a servelab.hw_model.{} (or an object with its fields), got {} {} without the field {name}",
+                self.arg,
+                self.kind,
+                type_name(self.obj),
+                repr(self.obj)
+            ))
+        })
+    }
+
+    /// A model dimension: an integer (numpy's too, never a bool); one past i64 gets the range
+    /// message of `cost.rs`.
+    fn dim(&self, name: &str) -> PyResult<i64> {
+        let v = self.get(name)?;
+        if is_bool(&v) {
+            return Err(PyTypeError::new_err(format!("{name} must be an integer, got {}", repr(&v))));
+        }
+        v.extract::<i64>().map_err(|e| {
+            if e.is_instance_of::<PyOverflowError>(v.py()) {
+                let shown = v.str().map(|s| s.to_string()).unwrap_or_else(|_| "?".into());
+                PyValueError::new_err(format!(
+                    "{name} must be a positive integer at most {}, got {shown}",
+                    cost::MAX_DIM
+                ))
+            } else {
+                PyTypeError::new_err(format!("{name} must be an integer, got {}", repr(&v)))
+            }
+        })
+    }
+
+    /// A real number (int or float, numpy's too, never a bool); its range is `cost.rs`'s check.
+    fn real(&self, name: &str) -> PyResult<f64> {
+        let v = self.get(name)?;
+        let p = self.prefix;
+        // complex numbers have __float__ in numpy (dropping the imaginary part): not reals here
+        if is_bool(&v) || v.is_instance_of::<PyString>() || type_name(&v).starts_with("complex") {
+            return Err(PyTypeError::new_err(format!("{p}{name} must be a real number, got {}", repr(&v))));
+        }
+        v.extract::<f64>().map_err(|e| {
+            if e.is_instance_of::<PyOverflowError>(v.py()) {
+                PyValueError::new_err(format!("{p}{name} must be a finite number, got {}", repr(&v)))
+            } else {
+                PyTypeError::new_err(format!("{p}{name} must be a real number, got {}", repr(&v)))
+            }
+        })
+    }
+
+    fn flag(&self, name: &str) -> PyResult<bool> {
+        let v = self.get(name)?;
+        if !is_bool(&v) {
+            return Err(PyTypeError::new_err(format!("{name} must be True or False, got {}", repr(&v))));
+        }
+        v.is_truthy()
+    }
+}
+
+pub(super) struct PyModelSpec(ModelSpec);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for PyModelSpec {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let f = Fields { obj: &obj, arg: "model", kind: "ModelSpec", prefix: "" };
+        Ok(PyModelSpec(ModelSpec {
+            n_layers: f.dim("n_layers")?,
+            d_model: f.dim("d_model")?,
+            n_heads: f.dim("n_heads")?,
+            n_kv_heads: f.dim("n_kv_heads")?,
+            d_head: f.dim("d_head")?,
+            d_ff: f.dim("d_ff")?,
+            vocab_size: f.dim("vocab_size")?,
+            tie_embeddings: f.flag("tie_embeddings")?,
+            bytes_per_param: f.real("bytes_per_param")?,
+        }))
+    }
 }
 
 impl From<PyModelSpec> for ModelSpec {
     fn from(m: PyModelSpec) -> ModelSpec {
-        ModelSpec {
-            n_layers: m.n_layers,
-            d_model: m.d_model,
-            n_heads: m.n_heads,
-            n_kv_heads: m.n_kv_heads,
-            d_head: m.d_head,
-            d_ff: m.d_ff,
-            vocab_size: m.vocab_size,
-            tie_embeddings: m.tie_embeddings,
-            bytes_per_param: m.bytes_per_param,
-        }
+        m.0
     }
 }
 
-#[derive(FromPyObject)]
-pub(super) struct PyGpuSpec {
-    peak_flops: f64,
-    hbm_bandwidth: f64,
-    memory_bytes: f64,
+pub(super) struct PyGpuSpec(GpuSpec);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for PyGpuSpec {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let f = Fields { obj: &obj, arg: "gpu", kind: "GpuSpec", prefix: "" };
+        Ok(PyGpuSpec(GpuSpec {
+            peak_flops: f.real("peak_flops")?,
+            hbm_bandwidth: f.real("hbm_bandwidth")?,
+            memory_bytes: f.real("memory_bytes")?,
+        }))
+    }
 }
 
 impl From<PyGpuSpec> for GpuSpec {
     fn from(g: PyGpuSpec) -> GpuSpec {
-        GpuSpec { peak_flops: g.peak_flops, hbm_bandwidth: g.hbm_bandwidth, memory_bytes: g.memory_bytes }
+        g.0
     }
 }
 
-#[derive(FromPyObject)]
-pub(super) struct PyEfficiency {
-    compute: f64,
-    bandwidth: f64,
-    overhead_s: f64,
+pub(super) struct PyEfficiency(Efficiency);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for PyEfficiency {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let f = Fields { obj: &obj, arg: "efficiency", kind: "Efficiency", prefix: "efficiency." };
+        Ok(PyEfficiency(Efficiency {
+            compute: f.real("compute")?,
+            bandwidth: f.real("bandwidth")?,
+            overhead_s: f.real("overhead_s")?,
+        }))
+    }
 }
 
 impl From<PyEfficiency> for Efficiency {
     fn from(e: PyEfficiency) -> Efficiency {
-        Efficiency { compute: e.compute, bandwidth: e.bandwidth, overhead_s: e.overhead_s }
+        e.0
     }
 }
 
@@ -154,6 +253,23 @@ fn max_batch(model: PyModelSpec, gpu: PyGpuSpec, context_len: i64, mem_util: f64
 fn step_cost(model: PyModelSpec, gpu: PyGpuSpec, efficiency: PyEfficiency, batch: Vec<(i64, i64)>) -> PyResult<StepTuple> {
     let c = cost::step_cost(&model.into(), &gpu.into(), &efficiency.into(), &batch)?;
     Ok(to_tuple(c))
+}
+
+/// [`step_cost`] of one batch given as two int64 columns (a batch of millions of sequences
+/// crosses as two arrays, not a list of pairs); the same checks and messages.
+#[pyfunction]
+fn step_cost_columns<'py>(
+    py: Python<'py>,
+    model: PyModelSpec,
+    gpu: PyGpuSpec,
+    efficiency: PyEfficiency,
+    new_tokens: PyReadonlyArray1<'py, i64>,
+    context_len: PyReadonlyArray1<'py, i64>,
+) -> PyResult<StepTuple> {
+    let (m, g, e) = (model.into(), gpu.into(), efficiency.into());
+    let (n, c) = (slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?);
+    let cost = py.detach(|| cost::step_cost_columns(&m, &g, &e, n, c))?;
+    Ok(to_tuple(cost))
 }
 
 /// `columns` (names of `Columns::NAMES`): fill and return only those.
@@ -273,6 +389,7 @@ fn step_cost_many_into<'py>(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_DIM", cost::MAX_DIM)?;
     m.add("MAX_TOKENS", cost::MAX_TOKENS)?;
+    m.add("MAX_STEP_TOKENS", cost::MAX_STEP_TOKENS)?;
     m.add_function(wrap_pyfunction!(validate_model, m)?)?;
     m.add_function(wrap_pyfunction!(validate_gpu, m)?)?;
     m.add_function(wrap_pyfunction!(validate_efficiency, m)?)?;
@@ -282,6 +399,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kv_capacity_tokens, m)?)?;
     m.add_function(wrap_pyfunction!(max_batch, m)?)?;
     m.add_function(wrap_pyfunction!(step_cost, m)?)?;
+    m.add_function(wrap_pyfunction!(step_cost_columns, m)?)?;
     m.add_function(wrap_pyfunction!(step_cost_many, m)?)?;
     m.add_function(wrap_pyfunction!(step_cost_many_into, m)?)?;
     m.add_function(wrap_pyfunction!(step_cost_uniform_many, m)?)?;

@@ -1,0 +1,174 @@
+"""Argument checks shared by the library's public functions, in one place.
+
+Every check names the argument, shows the value and says what was allowed, so a message is
+something a person can act on (issue 13). Wrong types raise ``TypeError``, values out of range
+``ValueError``. Integers may be Python or numpy integers, reals may be any real number type;
+``bool`` (Python's or numpy's) is never taken for a number.
+
+>>> integer("batch_size", 32, lo=1)
+32
+>>> integer("batch_size", 2.5, lo=1)
+Traceback (most recent call last):
+...
+TypeError: batch_size must be an integer, got 2.5 (float)
+>>> integer("seq_id", 2**70)
+Traceback (most recent call last):
+...
+ValueError: seq_id must be an integer in [-9223372036854775808, 9223372036854775807], got 1180591620717411303424
+>>> real("max_wait_s", float("nan"), lo=0.0)
+Traceback (most recent call last):
+...
+ValueError: max_wait_s must be a finite number >= 0.0, got nan
+>>> flag("trace", 1)
+Traceback (most recent call last):
+...
+TypeError: trace must be True or False, got 1 (int)
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, NoReturn, TypeGuard, Union
+
+import numpy as np
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, (bool, np.bool_))
+
+
+def _is_time(value: Any) -> bool:
+    # numpy registers datetime64/timedelta64 as integers, but int() of one is not a count
+    return isinstance(value, (np.datetime64, np.timedelta64))
+
+
+def is_int(value: Any) -> TypeGuard[Union[int, np.integer]]:
+    """An integer argument: Python's or numpy's, never a bool, a datetime64 or a timedelta64."""
+    return isinstance(value, (numbers.Integral, np.integer)) and not _is_bool(value) and not _is_time(value)
+
+
+def is_real(value: Any) -> TypeGuard[Union[float, int, np.integer, np.floating]]:
+    """A real-number argument: int or float, Python's or numpy's, never a bool or a time."""
+    return isinstance(value, (numbers.Real, np.integer, np.floating)) and not _is_bool(value) \
+        and not _is_time(value)
+
+
+def integer(name: str, value: Any, lo: int | None = INT64_MIN, hi: int | None = INT64_MAX) -> int:
+    """``value`` as a Python int in ``[lo, hi]`` (``None``: unbounded on that side; the default
+    is int64's range, what the Rust core can take)."""
+    if _is_bool(value) or _is_time(value) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {_shown(value)} ({type(value).__name__})")
+    v = int(value)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        if hi is None:
+            raise ValueError(f"{name} must be an integer >= {lo}, got {v}")
+        if lo is None:
+            raise ValueError(f"{name} must be an integer <= {hi}, got {v}")
+        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {v}")
+    return v
+
+
+def real(name: str, value: Any, lo: float | None = None, hi: float | None = None, *,
+         lo_open: bool = False, finite: bool = True) -> float:
+    """``value`` as a float, finite unless ``finite=False``, ``>= lo`` (``> lo`` when
+    ``lo_open``) and ``<= hi``. With ``finite=False`` and no bounds it checks the type only
+    (NaN passes: the caller's own range check names it)."""
+    if _is_bool(value) or _is_time(value) or not isinstance(value, (numbers.Real, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {_shown(value)} ({type(value).__name__})")
+    try:
+        v = float(value)
+    except OverflowError:  # an int past float's range
+        v = math.inf if int(value) > 0 else -math.inf  # type: ignore[arg-type]
+    bounds = []
+    if lo is not None:
+        bounds.append(f"{'>' if lo_open else '>='} {lo!r}")
+    if hi is not None:
+        bounds.append(f"<= {hi!r}")
+    ok = math.isfinite(v) or not finite  # NaN fails here or on a bound, not on a type check
+    ok = ok and (lo is None or (v > lo if lo_open else v >= lo)) and (hi is None or v <= hi)
+    if not ok:
+        what = "a finite number" if finite else "a number"
+        raise ValueError(f"{name} must be {what}{' ' + ' and '.join(bounds) if bounds else ''}, "
+                         f"got {_shown(value)}")
+    return v
+
+
+def flag(name: str, value: Any) -> bool:
+    """``value`` as a bool: only ``True`` or ``False`` (numpy's too)."""
+    if not _is_bool(value):
+        raise TypeError(f"{name} must be True or False, got {_shown(value)} ({type(value).__name__})")
+    return bool(value)
+
+
+def instance(name: str, value: Any, kind: type | tuple[type, ...], what: str) -> Any:
+    """``value`` itself when it is a ``kind``; else ``TypeError`` saying ``what`` was expected."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{name} must be {what}, got {_shown(value)} ({type(value).__name__})")
+    return value
+
+
+def int64_array(name: str, values: Any) -> np.ndarray:
+    """``values`` as a contiguous 1-D int64 array (what the Rust core's array arguments take):
+    any integer dtype whose values fit; floats, bools, objects and other shapes are refused.
+
+    >>> int64_array("offsets", np.array([0, 2], dtype=np.int32)).dtype
+    dtype('int64')
+    >>> int64_array("offsets", [0.0, 2.0])
+    Traceback (most recent call last):
+    ...
+    ValueError: offsets must hold integers, got dtype float64
+    """
+    try:
+        arr = np.asarray(values)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"{name} must be a 1-D array of integers, got {_shown(values)} ({exc})") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if arr.size and (arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer)):
+        raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if arr.size and arr.dtype.kind == "u" and int(arr.max()) > INT64_MAX:  # would wrap to negative
+        i = int(np.argmax(arr > INT64_MAX))
+        raise ValueError(f"{name}[{i}] must fit in a signed 64-bit integer, got {int(arr[i])}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def seed(name: str, value: Any) -> int | np.random.SeedSequence:
+    """A seed for ``numpy.random.default_rng``: an integer >= 0 or a ``SeedSequence``.
+
+    >>> seed("seed", -1)
+    Traceback (most recent call last):
+    ...
+    ValueError: seed must be an integer >= 0, got -1
+    """
+    if isinstance(value, np.random.SeedSequence):
+        return value
+    if _is_bool(value) or _is_time(value) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name} must be an integer >= 0 or a numpy SeedSequence, got {_shown(value)} "
+                        f"({type(value).__name__})")
+    return integer(name, value, 0, None)
+
+
+def reraise_named(exc: BaseException, ints: dict[str, Any] | None = None,
+                  flags: dict[str, Any] | None = None) -> NoReturn:
+    """The Rust core refused an argument with a message that names nothing ("'NoneType' object
+    cannot be interpreted as an integer", "Python int too large to convert to C long"): check
+    the arguments here, so the error names the first bad one; re-raise ``exc`` if none is."""
+    try:
+        for name, value in (ints or {}).items():
+            integer(name, value)
+        for name, value in (flags or {}).items():
+            flag(name, value)
+    except (TypeError, ValueError) as named:
+        if isinstance(exc, OverflowError) and isinstance(named, ValueError):
+            raise OverflowError(str(named)) from None  # the same type as before, now named
+        raise named from None
+    raise exc

@@ -172,6 +172,9 @@ CASES = [
     Case("blocks.BlockAllocator.allocate", lambda: allocator().allocate, {"seq_id": 1, "token_ids": [1, 2, 3, 4, 9]},
          also=(KeyError, blocks.OutOfBlocks)),
     Case("blocks.BlockAllocator.append", lambda: allocator().append, {"seq_id": 0, "token_id": 6}, also=(KeyError,)),
+    Case("blocks.BlockAllocator.append_many", lambda: allocator().append_many, {"seq_ids": [0], "token_ids": [6]},
+         also=(KeyError,)),
+    Case("blocks.BlockAllocator.free_many", lambda: allocator().free_many, {"seq_ids": [0]}, also=(KeyError,)),
     # the core's KeyError for an unknown parent says "seq_id 5 is not allocated"
     Case("blocks.BlockAllocator.fork", lambda: allocator().fork, {"parent_id": 0, "child_id": 1}, also=(KeyError,),
          aliases=("seq_id",)),

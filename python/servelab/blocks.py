@@ -335,7 +335,11 @@ def _int_array(name: str, values: object) -> np.ndarray:
     if isinstance(values, np.ndarray) and values.dtype == np.int64 and values.ndim == 1 \
             and values.flags.c_contiguous:
         return values  # the common case of a decode loop: nothing to check or convert
-    arr = np.asarray(values)
+    try:
+        arr = np.asarray(values)
+    except (TypeError, ValueError, OverflowError) as exc:  # ragged or unconvertible
+        raise ValueError(f"{name} must be a one-dimensional sequence of integers, got "
+                         f"{values!r:.200} ({exc})") from None
     if arr.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
     if arr.size == 0:

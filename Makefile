@@ -173,13 +173,12 @@ sdist: $(STAMP_VENV)
 # picks another) runs the assignments' and the library's tests. Its venv imports servelab from
 # python/ through a .pth file, with the abi3 extension that `make build` compiled: no second
 # Rust build, and the instructors' references stay importable. (tests/test_assignments_grading.py,
-# the grading of references, stubs and mutants through pytest, runs once, on the first Python.)
+# which grades the assignments through pytest, runs once, on the first Python.)
 PYENV_ROOT   ?= $(HOME)/.pyenv
 PYTHON_OTHER ?= $(firstword $(wildcard $(PYENV_ROOT)/versions/3.10.*/bin/python3.10) $(shell command -v python3.10))
 VENV_OTHER   := $(VENV)/other-python
 PY_OTHER     := $(VENV_OTHER)/bin/python
 STAMP_OTHER  := $(VENV_OTHER)/.deps-stamp
-
 test-python-other: $(STAMP_BUILD) $(STAMP_OTHER)
 	$(PY_OTHER) -c "import sys, servelab._core as c; print('second Python:', sys.version.split()[0], c.__file__)"
 	$(PY_OTHER) -m pytest -q -p no:cacheprovider assignments

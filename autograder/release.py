@@ -55,7 +55,7 @@ STUDENT_README = "autograder/README.student.md"  # in the course copy; read from
 STUDENT_README_TEMPLATE = Path(__file__).with_name("README.student.md")
 MAKEFILE_FLAG = "ASSIGNMENTS_MAY_FAIL ?="
 # make targets that need what a release leaves out (the autograder's tests, mutants, answer key)
-INSTRUCTOR_TARGETS = ("test-autograder", "selfcheck", "release", "release-check", "grade")
+INSTRUCTOR_TARGETS = ("test-autograder", "test-python-other", "selfcheck", "release", "release-check", "grade")
 
 
 def course_files(root: Path) -> list[str]:
@@ -134,9 +134,25 @@ def plan(root: Path) -> dict[str, str | None]:
     _drop_dependents(root, out)
     if "Makefile" in out:
         out["Makefile"] = student_makefile(out["Makefile"], kept=set(out) | {"README.md"})
+    if "pyproject.toml" in out:
+        out["pyproject.toml"] = student_pyproject((root / "pyproject.toml").read_text(encoding="utf-8"))
     out["README.md"] = student_readme(root, manifest, drop_tests)
     out[".github/workflows/classroom.yml"] = _classroom(root, out)
     return out
+
+
+def student_pyproject(text: str) -> str:
+    """The course's pyproject.toml without what only the instructors' copy needs: the packages'
+    exclusion of the pure-Python twins (a release has none) and mypy's of the hostile
+    submissions (a release has none either).
+
+    >>> course = 'features = ["python"]\n# The twins go nowhere:\nexclude = [\n    "x/**",\n]\n\n[tool.mypy]\n'
+    >>> course += 'exclude = ["^autograder/tests/hostile/"]\n'
+    >>> student_pyproject(course)
+    'features = ["python"]\n\n[tool.mypy]\n'
+    """
+    text = re.sub(r"(?:^#[^\n]*\n)*^exclude = \[\n(?:^ [^\n]*\n)*^\]\n", "", text, flags=re.M)
+    return re.sub(r"^exclude = \[\"\^autograder/tests/hostile/\"\]\n", "", text, flags=re.M)
 
 
 def student_makefile(text: str, kept: set[str] | None = None) -> str:
@@ -164,9 +180,9 @@ def student_makefile(text: str, kept: set[str] | None = None) -> str:
         else:
             paragraphs.append(paragraph)
     text = "\n\n".join(paragraphs)
-    text = re.sub(r" *\$\(if \$\(wildcard autograder/tests\),test-autograder\)", "", text)
-    text = re.sub(r"^# the autograder's own tests and self-check exist only in the instructors' copy\n", "", text,
-                  flags=re.M)
+    text = re.sub(r" *\\?\n?\t?\$\(if \$\(wildcard autograder/tests\),[^)]*\)", "", text)
+    text = re.sub(r"^# the autograder's own tests and self-check exist only in the instructors' copy.*\n"
+                  r"(?:# .*\n)*", "", text, flags=re.M)
 
     def phony(match: re.Match) -> str:
         names = [n for n in match.group(1).replace("\\\n", " ").split() if n not in gone]

@@ -2,9 +2,8 @@
 
 One :class:`KeyRow` per number the reference answers print: the lecture's figure as printed,
 servelab's, the tolerance within which they count as the same, and, where they differ, why.
-Exercise 8 (reading the Orca paper) is written work: its row holds no number. The answer key
-(``python -m autograder regenerate``) and the README's table of differences are built from
-:func:`rows`.
+Exercise 8 (reading the Orca paper) is written work: its row holds no number. The README's
+table of differences comes from :func:`rows`, and so does the instructors' key.
 
 >>> key = rows()
 >>> sorted({r.exercise for r in key}) == list(range(1, 11))

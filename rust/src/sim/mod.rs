@@ -39,7 +39,11 @@ pub mod admission;
 pub mod batch1;
 pub mod continuous;
 pub mod continuous_per_step;
+pub mod data_parallel;
+pub mod decode_pool;
+pub mod disaggregated;
 pub mod fixed_service;
+pub mod router;
 pub mod static_batching;
 
 use crate::cost::{fmt_f64, Pricer, StepCost};

@@ -38,6 +38,9 @@ __all__ = [
     "ROOT_KEY",
     "BlockAllocator",
     "block_key",
+    "MAX_CARDS",
+    "sim_data_parallel",
+    "sim_disaggregated",
 ]
 
 __version__: str
@@ -248,3 +251,43 @@ class BlockAllocator:
     def append_many(self, seq_ids: _I64, token_ids: _I64) -> tuple[int, _I64, _I64]: ...
     def free_many(self, seq_ids: _I64) -> None: ...
     def check_invariants(self) -> None: ...
+
+# multi-card simulators (rust/src/py/parallel.rs): the keys of sim_continuous_batching's dict
+# (no trace, no batch log) plus card, card_busy_s, card_steps, card_peak_kv_blocks; the
+# disaggregated one adds ready_s, decode_start_s, decode_card, decode_busy_s, decode_steps,
+# decode_peak_kv_blocks
+MAX_CARDS: int
+
+def sim_data_parallel(
+    model: _ModelLike,
+    gpu: _GpuLike,
+    efficiency: _EfficiencyLike,
+    arrival_s: _F64,
+    prompt_len: _I64,
+    output_len: _I64,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    block_size: int,
+    num_blocks: int,
+    chunked_prefill: bool,
+    n_replicas: int,
+    router: str,
+) -> dict[str, object]: ...
+def sim_disaggregated(
+    model: _ModelLike,
+    gpu: _GpuLike,
+    efficiency: _EfficiencyLike,
+    arrival_s: _F64,
+    prompt_len: _I64,
+    output_len: _I64,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    block_size: int,
+    num_blocks: int,
+    chunked_prefill: bool,
+    n_prefill: int,
+    n_decode: int,
+    router: str,
+    link_bandwidth: float,
+    link_latency_s: float,
+) -> dict[str, object]: ...

@@ -87,6 +87,11 @@ __all__ = [
     "tensor_parallel_cost",
     "fewest_cards",
     "NVLINK_HOP_S",
+    "Link",
+    "NVLINK_H100",
+    "NETWORK_400G",
+    "INSTANT_LINK",
+    "kv_transfer_s",
 ]
 
 GB = 1e9  # the lecture's GB is decimal (SPEC.md §2)
@@ -634,3 +639,55 @@ def weight_read_lower_bound_s(model: ModelSpec, gpu: GpuSpec) -> float:
     _core.validate_gpu(gpu)
     return float(_core.weight_bytes(model)) / float(gpu.hbm_bandwidth)
 
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link that carries a request's KV cache from a prefill card to a decode card
+    (prefill/decode disaggregation, course project §8): ``bandwidth`` in bytes per second one
+    way (``math.inf`` for an instant link) and ``latency_s`` added to every transfer.
+
+    >>> Link("slow", bandwidth=0.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: bandwidth must be a number > 0.0, got 0.0
+    """
+
+    name: str
+    bandwidth: float
+    latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        _checks.instance("name", self.name, str, "a str")
+        object.__setattr__(self, "bandwidth",
+                           _checks.real("bandwidth", self.bandwidth, 0.0, lo_open=True, finite=False))
+        object.__setattr__(self, "latency_s", _checks.real("latency_s", self.latency_s, 0.0))
+
+
+# Within a node: one direction of NVLink 4, half the 900 GB/s total of the H100 SXM datasheet
+# (as for tensor parallelism above). Between nodes: one 400 Gb/s NIC per GPU (InfiniBand NDR or
+# 400G Ethernet, e.g. ConnectX-7, one per GPU in a DGX H100), 400e9 / 8 = 50 GB/s. The
+# latencies are assumed orders of magnitude (one NVLink hop; an RDMA message across a switch),
+# not datasheet figures; at KV sizes (megabytes) the bandwidth term dominates either way.
+NVLINK_H100 = Link("NVLink 4 (in a node)", bandwidth=900 * GB / 2, latency_s=NVLINK_HOP_S)
+NETWORK_400G = Link("400 Gb/s network (between nodes)", bandwidth=400e9 / 8, latency_s=5e-6)
+INSTANT_LINK = Link("instant", bandwidth=float("inf"), latency_s=0.0)
+
+
+def kv_transfer_s(model: ModelSpec, tokens: int, link: Link) -> float:
+    """Seconds to move the KV of ``tokens`` tokens over ``link``:
+    ``latency_s + kv_bytes_per_token x tokens / bandwidth`` (the simulator's order of
+    operations, ``rust/src/sim/disaggregated.rs``). A 512-token Llama-3-8B prompt is 64 MiB of
+    KV: 0.15 ms over NVLink, 1.3 ms over a 400 Gb/s network.
+
+    >>> round(kv_transfer_s(LLAMA3_8B, 512, NVLINK_H100) * 1e3, 3)
+    0.151
+    >>> round(kv_transfer_s(LLAMA3_8B, 512, NETWORK_400G) * 1e3, 3)
+    1.347
+    >>> kv_transfer_s(LLAMA3_8B, 512, INSTANT_LINK)
+    0.0
+    """
+    _checks.instance("model", model, ModelSpec, "a servelab.hw_model.ModelSpec")
+    tokens = _checks.integer("tokens", tokens, 0, None)
+    _checks.instance("link", link, Link, "a servelab.hw_model.Link")
+    return link.latency_s + model.kv_bytes_per_token * tokens / link.bandwidth

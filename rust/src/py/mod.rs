@@ -12,6 +12,7 @@ use crate::error::CoreError;
 mod blocks;
 mod cost;
 mod events;
+mod parallel;
 mod sim;
 
 impl From<CoreError> for PyErr {
@@ -38,5 +39,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     events::register(m)?;
     sim::register(m)?;
     blocks::register(m)?;
+    parallel::register(m)?;
     Ok(())
 }

@@ -175,6 +175,7 @@ pub fn run(
         s.busy_s += o.sim.busy_s;
         s.flops += o.sim.flops;
         s.n_steps += o.sim.n_steps;
+        s.peak_kv_tokens = s.peak_kv_tokens.max(o.sim.peak_kv_tokens);
         res.decode_busy_s[c] = o.sim.busy_s;
         res.decode_steps[c] = o.sim.n_steps;
         res.decode_peak_kv_blocks[c] = o.peak_kv_blocks;

@@ -15,15 +15,14 @@
 //!
 //! # Exact, and what it costs
 //!
-//! Which requests of a card have finished by time `t` depends only on the requests routed to
-//! it that arrived by `t` (a request arriving at `t` joins steps starting at `t` or later).
-//! So [`route`] asks the card's simulator (the `finish` callback: the same code that runs the
-//! card for real) for the finish times of its requests so far, and trusts a finish time `f`
-//! only while no request has been routed to that card since, or `f` is at most the arrival of
-//! the first one that has. When a later arrival needs more, the card is simulated again from
-//! its start. Round robin never asks. Least-tokens runs a card again about once per request
-//! routed to it, so its cost grows as `n^2 / cards`: fine for thousands of requests (the
-//! demo, the tests), not for millions (use round robin there). `make bench` shows both.
+//! Which requests of a card have finished (or been rejected) by time `t` depends only on the
+//! requests routed to it so far, all of which arrived by `t`: later arrivals join steps that
+//! start at their arrival or later. So [`route`] asks the card's simulator (the `finish`
+//! callback: the same code that runs the card for real) for the finish times of its requests
+//! so far, and asks again only when the card has been sent a request since. Round robin never
+//! asks. Least-tokens runs a card again about once per request routed to it, from its start,
+//! so its cost grows as `n^2 / cards`: fine for thousands of requests (the demo, the tests),
+//! not for millions (use round robin there). `make bench` shows both.
 
 use crate::error::{CoreError, CoreResult};
 
@@ -88,9 +87,9 @@ where
     for k in 0..n {
         let t = at[k];
         for (c, card) in cards.iter_mut().enumerate() {
-            // finish times after the arrival of a request routed since the last simulation
-            // may change: simulate again when this arrival is later than that one
-            if card.simulated < card.routed.len() && at[card.routed[card.simulated]] < t {
+            // requests routed since the last simulation may change later finish times (and
+            // may be rejected at once): simulate again
+            if card.simulated < card.routed.len() {
                 card.finish = finish(c, &card.routed)?;
                 card.simulated = card.routed.len();
             }

@@ -19,10 +19,13 @@
 //! requests routed to it so far, all of which arrived by `t`: later arrivals join steps that
 //! start at their arrival or later. So [`route`] asks the card's simulator (the `finish`
 //! callback: the same code that runs the card for real) for the finish times of its requests
-//! so far, and asks again only when the card has been sent a request since. Round robin never
-//! asks. Least-tokens runs a card again about once per request routed to it, from its start,
-//! so its cost grows as `n^2 / cards`: fine for thousands of requests (the demo, the tests),
-//! not for millions (use round robin there). `make bench` shows both.
+//! so far, and asks again only when the card has been sent a request since. It need not
+//! replay the card from its start: once every request routed before some request `r` has
+//! finished by `r`'s arrival, the card is empty then (no KV, nothing queued), and a run from
+//! `r` on gives the same times; so each simulation starts from the last such idle point. Round
+//! robin never asks. Least-tokens runs a card again about once per request routed to it, over
+//! its current busy period: cheap at moderate load, but as `n^2 / cards` when a card never
+//! empties (an overloaded one). `make bench` shows both.
 
 use crate::error::{CoreError, CoreResult};
 
@@ -62,8 +65,10 @@ pub fn check_cards(name: &str, n: i64) -> CoreResult<usize> {
 struct CardView {
     /// positions routed to it, in routing order
     routed: Vec<usize>,
-    /// finish times of `routed[..simulated]` from the card's last simulation
-    finish: Vec<f64>,
+    /// `routed[base..]` is what the next simulation must replay: every request before it had
+    /// finished when `routed[base]` arrived, so the card was empty then (an idle point)
+    base: usize,
+    /// how many of `routed` the last simulation covered
     simulated: usize,
     /// positions not known to have finished
     live: Vec<usize>,
@@ -72,7 +77,8 @@ struct CardView {
 
 /// Routes positions `0..at.len()` (times `at`, nondecreasing) onto `n_cards` cards; returns
 /// the card of each. `finish(card, positions)` simulates that card serving `positions` (in
-/// order) and returns their finish times (NaN: rejected, nothing outstanding).
+/// order, from an empty card) and returns their finish times (NaN: rejected, nothing
+/// outstanding).
 pub fn route<F>(at: &[f64], weight: &[i64], n_cards: usize, router: Router, mut finish: F) -> CoreResult<Vec<u32>>
 where
     F: FnMut(usize, &[usize]) -> CoreResult<Vec<f64>>,
@@ -82,22 +88,37 @@ where
         return Ok((0..n).map(|k| (k % n_cards) as u32).collect());
     }
     let mut cards: Vec<CardView> = (0..n_cards).map(|_| CardView::default()).collect();
-    let mut slot = vec![0usize; n]; // index of position k in its card's `routed`
+    // finish time of each position from its card's last simulation (+inf: not simulated yet)
+    let mut fin = vec![f64::INFINITY; n];
     let mut out = Vec::with_capacity(n);
     for k in 0..n {
         let t = at[k];
         for (c, card) in cards.iter_mut().enumerate() {
             // requests routed since the last simulation may change later finish times (and
-            // may be rejected at once): simulate again
+            // may be rejected at once): simulate again, from the last idle point
             if card.simulated < card.routed.len() {
-                card.finish = finish(c, &card.routed)?;
+                let tail = &card.routed[card.base..];
+                for (&j, f) in tail.iter().zip(finish(c, tail)?) {
+                    fin[j] = f;
+                }
                 card.simulated = card.routed.len();
+                // the last idle point: every finish before it is at most t, hence exact
+                let mut latest = f64::NEG_INFINITY;
+                let mut idle = card.base;
+                for (m, &j) in tail.iter().enumerate() {
+                    if m > 0 && latest <= at[j] {
+                        idle = card.base + m;
+                    }
+                    if fin[j] > latest {
+                        latest = fin[j]; // a NaN (rejected at arrival) never raises it
+                    }
+                }
+                card.base = idle;
             }
-            let CardView { finish: f, simulated, live, outstanding, .. } = card;
+            let CardView { live, outstanding, .. } = card;
             live.retain(|&j| {
-                let s = slot[j];
                 // `!(f > t)`: finished by t, or rejected (NaN)
-                let done = s < *simulated && !(f[s] > t);
+                let done = !(fin[j] > t);
                 if done {
                     *outstanding -= weight[j];
                 }
@@ -106,7 +127,6 @@ where
         }
         let best = (0..n_cards).min_by_key(|&c| (cards[c].outstanding, c)).expect("n_cards >= 1");
         let card = &mut cards[best];
-        slot[k] = card.routed.len();
         card.routed.push(k);
         card.live.push(k);
         card.outstanding += weight[k];

@@ -31,7 +31,7 @@ COLUMNS = ("start_s", "first_token_s", "finish_s", "rejected")
 
 
 def run(console: Console, quick: bool = False) -> None:
-    _against_reference(console, 48 if quick else 240)
+    _against_reference(console, 48 if quick else 160)
     _per_step(console, 512 if quick else 8192, 256 if quick else 1024)
 
 

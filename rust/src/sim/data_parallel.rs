@@ -9,7 +9,7 @@
 
 use super::continuous::{self, ContinuousParams};
 use super::router::{by_card, check_cards, route, Router};
-use super::{SimOutput, Workload};
+use super::{Recorder, SimOutput, Workload};
 use crate::cost::Pricer;
 use crate::error::CoreResult;
 
@@ -36,20 +36,9 @@ pub(crate) fn subset(w: &Workload<'_>, idx: &[usize]) -> (Vec<f64>, Vec<i64>, Ve
 }
 
 /// An empty output for `n` requests and `cards` cards, to gather card runs into.
-pub(crate) fn empty(n: usize, cards: usize) -> PoolOutput {
+pub(crate) fn empty(pricer: &Pricer, n: usize, cards: usize) -> PoolOutput {
     PoolOutput {
-        sim: SimOutput {
-            start_s: vec![f64::NAN; n],
-            first_token_s: vec![f64::NAN; n],
-            finish_s: vec![f64::NAN; n],
-            rejected: vec![false; n],
-            batch_id: vec![-1; n],
-            busy_s: 0.0,
-            flops: 0.0,
-            n_steps: 0,
-            peak_kv_tokens: 0,
-            trace: None,
-        },
+        sim: Recorder::new(pricer, n, false).finish(), // NaN times, no step run yet
         card: vec![-1; n],
         reject_code: vec![0; n],
         n_preemptions: vec![0; n],
@@ -98,7 +87,7 @@ pub fn run(
     };
     let weight: Vec<i64> = (0..w.len()).map(|i| w.prompt_len[i] + w.output_len[i]).collect();
     let card = route(w.arrival_s, &weight, cards, router, |_, idx| Ok(one_card(idx)?.sim.finish_s))?;
-    let mut out = empty(w.len(), cards);
+    let mut out = empty(pricer, w.len(), cards);
     for (c, idx) in by_card(&card, cards).iter().enumerate() {
         let o = one_card(idx)?;
         out.gather(c, idx, &o.sim, o.peak_kv_blocks);

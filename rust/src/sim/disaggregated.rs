@@ -40,7 +40,7 @@ pub struct Link {
 
 impl Link {
     pub fn validate(&self) -> CoreResult<()> {
-        if !(self.bandwidth > 0.0) {
+        if self.bandwidth.is_nan() || self.bandwidth <= 0.0 {
             return Err(CoreError::invalid(format!(
                 "link_bandwidth must be a positive number of bytes per second (inf for an instant link), got {}",
                 fmt_f64(self.bandwidth)
@@ -94,7 +94,7 @@ pub fn run(
     let (np, nd) = (check_cards("n_prefill", n_prefill)?, check_cards("n_decode", n_decode)?);
     let n = w.len();
     let (pl, ol) = (w.prompt_len, w.output_len);
-    let mut out = empty(n, np);
+    let mut out = empty(pricer, n, np);
 
     // 1. requests that could never run
     let mut served = Vec::with_capacity(n);

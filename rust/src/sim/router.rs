@@ -117,8 +117,8 @@ where
             }
             let CardView { live, outstanding, .. } = card;
             live.retain(|&j| {
-                // `!(f > t)`: finished by t, or rejected (NaN)
-                let done = !(fin[j] > t);
+                // finished by t, or rejected (NaN)
+                let done = fin[j].is_nan() || fin[j] <= t;
                 if done {
                     *outstanding -= weight[j];
                 }

@@ -40,6 +40,11 @@ def test_disaggregation_wins_with_long_prompts_and_tight_tpot_and_loses_when_tra
     assert disagg <= colo  # short prompts and a loose TPOT: nothing to win
 
 
+def test_at_small_load_a_split_only_costs():
+    small = dp.compute_small_load(n=200)
+    assert small.split_tpot_ms > small.colo_tpot_ms
+
+
 def test_the_demo_runs_from_the_cli(tmp_path, monkeypatch):
     # the same code on fewer requests, so the test stays cheap
     monkeypatch.setattr(dp, "DP_REQUESTS_PER_CARD", 100)

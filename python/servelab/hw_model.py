@@ -391,7 +391,7 @@ def step_cost_many(model: ModelSpec, gpu: GpuSpec, new_tokens: Sequence[int] | n
         _core.step_cost_many_into(model, gpu, efficiency, _int_array("new_tokens", new_tokens),
                                   _int_array("context_len", context_len), _int_array("offsets", offsets), out)
         return out
-    if columns is not None and (isinstance(columns, (str, bytes))
+    if columns is not None and (isinstance(columns, (str, bytes)) or not hasattr(columns, "__iter__")
                                 or not all(isinstance(x, str) for x in columns)):
         raise ValueError(f"columns must be a list of column names, got {columns!r}")
     d = _core.step_cost_many(model, gpu, efficiency, _int_array("new_tokens", new_tokens),

@@ -164,3 +164,14 @@ def test_bad_arguments_name_themselves():
     with pytest.raises(ValueError, match="router must be 'round_robin' or 'least_tokens'"):
         rust_dp(reqs, 1, "x", dict(max_num_seqs=4, max_num_batched_tokens=64, block_size=4, num_blocks=16,
                                    chunked_prefill=False))
+
+
+@pytest.mark.parametrize("rate", [2.0, 24.0])
+def test_least_tokens_equals_the_reference_across_busy_periods(rate):
+    """Long enough for cards to go idle and fill again (the Rust router replays a card only
+    from its last idle point; the reference replays it from the start every time)."""
+    reqs = chat_requests(n=60, rate=rate, seed=5, prompt_mean=300, output_mean=60)
+    p = dict(max_num_seqs=8, max_num_batched_tokens=2048, block_size=16, num_blocks=400, chunked_prefill=False)
+    py = ref.run_data_parallel(reqs, LLAMA3_8B, H100, DEFAULT_EFFICIENCY, n_replicas=3, router="least_tokens", **p)
+    assert_same_dict(rust_dp(reqs, 3, "least_tokens", p), py)
+    assert len(set(py["card"].tolist())) == 3

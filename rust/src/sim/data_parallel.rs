@@ -139,4 +139,48 @@ mod tests {
         assert_eq!(got.card, vec![0, 1, 0, 1]);
         assert_eq!(got.card_busy_s[0], alone.sim.busy_s);
     }
+
+    /// Least-tokens replays a card only from its last idle point; replaying every card from its
+    /// start before every choice (the plain definition) must route every request the same way.
+    #[test]
+    fn idle_point_replays_route_as_full_replays() {
+        let mut seed = 0x51_7cc1_b727_220au64;
+        let mut rnd = |k: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % k
+        };
+        for case in 0..200 {
+            let n = 1 + rnd(50) as usize;
+            let mut t = 0.0;
+            let mut a = Vec::new();
+            for _ in 0..n {
+                t += [0.0, 0.002, 0.02, 0.3][rnd(4) as usize] * rnd(3) as f64;
+                a.push(t);
+            }
+            let p: Vec<i64> = (0..n).map(|_| 1 + rnd(400) as i64).collect();
+            let l: Vec<i64> = (0..n).map(|_| 1 + rnd(40) as i64).collect();
+            let w = Workload::new(&a, &p, &l).unwrap();
+            let prm = ContinuousParams { num_blocks: 8 + rnd(60) as i64, ..params() };
+            let cards = 2 + rnd(3) as usize;
+            let finish = |idx: &[usize]| {
+                let (a, p, l) = subset(&w, idx);
+                continuous::run(&pricer(), &Workload::new(&a, &p, &l).unwrap(), &prm, false, false).unwrap().sim.finish_s
+            };
+            let weight: Vec<i64> = (0..n).map(|i| p[i] + l[i]).collect();
+            let got = route(&a, &weight, cards, Router::LeastTokens, |_, idx| Ok(finish(idx))).unwrap();
+            // the plain definition
+            let mut want: Vec<u32> = Vec::new();
+            for k in 0..n {
+                let load = |c: usize| -> i64 {
+                    let idx: Vec<usize> = (0..k).filter(|&j| want[j] as usize == c).collect();
+                    let f = if idx.is_empty() { Vec::new() } else { finish(&idx) };
+                    idx.iter().zip(f).filter(|&(_, f)| f > a[k]).map(|(&j, _)| weight[j]).sum()
+                };
+                want.push((0..cards).min_by_key(|&c| (load(c), c)).unwrap() as u32);
+            }
+            assert_eq!(got, want, "case {case}");
+        }
+    }
 }

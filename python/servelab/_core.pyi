@@ -24,7 +24,6 @@ __all__ = [
     "step_cost_many",
     "step_cost_many_into",
     "step_cost_uniform_many",
-    "EventQueue",
     "MAX_REQUEST_TOKENS",
     "sim_batch1",
     "sim_static_batching",
@@ -86,7 +85,8 @@ class _EfficiencyLike(Protocol):
     @property
     def overhead_s(self) -> float: ...
 
-_StepTuple = tuple[float, float, float, float, float, float, float, bool, float, float, int, int]
+# A StepCost's fields by name: floats, ``compute_bound`` a bool, ``n_tokens``/``n_seqs`` ints.
+_StepDict = dict[str, float]
 _I64 = npt.NDArray[np.int64]
 
 def validate_model(model: _ModelLike) -> None: ...
@@ -99,10 +99,10 @@ def kv_capacity_tokens(model: _ModelLike, gpu: _GpuLike, mem_util: float) -> int
 def max_batch(model: _ModelLike, gpu: _GpuLike, context_len: int, mem_util: float) -> int: ...
 def step_cost(
     model: _ModelLike, gpu: _GpuLike, efficiency: _EfficiencyLike, batch: list[tuple[int, int]]
-) -> _StepTuple: ...
+) -> _StepDict: ...
 def step_cost_columns(
     model: _ModelLike, gpu: _GpuLike, efficiency: _EfficiencyLike, new_tokens: _I64, context_len: _I64
-) -> _StepTuple: ...
+) -> _StepDict: ...
 def step_cost_many(
     model: _ModelLike,
     gpu: _GpuLike,
@@ -129,16 +129,6 @@ def step_cost_uniform_many(
     new_tokens: _I64,
     context_len: _I64,
 ) -> dict[str, np.ndarray]: ...
-
-# ---- event queue (rust/src/events.rs) --------------------------------------------------------
-
-@final
-class EventQueue:
-    def __init__(self) -> None: ...
-    def push(self, time_s: float, payload: object) -> None: ...
-    def pop(self) -> tuple[float, object]: ...
-    def peek(self) -> tuple[float, object]: ...
-    def __len__(self) -> int: ...
 
 # ---- serving simulator (rust/src/sim/) -------------------------------------------------------
 

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Iterable, Literal, Sequence, overload
+from typing import Any, Iterable, Literal, Sequence, overload
 
 import numpy as np
 
@@ -247,11 +247,10 @@ class StepCost:
     tp: int = 1  # cards the step is split across; FLOPs, bytes and mfu are per card
 
     @classmethod
-    def _from_core(cls, t: tuple) -> StepCost:  # type: ignore[type-arg]
-        (time_s, flops, bytes_moved, weight_bytes, kv_bytes, compute_s, memory_s,
-         compute_bound, mfu, intensity, n_tokens, n_seqs) = t
-        return cls(time_s, flops, bytes_moved, weight_bytes, kv_bytes, compute_s, memory_s,
-                   "compute" if compute_bound else "memory", mfu, intensity, n_tokens, n_seqs)
+    def _from_core(cls, d: dict[str, Any]) -> StepCost:
+        """From the core's dict of its ``StepCost`` fields (``compute_bound`` a bool)."""
+        bound = "compute" if d.pop("compute_bound") else "memory"
+        return cls(**d, bound=bound)
 
 
 @dataclass(frozen=True)
@@ -386,12 +385,12 @@ def step_cost_many(model: ModelSpec, gpu: GpuSpec, new_tokens: Sequence[int] | n
         _core.step_cost_many_into(model, gpu, efficiency, _int_array("new_tokens", new_tokens),
                                   _int_array("context_len", context_len), _int_array("offsets", offsets), out)
         return out
-    if columns is not None and (isinstance(columns, (str, bytes))
-                                or not all(isinstance(x, str) for x in columns)):
+    names = None if columns is None or isinstance(columns, (str, bytes)) or not hasattr(columns, "__iter__") \
+        else list(columns)
+    if columns is not None and (names is None or not all(isinstance(x, str) for x in names)):
         raise ValueError(f"columns must be a list of column names, got {columns!r}")
     d = _core.step_cost_many(model, gpu, efficiency, _int_array("new_tokens", new_tokens),
-                             _int_array("context_len", context_len), _int_array("offsets", offsets),
-                             None if columns is None else list(columns))
+                             _int_array("context_len", context_len), _int_array("offsets", offsets), names)
     return _costs(d) if columns is None else d
 
 

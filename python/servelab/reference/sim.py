@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from servelab.reference.events import EventQueue
+from servelab.events import EventQueue
 from servelab.reference.step_cost import (kv_bytes_per_token, layer_matmul_params, param_count,
                                           validate_efficiency, validate_gpu, validate_model)
 

@@ -1,57 +1,33 @@
 //! Bindings of the serving simulator (`sim/`): numpy columns in, a dict of numpy columns out.
 
-use super::slice;
-use numpy::{IntoPyArray, PyReadonlyArray1};
+use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::cost::{PyEfficiency, PyGpuSpec, PyModelSpec};
-use crate::cost::Pricer;
+use super::{add_functions, dict_of, slice, to_dict, ToPy};
+use crate::cost::{Efficiency, GpuSpec, ModelSpec, Pricer};
 use crate::error::CoreResult;
 use crate::sim::admission::EarlyReject;
 use crate::sim::batch1::{self, AcceptAll};
-use crate::sim::continuous::{self, ContinuousParams};
+use crate::sim::continuous::{self, BatchLog, ContinuousParams, StepExtra};
 use crate::sim::continuous_per_step;
-use crate::sim::fixed_service;
+use crate::sim::fixed_service::{self, FixedOutput};
 use crate::sim::static_batching::{self, StaticParams};
-use crate::sim::{SimOutput, Workload};
+use crate::sim::{SimOutput, StepTrace, Workload};
 
-
-fn to_dict<'py>(py: Python<'py>, o: SimOutput) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("start_s", o.start_s.into_pyarray(py))?;
-    d.set_item("first_token_s", o.first_token_s.into_pyarray(py))?;
-    d.set_item("finish_s", o.finish_s.into_pyarray(py))?;
-    d.set_item("rejected", o.rejected.into_pyarray(py))?;
-    d.set_item("batch_id", o.batch_id.into_pyarray(py))?;
-    d.set_item("busy_s", o.busy_s)?;
-    d.set_item("flops", o.flops)?;
-    d.set_item("n_steps", o.n_steps)?;
-    d.set_item("peak_kv_tokens", o.peak_kv_tokens)?;
-    match o.trace {
-        Some(t) => {
-            let tr = PyDict::new(py);
-            tr.set_item("start_s", t.start_s.into_pyarray(py))?;
-            tr.set_item("step_s", t.step_s.into_pyarray(py))?;
-            tr.set_item("batch_size", t.batch_size.into_pyarray(py))?;
-            tr.set_item("tokens", t.tokens.into_pyarray(py))?;
-            tr.set_item("n_prefill", t.n_prefill.into_pyarray(py))?;
-            tr.set_item("n_decode", t.n_decode.into_pyarray(py))?;
-            tr.set_item("kv_tokens", t.kv_tokens.into_pyarray(py))?;
-            d.set_item("trace", tr)?;
-        }
-        None => d.set_item("trace", py.None())?,
-    }
-    Ok(d)
-}
+dict_of!(SimOutput { start_s, first_token_s, finish_s, rejected, batch_id, busy_s, flops, n_steps, peak_kv_tokens, trace });
+dict_of!(StepTrace { start_s, step_s, batch_size, tokens, n_prefill, n_decode, kv_tokens });
+dict_of!(StepExtra { kv_blocks, n_preempted, n_admitted });
+dict_of!(BatchLog { offsets, request_id, new_tokens, context_len });
+dict_of!(FixedOutput { start_s, finish_s, rejected, busy_s });
 
 /// Validates everything, then runs `f` without the GIL.
 #[allow(clippy::too_many_arguments)]
 fn simulate<'py, F>(
     py: Python<'py>,
-    model: PyModelSpec,
-    gpu: PyGpuSpec,
-    efficiency: PyEfficiency,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
     arrival_s: PyReadonlyArray1<'py, f64>,
     prompt_len: PyReadonlyArray1<'py, i64>,
     output_len: PyReadonlyArray1<'py, i64>,
@@ -60,7 +36,7 @@ fn simulate<'py, F>(
 where
     F: FnOnce(&Pricer, &Workload<'_>) -> CoreResult<SimOutput> + Send,
 {
-    let pricer = Pricer::new(&model.into(), &gpu.into(), &efficiency.into())?;
+    let pricer = Pricer::new(&model, &gpu, &efficiency)?;
     let (a, p, l) = (slice("arrival_s", &arrival_s)?, slice("prompt_len", &prompt_len)?, slice("output_len", &output_len)?);
     let w = Workload::new(a, p, l)?;
     // A million-step run takes tens of milliseconds: let other Python threads run meanwhile.
@@ -72,9 +48,9 @@ where
 #[allow(clippy::too_many_arguments)]
 fn sim_batch1<'py>(
     py: Python<'py>,
-    model: PyModelSpec,
-    gpu: PyGpuSpec,
-    efficiency: PyEfficiency,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
     arrival_s: PyReadonlyArray1<'py, f64>,
     prompt_len: PyReadonlyArray1<'py, i64>,
     output_len: PyReadonlyArray1<'py, i64>,
@@ -91,9 +67,9 @@ fn sim_batch1<'py>(
 #[allow(clippy::too_many_arguments)]
 fn sim_batch1_early_reject<'py>(
     py: Python<'py>,
-    model: PyModelSpec,
-    gpu: PyGpuSpec,
-    efficiency: PyEfficiency,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
     arrival_s: PyReadonlyArray1<'py, f64>,
     prompt_len: PyReadonlyArray1<'py, i64>,
     output_len: PyReadonlyArray1<'py, i64>,
@@ -109,7 +85,7 @@ fn sim_batch1_early_reject<'py>(
         would = adm.would_first_token_s;
         Ok(out)
     })?;
-    d.set_item("would_first_token_s", would.into_pyarray(py))?;
+    d.set_item("would_first_token_s", would.to_py(py)?)?;
     Ok(d)
 }
 
@@ -122,22 +98,16 @@ fn sim_fixed_service<'py>(
     slo_s: Option<f64>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let a = slice("arrival_s", &arrival_s)?;
-    let o = py.detach(|| fixed_service::run(a, service_s, slo_s))?;
-    let d = PyDict::new(py);
-    d.set_item("start_s", o.start_s.into_pyarray(py))?;
-    d.set_item("finish_s", o.finish_s.into_pyarray(py))?;
-    d.set_item("rejected", o.rejected.into_pyarray(py))?;
-    d.set_item("busy_s", o.busy_s)?;
-    Ok(d)
+    to_dict(py, py.detach(|| fixed_service::run(a, service_s, slo_s))?)
 }
 
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 fn sim_static_batching<'py>(
     py: Python<'py>,
-    model: PyModelSpec,
-    gpu: PyGpuSpec,
-    efficiency: PyEfficiency,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
     arrival_s: PyReadonlyArray1<'py, f64>,
     prompt_len: PyReadonlyArray1<'py, i64>,
     output_len: PyReadonlyArray1<'py, i64>,
@@ -165,9 +135,9 @@ fn sim_static_batching<'py>(
 #[allow(clippy::too_many_arguments)]
 fn sim_continuous_batching<'py>(
     py: Python<'py>,
-    model: PyModelSpec,
-    gpu: PyGpuSpec,
-    efficiency: PyEfficiency,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
     arrival_s: PyReadonlyArray1<'py, f64>,
     prompt_len: PyReadonlyArray1<'py, i64>,
     output_len: PyReadonlyArray1<'py, i64>,
@@ -193,36 +163,21 @@ fn sim_continuous_batching<'py>(
         Ok(o.sim)
     })?;
     let (codes, n_pre, pre, peak, extra, log) = rest.expect("set by a successful run");
-    d.set_item("reject_code", codes.into_pyarray(py))?;
-    d.set_item("n_preemptions", n_pre.into_pyarray(py))?;
+    d.set_item("reject_code", codes.to_py(py)?)?;
+    d.set_item("n_preemptions", n_pre.to_py(py)?)?;
     d.set_item("preemptions", pre)?;
     d.set_item("peak_kv_blocks", peak)?;
     if let Some(x) = extra {
-        let tr = d.get_item("trace")?.expect("set by to_dict");
-        tr.set_item("kv_blocks", x.kv_blocks.into_pyarray(py))?;
-        tr.set_item("n_preempted", x.n_preempted.into_pyarray(py))?;
-        tr.set_item("n_admitted", x.n_admitted.into_pyarray(py))?;
+        // this policy's trace columns join the common ones
+        let trace = d.get_item("trace")?.expect("set by to_dict").cast_into::<PyDict>()?;
+        trace.update(to_dict(py, x)?.as_mapping())?;
     }
-    match log {
-        Some(l) => {
-            let ld = PyDict::new(py);
-            ld.set_item("offsets", l.offsets.into_pyarray(py))?;
-            ld.set_item("request_id", l.request_id.into_pyarray(py))?;
-            ld.set_item("new_tokens", l.new_tokens.into_pyarray(py))?;
-            ld.set_item("context_len", l.context_len.into_pyarray(py))?;
-            d.set_item("batch_log", ld)?;
-        }
-        None => d.set_item("batch_log", py.None())?,
-    }
+    d.set_item("batch_log", log.to_py(py)?)?;
     Ok(d)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_REQUEST_TOKENS", crate::sim::MAX_REQUEST_TOKENS)?;
-    m.add_function(wrap_pyfunction!(sim_batch1, m)?)?;
-    m.add_function(wrap_pyfunction!(sim_static_batching, m)?)?;
-    m.add_function(wrap_pyfunction!(sim_batch1_early_reject, m)?)?;
-    m.add_function(wrap_pyfunction!(sim_fixed_service, m)?)?;
-    m.add_function(wrap_pyfunction!(sim_continuous_batching, m)?)?;
+    add_functions!(m, sim_batch1, sim_static_batching, sim_batch1_early_reject, sim_fixed_service, sim_continuous_batching);
     Ok(())
 }

@@ -249,7 +249,7 @@ class StepCost:
     @classmethod
     def _from_core(cls, d: dict[str, Any]) -> StepCost:
         """From the core's dict of its ``StepCost`` fields (``compute_bound`` a bool)."""
-        bound = "compute" if d.pop("compute_bound") else "memory"
+        bound: Literal["compute", "memory"] = "compute" if d.pop("compute_bound") else "memory"
         return cls(**d, bound=bound)
 
 

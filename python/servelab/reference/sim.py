@@ -148,7 +148,7 @@ def _simulate(requests: Any, pricer: Pricer, choose: Choose, ride_along: bool, t
                 rows[key].append(value)
         events.push(now + step_s, ("step_end", None))
 
-    events = EventQueue()
+    events: EventQueue[tuple[str, Any]] = EventQueue()
     for i in range(n):
         events.push(arrival[i], ("arrival", i))
     queue: deque[int] = deque()  # waiting requests, oldest first

@@ -13,7 +13,9 @@ use pyo3::types::{PyBytes, PyString};
 
 use crate::blocks::{self, BlockAllocator, Stats};
 
-dict_of!(Stats { num_blocks, block_size, num_free_blocks, num_cached_blocks, num_seqs, num_hits, num_lookups, num_evictions, num_copies });
+dict_of!(Stats {
+    num_blocks, block_size, num_free_blocks, num_cached_blocks, num_seqs, num_hits, num_lookups, num_evictions, num_copies,
+});
 
 // Named after its public home, `servelab.blocks` (which re-exports it), so tracebacks and
 // pickles name the module users import. A RuntimeError, not a MemoryError: running out of KV

@@ -237,13 +237,14 @@ fn step_cost_uniform_many<'py>(
 }
 
 /// `out[name]` as a writable 1-D array of `n_steps` elements of `T`.
-fn writable<'py, T: Element>(name: &str, value: &Bound<'py, PyAny>, n_steps: usize) -> PyResult<PyReadwriteArray1<'py, T>> {
+fn writable<'py, T: Element>(name: &str, value: &Bound<'py, PyAny>, n: usize) -> PyResult<PyReadwriteArray1<'py, T>> {
     let dtype = if name == "compute_bound" { "bool" } else { "float64" };
     let bad = || {
-        PyValueError::new_err(format!("out['{name}'] must be a writable 1-D {dtype} numpy array of {n_steps} elements (one per step)"))
+        let what = format!("a writable 1-D {dtype} numpy array of {n} elements (one per step)");
+        PyValueError::new_err(format!("out['{name}'] must be {what}"))
     };
     let w = value.cast::<PyArray1<T>>().map_err(|_| bad())?.try_readwrite().map_err(|_| bad())?;
-    if w.as_slice().ok().map(|s| s.len()) != Some(n_steps) {
+    if w.as_slice().ok().map(|s| s.len()) != Some(n) {
         return Err(bad());
     }
     Ok(w)

@@ -9,7 +9,7 @@ use crate::cost::{Efficiency, GpuSpec, ModelSpec, Pricer};
 use crate::error::CoreResult;
 use crate::sim::admission::EarlyReject;
 use crate::sim::batch1::{self, AcceptAll};
-use crate::sim::continuous::{self, BatchLog, ContinuousParams, StepExtra};
+use crate::sim::continuous::{self, BatchLog, ContinuousOutput, ContinuousParams, StepExtra};
 use crate::sim::continuous_per_step;
 use crate::sim::fixed_service::{self, FixedOutput};
 use crate::sim::static_batching::{self, StaticParams};
@@ -21,23 +21,25 @@ dict_of!(StepExtra { kv_blocks, n_preempted, n_admitted });
 dict_of!(BatchLog { offsets, request_id, new_tokens, context_len });
 dict_of!(FixedOutput { start_s, finish_s, rejected, busy_s });
 
-/// Validates everything, then runs `f` without the GIL.
-#[allow(clippy::too_many_arguments)]
-fn simulate<'py, F>(
-    py: Python<'py>,
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
+/// The request columns of a `servelab.workload.Requests`, read by attribute name (its
+/// constructor has checked them; the core checks them again).
+#[derive(FromPyObject)]
+pub(super) struct Requests<'py> {
     arrival_s: PyReadonlyArray1<'py, f64>,
     prompt_len: PyReadonlyArray1<'py, i64>,
     output_len: PyReadonlyArray1<'py, i64>,
-    f: F,
-) -> PyResult<Bound<'py, PyDict>>
-where
-    F: FnOnce(&Pricer, &Workload<'_>) -> CoreResult<SimOutput> + Send,
-{
+}
+
+/// Validates everything, then runs `f` without the GIL; the dict of what it returns.
+pub(super) fn simulate<'py, O: ToPy + Send>(
+    py: Python<'py>,
+    (model, gpu, efficiency): (ModelSpec, GpuSpec, Efficiency),
+    r: Requests<'py>,
+    f: impl FnOnce(&Pricer, &Workload<'_>) -> CoreResult<O> + Send,
+) -> PyResult<Bound<'py, PyDict>> {
     let pricer = Pricer::new(&model, &gpu, &efficiency)?;
-    let (a, p, l) = (slice("arrival_s", &arrival_s)?, slice("prompt_len", &prompt_len)?, slice("output_len", &output_len)?);
+    let a = slice("arrival_s", &r.arrival_s)?;
+    let (p, l) = (slice("prompt_len", &r.prompt_len)?, slice("output_len", &r.output_len)?);
     let w = Workload::new(a, p, l)?;
     // A million-step run takes tens of milliseconds: let other Python threads run meanwhile.
     let out = py.detach(|| f(&pricer, &w))?;
@@ -45,20 +47,15 @@ where
 }
 
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
 fn sim_batch1<'py>(
     py: Python<'py>,
     model: ModelSpec,
     gpu: GpuSpec,
     efficiency: Efficiency,
-    arrival_s: PyReadonlyArray1<'py, f64>,
-    prompt_len: PyReadonlyArray1<'py, i64>,
-    output_len: PyReadonlyArray1<'py, i64>,
+    requests: Requests<'py>,
     trace: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    simulate(py, model, gpu, efficiency, arrival_s, prompt_len, output_len, |pr, w| {
-        Ok(batch1::run(pr, w, &mut AcceptAll, trace))
-    })
+    simulate(py, (model, gpu, efficiency), requests, |pr, w| Ok(batch1::run(pr, w, &mut AcceptAll, trace)))
 }
 
 /// Batch 1 with early rejection (§5.3): `predicted_len` is the controller's guess of each
@@ -70,16 +67,14 @@ fn sim_batch1_early_reject<'py>(
     model: ModelSpec,
     gpu: GpuSpec,
     efficiency: Efficiency,
-    arrival_s: PyReadonlyArray1<'py, f64>,
-    prompt_len: PyReadonlyArray1<'py, i64>,
-    output_len: PyReadonlyArray1<'py, i64>,
+    requests: Requests<'py>,
     slo_ttft_s: f64,
     predicted_len: PyReadonlyArray1<'py, i64>,
     trace: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let pred = slice("predicted_len", &predicted_len)?;
     let mut would: Vec<f64> = Vec::new();
-    let d = simulate(py, model, gpu, efficiency, arrival_s, prompt_len, output_len, |pr, w| {
+    let d = simulate(py, (model, gpu, efficiency), requests, |pr, w| {
         let mut adm = EarlyReject::new(pr, w, slo_ttft_s, pred)?;
         let out = batch1::run(pr, w, &mut adm, trace);
         would = adm.would_first_token_s;
@@ -108,9 +103,7 @@ fn sim_static_batching<'py>(
     model: ModelSpec,
     gpu: GpuSpec,
     efficiency: Efficiency,
-    arrival_s: PyReadonlyArray1<'py, f64>,
-    prompt_len: PyReadonlyArray1<'py, i64>,
-    output_len: PyReadonlyArray1<'py, i64>,
+    requests: Requests<'py>,
     batch_size: i64,
     max_wait_s: f64,
     ride_along: bool,
@@ -118,29 +111,41 @@ fn sim_static_batching<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let params = StaticParams { batch_size, max_wait_s, ride_along };
     params.validate()?;
-    simulate(py, model, gpu, efficiency, arrival_s, prompt_len, output_len, move |pr, w| {
-        static_batching::run(pr, w, &params, trace)
-    })
+    simulate(py, (model, gpu, efficiency), requests, |pr, w| static_batching::run(pr, w, &params, trace))
 }
 
-/// Continuous batching (`sim/continuous.rs`). Beside the usual columns: `reject_code` (int8,
-/// see `continuous::REJECT_*`), `n_preemptions`, the totals `preemptions` and
-/// `peak_kv_blocks`, with the trace its columns `kv_blocks`, `n_preempted`, `n_admitted`, and
-/// with `batch_log` a dict of CSR columns `offsets`, `request_id`, `new_tokens`, `context_len`.
+/// `SimOutput`'s keys, then `reject_code` (int8, see `continuous::REJECT_*`), `n_preemptions`,
+/// the totals `preemptions` and `peak_kv_blocks`, and `batch_log` (a dict of CSR columns, or
+/// None); with the trace, this policy's columns join the common ones.
+impl ToPy for ContinuousOutput {
+    fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let d = to_dict(py, self.sim)?;
+        d.set_item("reject_code", self.reject_code.to_py(py)?)?;
+        d.set_item("n_preemptions", self.n_preemptions.to_py(py)?)?;
+        d.set_item("preemptions", self.preemptions)?;
+        d.set_item("peak_kv_blocks", self.peak_kv_blocks)?;
+        if let Some(x) = self.trace_extra {
+            let trace = d.get_item("trace")?.expect("set by to_dict").cast_into::<PyDict>()?;
+            trace.update(to_dict(py, x)?.as_mapping())?;
+        }
+        d.set_item("batch_log", self.batch_log.to_py(py)?)?;
+        Ok(d.into_any())
+    }
+}
+
+/// Continuous batching (`sim/continuous.rs`); the dict is `ContinuousOutput`'s (above).
 /// `per_step` (tests and benchmarks only) runs the per-sequence-step loop the event-driven
 /// engine replaced (`sim/continuous_per_step.rs`): the same output, bit for bit, slower.
 #[pyfunction]
-#[pyo3(signature = (model, gpu, efficiency, arrival_s, prompt_len, output_len, max_num_seqs,
-    max_num_batched_tokens, block_size, num_blocks, chunked_prefill, trace, batch_log, per_step=false))]
+#[pyo3(signature = (model, gpu, efficiency, requests, max_num_seqs, max_num_batched_tokens, block_size,
+    num_blocks, chunked_prefill, trace, batch_log, per_step=false))]
 #[allow(clippy::too_many_arguments)]
 fn sim_continuous_batching<'py>(
     py: Python<'py>,
     model: ModelSpec,
     gpu: GpuSpec,
     efficiency: Efficiency,
-    arrival_s: PyReadonlyArray1<'py, f64>,
-    prompt_len: PyReadonlyArray1<'py, i64>,
-    output_len: PyReadonlyArray1<'py, i64>,
+    requests: Requests<'py>,
     max_num_seqs: i64,
     max_num_batched_tokens: i64,
     block_size: i64,
@@ -152,28 +157,13 @@ fn sim_continuous_batching<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let params = ContinuousParams { max_num_seqs, max_num_batched_tokens, block_size, num_blocks, chunked_prefill };
     params.validate()?;
-    let mut rest = None;
-    let d = simulate(py, model, gpu, efficiency, arrival_s, prompt_len, output_len, |pr, w| {
-        let o = if per_step {
-            continuous_per_step::run_per_step(pr, w, &params, trace, batch_log)?
+    simulate(py, (model, gpu, efficiency), requests, |pr, w| {
+        if per_step {
+            continuous_per_step::run_per_step(pr, w, &params, trace, batch_log)
         } else {
-            continuous::run(pr, w, &params, trace, batch_log)?
-        };
-        rest = Some((o.reject_code, o.n_preemptions, o.preemptions, o.peak_kv_blocks, o.trace_extra, o.batch_log));
-        Ok(o.sim)
-    })?;
-    let (codes, n_pre, pre, peak, extra, log) = rest.expect("set by a successful run");
-    d.set_item("reject_code", codes.to_py(py)?)?;
-    d.set_item("n_preemptions", n_pre.to_py(py)?)?;
-    d.set_item("preemptions", pre)?;
-    d.set_item("peak_kv_blocks", peak)?;
-    if let Some(x) = extra {
-        // this policy's trace columns join the common ones
-        let trace = d.get_item("trace")?.expect("set by to_dict").cast_into::<PyDict>()?;
-        trace.update(to_dict(py, x)?.as_mapping())?;
-    }
-    d.set_item("batch_log", log.to_py(py)?)?;
-    Ok(d)
+            continuous::run(pr, w, &params, trace, batch_log)
+        }
+    })
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

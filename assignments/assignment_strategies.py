@@ -1,4 +1,6 @@
-"""Hypothesis strategies and helpers shared by every assignment's tests.
+"""Hypothesis strategies and answer checks, the one module shared by every assignment's tests
+and the library's own tests (``tests/`` puts this folder on ``sys.path``), so both draw specs
+from one set of ranges.
 
 Specs reach student code as plain namespaces (:func:`plain`): the answer must come from the
 fields, not from the properties or methods that servelab's own dataclasses carry.
@@ -15,29 +17,40 @@ from hypothesis import strategies as st
 from servelab import hw_model as hw
 
 
-def plain(spec) -> SimpleNamespace:
-    """A dataclass spec's fields only, as a ``SimpleNamespace``."""
-    return SimpleNamespace(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)})
+def plain(spec, **changes) -> SimpleNamespace:
+    """A dataclass spec's fields only, as a ``SimpleNamespace``, with ``changes`` applied (a
+    field can be made invalid this way: no ``__post_init__`` runs).
+
+    >>> plain(hw.H100, memory_bytes=-1.0).memory_bytes
+    -1.0
+    """
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    fields.update(changes)
+    return SimpleNamespace(**fields)
 
 
 @st.composite
 def models(draw) -> hw.ModelSpec:
-    """Valid Llama-style models, from tiny to beyond 70B, tied or untied, 1-4 bytes a value."""
+    """Valid Llama-style models, from tiny to beyond 70B, tied or untied, 0.5-4 bytes a value
+    (int4 to FP32)."""
     n_kv = draw(st.integers(1, 16))
     return hw.ModelSpec("random", n_layers=draw(st.integers(1, 128)), d_model=draw(st.integers(1, 16384)),
                         n_heads=n_kv * draw(st.integers(1, 8)), n_kv_heads=n_kv,
                         d_head=draw(st.integers(1, 256)), d_ff=draw(st.integers(1, 65536)),
                         vocab_size=draw(st.integers(1, 300_000)), tie_embeddings=draw(st.booleans()),
-                        bytes_per_param=draw(st.sampled_from([1.0, 2.0, 4.0])))
+                        bytes_per_param=draw(st.sampled_from([0.5, 1.0, 2.0, 4.0])))
 
 
-gpus = st.builds(hw.GpuSpec, name=st.just("random"), peak_flops=st.floats(1e13, 5e15),
-                 hbm_bandwidth=st.floats(5e11, 2e13), memory_bytes=st.floats(1e9, 1e12))
+# from a laptop GPU (1 TFLOP/s, 100 GB/s) to past a B200 (10 PFLOP/s, 100 TB/s)
+gpus = st.builds(hw.GpuSpec, name=st.just("random"), peak_flops=st.floats(1e12, 1e16),
+                 hbm_bandwidth=st.floats(1e11, 1e14), memory_bytes=st.floats(1e9, 1e12))
 
-efficiencies = st.builds(hw.Efficiency, compute=st.floats(0.1, 1.0), bandwidth=st.floats(0.1, 1.0),
-                         overhead_s=st.floats(0.0, 0.005))
+efficiencies = st.builds(hw.Efficiency, compute=st.floats(0.05, 1.0), bandwidth=st.floats(0.05, 1.0),
+                         overhead_s=st.floats(0.0, 0.01))
 
-batches = st.lists(st.tuples(st.integers(1, 4096), st.integers(0, 65536)), min_size=1, max_size=12)
+# one sequence of a step: (new tokens, tokens already cached); a batch holds 1-16 of them
+sequences = st.tuples(st.integers(1, 8192), st.integers(0, 131072))
+batches = st.lists(sequences, min_size=1, max_size=16)
 
 
 # ---- request workloads (a6_admission) -----------------------------------------------------------

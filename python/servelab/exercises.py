@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from servelab import metrics as mx
-from servelab import lecture
+from servelab import _checks, lecture
 from servelab.admission import AdmissionReport, EarlyReject, Estimator, NoisyPredictor, admission_report
 from servelab.metrics import SLO
 from servelab.workload import Requests
@@ -61,9 +61,12 @@ def _simulate_at(policy: str | int, n: int, seed: int, rate: float) -> SimResult
 def _check_policies(policies: Sequence[str | int]) -> list[str | int]:
     out: list[str | int] = []
     for p in policies:
-        if p != "batch1" and (isinstance(p, bool) or not isinstance(p, int) or p < 1):
+        if isinstance(p, str) and p == "batch1":
+            out.append(p)
+        elif _checks.is_int(p) and p >= 1:
+            out.append(int(p))
+        else:
             raise ValueError(f"policies must hold 'batch1' or positive batch sizes, got {p!r}")
-        out.append(p)
     return out
 
 

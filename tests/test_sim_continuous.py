@@ -20,7 +20,7 @@ from servelab.hw_model import DEFAULT_EFFICIENCY, H100, LLAMA3_8B, step_cost
 from servelab.reference import continuous as ref
 from servelab.workload import Requests, chat_requests
 import sim_compare
-from sim_strategies import workloads
+from assignment_strategies import workloads
 
 COLUMNS = ("start_s", "first_token_s", "finish_s", "rejected", "batch_id", "reject_code",
            "n_preemptions")

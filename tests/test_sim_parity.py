@@ -18,8 +18,7 @@ from servelab.hw_model import DEFAULT_EFFICIENCY, H100, LLAMA3_8B
 from servelab.reference import sim as ref
 from servelab.workload import chat_requests
 import sim_compare
-from sim_strategies import static_params, workloads
-from assignment_strategies import efficiencies, gpus, models
+from assignment_strategies import efficiencies, gpus, models, static_params, workloads
 
 COLUMNS = ("start_s", "first_token_s", "finish_s", "rejected", "batch_id")
 TOTALS = ("busy_s", "flops", "n_steps", "peak_kv_tokens")

@@ -12,7 +12,7 @@ from servelab import hw_model as hw
 from servelab import serving_core as sc
 from servelab.hw_model import H100, LLAMA3_8B
 from servelab.workload import Requests
-from sim_strategies import static_params, workloads
+from assignment_strategies import static_params, workloads
 
 
 def step(*batch: tuple[int, int]) -> float:

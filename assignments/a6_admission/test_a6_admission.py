@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import admission as mine
-from assignment_strategies import answer_array, answer_int, assert_close, assert_close_float, request_workloads
+from assignment_strategies import answer_array, answer_int, assert_close, assert_close_float
+from assignment_strategies import workloads as request_workloads  # a local workloads() below adds predictions
 from servelab import hw_model as hw
 from servelab.admission import EarlyReject, MeanLength, NoisyPredictor, Oracle, PredictedLengths
 from servelab.admission import admission_report as core_report
@@ -111,7 +112,7 @@ def test_noisy_predictor(out, sigma, seed):
 @st.composite
 def workloads(draw):
     """A small bursty workload, an SLO, and predictions that are right, too short or too long."""
-    r = draw(request_workloads(max_requests=20, max_output=60))
+    r = draw(request_workloads(min_n=1, max_n=20, max_prompt=1024, max_output=60))
     n = len(r)
     guess = draw(st.one_of(st.just(r.output_len.tolist()), st.lists(st.integers(1, 90), min_size=n, max_size=n)))
     return r, np.array(guess, dtype=np.int64), draw(st.sampled_from([0.05, 0.2, 0.5, 1.0, 3.0]))

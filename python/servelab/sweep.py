@@ -181,11 +181,11 @@ class Grid:
         rates = _check_values("rates", self.rates, _finite_at_least(0.0, open_=True), "positive finite numbers")
         object.__setattr__(self, "rates", rates)
         checks: dict[str, tuple[Callable[[Any], bool], str]] = {
-            "batch_size": (lambda v: _checks.is_int(v) and v >= 1, "positive integers"),
+            "batch_size": (lambda v: _checks.is_int(v) and int(v) >= 1, "positive integers"),
             "max_wait_s": (_finite_at_least(0.0), "finite numbers >= 0"),
             "ride_along": (_checks.is_bool, "True or False"),
             "estimator": (lambda v: _estimator(v) is not None, "'mean', 'oracle' or 'sigma=<number>'"),
-            "max_num_seqs": (lambda v: _checks.is_int(v) and v >= 1, "positive integers"),
+            "max_num_seqs": (lambda v: _checks.is_int(v) and int(v) >= 1, "positive integers"),
             "chunked_prefill": (_checks.is_bool, "True or False"),
         }
         used = {axis for p in pols for axis in POLICIES[p]}

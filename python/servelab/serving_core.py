@@ -207,14 +207,13 @@ def run_batch1(requests: Requests, model: ModelSpec, gpu: GpuSpec, admission: Ea
     requests = _check_requests(requests)
     _check_specs(model, gpu, efficiency)
     if admission is None:
-        d = _core.sim_batch1(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
-                             requests.output_len, _checks.flag("trace", trace))
+        d = _core.sim_batch1(model, gpu, efficiency, requests, _checks.flag("trace", trace))
         return _result("batch1", {}, requests, model, gpu, efficiency, d)
     if not isinstance(admission, EarlyReject):
         raise TypeError(f"admission must be None or a servelab.admission.EarlyReject, got {admission!r}")
     pred = admission.predicted_len(requests)
-    d = _core.sim_batch1_early_reject(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
-                                      requests.output_len, admission.slo_ttft_s, pred, _checks.flag("trace", trace))
+    d = _core.sim_batch1_early_reject(model, gpu, efficiency, requests, admission.slo_ttft_s, pred,
+                                      _checks.flag("trace", trace))
     params = {"admission": admission.label, "slo_ttft_s": admission.slo_ttft_s, "predicted_len": pred}
     return _result("batch1", params, requests, model, gpu, efficiency, d)
 
@@ -235,8 +234,7 @@ def run_static_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, batc
     b = min(_checks.positive_int("batch_size", batch_size, hi=None), 2**63 - 1)  # any larger: no limit
     _checks.non_negative("max_wait_s", max_wait_s)
     _checks.flag("ride_along", ride_along)
-    d = _core.sim_static_batching(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
-                                  requests.output_len, b, float(max_wait_s), bool(ride_along),
+    d = _core.sim_static_batching(model, gpu, efficiency, requests, b, float(max_wait_s), bool(ride_along),
                                   _checks.flag("trace", trace))
     params = {"batch_size": int(batch_size), "max_wait_s": float(max_wait_s), "ride_along": bool(ride_along)}
     return _result("static", params, requests, model, gpu, efficiency, d)
@@ -310,8 +308,7 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     else:
         blocks = _checks.positive_int("num_blocks", num_blocks)
     chunked = _checks.flag("chunked_prefill", chunked_prefill)
-    d = _core.sim_continuous_batching(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
-                                      requests.output_len, seqs, budget, bs, blocks, chunked,
+    d = _core.sim_continuous_batching(model, gpu, efficiency, requests, seqs, budget, bs, blocks, chunked,
                                       _checks.flag("trace", trace), _checks.flag("batch_log", batch_log),
                                       _checks.flag("_per_step", _per_step))
     params = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from servelab.events import EventQueue as RustQueue
-from strategies import batches, efficiencies, gpus, models
+from assignment_strategies import batches, efficiencies, gpus, models
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,7 +53,7 @@ def test_a5_event_queue_refuses_bad_times(bad):
 pricing = load("assignments/a5_batching/pricing.py")
 
 
-@given(models(), gpus(), efficiencies, batches)
+@given(models(), gpus, efficiencies, batches)
 def test_a5_pricing_from_constants_equals_step_cost(model, gpu, eff, batch):
     from servelab import hw_model as hw
     want = hw.step_cost(model, gpu, batch, eff).time_s

@@ -328,7 +328,7 @@ def _as_batch(batch: object) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _as_int(name: str, value: object) -> int:
-    if isinstance(value, (bool, np.bool_, np.datetime64, np.timedelta64)) or not isinstance(value, (int, np.integer)):
+    if not _checks.is_int(value):  # a ValueError, as the Rust core's own check of a batch raises
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if not -(2**63) <= int(value) < 2**63:  # the core counts in i64
         raise ValueError(f"{name} must fit in a signed 64-bit integer, got {value}")
@@ -440,7 +440,7 @@ def decode_step_cost(model: ModelSpec, gpu: GpuSpec, batch_size: int, context_le
     >>> round(decode_step_cost(LLAMA3_8B, A100_80GB, 1, 512).time_s * 1e3, 2)
     9.74
     """
-    b = _positive("batch_size", batch_size)
+    b = _checks.positive_int("batch_size", batch_size, _core.MAX_TOKENS)
     c = _as_int("context_len", context_len)
     if not 0 <= c <= _core.MAX_TOKENS:
         raise ValueError(f"context_len must be an integer in [0, {_core.MAX_TOKENS}], got {c}")
@@ -450,15 +450,6 @@ def decode_step_cost(model: ModelSpec, gpu: GpuSpec, batch_size: int, context_le
                     bound="compute" if cols["compute_bound"][0] else "memory", n_tokens=b, n_seqs=b)
 
 
-def _positive(name: str, value: object) -> int:
-    v = _as_int(name, value)
-    if v < 1:
-        raise ValueError(f"{name} must be a positive integer, got {v}")
-    if v > _core.MAX_TOKENS:
-        raise ValueError(f"{name} must be an integer in [1, {_core.MAX_TOKENS}], got {v}")
-    return v
-
-
 def prefill_cost(model: ModelSpec, gpu: GpuSpec, prompt_len: int,
                  efficiency: Efficiency = DEFAULT_EFFICIENCY) -> StepCost:
     """Prefill of one prompt of ``prompt_len`` tokens with an empty cache.
@@ -466,7 +457,7 @@ def prefill_cost(model: ModelSpec, gpu: GpuSpec, prompt_len: int,
     >>> round(prefill_cost(LLAMA3_8B, H100, 8192).time_s, 1)
     0.2
     """
-    return step_cost(model, gpu, [(_positive("prompt_len", prompt_len), 0)], efficiency)
+    return step_cost(model, gpu, [(_checks.positive_int("prompt_len", prompt_len, _core.MAX_TOKENS), 0)], efficiency)
 
 
 def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, mem_util: float = 0.9, *,

@@ -61,8 +61,7 @@ class PagedKVPool:
         if not isinstance(config, ModelConfig):
             raise ValueError(f"config must be a ModelConfig, got {config!r}")
         for name, v in (("num_blocks", num_blocks), ("block_size", block_size)):
-            if not _checks.is_int(v) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+            _checks.positive_int(name, v)
         values = config.n_layers * int(num_blocks) * int(block_size) * config.kv_dim
         if values > MAX_VALUES:  # a ValueError naming the arguments, not a bare MemoryError
             raise ValueError(f"num_blocks={int(num_blocks)} x block_size={int(block_size)} KV slots of "

@@ -70,7 +70,7 @@ def check_split(config: ModelConfig, t: int) -> None:
     it, so the KV cache costs more memory in total: the GQA price of wide TP)."""
     if not isinstance(config, ModelConfig):
         raise TypeError(f"config must be a tiny_llm.ModelConfig, got {config!r:.80}")
-    if isinstance(t, (bool, np.bool_, np.timedelta64)) or not isinstance(t, (int, np.integer)) or t < 1:
+    if not _checks.is_int(t) or t < 1:
         raise ValueError(f"t must be a positive integer (the number of devices), got {t!r}")
     H, KV = config.n_heads, config.n_kv_heads
     if H % t:

@@ -35,7 +35,7 @@ Steps are numbered 0, 1, 2, ...; step ``s`` does, in this order:
    * a request still prefilling (chunked prefill only) takes
      ``min(len(tokens) - computed, budget left)`` tokens;
    * a decoding request takes 1 token, its last sampled one, which first gets a slot with
-     ``allocator.append`` (a copy-on-write it reports is applied to the KV pool).
+     ``allocator.append``.
 3. **Preemption by recompute.** If that ``append`` cannot succeed (``can_append`` is false),
    the *newest* running request (the last admitted, possibly the current one) is preempted:
    its blocks are freed, its ``computed`` drops to 0, it keeps its generated tokens and goes to
@@ -47,26 +47,21 @@ Steps are numbered 0, 1, 2, ...; step ``s`` does, in this order:
 
    * without chunked prefill it needs ``len(tokens) <= budget left`` (all of its tokens, cached
      or not: the hit count is only known after allocating);
-   * ``allocator.allocate(id, tokens)`` for all its tokens (prompt, plus the generated ones
-     after a preemption); :class:`OutOfBlocks` stops admission;
-   * with prefix caching it starts at ``computed = k * bs`` where ``k`` counts the leading
-     prefix-hit blocks that are *ready* (rule 6); it schedules
-     ``len(tokens) - computed`` tokens, capped by the budget left with chunked prefill.
+   * ``allocator.allocate(id, tokens, num_computed=0)`` for all its tokens (prompt, plus the
+     generated ones after a preemption); :class:`OutOfBlocks` stops admission;
+   * with prefix caching it starts at ``computed = k * bs``, ``k`` its prefix-hit blocks; it
+     schedules ``len(tokens) - computed`` tokens, capped by the budget left with chunked prefill.
 
-   It joins the end of the running list.
+   It joins the end of the running list. Whenever a request's chunk is scheduled (here and in
+   rule 2), ``allocator.mark_computed(id, computed + new_tokens)`` registers the keys of the
+   blocks it completes, so only computed blocks can be hits. A block completed earlier in the
+   same step may be hit by a request admitted after its writer: the reader comes later in the
+   batch, and each layer writes a sequence's KV before the next sequence reads it.
 5. **The forward.** The batch is the running requests of rule 2 in order, then the admitted
    ones; entry ``(request_id, new_tokens, context_len = computed)``. One
    ``TinyLLM.forward_batch`` runs it; the step costs ``hw_model.step_cost`` of the entries
    (an idle step, with nothing to run, costs 0 and logs ``[]``).
-6. **Ready blocks.** A block becomes ready the moment a chunk covering its last slot is
-   scheduled (rules 2 and 4, in scheduling order); a block taken for new content (allocate's
-   non-hit blocks, append's new block or copy) is not ready. Only ready hits are skipped in
-   rule 4: the allocator keys a prompt's full blocks when it allocates them, before a chunked
-   prefill has computed them (or never, if the request is preempted first). A non-ready hit is
-   recomputed (into the shared block, with the same values). A block made ready earlier in the
-   same step may be read by a request admitted after its writer: the reader comes later in the
-   batch, and each layer writes a sequence's KV before the next sequence reads it.
-7. **Sampling and leaving.** A request whose tokens are all computed samples its next token
+6. **Sampling and leaving.** A request whose tokens are all computed samples its next token
    with ``sampler(logits, len(generated))``; the first one sets its first-token time (the
    clock at the end of the step). At ``m`` tokens it finishes: its blocks are freed at once.
 

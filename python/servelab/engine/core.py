@@ -20,7 +20,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-import numpy as np
 
 from servelab import _checks, hw_model
 from servelab.blocks import BlockAllocator, OutOfBlocks
@@ -101,8 +100,6 @@ class Engine:
         # the pool first: it refuses a size past tiny_llm's memory limit before anything is built
         self.pool = PagedKVPool(config, self.num_blocks, self.block_size)
         self.allocator = BlockAllocator(self.num_blocks, self.block_size, prefix_caching)
-        # rule 6: a block is "ready" once a scheduled chunk has covered all its slots
-        self._ready = np.zeros(self.num_blocks, bool)
         self._live: list[_Live] = []
         self._results: dict[int, RequestResult] = {}
         self._arrivals: deque[_Live] = deque()  # sorted by (arrival_step, request_id) at run()
@@ -171,7 +168,7 @@ class Engine:
                             list(self.steps), self.allocator.stats())
 
     def step(self) -> EngineStep | None:
-        """One engine step (rules 1-7 of :mod:`servelab.engine`); None once all work is done."""
+        """One engine step (rules 1-6 of :mod:`servelab.engine`); None once all work is done."""
         if not self._started:
             self._started = True
             self._arrivals = deque(sorted(self._live, key=lambda r: (r.request.arrival_step, r.rid)))
@@ -259,7 +256,7 @@ class Engine:
         return admitted
 
     def _forward_and_sample(self, batch: list[tuple[_Live, int]], s: int) -> list[int]:
-        """Rules 5 and 7: one forward over the batch, then sampling; returns the finished ids."""
+        """Rules 5 and 6: one forward over the batch, then sampling; returns the finished ids."""
         logits = self.model.forward_batch([r.tokens[r.computed:r.computed + n] for r, n in batch],
                                           [r.cache for r, _ in batch])
         finished: list[int] = []
@@ -299,30 +296,22 @@ class Engine:
                              r.cached_tokens, r.computed_tokens, reason)
 
     def _admit(self, r: _Live) -> bool:
-        """Allocate blocks for all of ``r.tokens`` (rule 4); False if the pool is short."""
+        """Allocate blocks for all of ``r.tokens`` (rule 4); False if the pool is short.
+        Nothing of them is computed yet: their keys are registered as chunks are scheduled."""
         try:
-            table = self.allocator.allocate(r.rid, r.tokens)
+            self.allocator.allocate(r.rid, r.tokens, num_computed=0)
         except OutOfBlocks:  # nothing changed
             return False
-        hits = self.allocator.num_cached_tokens(r.rid) // self.block_size
-        usable = 0
-        while usable < hits and self._ready[table[usable]]:  # rule 6
-            usable += 1
-        self._ready[table[hits:]] = False  # fresh blocks: whatever they held is gone
-        r.computed, r.held = usable * self.block_size, len(r.tokens)
+        r.computed, r.held = self.allocator.num_cached_tokens(r.rid), len(r.tokens)
         r.cached_tokens += r.computed
         r.cache = PagedKVCache(self.pool, self.allocator, r.rid, r.computed)
         return True
 
     def _append(self, r: _Live) -> None:
-        before = self.allocator.block_table(r.rid)
-        copy = self.allocator.append(r.rid, r.tokens[-1])
+        # No copy-on-write can happen: the engine never forks, and a prefix hit is a full
+        # block, never a sequence's last one (one token is always left to compute).
+        self.allocator.append(r.rid, r.tokens[-1])
         r.held += 1
-        if copy is not None:  # copy-on-write: the new block starts as a copy of the shared one
-            self.pool.copy_block(*copy)
-            self._ready[copy[1]] = False
-        elif len(self.allocator.block_table(r.rid)) > len(before):
-            self._ready[self.allocator.block_table(r.rid)[-1]] = False
 
     def _preempt(self, r: _Live) -> None:
         """Rule 3: free every block, forget the computed KV, go to the front of the queue."""
@@ -332,13 +321,10 @@ class Engine:
         self.waiting.appendleft(r)
 
     def _schedule(self, batch: list[tuple[_Live, int]], r: _Live, n: int) -> None:
-        """Put ``n`` tokens of ``r`` in the batch; mark the blocks they complete ready (rule 6):
-        this forward writes them before any later sequence of the batch reads them."""
+        """Put ``n`` tokens of ``r`` in the batch and register the blocks they complete: this
+        forward writes them before any later sequence of the batch reads them (rule 4)."""
         batch.append((r, n))
-        bs, lo, hi = self.block_size, r.computed, r.computed + n
-        table = self.allocator.block_table(r.rid)
-        for j in range(lo // bs, hi // bs):  # blocks whose last slot lies in [lo, hi)
-            self._ready[table[j]] = True
+        self.allocator.mark_computed(r.rid, r.computed + n)
 
 
 def serve(requests: Sequence[Request], **engine_kwargs: Any) -> EngineResult:

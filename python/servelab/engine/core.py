@@ -161,7 +161,7 @@ class Engine:
                             list(self.steps), self.allocator.stats())
 
     def step(self) -> EngineStep | None:
-        """One engine step (rules 1-7); None once all work is done."""
+        """One engine step (rules 1-6); None once all work is done."""
         if not self._started:
             self._started = True
             self._arrivals = deque(sorted(self._live, key=self._arrival_key))
@@ -242,7 +242,7 @@ class Engine:
         return batch
 
     def _forward_and_sample(self, batch: list[tuple[_Live, int]], s: int) -> list[int]:
-        """Rules 5 and 7: one forward over the batch, then sampling; returns the finished ids."""
+        """Rules 5 and 6: one forward over the batch, then sampling; returns the finished ids."""
         logits = self.model.forward_batch(
             [r.tokens[r.num_computed:r.num_computed + n] for r, n in batch],
             [r.cache for r, _ in batch])

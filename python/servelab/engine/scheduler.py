@@ -42,22 +42,19 @@ they were added. Step ``s`` does, in this order:
 4. **Admission**, only if nobody was preempted this step: while requests wait, the budget
    lasts and fewer than ``max_num_seqs`` run, take the front request (strict FCFS: if it
    cannot be admitted, nobody behind it is). Without chunked prefill it needs
-   ``len(tokens) <= budget left``; ``allocator.allocate`` of all its tokens must succeed
-   (:class:`~servelab.blocks.OutOfBlocks` stops admission). It starts at ``computed = k * bs``,
-   ``k`` the leading prefix-cache hits that are *ready* (rule 6), and schedules
-   ``len(tokens) - computed`` tokens, capped by the budget left with chunked prefill. It joins
-   the end of the running list.
+   ``len(tokens) <= budget left``; ``allocator.allocate(id, tokens, num_computed=0)`` of all
+   its tokens must succeed (:class:`~servelab.blocks.OutOfBlocks` stops admission). It starts
+   at ``computed = k * bs``, ``k`` its prefix-cache hits, and schedules ``len(tokens) -
+   computed`` tokens, capped by the budget left with chunked prefill. It joins the end of the
+   running list. Whenever a chunk is scheduled (here and in rule 2),
+   ``allocator.mark_computed(id, computed + new_tokens)`` registers the blocks it completes, so
+   only computed blocks can be hits; a request admitted after the writer in the same step may
+   hit them, since each layer writes a sequence's KV before the next sequence reads it.
 5. **The forward.** The batch is rule 2's entries in order, then rule 4's:
    ``(request_id, new_tokens, context_len = computed)``. One ``TinyLLM.forward_batch`` runs
    it; ``hw_model.step_cost`` of the entries is the step's time (an idle step costs 0, logs
    ``[]``).
-6. **Ready blocks.** A block becomes ready when a scheduled chunk covers its last slot (rules
-   2 and 4, in order); a block taken for new content is not ready. Only ready hits are skipped
-   in rule 4 (the allocator keys a prompt's blocks at allocate time, before they are
-   computed); a non-ready hit is recomputed into the shared block, with the same values. A
-   reader admitted after the writer in the same step may use it: each layer writes a
-   sequence's KV before the next sequence reads it.
-7. **Sampling and leaving.** A request whose tokens are all computed samples its next token
+6. **Sampling and leaving.** A request whose tokens are all computed samples its next token
    with ``sampler(logits, len(generated))`` (the first sets its first-token time: the clock at
    the end of the step). At ``m`` tokens it finishes and its blocks are freed at once.
 
@@ -70,8 +67,7 @@ prefix caching the schedule depends only on lengths, arrivals and settings.
 >>> blocks.allocate(0, [5, 6, 7]), blocks.allocate(1, [8, 9])
 ([0, 1], [2])
 >>> running = [Seq(0, [5, 6, 7, 1], num_computed=3, num_slots=3), Seq(1, [8, 9, 4], 2, 2)]
->>> plan = ContinuousBatchingScheduler().schedule(
-...     SchedulerState(0, [], running, blocks.num_free_blocks, cfg, blocks))
+>>> plan = schedule(SchedulerState(0, [], running, blocks.num_free_blocks, cfg, blocks))
 >>> plan.batch, plan.preempted      # request 0's slot fits block 1; request 1 needs a new block
 (((0, 1, 3),), (1,))
 """
@@ -81,14 +77,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
-import numpy as np
-
 from servelab import _checks
 from servelab.blocks import OutOfBlocks
 from servelab.engine.records import BatchEntry
 
 __all__ = ["SchedulerConfig", "Seq", "SchedulerState", "Plan", "Scheduler",
-           "ContinuousBatchingScheduler"]
+           "ContinuousBatchingScheduler", "schedule"]
 
 
 @dataclass(frozen=True)
@@ -164,21 +158,18 @@ class Scheduler(Protocol):
 
 
 class ContinuousBatchingScheduler:
-    """Rules 2-4 and 6 on ``state.blocks`` (which it requires). Keeps which blocks are ready
-    (rule 6), so one instance serves one engine."""
+    """Rules 2-4 on ``state.blocks`` (which it requires). Keeps no state between steps.
 
-    def __init__(self) -> None:
-        self._ready: np.ndarray | None = None
+    No copy-on-write can happen here: nothing forks, and a prefix hit is a full block, never a
+    sequence's last one (one token is always left to compute), so ``plan.copies`` stays empty.
+    """
 
     def schedule(self, state: SchedulerState) -> Plan:
         blocks, cfg = state.blocks, state.config
         if blocks is None:
             raise ValueError("state.blocks must be the engine's BlockAllocator, got None")
-        if self._ready is None:
-            self._ready = np.zeros(blocks.num_blocks, bool)
         batch: list[BatchEntry] = []
         preempted: list[int] = []
-        copies: list[tuple[int, int]] = []
         budget = cfg.max_num_batched_tokens
         running = list(state.running)
         i = 0
@@ -195,9 +186,9 @@ class ContinuousBatchingScheduler:
                         break
                 if preempted and preempted[-1] == seq.request_id:
                     break
-                self._append(blocks, seq, copies)
+                blocks.append(seq.request_id, seq.tokens[-1])
                 n = 1
-            self._take(blocks, batch, seq, n, seq.num_computed)
+            _take(blocks, batch, seq.request_id, n, seq.num_computed)
             budget -= n
             i += 1
         admitted: list[int] = []
@@ -208,41 +199,26 @@ class ContinuousBatchingScheduler:
             if not cfg.chunked_prefill and len(seq.tokens) > budget:
                 break
             try:
-                table = blocks.allocate(seq.request_id, seq.tokens)
+                blocks.allocate(seq.request_id, seq.tokens, num_computed=0)
             except OutOfBlocks:  # nothing changed
                 break
-            start = self._ready_hits(blocks, seq.request_id, table) * blocks.block_size
+            start = blocks.num_cached_tokens(seq.request_id)
             n = len(seq.tokens) - start
             if cfg.chunked_prefill:
                 n = min(n, budget)
-            self._take(blocks, batch, seq, n, start)
+            _take(blocks, batch, seq.request_id, n, start)
             admitted.append(seq.request_id)
             budget -= n
             seats += 1
-        return Plan(tuple(batch), tuple(preempted), tuple(admitted), tuple(copies))
+        return Plan(tuple(batch), tuple(preempted), tuple(admitted))
 
-    def _append(self, blocks: Any, seq: Seq, copies: list[tuple[int, int]]) -> None:
-        held = len(blocks.block_table(seq.request_id))
-        copy = blocks.append(seq.request_id, seq.tokens[-1])
-        table = blocks.block_table(seq.request_id)
-        if copy is not None:
-            copies.append(copy)
-            self._ready[copy[1]] = False  # type: ignore[index]
-        elif len(table) > held:
-            self._ready[table[-1]] = False  # type: ignore[index]
 
-    def _ready_hits(self, blocks: Any, rid: int, table: list[int]) -> int:
-        hits = blocks.num_cached_tokens(rid) // blocks.block_size
-        usable = 0
-        while usable < hits and self._ready[table[usable]]:  # type: ignore[index]  # rule 6
-            usable += 1
-        self._ready[table[hits:]] = False  # type: ignore[index]  # fresh blocks
-        return usable
+def _take(blocks: Any, batch: list[BatchEntry], rid: int, n: int, start: int) -> None:
+    """Schedule ``n`` tokens of ``rid`` from ``start`` and register the blocks they complete."""
+    batch.append((rid, n, start))
+    blocks.mark_computed(rid, start + n)
 
-    def _take(self, blocks: Any, batch: list[BatchEntry], seq: Seq, n: int, start: int) -> None:
-        """Schedule ``n`` tokens of ``seq`` from ``start``; the blocks they complete are ready."""
-        batch.append((seq.request_id, n, start))
-        bs = blocks.block_size
-        table = blocks.block_table(seq.request_id)
-        for j in range(start // bs, (start + n) // bs):
-            self._ready[table[j]] = True  # type: ignore[index]
+
+def schedule(state: SchedulerState) -> Plan:
+    """The continuous-batching plan of one step (rules 2-4)."""
+    return ContinuousBatchingScheduler().schedule(state)

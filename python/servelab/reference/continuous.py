@@ -115,7 +115,7 @@ def run_continuous_batching(requests: Any, model: Any, gpu: Any, efficiency: Any
         if batch_log:
             log.append(entries)
 
-        for r, k, _ in entries:  # rule 7
+        for r, k, _ in entries:  # rule 6
             seq = seqs[r]
             seq.num_computed += k
             if seq.num_computed < len(seq.tokens):

@@ -27,8 +27,8 @@ from servelab.engine.core import Engine, serve
 from servelab.engine.records import (BatchEntry, EngineResult, EngineStep, Request,
                                      RequestResult)
 from servelab.engine.scheduler import (ContinuousBatchingScheduler, Plan, Scheduler,
-                                       SchedulerConfig, SchedulerState, Seq)
+                                       SchedulerConfig, SchedulerState, Seq, schedule)
 
 __all__ = ["Engine", "serve", "Request", "RequestResult", "EngineStep", "EngineResult",
            "BatchEntry", "Scheduler", "SchedulerState", "SchedulerConfig", "Seq", "Plan",
-           "ContinuousBatchingScheduler"]
+           "ContinuousBatchingScheduler", "schedule"]

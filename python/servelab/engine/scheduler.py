@@ -165,6 +165,7 @@ class ContinuousBatchingScheduler:
     """
 
     def schedule(self, state: SchedulerState) -> Plan:
+        _checks.instance("state", state, SchedulerState, "a SchedulerState")
         blocks, cfg = state.blocks, state.config
         if blocks is None:
             raise ValueError("state.blocks must be the engine's BlockAllocator, got None")

@@ -164,6 +164,30 @@ def test_same_batches_as_the_engine(case):
     event(f"preempted: {int(sim.n_preemptions.sum()) > 0}")
 
 
+@settings(max_examples=30)
+@given(case=engine_cases(), gaps=st.lists(st.sampled_from([0.0, 0.001, 0.05, 1.0]), min_size=8,
+                                          max_size=8))
+def test_timed_arrivals_give_the_simulators_batches_and_times(case, gaps):
+    """Rule 1 by the clock: the engine given arrival times (idle gaps included, where its clock
+    jumps as the simulator's does) makes the simulator's batches, first-token and finish times."""
+    reqs, eng = case
+    arrival = np.cumsum(gaps[:len(reqs)]).tolist()
+    e = Engine(**eng)
+    for r, t in zip(reqs, arrival):
+        e.add_request(r.prompt, r.max_new_tokens, r.sampler, arrival_s=t)
+    res = e.run()
+    sim = sc.run_continuous_batching(Requests(arrival, [len(r.prompt) for r in reqs],
+                                              [r.max_new_tokens for r in reqs]),
+                                     LLAMA3_8B, H100, trace=True, batch_log=True, **eng)
+    assert sim.batch_log.to_list() == res.batch_log()  # no idle step is logged: the clock jumps
+    assert sim.trace.step_s.tolist() == [s.cost_s for s in res.steps]
+    for i, r in enumerate(res.requests):
+        assert r.arrival_s == arrival[i] and sim.rejected[i] == (r.status == "unservable")
+        assert np.array_equal([sim.first_token_s[i], sim.finish_s[i]], [r.first_token_s, r.finish_s],
+                              equal_nan=True)
+    event(f"idle jumps: {sum(g >= 1.0 for g in gaps[1:len(reqs)]) > 0}")
+
+
 def test_same_batches_as_the_engine_under_pressure():
     """Eight requests over a pool of 6 blocks of 4: preemptions, recomputes, chunked or not."""
     reqs = [Request([i + 1] * (3 + 2 * i), 6 + i % 3, arrival_step=i // 2) for i in range(8)]

@@ -169,6 +169,10 @@ class Engine:
             return None
         s = len(self.steps)
         self._arrive(s)
+        while self._timed and self._arrivals and not (self.waiting or self.running):
+            self._arrive(s)  # only unservable ones arrived: the clock jumps again
+        if self._timed and not (self.waiting or self.running):
+            return None
         if not (self.waiting or self.running):  # idle until the next arrival step
             step = EngineStep(s, (), (), (), (), 0.0, self.clock_s, self._blocks_used())
         else:

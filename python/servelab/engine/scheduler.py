@@ -23,8 +23,8 @@ tokens whose KV is in the pool; ``m`` = ``max_new_tokens``; requests are numbere
 they were added. Step ``s`` does, in this order:
 
 1. **Arrivals.** Requests with ``arrival_step == s`` (or, timed, ``arrival_s`` <= the clock
-   when the step starts; an engine with nothing to do jumps its clock to the next one) arrive,
-   by id. A request is *unservable* (reported at once, never queued) if its
+   when the step starts; an engine with nothing to do jumps its clock to the next one and logs
+   no idle step) arrive, by id. A request is *unservable* (reported at once, never queued) if its
    ``need = len(prompt) + m - 1`` tokens (the last token is never fed back) need more than
    ``num_blocks`` blocks, or, without chunked prefill, ``need > max_num_batched_tokens`` (a
    recompute after preemption prefills ``need`` tokens at once). The rest join the back of the

@@ -41,6 +41,7 @@ class _Live(Seq):
     request: Request = None  # type: ignore[assignment]  # set by add_request
     out: list[int] = field(default_factory=list)
     cache: PagedKVCache | None = None
+    due: float = 0.0  # its arrival_s, or its arrival_step (rule 1)
     arrival_step: int = 0  # the step it arrived at, and the clock then (or its arrival_s)
     arrival_s: float = 0.0
     first_step: int | None = None
@@ -140,7 +141,8 @@ class Engine:
                              f"{need} positions, more than max_len {self.config.max_len}")
         rid = len(self._live)
         req = Request(tuple(tokens), m, sampler, step, arrival_s)
-        self._live.append(_Live(rid, list(tokens), request=req))
+        self._live.append(_Live(rid, list(tokens), request=req,
+                                due=step if arrival_s is None else arrival_s))
         return rid
 
     def unservable_reason(self, prompt_len: int, max_new_tokens: int) -> str:
@@ -164,7 +166,7 @@ class Engine:
         """One engine step (rules 1-6); None once all work is done."""
         if not self._started:
             self._started = True
-            self._arrivals = deque(sorted(self._live, key=self._arrival_key))
+            self._arrivals = deque(sorted(self._live, key=lambda r: (r.due, r.request_id)))
         if not (self._arrivals or self.waiting or self.running):
             return None
         s = len(self.steps)
@@ -189,27 +191,21 @@ class Engine:
         self.steps.append(step)
         return step
 
-    def _arrival_key(self, r: _Live) -> tuple[float, int]:
-        req = r.request
-        return (req.arrival_s if self._timed else req.arrival_step, r.request_id)  # type: ignore[return-value]
-
     def _arrive(self, s: int) -> None:
         """Rule 1: this step's arrivals join the back of the queue, or are unservable."""
         if self._timed and not (self.waiting or self.running) and self._arrivals:
-            self.clock_s = max(self.clock_s, self._arrivals[0].request.arrival_s)  # type: ignore[type-var]
-        while self._arrivals and self._arrived(self._arrivals[0].request, s):
+            self.clock_s = max(self.clock_s, self._arrivals[0].due)
+        while self._arrivals and (self._arrivals[0].due <= self.clock_s if self._timed
+                                  else self._arrivals[0].due == s):
             r = self._arrivals.popleft()
             req = r.request
             r.arrival_step = s
-            r.arrival_s = req.arrival_s if self._timed else self.clock_s  # type: ignore[assignment]
+            r.arrival_s = r.due if self._timed else self.clock_s
             reason = self.unservable_reason(len(req.prompt), req.max_new_tokens)
             if reason:
                 self._results[r.request_id] = self._finish(r, "unservable", s, reason)
             else:
                 self.waiting.append(r)
-
-    def _arrived(self, req: Request, s: int) -> bool:
-        return req.arrival_s <= self.clock_s if self._timed else req.arrival_step == s  # type: ignore[operator]
 
     def _carry_out(self, plan: Plan, s: int) -> list[tuple[_Live, int]]:
         """Move requests as ``plan`` says (rules 3-4), copy its blocks; returns the batch."""
@@ -229,18 +225,19 @@ class Engine:
         admitted = set(plan.admitted)
         batch = []
         for rid, n, start in plan.batch:
-            r = by_id.get(rid)
+            live = by_id.get(rid)
             slots = self.allocator.num_tokens(rid) if rid in self.allocator else 0
-            if r is not None and rid in admitted and slots:
-                r.num_computed = start
-                r.cached_tokens += start
-                r.cache = PagedKVCache(self.pool, self.allocator, rid, start)
-            if r is None or r.cache is None or start != r.num_computed or not 0 < n <= slots - start:
+            if live is not None and rid in admitted and slots:
+                live.num_computed = start
+                live.cached_tokens += start
+                live.cache = PagedKVCache(self.pool, self.allocator, rid, start)
+            if live is None or live.cache is None or start != live.num_computed \
+                    or not 0 < n <= slots - start:
                 raise RuntimeError(f"step {s}: the scheduler's entry {(rid, n, start)} does not "
-                                   f"match request {rid} (running: {r in self.running}, "
-                                   f"{getattr(r, 'num_computed', 0)} computed, {slots} slots)")
-            r.num_slots = slots
-            batch.append((r, n))
+                                   f"match request {rid} (running: {live in self.running}, "
+                                   f"{getattr(live, 'num_computed', 0)} computed, {slots} slots)")
+            live.num_slots = slots
+            batch.append((live, n))
         if not batch:
             raise RuntimeError(f"step {s}: work is left but the scheduler planned nothing")
         return batch

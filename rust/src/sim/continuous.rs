@@ -2,8 +2,8 @@
 //! pool (vLLM's PagedAttention, §2.4 and §3.5), optional chunked prefill and preemption by
 //! recompute.
 //!
-//! The scheduling rules are exactly those of `servelab.engine` (its package docstring numbers
-//! them 1-6), so that on the same requests this simulator and the engine, which runs real
+//! The scheduling rules are exactly those of `servelab.engine.scheduler` (its module docstring
+//! numbers them 1-6), so that on the same requests this simulator and the engine, which runs real
 //! tokens on tiny_llm, make the same batches step for step. In short, a step starting at `t`:
 //!
 //! 1. requests with `arrival_s <= t` arrive in order; one whose `need = prompt + output - 1`

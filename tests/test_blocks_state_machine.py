@@ -11,6 +11,8 @@ cache key, counters) and that the invariants of the issue hold:
 * a table's blocks hold exactly its sequence's tokens (so a cache hit returned blocks whose
   stored tokens equal the request's, and no append wrote into a block someone else reads);
 * a cached block in a table carries the key of that table's prefix;
+* a key is registered only once its block is computed (``allocate(.., num_computed)``,
+  ``mark_computed``, ``append``): a block past what its sequences have computed carries none;
 * ``can_allocate(n)`` true means ``allocate`` of ``n`` tokens succeeds;
 * ``OutOfBlocks`` changes nothing;
 * freeing everything frees every block (checked at the end of every run).
@@ -76,6 +78,7 @@ class BlocksMachine(RuleBasedStateMachine):
         self.rust: BlockAllocator | None = None
         self.ref: ref.BlockAllocator | None = None
         self.model: dict[int, list[int]] = {}  # live sequence -> its tokens
+        self.computed: dict[int, int] = {}  # live sequence -> tokens it has declared computed
         self.prompts: list[list[int]] = []  # every prompt and sequence seen, for shared prefixes
         self.freed: list[int] = []
         self.next_id = 0
@@ -126,10 +129,14 @@ class BlocksMachine(RuleBasedStateMachine):
         seq_id = self.new_id()
         surely = self.rust.can_allocate(len(prompt))
         before = snapshot(self.rust)
-        r = self.both("allocate", seq_id, prompt)
+        # None: standalone (all computed); 0: an engine's admission; else a part
+        computed = data.draw(st.one_of(st.none(), st.just(0), st.integers(0, len(prompt))))
+        r = self.both("allocate", seq_id, prompt, computed)
         self.prompts.append(prompt)
         if r[0] == "ok":
             self.model[seq_id] = list(prompt)
+            self.computed[seq_id] = max(len(prompt) if computed is None else computed,
+                                        self.rust.num_cached_tokens(seq_id))
             COUNTS["cached_tokens"] += self.rust.num_cached_tokens(seq_id)
         else:
             assert r[1] is OutOfBlocks and not surely, r
@@ -148,6 +155,8 @@ class BlocksMachine(RuleBasedStateMachine):
         if r[0] == "ok":
             assert can
             self.model[seq_id].append(token)
+            if len(self.model[seq_id]) % self.rust.block_size == 0:  # a filled block: computed
+                self.computed[seq_id] = len(self.model[seq_id])
             if r[1] is not None:
                 COUNTS["copies"] += 1
                 src, dst = r[1]
@@ -163,6 +172,7 @@ class BlocksMachine(RuleBasedStateMachine):
         child = self.new_id()
         assert self.both("fork", parent, child)[0] == "ok"
         self.model[child] = list(self.model[parent])
+        self.computed[child] = self.computed[parent]
         if diverge:  # parallel sampling: the child draws its own next token at once
             self.append_to(child, token)
 
@@ -172,7 +182,16 @@ class BlocksMachine(RuleBasedStateMachine):
         seq_id = data.draw(st.sampled_from(sorted(self.model)))
         assert self.both("free", seq_id)[0] == "ok"
         self.prompts.append(self.model.pop(seq_id))
+        del self.computed[seq_id]
         self.freed.append(seq_id)
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data())
+    def mark_computed(self, data) -> None:
+        seq_id = data.draw(st.sampled_from(sorted(self.model)))
+        n = data.draw(st.integers(0, len(self.model[seq_id])))
+        assert self.both("mark_computed", seq_id, n)[0] == "ok"
+        self.computed[seq_id] = max(self.computed[seq_id], n)
 
     @rule(n=st.integers(0, 100))
     def can_allocate(self, n: int) -> None:
@@ -189,6 +208,9 @@ class BlocksMachine(RuleBasedStateMachine):
             ("allocate", unknown, [1, ref.TOKEN_LIMIT]),
             ("allocate", unknown, [0, 1.5]),
             ("allocate", unknown, "01"),
+            ("allocate", unknown, [0, 1], 3),
+            ("allocate", unknown, [0], -1),
+            ("mark_computed", unknown, 0),
             ("append", unknown, 0),
             ("fork", unknown, self.next_id + 2000),
             ("free", unknown),
@@ -202,7 +224,8 @@ class BlocksMachine(RuleBasedStateMachine):
         if live:
             s = data.draw(st.sampled_from(live))
             calls += [("allocate", s, [0]), ("append", s, -1), ("append", s, 1 << 40),
-                      ("append", s, None), ("fork", s, s)]
+                      ("append", s, None), ("fork", s, s),
+                      ("mark_computed", s, -1), ("mark_computed", s, len(self.model[s]) + 1)]
         call = data.draw(st.sampled_from(calls))
         before = snapshot(self.rust)
         r = self.both(*call)
@@ -242,6 +265,13 @@ class BlocksMachine(RuleBasedStateMachine):
                     assert key is None or key == keys[i], (s, i, b)
             else:
                 assert n_cached == 0 and all(k is None for _, k in blocks)
+        if self.rust.prefix_caching:
+            # registered when computed: a keyed block in use lies inside what some sequence
+            # holding it has declared computed
+            for b in range(n):
+                if blocks[b][1] is not None and refs[b]:
+                    assert any(i < self.computed[s] // bs for s, (table, *_) in zip(ids, seqs)
+                               for i, x in enumerate(table) if x == b), (b, self.computed)
 
     def teardown(self) -> None:
         if self.rust is None:

@@ -49,8 +49,8 @@ from servelab.workload import Requests
 __all__ = ["SimResult", "StepTrace", "BatchLog", "run_batch1", "run_static_batching",
            "run_continuous_batching", "REJECT_REASONS"]
 
-# SimResult.reject_code of continuous batching (rule 1 of servelab.engine): why a request can
-# never run, so it is rejected at arrival instead of waiting forever
+# SimResult.reject_code of continuous batching (rule 1 of servelab.engine.scheduler): why a
+# request can never run, so it is rejected at arrival instead of waiting forever
 REJECT_REASONS = {
     1: "its prompt + output - 1 tokens need more KV blocks than the pool holds",
     2: "without chunked prefill, a (re)prefill of its prompt + output - 1 tokens exceeds "
@@ -247,8 +247,8 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
                             trace: bool = False, batch_log: bool = False,
                             _per_step: bool = False) -> SimResult:
     """Continuous batching (§4.5 policy 3: Orca's iteration-level scheduling over vLLM's paged
-    KV blocks, §2.4): the batch is chosen anew at every step, with the seven rules of
-    :mod:`servelab.engine`, so that on the same requests it makes the engine's batches.
+    KV blocks, §2.4): the batch is chosen anew at every step, with the rules of
+    :mod:`servelab.engine.scheduler`, so that on the same requests it makes the engine's batches.
 
     At most ``max_num_seqs`` requests run and a step computes at most ``max_num_batched_tokens``
     tokens (vLLM's names and defaults). KV memory is ``num_blocks`` blocks of ``block_size``

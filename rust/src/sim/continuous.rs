@@ -2,8 +2,8 @@
 //! pool (vLLM's PagedAttention, §2.4 and §3.5), optional chunked prefill and preemption by
 //! recompute.
 //!
-//! The scheduling rules are exactly those of `servelab.engine` (its package docstring numbers
-//! them 1-7), so that on the same requests this simulator and the engine, which runs real
+//! The scheduling rules are exactly those of `servelab.engine.scheduler` (its module docstring
+//! numbers them 1-6), so that on the same requests this simulator and the engine, which runs real
 //! tokens on tiny_llm, make the same batches step for step. In short, a step starting at `t`:
 //!
 //! 1. requests with `arrival_s <= t` arrive in order; one whose `need = prompt + output - 1`
@@ -22,8 +22,7 @@
 //!    of them within the budget;
 //! 5. the step is priced by the paper GPU ([`Pricer`], the same numbers as
 //!    `hw_model.step_cost`);
-//! 6. (prefix-cache readiness: not modelled, see below);
-//! 7. a request whose tokens are all computed samples one; the first sets `first_token_s` (the
+//! 6. a request whose tokens are all computed samples one; the first sets `first_token_s` (the
 //!    end of the step); the last frees its blocks at once.
 //!
 //! When nothing is waiting or running, the clock jumps to the next arrival (the engine logs an
@@ -484,7 +483,7 @@ pub fn run(
         }
         let end = rec.step(t, shape);
 
-        // rule 7, decoding requests: those whose last token this step samples leave
+        // rule 6, decoding requests: those whose last token this step samples leave
         while let Some(&Reverse((last, r))) = dec.finish.peek() {
             if last > step {
                 break;
@@ -499,7 +498,7 @@ pub fn run(
             rec.out().finish_s[r] = end;
         }
         step = step.checked_add(1).ok_or_else(counter_overflow)?;
-        // rule 7, prefill pieces: a completed prefill samples a token; the completed ones are
+        // rule 6, prefill pieces: a completed prefill samples a token; the completed ones are
         // the first pieces (only the last piece can be a partial chunk)
         let mut completed = 0;
         for &(r, nt, _) in &pieces {
@@ -562,7 +561,7 @@ struct Scratch {
     batch: Vec<(usize, i64, bool)>,
 }
 
-/// One step the per-step way (rules 2-7 visiting every running request), for the steps the
+/// One step the per-step way (rules 2-6 visiting every running request), for the steps the
 /// aggregates cannot take: it turns the decoding requests' offsets back into counts, runs the
 /// step exactly as `continuous_per_step.rs` does, and rebuilds the aggregates.
 struct SlowStep<'a, 'b> {
@@ -693,7 +692,7 @@ impl SlowStep<'_, '_> {
         }
         let end = self.rec.step(t, shape);
 
-        // rule 7
+        // rule 6
         for &(r, nt, _) in batch.iter() {
             let s = &mut req[r];
             s.c += nt;
@@ -895,7 +894,7 @@ mod tests {
                     0 => {
                         let n = 1 + rnd((blocks * bs) as u64 + 3) as i64;
                         let ok = counts.allocate(n);
-                        assert_eq!(ok, real.allocate(op, &vec![0; n as usize]).is_ok());
+                        assert_eq!(ok, real.allocate(op, &vec![0; n as usize], None).is_ok());
                         if ok {
                             held.push((op, n));
                         }

@@ -165,7 +165,7 @@ pub fn run_per_step(
         }
         let end = rec.step(t, shape);
 
-        // rule 7: sampling and leaving
+        // rule 6: sampling and leaving
         let mut finished = false;
         for &(r, nt, _) in &batch {
             let s = &mut live[r];

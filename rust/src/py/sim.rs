@@ -12,6 +12,7 @@ use crate::sim::admission::EarlyReject;
 use crate::sim::batch1::{self, AcceptAll};
 use crate::sim::continuous::{self, ContinuousParams};
 use crate::sim::continuous_per_step;
+use crate::sim::continuous_prefix::{self, Prefixes};
 use crate::sim::fixed_service;
 use crate::sim::static_batching::{self, StaticParams};
 use crate::sim::{SimOutput, Workload};
@@ -159,9 +160,13 @@ fn sim_static_batching<'py>(
 /// with `batch_log` a dict of CSR columns `offsets`, `request_id`, `new_tokens`, `context_len`.
 /// `per_step` (tests and benchmarks only) runs the per-sequence-step loop the event-driven
 /// engine replaced (`sim/continuous_per_step.rs`): the same output, bit for bit, slower.
+/// `prefix_caching` runs `sim/continuous_prefix.rs` over the shared prefixes `prefix_parent` /
+/// `prefix_len` (None: nothing shared) and adds `cached_tokens`, `computed_tokens` and the
+/// totals `prefix_hits`, `prefix_lookups`, `prefix_evictions`.
 #[pyfunction]
 #[pyo3(signature = (model, gpu, efficiency, arrival_s, prompt_len, output_len, max_num_seqs,
-    max_num_batched_tokens, block_size, num_blocks, chunked_prefill, trace, batch_log, per_step=false))]
+    max_num_batched_tokens, block_size, num_blocks, chunked_prefill, trace, batch_log, per_step=false,
+    prefix_caching=false, prefix_parent=None, prefix_len=None))]
 #[allow(clippy::too_many_arguments)]
 fn sim_continuous_batching<'py>(
     py: Python<'py>,
@@ -179,12 +184,29 @@ fn sim_continuous_batching<'py>(
     trace: bool,
     batch_log: bool,
     per_step: bool,
+    prefix_caching: bool,
+    prefix_parent: Option<PyReadonlyArray1<'py, i64>>,
+    prefix_len: Option<PyReadonlyArray1<'py, i64>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let params = ContinuousParams { max_num_seqs, max_num_batched_tokens, block_size, num_blocks, chunked_prefill };
     params.validate()?;
+    if per_step && prefix_caching {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "per_step=True has no prefix caching (the prefix-caching loop is per-step already)",
+        ));
+    }
+    let n = arrival_s.len()?;
+    let (none_parent, no_len) = (vec![-1i64; if prefix_parent.is_none() { n } else { 0 }], vec![0i64; if prefix_len.is_none() { n } else { 0 }]);
+    let parent = match &prefix_parent { Some(x) => slice("prefix_parent", x)?, None => &none_parent[..] };
+    let plen = match &prefix_len { Some(x) => slice("prefix_len", x)?, None => &no_len[..] };
     let mut rest = None;
+    let mut prefix_out = None;
     let d = simulate(py, model, gpu, efficiency, arrival_s, prompt_len, output_len, |pr, w| {
-        let o = if per_step {
+        let o = if prefix_caching {
+            let (o, p) = continuous_prefix::run(pr, w, &params, &Prefixes { parent, len: plen }, true, trace, batch_log)?;
+            prefix_out = Some(p);
+            o
+        } else if per_step {
             continuous_per_step::run_per_step(pr, w, &params, trace, batch_log)?
         } else {
             continuous::run(pr, w, &params, trace, batch_log)?
@@ -197,6 +219,13 @@ fn sim_continuous_batching<'py>(
     d.set_item("n_preemptions", n_pre.into_pyarray(py))?;
     d.set_item("preemptions", pre)?;
     d.set_item("peak_kv_blocks", peak)?;
+    if let Some(p) = prefix_out {
+        d.set_item("cached_tokens", p.cached_tokens.into_pyarray(py))?;
+        d.set_item("computed_tokens", p.computed_tokens.into_pyarray(py))?;
+        d.set_item("prefix_hits", p.num_hits)?;
+        d.set_item("prefix_lookups", p.num_lookups)?;
+        d.set_item("prefix_evictions", p.num_evictions)?;
+    }
     if let Some(x) = extra {
         let tr = d.get_item("trace")?.expect("set by to_dict");
         tr.set_item("kv_blocks", x.kv_blocks.into_pyarray(py))?;

@@ -105,6 +105,8 @@ CASES = [
     Case("hw_model.tensor_parallel_cost", fn(hw_model.tensor_parallel_cost),
          {"whole": hw_model.step_cost(M, G, [(1, 10)]), "model": M, "gpu": G,
           "efficiency": hw_model.DEFAULT_EFFICIENCY, "tp": 2}),
+    Case("hw_model.kv_host_transfer_s", fn(hw_model.kv_host_transfer_s),
+         {"model": M, "gpu": G, "n_tokens": 1024}),
     Case("hw_model.fewest_cards", fn(hw_model.fewest_cards),
          {"model": hw_model.LLAMA3_70B, "gpu": G, "context_len": 1024, "mem_util": 0.9, "max_tp": 8}),
     # workload (§4.5)

@@ -220,14 +220,13 @@ def run_batch1(requests: Requests, model: ModelSpec, gpu: GpuSpec, admission: Ea
     requests = _check_requests(requests)
     _check_specs(model, gpu, efficiency)
     if admission is None:
-        d = _core.sim_batch1(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
-                             requests.output_len, _flag("trace", trace))
+        d = _core.sim_batch1(model, gpu, efficiency, requests, _flag("trace", trace))
         return _result("batch1", {}, requests, model, gpu, efficiency, d)
     if not isinstance(admission, EarlyReject):
         raise TypeError(f"admission must be None or a servelab.admission.EarlyReject, got {admission!r}")
     pred = admission.predicted_len(requests)
-    d = _core.sim_batch1_early_reject(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
-                                      requests.output_len, admission.slo_ttft_s, pred, _flag("trace", trace))
+    d = _core.sim_batch1_early_reject(model, gpu, efficiency, requests, admission.slo_ttft_s, pred,
+                                      _flag("trace", trace))
     params = {"admission": admission.label, "slo_ttft_s": admission.slo_ttft_s, "predicted_len": pred}
     return _result("batch1", params, requests, model, gpu, efficiency, d)
 
@@ -253,8 +252,7 @@ def run_static_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, batc
     if not isinstance(ride_along, (bool, np.bool_)):
         raise ValueError(f"ride_along must be True or False, got {ride_along!r}")
     b = min(int(batch_size), 2**63 - 1)
-    d = _core.sim_static_batching(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
-                                  requests.output_len, b, float(max_wait_s), bool(ride_along),
+    d = _core.sim_static_batching(model, gpu, efficiency, requests, b, float(max_wait_s), bool(ride_along),
                                   _flag("trace", trace))
     params = {"batch_size": int(batch_size), "max_wait_s": float(max_wait_s), "ride_along": bool(ride_along)}
     return _result("static", params, requests, model, gpu, efficiency, d)
@@ -355,8 +353,7 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
         raise TypeError("shared_prefixes must be None or a servelab.workload.SharedPrefixes, "
                         f"got {type(shared_prefixes).__name__}")
     sp = (None, None) if shared_prefixes is None else (shared_prefixes.parent, shared_prefixes.length)
-    d = _core.sim_continuous_batching(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
-                                      requests.output_len, seqs, budget, bs, blocks, chunked,
+    d = _core.sim_continuous_batching(model, gpu, efficiency, requests, seqs, budget, bs, blocks, chunked,
                                       _flag("trace", trace), _flag("batch_log", batch_log),
                                       _flag("_per_step", _per_step), caching, *sp)
     params = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,

@@ -23,12 +23,11 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 
 from servelab import hw_model as hw
 from servelab import metrics as mx
 from servelab import plots
-from servelab.demos import working
+from servelab.demos import table as _table, working
 from servelab.hw_model import H100, LLAMA3_8B
 from servelab.metrics import SLO, Summary
 from servelab.serving_core import SimResult, run_batch1, run_continuous_batching, run_static_batching
@@ -75,13 +74,6 @@ def label(policy: Policy) -> str:
     if policy == CONTINUOUS_LABEL:
         return CONTINUOUS_LABEL
     return "batch 1" if policy == "batch1" else f"static B={policy}"
-
-
-def _table(title: str, *columns: str) -> Table:
-    t = Table(title=title, title_justify="left")
-    for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i == 0 else "right", no_wrap=i == 0)
-    return t
 
 
 # ---- part 1 ------------------------------------------------------------------------------------

@@ -6,18 +6,11 @@ checks all ``k`` guesses in one forward of ``k + 1`` tokens, which costs about a
 one-token step while it stays memory-bound. Every guess up to the first wrong one is kept, and
 the target's own token at that position comes for free, so a step emits 1 to ``k + 1`` tokens.
 
-* **Greedy**: a guess is kept when it is the target's argmax, so the tokens are exactly the
-  target's own greedy tokens (§6.5), whatever the draft; a useless draft only wastes work.
-* **Sampling** (``temperature``): a guess ``x`` drawn from the draft's ``q`` is kept with
-  probability ``min(1, p(x) / q(x))`` under the target's ``p``; at the first rejection the
-  token is drawn from ``max(0, p - q)`` renormalised; when all ``k`` are kept a bonus token is
-  drawn from the target's next ``p``. Each emitted token then follows the target's
-  distribution exactly (Leviathan et al. 2023; Chen et al. 2023).
-
-If each guess is kept with probability ``a``, independently, a target step emits
-``(1 - a^(k+1)) / (1 - a)`` tokens on average (:func:`expected_tokens_per_step`).
-:func:`speculative_step_cost` prices a step on the paper GPU: ``k`` draft decode steps plus one
-target forward over ``k + 1`` tokens.
+Verification is greedy (:func:`accept_greedy`: the tokens are exactly the target's own, §6.5,
+whatever the draft) or rejection sampling (:func:`accept_sampled`: each token follows the
+target's distribution exactly; Leviathan et al. 2023, Chen et al. 2023). The closed form of the
+tokens per step is :func:`expected_tokens_per_step`; :func:`speculative_step_cost` prices a step
+on the paper GPU; ``servelab demo speculative`` puts measured and predicted side by side.
 
 >>> from servelab.tiny_llm import TINY, TinyLLM, generate
 >>> target = TinyLLM(TINY)

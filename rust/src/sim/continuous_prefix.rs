@@ -108,10 +108,11 @@ pub struct PrefixOutput {
     pub cached_tokens: Vec<i64>,
     /// Per request: tokens it computed, summed over its steps (`num_computed_tokens`).
     pub computed_tokens: Vec<i64>,
-    /// The allocator's counters: blocks reused and blocks that could have been.
-    pub num_hits: u64,
-    pub num_lookups: u64,
-    pub num_evictions: u64,
+    /// The allocator's counters: blocks reused, blocks that could have been, cached blocks
+    /// given new content.
+    pub prefix_hits: u64,
+    pub prefix_lookups: u64,
+    pub prefix_evictions: u64,
 }
 
 /// The live state of one request.
@@ -156,9 +157,9 @@ pub fn run(
     let mut pre = PrefixOutput {
         cached_tokens: vec![0; n],
         computed_tokens: vec![0; n],
-        num_hits: 0,
-        num_lookups: 0,
-        num_evictions: 0,
+        prefix_hits: 0,
+        prefix_lookups: 0,
+        prefix_evictions: 0,
     };
     let mut live = vec![Live::default(); n];
     let mut kv = BlockAllocator::new(params.num_blocks, params.block_size, prefix_caching)?;
@@ -350,9 +351,9 @@ pub fn run(
         }
         t = end;
     }
-    pre.num_hits = kv.num_hits();
-    pre.num_lookups = kv.num_lookups();
-    pre.num_evictions = kv.num_evictions();
+    pre.prefix_hits = kv.num_hits();
+    pre.prefix_lookups = kv.num_lookups();
+    pre.prefix_evictions = kv.num_evictions();
     let out = ContinuousOutput {
         sim: rec.finish(),
         reject_code,
@@ -419,7 +420,7 @@ mod tests {
         );
         assert_eq!(p.cached_tokens, vec![0, 8, 4]);
         assert_eq!(p.computed_tokens, vec![12, 5, 3]);
-        assert_eq!((p.num_hits, p.num_lookups), (3, 2 + 2 + 1));
+        assert_eq!((p.prefix_hits, p.prefix_lookups), (3, 2 + 2 + 1));
     }
 
     /// With prefix caching off, or on without shared prefixes and without preemption (a
@@ -461,7 +462,7 @@ mod tests {
                         assert_eq!(got.batch_log, want.batch_log, "case {case} {prm:?}");
                         assert_eq!(got.trace_extra, want.trace_extra, "case {case}");
                         assert_eq!(got.n_preemptions, want.n_preemptions, "case {case}");
-                        assert_eq!(extra.num_hits, 0);
+                        assert_eq!(extra.prefix_hits, 0);
                     }
                     (Err(e1), Err(e2)) => assert_eq!(e1, &e2),
                     (want, got) => panic!("case {case}: {want:?} vs {got:?}"),

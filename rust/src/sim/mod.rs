@@ -189,6 +189,7 @@ impl StepShape {
 
 /// The price of one step. Admission control (`admission.rs`) prices its estimated steps with
 /// this very function, so that an exact estimate reproduces the simulator's clock bit for bit.
+#[inline]
 pub(crate) fn price_shape(pricer: &Pricer, shape: &StepShape) -> StepCost {
     pricer.price_totals(shape.tokens, shape.seqs, to_f64(shape.keys), to_f64(shape.ctx_tokens))
 }

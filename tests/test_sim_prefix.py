@@ -161,11 +161,14 @@ def test_bad_shared_prefixes_name_the_value():
     for sp, message in [
         (SharedPrefixes([-1, 1], [0, 2]), "prefix_parent[1] must be -1 or an earlier request's index"),
         (SharedPrefixes([-1, 0], [0, 5]), "prefix_len[1] must be in [0, 4]"),
-        (SharedPrefixes([-1], [0]), "prefix_parent and prefix_len must have one entry per request (2)"),
     ]:
         with pytest.raises(ValueError) as info:
             sc.run_continuous_batching(reqs, LLAMA3_8B, H100, prefix_caching=True, shared_prefixes=sp)
         assert str(info.value).startswith(message)
+    for caching in (False, True):  # checked even when unused
+        with pytest.raises(ValueError, match=r"shared_prefixes must have one entry per request \(2\), got 1"):
+            sc.run_continuous_batching(reqs, LLAMA3_8B, H100, prefix_caching=caching,
+                                       shared_prefixes=SharedPrefixes([-1], [0]))
     with pytest.raises(TypeError, match="shared_prefixes must be None or"):
         sc.run_continuous_batching(reqs, LLAMA3_8B, H100, prefix_caching=True, shared_prefixes=[0, 1])
     with pytest.raises(ValueError, match="per_step=True has no prefix caching"):

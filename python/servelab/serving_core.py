@@ -114,6 +114,8 @@ class SimResult:
     step), ``rejected`` (turned away by admission control; its times are NaN), ``batch_id``
     (which batch served it; ``-1`` if rejected). Totals: ``busy_s`` (sum of step times),
     ``flops``, ``n_steps``, ``peak_kv_tokens``. ``trace``: a :class:`StepTrace` when asked for.
+    Continuous batching with prefix caching adds ``cached_tokens`` and ``computed_tokens`` per
+    request and the allocator's ``prefix_hits``, ``prefix_lookups``, ``prefix_evictions``.
     """
 
     policy: str
@@ -352,6 +354,9 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     if shared_prefixes is not None and not isinstance(shared_prefixes, SharedPrefixes):
         raise TypeError("shared_prefixes must be None or a servelab.workload.SharedPrefixes, "
                         f"got {type(shared_prefixes).__name__}")
+    if shared_prefixes is not None and len(shared_prefixes) != len(requests):
+        raise ValueError(f"shared_prefixes must have one entry per request ({len(requests)}), "
+                         f"got {len(shared_prefixes)}")
     sp = (None, None) if shared_prefixes is None else (shared_prefixes.parent, shared_prefixes.length)
     d = _core.sim_continuous_batching(model, gpu, efficiency, requests, seqs, budget, bs, blocks, chunked,
                                       _flag("trace", trace), _flag("batch_log", batch_log),

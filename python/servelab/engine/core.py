@@ -20,7 +20,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-
 from servelab import _checks, hw_model
 from servelab.blocks import BlockAllocator, OutOfBlocks
 from servelab.engine.records import (BatchEntry, EngineResult, EngineStep, Request,

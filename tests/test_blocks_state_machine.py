@@ -78,7 +78,9 @@ class BlocksMachine(RuleBasedStateMachine):
         self.rust: BlockAllocator | None = None
         self.ref: ref.BlockAllocator | None = None
         self.model: dict[int, list[int]] = {}  # live sequence -> its tokens
-        self.computed: dict[int, int] = {}  # live sequence -> tokens it has declared computed
+        # per block: its current content was declared computed (allocate's num_computed, a
+        # hit, mark_computed, an append that filled it); a block given new content is not
+        self.computed: list[bool] = []
         self.prompts: list[list[int]] = []  # every prompt and sequence seen, for shared prefixes
         self.freed: list[int] = []
         self.next_id = 0
@@ -122,6 +124,7 @@ class BlocksMachine(RuleBasedStateMachine):
         COUNTS["examples"] += 1
         self.rust = BlockAllocator(num_blocks, block_size, prefix_caching)
         self.ref = ref.BlockAllocator(num_blocks, block_size, prefix_caching)
+        self.computed = [False] * num_blocks
 
     @rule(data=st.data())
     def allocate(self, data) -> None:
@@ -135,8 +138,10 @@ class BlocksMachine(RuleBasedStateMachine):
         self.prompts.append(prompt)
         if r[0] == "ok":
             self.model[seq_id] = list(prompt)
-            self.computed[seq_id] = max(len(prompt) if computed is None else computed,
-                                        self.rust.num_cached_tokens(seq_id))
+            bs, hits = self.rust.block_size, self.rust.num_cached_tokens(seq_id)
+            upto = len(prompt) if computed is None else computed
+            for i, b in enumerate(self.rust.block_table(seq_id)):
+                self.computed[b] = i < max(hits, upto) // bs  # fresh blocks: only what is declared
             COUNTS["cached_tokens"] += self.rust.num_cached_tokens(seq_id)
         else:
             assert r[1] is OutOfBlocks and not surely, r
@@ -155,8 +160,12 @@ class BlocksMachine(RuleBasedStateMachine):
         if r[0] == "ok":
             assert can
             self.model[seq_id].append(token)
-            if len(self.model[seq_id]) % self.rust.block_size == 0:  # a filled block: computed
-                self.computed[seq_id] = len(self.model[seq_id])
+            after = self.rust.block_table(seq_id)
+            if len(after) > len(table) or after[-1] != table[-1]:
+                self.computed[after[-1]] = False  # a new block, or a copy: new content
+            if len(self.model[seq_id]) % self.rust.block_size == 0:  # filled: all before it computed
+                for b in after:
+                    self.computed[b] = True
             if r[1] is not None:
                 COUNTS["copies"] += 1
                 src, dst = r[1]
@@ -172,7 +181,6 @@ class BlocksMachine(RuleBasedStateMachine):
         child = self.new_id()
         assert self.both("fork", parent, child)[0] == "ok"
         self.model[child] = list(self.model[parent])
-        self.computed[child] = self.computed[parent]
         if diverge:  # parallel sampling: the child draws its own next token at once
             self.append_to(child, token)
 
@@ -182,7 +190,6 @@ class BlocksMachine(RuleBasedStateMachine):
         seq_id = data.draw(st.sampled_from(sorted(self.model)))
         assert self.both("free", seq_id)[0] == "ok"
         self.prompts.append(self.model.pop(seq_id))
-        del self.computed[seq_id]
         self.freed.append(seq_id)
 
     @precondition(lambda self: self.model)
@@ -191,7 +198,8 @@ class BlocksMachine(RuleBasedStateMachine):
         seq_id = data.draw(st.sampled_from(sorted(self.model)))
         n = data.draw(st.integers(0, len(self.model[seq_id])))
         assert self.both("mark_computed", seq_id, n)[0] == "ok"
-        self.computed[seq_id] = max(self.computed[seq_id], n)
+        for b in self.rust.block_table(seq_id)[:n // self.rust.block_size]:
+            self.computed[b] = True
 
     @rule(n=st.integers(0, 100))
     def can_allocate(self, n: int) -> None:
@@ -266,12 +274,9 @@ class BlocksMachine(RuleBasedStateMachine):
             else:
                 assert n_cached == 0 and all(k is None for _, k in blocks)
         if self.rust.prefix_caching:
-            # registered when computed: a keyed block in use lies inside what some sequence
-            # holding it has declared computed
+            # registered when computed: a keyed block (in use or free) holds declared-computed KV
             for b in range(n):
-                if blocks[b][1] is not None and refs[b]:
-                    assert any(i < self.computed[s] // bs for s, (table, *_) in zip(ids, seqs)
-                               for i, x in enumerate(table) if x == b), (b, self.computed)
+                assert blocks[b][1] is None or self.computed[b], (b, self.computed)
 
     def teardown(self) -> None:
         if self.rust is None:

@@ -128,6 +128,11 @@ CASES = [
     Case("workload.lognormal_lengths", fn(workload.lognormal_lengths),
          {"n": 5, "mean": 10.0, "sigma": 0.5, "seed": 1, "max_len": 100}),
     Case("workload.chat_requests", fn(workload.chat_requests), {"n": 5, "rate": 1.0, "seed": 2}),
+    Case("workload.SharedPrefixes", fn(workload.SharedPrefixes), {"parent": [-1, 0], "length": [0, 3]}),
+    Case("workload.SharedPrefixes.none", fn(workload.SharedPrefixes.none), {"n": 3}),
+    Case("workload.chat_sessions", fn(workload.chat_sessions),
+         {"n": 3, "rate": 1.0, "seed": 2, "system_len": 32, "n_system_prompts": 2, "shared_fraction": 0.5,
+          "turns_mean": 2.0, "think_s": 5.0, "user_mean": 16, "output_mean": 8, "sigma": 0.5, "max_len": 512}),
     Case("workload.azure_trace", fn(workload.azure_trace), {"kind": "code", "limit": 5}),
     # load_trace_csv reads a file: its path is fed only non-strings (see JUNK_FOR)
     Case("workload.load_trace_csv", fn(workload.load_trace_csv), {"path": workload.__file__.replace(
@@ -152,7 +157,8 @@ CASES = [
          {"requests": REQS, "model": M, "gpu": G, "batch_size": 2, "max_wait_s": 0.1, "ride_along": True}),
     Case("serving_core.run_continuous_batching", fn(serving_core.run_continuous_batching),
          {"requests": REQS, "model": M, "gpu": G, "max_num_seqs": 4, "max_num_batched_tokens": 64,
-          "block_size": 4, "num_blocks": 16, "chunked_prefill": True}),
+          "block_size": 4, "num_blocks": 16, "chunked_prefill": True, "prefix_caching": True,
+          "shared_prefixes": workload.SharedPrefixes([-1, 0], [0, 4])}),
     Case("serving_core.SimResult.reject_reason", lambda: SIM_CB.reject_reason, {"i": 1}),
     Case("serving_core.BatchLog.step", lambda: SIM_CB.batch_log.step, {"s": 0}),
     # parallel_sim (§8.1: data parallelism; milestone 4: disaggregation)

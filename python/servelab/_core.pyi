@@ -146,6 +146,9 @@ def sim_continuous_batching(
     trace: bool,
     batch_log: bool,
     per_step: bool = False,
+    prefix_caching: bool = False,
+    prefix_parent: _I64 | None = None,
+    prefix_len: _I64 | None = None,
 ) -> dict[str, object]: ...
 
 # ---- paged KV block allocator (rust/src/blocks.rs) -------------------------------------------

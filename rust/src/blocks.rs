@@ -469,6 +469,39 @@ impl BlockAllocator {
         Ok(copy)
     }
 
+    /// `count` appends of the same `token`, as `count` calls of [`BlockAllocator::append`] would
+    /// make them, but a run that stays inside the last block is one write (the simulator's
+    /// decoders append their own synthetic token every step). Stops at the first append the
+    /// pool cannot serve, which changes nothing; the appends before it stay done.
+    pub fn append_same(&mut self, seq_id: i64, token: i64, count: usize) -> CoreResult<()> {
+        let token = check_token("token_id", token)?;
+        let bs = self.block_size;
+        let mut left = count;
+        while left > 0 {
+            let seq = self.seqs.get(&seq_id).ok_or_else(|| unknown(seq_id))?;
+            let last = *seq.table.last().expect("a sequence holds at least one token");
+            let used = seq.num_tokens % bs;
+            if used == 0 || self.blocks[last as usize].ref_count > 1 {
+                self.try_append(seq_id, token)?; // a new block or a copy: the general path
+                left -= 1;
+                continue;
+            }
+            let k = left.min(bs - used);
+            let blk = &mut self.blocks[last as usize];
+            blk.tokens.resize(blk.tokens.len() + k, token);
+            let seq = self.seqs.get_mut(&seq_id).unwrap();
+            seq.num_tokens += k;
+            left -= k;
+            if self.prefix_caching && seq.num_tokens.is_multiple_of(bs) {
+                let parent = seq.keys.last().copied().unwrap_or(ROOT_KEY);
+                seq.keys.push(block_key(parent, &self.blocks[last as usize].tokens));
+                let upto = seq.keys.len();
+                Self::mark_blocks(&mut self.cache, &mut self.blocks, seq, upto);
+            }
+        }
+        Ok(())
+    }
+
     /// Makes `child_id` share every block of `parent_id`.
     pub fn fork(&mut self, parent_id: i64, child_id: i64) -> CoreResult<()> {
         let seq = self.seqs.get(&parent_id).ok_or_else(|| unknown(parent_id))?.clone();
@@ -967,6 +1000,45 @@ mod tests {
             }
             assert_eq!(a.num_free_blocks(), a.num_blocks());
             a.check_invariants().unwrap();
+        }
+    }
+
+    /// `append_same(s, t, k)` is `k` appends of `t`: the same tables, queue, keys and counters.
+    #[test]
+    fn append_same_is_repeated_appends() {
+        let mut state = 0x5eed_u64;
+        let mut rnd = move |n: u64| {
+            state = mix(state.wrapping_add(GOLDEN));
+            state % n
+        };
+        for trial in 0..200 {
+            let (nb, bs) = (2 + rnd(12) as i64, 1 + rnd(5) as i64);
+            let mut bulk = BlockAllocator::new(nb, bs, trial % 3 != 0).unwrap();
+            let t: Vec<i64> = (0..1 + rnd(7)).map(|_| rnd(2) as i64).collect();
+            if bulk.allocate(1, &t, Some(rnd(t.len() as u64 + 1) as i64)).is_err() {
+                continue;
+            }
+            if rnd(2) == 0 {
+                bulk.fork(1, 2).unwrap(); // a shared last block: the first append copies it
+            }
+            let mut one = bulk.clone();
+            let (tok, k) = (rnd(3) as i64, rnd(3 * bs as u64 + 2) as usize);
+            let got = bulk.append_same(1, tok, k).map_err(|e| e.to_string());
+            let mut want = Ok(());
+            for _ in 0..k {
+                if let Err(e) = one.append(1, tok) {
+                    want = Err(e.to_string());
+                    break;
+                }
+            }
+            assert_eq!(got.is_ok(), want.is_ok(), "trial {trial}");
+            assert_eq!((bulk.block_tables(), bulk.free_queue(), bulk.stats()), (one.block_tables(), one.free_queue(), one.stats()));
+            assert_eq!(bulk.num_tokens(1).unwrap(), one.num_tokens(1).unwrap());
+            for b in 0..nb {
+                assert_eq!(bulk.block_key_of(b).unwrap(), one.block_key_of(b).unwrap(), "trial {trial}");
+                assert_eq!(bulk.block_tokens(b).unwrap(), one.block_tokens(b).unwrap(), "trial {trial}");
+            }
+            bulk.check_invariants().unwrap();
         }
     }
 

@@ -176,6 +176,61 @@ impl KvCounts {
     }
 }
 
+/// Rule 1: the requests from `*next` on that have arrived by `t` join the back of `waiting`, in
+/// order; one that could never run is rejected at once with its reason. Shared by the three
+/// continuous-batching loops (this file, `continuous_per_step.rs`, `continuous_prefix.rs`).
+pub(crate) fn arrive(
+    params: &ContinuousParams,
+    w: &Workload<'_>,
+    t: f64,
+    next: &mut usize,
+    waiting: &mut VecDeque<usize>,
+    reject_code: &mut [i8],
+    rec: &mut Recorder<'_>,
+) {
+    while *next < w.len() && w.arrival_s[*next] <= t {
+        let i = *next;
+        let code = params.unservable(w.prompt_len[i], w.output_len[i]);
+        if code == REJECT_NONE {
+            waiting.push_back(i);
+        } else {
+            reject_code[i] = code;
+            rec.out().rejected[i] = true;
+        }
+        *next += 1;
+    }
+}
+
+/// Rule 5 for one batch entry: request `r` computes `nt` new tokens on top of `c` in its KV
+/// (it holds `held` slots); adds them to the step's integer totals and, when kept, to the
+/// batch log. A prefilling entry that reaches `held` ends its (re)prefill: it samples a token.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn add_entry(
+    shape: &mut StepShape,
+    log: Option<&mut BatchLog>,
+    r: usize,
+    nt: i64,
+    c: i64,
+    held: i64,
+    decoding: bool,
+) {
+    let (nn, cc) = (nt as i128, c as i128);
+    shape.seqs += 1;
+    shape.tokens += nt;
+    shape.keys += nn * cc + nn * (nn + 1) / 2;
+    shape.ctx_tokens += cc;
+    if decoding {
+        shape.n_decode += 1;
+    } else if c + nt == held {
+        shape.n_prefill += 1;
+    }
+    if let Some(l) = log {
+        l.request_id.push(r as i64);
+        l.new_tokens.push(nt);
+        l.context_len.push(c);
+    }
+}
+
 /// The batches, step by step, in compressed rows: step `s` holds entries
 /// `offsets[s]..offsets[s + 1]`, each `(request_id, new_tokens, context_len)` as in
 /// `servelab.engine`'s `batch_log()`.
@@ -342,17 +397,7 @@ pub fn run(
     let mut step = 0i64; // steps run so far
     let mut t = 0.0f64;
     loop {
-        // rule 1: arrivals
-        while next < n && a[next] <= t {
-            let code = params.unservable(pl[next], ol[next]);
-            if code == REJECT_NONE {
-                waiting.push_back(next);
-            } else {
-                reject_code[next] = code;
-                rec.out().rejected[next] = true;
-            }
-            next += 1;
-        }
+        arrive(params, w, t, &mut next, &mut waiting, &mut reject_code, &mut rec); // rule 1
         if waiting.is_empty() && dec.live == 0 && prefilling.is_empty() {
             if next == n {
                 break;
@@ -464,19 +509,7 @@ pub fn run(
 
         // rule 5: the step's shape (integer totals, as the per-step loop sums them) and price
         for &(r, nt, c) in &pieces {
-            let (nn, cc) = (nt as i128, c as i128);
-            shape.seqs += 1;
-            shape.tokens += nt;
-            shape.keys += nn * cc + nn * (nn + 1) / 2;
-            shape.ctx_tokens += cc;
-            if c + nt == req[r].held as i64 {
-                shape.n_prefill += 1;
-            }
-            if let Some(l) = log.as_mut() {
-                l.request_id.push(r as i64);
-                l.new_tokens.push(nt);
-                l.context_len.push(c);
-            }
+            add_entry(&mut shape, log.as_mut(), r, nt, c, req[r].held as i64, false);
         }
         if let Some(l) = log.as_mut() {
             l.offsets.push(l.request_id.len() as i64);
@@ -670,22 +703,7 @@ impl SlowStep<'_, '_> {
         // rule 5
         let mut shape = StepShape::default();
         for &(r, nt, decoding) in batch.iter() {
-            let c = req[r].c;
-            let (nn, cc) = (nt as i128, c as i128);
-            shape.seqs += 1;
-            shape.tokens += nt;
-            shape.keys += nn * cc + nn * (nn + 1) / 2;
-            shape.ctx_tokens += cc;
-            if decoding {
-                shape.n_decode += 1;
-            } else if c + nt == req[r].held as i64 {
-                shape.n_prefill += 1;
-            }
-            if let Some(l) = self.log.as_mut() {
-                l.request_id.push(r as i64);
-                l.new_tokens.push(nt);
-                l.context_len.push(c);
-            }
+            add_entry(&mut shape, self.log.as_deref_mut(), r, nt, req[r].c, req[r].held as i64, decoding);
         }
         if let Some(l) = self.log.as_mut() {
             l.offsets.push(l.request_id.len() as i64);

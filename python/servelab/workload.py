@@ -400,7 +400,7 @@ class SharedPrefixes:
     @staticmethod
     def none(n: int) -> SharedPrefixes:
         """``n`` requests sharing nothing."""
-        n = _check_count("n", n, MAX_REQUESTS)
+        n = _checks.count("n", n, MAX_REQUESTS)
         return SharedPrefixes(np.full(n, -1, np.int64), np.zeros(n, np.int64))
 
 
@@ -436,16 +436,16 @@ def chat_sessions(n: int = 200, rate: float = 0.5, seed: int = 0, *, system_len:
     >>> bool((reqs2.prompt_len == reqs.prompt_len).all()), bool((sp2.parent == sp.parent).all())
     (True, True)
     """
-    n = _check_count("n", n, MAX_REQUESTS)
-    rate = _check_positive("rate", rate)
-    streams = np.random.SeedSequence(_check_count("seed", seed)).spawn(6)
+    n = _checks.count("n", n, MAX_REQUESTS)
+    rate = _checks.positive("rate", rate)
+    streams = np.random.SeedSequence(_checks.count("seed", seed)).spawn(6)
     system_len = _checks.integer("system_len", system_len, 0, MAX_REQUEST_TOKENS - 1)
     n_system_prompts = _checks.integer("n_system_prompts", n_system_prompts, 1, None)
     shared_fraction = _checks.real("shared_fraction", shared_fraction, 0.0, 1.0)
     turns_mean = _checks.real("turns_mean", turns_mean, 1.0, 1e6)
     think_s = _checks.real("think_s", think_s, 0.0)
     for name, value in (("user_mean", user_mean), ("output_mean", output_mean)):
-        _check_positive(name, value)
+        _checks.positive(name, value)
     sigma = _checks.real("sigma", sigma, 0.0, 100.0)
     max_len = _checks.integer("max_len", max_len, system_len + 1, MAX_REQUEST_TOKENS)
     starts = poisson_arrivals(n, rate, streams[0])

@@ -1,5 +1,6 @@
 //! Data parallelism (course project §8.1, milestone 1): `n` identical cards, each running
-//! continuous batching (`continuous.rs`, unchanged) on the requests a [`Router`] sends it.
+//! continuous batching (`continuous.rs`'s resumable [`continuous::Card`], fed by `pool.rs`) on
+//! the requests a [`Router`] sends it.
 //!
 //! Each card is simulated on its own requests alone, so a card's clock, batches and KV pool are
 //! exactly those of one card serving that sub-workload: with one replica the run *is*

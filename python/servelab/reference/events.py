@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import numbers
 from typing import Any
 
 
@@ -24,6 +25,8 @@ class EventQueue:
         self._now = 0.0  # time of the last popped event
 
     def push(self, time_s: float, payload: Any) -> None:
+        if not isinstance(time_s, numbers.Real) or type(time_s).__name__ in ("bool", "bool_"):
+            raise ValueError(f"time_s must be a real number, got {time_s!r}")
         time_s = float(time_s)
         if not (math.isfinite(time_s) and time_s >= 0.0):
             raise ValueError(f"time_s must be a finite number >= 0, got {time_s!r}")
@@ -46,5 +49,11 @@ class EventQueue:
         time_s, _, payload = self._heap[0]
         return time_s, payload
 
+    def len(self) -> int:
+        return len(self._heap)
+
     def __len__(self) -> int:
         return len(self._heap)
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)

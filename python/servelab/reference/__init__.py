@@ -19,8 +19,9 @@ GIVEN = {"event_queue": "events"}
 
 
 def given_twins() -> None:
-    """Makes each name of :data:`GIVEN` import its twin (outside the sandbox: under pytest, in
-    the answer key's run); a module of that name already imported is left alone."""
+    """Makes each name of :data:`GIVEN` import its twin outside the sandbox (under pytest, or
+    wherever a task's module is imported directly); a module of that name already imported is
+    left alone."""
     import importlib
     import sys
 

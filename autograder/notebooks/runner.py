@@ -1,4 +1,4 @@
-"""The nbgrader process: ``python -s nb_runner.py CONFIG_JSON``, started by
+"""The nbgrader process: ``python -s runner.py CONFIG_JSON``, started by
 :mod:`autograder.notebooks.nbgrader` in a temporary course folder with a fresh HOME.
 
 It runs nbgrader's own ``generate_assignment`` or ``autograde`` (through ``NbGraderAPI``, the

@@ -2,7 +2,7 @@
 :mod:`autograder.sandbox.child` (resource limits, then the audit hook), installed before the first cell.
 
 nbgrader starts it through a kernel spec that :mod:`autograder.notebooks.nbgrader` writes into the
-temporary course folder (``python -s nb_kernel.py -f CONNECTION_FILE``, the sandbox settings
+temporary course folder (``python -s kernel.py -f CONNECTION_FILE``, the sandbox settings
 in the environment variable ``SERVELAB_SANDBOX``). The kernel's own machinery (ipykernel, zmq,
 asyncio) is imported first, so that the hook only ever judges what the notebook does.
 

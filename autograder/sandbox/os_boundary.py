@@ -1,5 +1,5 @@
 """The OS boundary around student code: one place builds the command line of every process that
-runs a submission (the Python tasks' child, a notebook's kernel, ``nb_recheck``'s child).
+runs a submission (the Python tasks' child, a notebook's kernel, the notebook recheck's child).
 
 The audit hook in :mod:`autograder.sandbox.child` is not a security boundary (PEP 578: a subinterpreter,
 a compiled extension or a ``dir_fd`` walks past it). The boundary is the operating system:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.notebooks import nbgrader
+from autograder.notebooks import nbgrader, recheck
 from autograder.release import repository
 from autograder.grading.grade import ROOT, grade
 from autograder.sandbox.remote import Limits
@@ -44,7 +44,7 @@ def test_sources_are_clean_and_carry_nbgrader_metadata(nb):
         assert cell["cell_type"] == "markdown" or cell["outputs"] == [], f"{nb.file}: {meta['grade_id']} has outputs"
         if meta["solution"]:
             assert "### BEGIN SOLUTION" in "".join(cell["source"]), f"{meta['grade_id']}: no solution region"
-        if nbgrader.cell_kind(meta, cell["cell_type"]) == "auto":
+        if recheck.cell_kind(meta, cell["cell_type"]) == "auto":
             assert meta["locked"] and "assert" in "".join(cell["source"]), f"{meta['grade_id']}: not a locked test"
     kinds = {c.kind for c in nbgrader.cell_points(ROOT / "assignments" / nb.file)}
     assert kinds == {"ex01_ledger_70b": {"auto"}, "ex06_tail_fanout": {"auto", "manual"},
@@ -206,7 +206,7 @@ def test_a_hanging_a_memory_hungry_and_a_dying_notebook_are_contained(tmp_path):
 
 def test_a_notebook_that_patches_its_kernel_gains_nothing(tmp_path):
     """nbgrader's test cells share the student's kernel: a notebook that makes ``math.isclose``
-    always true passes them with a wrong answer. The grader's own check (nb_recheck) runs the
+    always true passes them with a wrong answer. The grader's own check (notebooks.recheck) runs the
     source test cells in its process on the values the child hands back, and refuses it; the
     honest cells of the same notebook keep their points."""
     nb = next(n for n in NOTEBOOKS if n.name == "ex06_tail_fanout")
@@ -232,8 +232,6 @@ def test_a_notebook_that_patches_its_kernel_gains_nothing(tmp_path):
 def test_the_recheck_takes_no_builtin_and_no_object_from_the_notebook(tmp_path):
     """A notebook's ``all`` or ``abs`` never replaces the builtin in a test cell, and an object
     that is not plain data (an always-equal one) passes no comparison or truth test."""
-    from autograder.notebooks import recheck
-
     def test(grade_id, code):
         return {"cell_type": "code", "source": code,
                 "metadata": {"nbgrader": {"grade": True, "solution": False, "points": 1, "grade_id": grade_id}}}

@@ -1,4 +1,6 @@
-"""Hypothesis strategies and helpers shared by every assignment's tests.
+"""Hypothesis strategies and answer checks, the one module shared by every assignment's tests
+and the library's own tests (``tests/`` puts this folder on ``sys.path``), so both draw specs
+from one set of ranges.
 
 Specs reach student code as plain namespaces (:func:`plain`): the answer must come from the
 fields, not from the properties or methods that servelab's own dataclasses carry.
@@ -13,50 +15,89 @@ import numpy as np
 from hypothesis import strategies as st
 
 from servelab import hw_model as hw
+from servelab.workload import Requests
 
 
-def plain(spec) -> SimpleNamespace:
-    """A dataclass spec's fields only, as a ``SimpleNamespace``."""
-    return SimpleNamespace(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)})
+def plain(spec, **changes) -> SimpleNamespace:
+    """A dataclass spec's fields only, as a ``SimpleNamespace``, with ``changes`` applied (a
+    field can be made invalid this way: no ``__post_init__`` runs).
+
+    >>> plain(hw.H100, memory_bytes=-1.0).memory_bytes
+    -1.0
+    """
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    fields.update(changes)
+    return SimpleNamespace(**fields)
 
 
 @st.composite
 def models(draw) -> hw.ModelSpec:
-    """Valid Llama-style models, from tiny to beyond 70B, tied or untied, 1-4 bytes a value."""
+    """Valid Llama-style models, from tiny to beyond 70B, tied or untied, 0.5-4 bytes a value
+    (int4 to FP32)."""
     n_kv = draw(st.integers(1, 16))
     return hw.ModelSpec("random", n_layers=draw(st.integers(1, 128)), d_model=draw(st.integers(1, 16384)),
                         n_heads=n_kv * draw(st.integers(1, 8)), n_kv_heads=n_kv,
                         d_head=draw(st.integers(1, 256)), d_ff=draw(st.integers(1, 65536)),
                         vocab_size=draw(st.integers(1, 300_000)), tie_embeddings=draw(st.booleans()),
-                        bytes_per_param=draw(st.sampled_from([1.0, 2.0, 4.0])))
+                        bytes_per_param=draw(st.sampled_from([0.5, 1.0, 2.0, 4.0])))
 
 
-gpus = st.builds(hw.GpuSpec, name=st.just("random"), peak_flops=st.floats(1e13, 5e15),
-                 hbm_bandwidth=st.floats(5e11, 2e13), memory_bytes=st.floats(1e9, 1e12))
+# from a laptop GPU (1 TFLOP/s, 100 GB/s) to past a B200 (10 PFLOP/s, 100 TB/s)
+gpus = st.builds(hw.GpuSpec, name=st.just("random"), peak_flops=st.floats(1e12, 1e16),
+                 hbm_bandwidth=st.floats(1e11, 1e14), memory_bytes=st.floats(1e9, 1e12))
 
-efficiencies = st.builds(hw.Efficiency, compute=st.floats(0.1, 1.0), bandwidth=st.floats(0.1, 1.0),
-                         overhead_s=st.floats(0.0, 0.005))
+efficiencies = st.builds(hw.Efficiency, compute=st.floats(0.05, 1.0), bandwidth=st.floats(0.05, 1.0),
+                         overhead_s=st.floats(0.0, 0.01))
 
-batches = st.lists(st.tuples(st.integers(1, 4096), st.integers(0, 65536)), min_size=1, max_size=12)
+# one sequence of a step: (new tokens, tokens already cached); a batch holds 1-16 of them
+sequences = st.tuples(st.integers(1, 8192), st.integers(0, 131072))
+batches = st.lists(sequences, min_size=1, max_size=16)
 
 
-# ---- request workloads (a6_admission) -----------------------------------------------------------
+# ---- request workloads (the simulators' tests, a6_admission) ------------------------------------
 
-# gaps between arrivals: bursts (0), near-collisions, and pauses long enough to drain the queue
+# gaps between arrivals: bursts (0), near-collisions, static batching's 0.2 s wait itself, and
+# pauses long enough to drain the queue
 ARRIVAL_GAPS_S = (0.0, 0.001, 0.05, 0.2, 0.5, 3.0)
 
 
 @st.composite
-def request_workloads(draw, max_requests: int = 20, max_output: int = 60):
-    """Small bursty ``servelab.workload.Requests``: 1..``max_requests`` requests, prompts of
-    1-1024 tokens, 1..``max_output`` output tokens."""
-    import numpy as np
-    from servelab.workload import Requests
-    n = draw(st.integers(1, max_requests))
-    gaps = draw(st.lists(st.sampled_from(ARRIVAL_GAPS_S), min_size=n, max_size=n))
-    return Requests(arrival_s=np.cumsum(gaps),
-                    prompt_len=draw(st.lists(st.integers(1, 1024), min_size=n, max_size=n)),
-                    output_len=draw(st.lists(st.integers(1, max_output), min_size=n, max_size=n)))
+def workloads(draw, min_n: int = 0, max_n: int = 24, max_prompt: int = 4096, max_output: int = 200) -> Requests:
+    """Small bursty ``servelab.workload.Requests``: ``min_n``..``max_n`` requests from 0, 0.1
+    or 3.7 s on, gaps from ``ARRIVAL_GAPS_S`` or any in [0, 5] s (many exact ties), prompts of
+    1..``max_prompt`` tokens, 1..``max_output`` output tokens (often 1-3), so that every branch
+    of the batching rules (full batch, timeout, ties at the start instant, idle GPU) is reached."""
+    n = draw(st.integers(min_n, max_n))
+    gaps = draw(st.lists(st.one_of(st.sampled_from(ARRIVAL_GAPS_S), st.floats(0.0, 0.05), st.floats(0.0, 5.0)),
+                         min_size=n, max_size=n))
+    start = draw(st.sampled_from([0.0, 0.1, 3.7]))
+    arrival = start + np.cumsum(np.array(gaps, dtype=np.float64)) if n else np.zeros(0)
+    prompt = draw(st.lists(st.integers(1, max_prompt), min_size=n, max_size=n))
+    output = draw(st.lists(st.one_of(st.integers(1, min(3, max_output)), st.integers(1, max_output)),
+                           min_size=n, max_size=n))
+    return Requests(arrival, prompt, output)
+
+
+# static batching's parameters, around demo 03's (B = 8/32/128, 0.2 s)
+static_params = st.fixed_dictionaries({
+    "batch_size": st.integers(1, 9),
+    "max_wait_s": st.one_of(st.just(0.0), st.just(0.2), st.floats(0.0, 3.0)),
+    "ride_along": st.booleans(),
+})
+
+
+# ---- tiny_llm token ids (a11, a12 and the tiny_llm tests) ----------------------------------------
+
+token_ids = st.integers(min_value=0, max_value=255)  # tiny_llm's byte vocabulary
+
+
+def prompts(min_size: int = 1, max_size: int = 64) -> st.SearchStrategy[list[int]]:
+    """Random byte-token prompts (the acceptance range is 1..64 tokens)."""
+    return st.lists(token_ids, min_size=min_size, max_size=max_size)
+
+
+# one sequence of a ragged batch: (tokens already cached, new tokens, has a cache at all)
+batch_entries = st.tuples(prompts(0, 40), prompts(1, 24), st.booleans())
 
 
 # ---- strict answers: shape, dtype and finiteness (every comparison goes through these) ---------

@@ -9,7 +9,6 @@ from pathlib import Path
 try:
     from servelab.grading import fail_fast, plugin
     from servelab.grading.hypothesis_profiles import register_and_load
-    from servelab.reference import given_twins
 except ModuleNotFoundError as missing:  # a pytest from outside the project's .venv: one line, no traceback
     sys.stderr.write(f"{missing}: this pytest runs outside the project's .venv; "
                      "run `make check` (or .venv/bin/pytest assignments/) instead\n")
@@ -17,12 +16,10 @@ except ModuleNotFoundError as missing:  # a pytest from outside the project's .v
 
 register_and_load("student")
 
-# helpers given to several tasks are kept once: in given/ (a5's and a6's step price), and among
-# servelab's readable twins (their event queue, imported as `event_queue`); the grader copies
-# each into the sandbox of a task that imports it. given/ goes last on the path: a task's own
-# module of the same name would win.
+# helpers given to several tasks (a5's and a6's event queue and step price) are kept once, in
+# given/; the grader copies each into the sandbox of a task that imports it. Last on the path:
+# a task's own module of the same name would win.
 sys.path.append(str(Path(__file__).with_name("given")))
-given_twins()
 
 
 def pytest_addoption(parser):

@@ -77,7 +77,7 @@ class Result:
 
 
 class _Factor:
-    """The ``report`` callback of :func:`~autograder.grade.grade`: keeps the largest
+    """The ``report`` callback of :func:`~autograder.grading.grade.grade`: keeps the largest
     calibration factor it was told of."""
 
     def __init__(self) -> None:

@@ -21,7 +21,7 @@ from servelab.admission import (EarlyReject, MeanLength, NoisyPredictor, Oracle,
 from servelab.hw_model import DEFAULT_EFFICIENCY, H100, LLAMA3_8B
 from servelab.reference import sim as ref
 from servelab.workload import Requests, chat_requests
-from sim_strategies import workloads
+from assignment_strategies import workloads
 from test_sim_parity import assert_same
 
 slos = st.one_of(st.just(0.05), st.floats(0.01, 3.0))

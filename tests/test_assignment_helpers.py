@@ -12,9 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servelab.events import EventQueue as RustQueue
-from servelab.reference.events import EventQueue as ReferenceQueue
-from strategies import batches, efficiencies, gpus, models
+from servelab.events import EventQueue as ServelabQueue
+from assignment_strategies import batches, efficiencies, gpus, models
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,23 +45,26 @@ def run(queue, script):
     return out
 
 
+GivenQueue = load("assignments/given/event_queue.py").EventQueue
+
+
 @given(ops)
-def test_the_reference_event_queue_behaves_like_servelabs(script):
-    # the readable twin is also a5's and a6's given `event_queue` (in the sandbox, a copy of its
-    # file): it may not drift from the Rust queue (len(), -0.0, the messages)
-    assert run(ReferenceQueue(), script) == run(RustQueue(), script)
+def test_the_given_event_queue_behaves_like_servelabs(script):
+    # a5's and a6's given `event_queue` (standard library only: the sandbox refuses servelab)
+    # may not drift from servelab.events (len(), bool, -0.0, the messages)
+    assert run(GivenQueue(), script) == run(ServelabQueue(), script)
 
 
 @pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf"), True, "1.0"])
-def test_the_reference_event_queue_refuses_bad_times(bad):
+def test_the_given_event_queue_refuses_bad_times(bad):
     with pytest.raises(ValueError, match="time_s"):
-        ReferenceQueue().push(bad, None)
+        GivenQueue().push(bad, None)
 
 
 pricing = load("assignments/given/pricing.py")
 
 
-@given(models(), gpus(), efficiencies, batches)
+@given(models(), gpus, efficiencies, batches)
 def test_the_given_pricing_from_constants_equals_step_cost(model, gpu, eff, batch):
     from servelab import hw_model as hw
     want = hw.step_cost(model, gpu, batch, eff).time_s
@@ -71,11 +73,9 @@ def test_the_given_pricing_from_constants_equals_step_cost(model, gpu, eff, batc
 
 
 def test_each_given_helper_has_one_copy_and_its_users_import_it():
-    # one source each, in assignments/given/ or among servelab's readable twins (the grader
-    # copies it into each task's sandbox folder): no task folder carries a copy that could drift
-    from servelab import reference
+    # one source each, in assignments/given/ (the grader copies it into the sandbox of each task
+    # that imports it): no task folder carries a copy that could drift
     given_names = {p.name for p in (ROOT / "assignments" / "given").glob("*.py")}
-    given_names |= {f"{name}.py" for name in reference.GIVEN}
     assert {"event_queue.py", "pricing.py"} <= given_names
     copies = [p.relative_to(ROOT).as_posix() for p in (ROOT / "assignments").glob("**/*.py")
               if p.name in given_names and p.parent.name != "given"]
@@ -96,11 +96,10 @@ def test_a9_split_count_examples():
     assert result.attempted >= 2 and result.failed == 0, f"split_count's examples: {result}"
 
 
-def test_the_given_twins_need_only_the_standard_library():
+@pytest.mark.parametrize("helper", ["event_queue.py", "pricing.py"])
+def test_the_given_helpers_need_only_the_standard_library(helper):
     # the sandbox copies them beside student code, where nothing of servelab can be imported
-    from servelab import reference
-    for module in reference.GIVEN.values():
-        tree = ast.parse((ROOT / "python" / "servelab" / "reference" / f"{module}.py").read_text())
-        names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-        names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-        assert names <= set(sys.stdlib_module_names), (module, sorted(names - set(sys.stdlib_module_names)))
+    tree = ast.parse((ROOT / "assignments" / "given" / helper).read_text())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert names <= set(sys.stdlib_module_names), sorted(names - set(sys.stdlib_module_names))

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from servelab import _core
 from servelab import hw_model as hw
 from servelab.reference import step_cost as ref
-from strategies import batches, efficiencies, gpus, models, raw
+from assignment_strategies import batches, efficiencies, gpus, models, plain
 
 FIELDS = ("time_s", "flops", "bytes_moved", "weight_bytes", "kv_bytes", "compute_s", "memory_s",
           "mfu", "intensity")
@@ -24,7 +24,7 @@ def assert_close(a: float, b: float, what: str) -> None:
     assert math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0), f"{what}: rust={a!r} python={b!r}"
 
 
-@given(models(), gpus(), efficiencies, batches)
+@given(models(), gpus, efficiencies, batches)
 def test_step_cost_rust_equals_python(model, gpu, eff, batch):
     rust = hw.step_cost(model, gpu, batch, eff)
     py = ref.step_cost(model, gpu, eff, batch)
@@ -33,7 +33,7 @@ def test_step_cost_rust_equals_python(model, gpu, eff, batch):
     assert (rust.bound, rust.n_tokens, rust.n_seqs) == (py.bound, py.n_tokens, py.n_seqs)
 
 
-@given(models(), gpus(), st.floats(0.01, 1.0))
+@given(models(), gpus, st.floats(0.01, 1.0))
 def test_ledger_rust_equals_python(model, gpu, mem_util):
     assert model.param_count == ref.param_count(model)
     assert model.kv_bytes_per_token == ref.kv_bytes_per_token(model)
@@ -41,7 +41,7 @@ def test_ledger_rust_equals_python(model, gpu, mem_util):
     assert hw.kv_capacity_tokens(model, gpu, mem_util) == ref.kv_capacity_tokens(model, gpu, mem_util)
 
 
-@given(models(), gpus(), efficiencies, st.lists(batches, min_size=1, max_size=8))
+@given(models(), gpus, efficiencies, st.lists(batches, min_size=1, max_size=8))
 def test_vectorised_equals_one_at_a_time(model, gpu, eff, steps):
     flat = [s for b in steps for s in b]
     offsets = np.cumsum([0] + [len(b) for b in steps])
@@ -53,7 +53,7 @@ def test_vectorised_equals_one_at_a_time(model, gpu, eff, steps):
         assert bool(many.compute_bound[i]) == (py.bound == "compute")
 
 
-@given(models(), gpus(), efficiencies, st.integers(1, 512), st.integers(1, 64), st.integers(0, 65536))
+@given(models(), gpus, efficiencies, st.integers(1, 512), st.integers(1, 64), st.integers(0, 65536))
 def test_uniform_steps_equal_explicit_batches(model, gpu, eff, b, n, c):
     uni = hw.decode_step_costs(model, gpu, [b], [c], [n], efficiency=eff)
     py = ref.step_cost(model, gpu, eff, [(n, c)] * b)
@@ -84,7 +84,7 @@ def errors_of(fn, *args):
 
 @pytest.mark.parametrize("change", BAD_MODELS, ids=str)
 def test_bad_model_same_error(change):
-    m = raw(hw.LLAMA3_8B, **change)
+    m = plain(hw.LLAMA3_8B, **change)
     eff = hw.DEFAULT_EFFICIENCY
     rust = errors_of(_core.step_cost, m, hw.H100, eff, [(1, 0)])
     assert rust == errors_of(ref.step_cost, m, hw.H100, eff, [(1, 0)])
@@ -97,7 +97,7 @@ def test_bad_model_same_error(change):
 
 @pytest.mark.parametrize("change", BAD_GPUS, ids=str)
 def test_bad_gpu_same_error(change):
-    g = raw(hw.H100, **change)
+    g = plain(hw.H100, **change)
     rust = errors_of(_core.step_cost, hw.LLAMA3_8B, g, hw.DEFAULT_EFFICIENCY, [(1, 0)])
     assert rust == errors_of(ref.step_cost, hw.LLAMA3_8B, g, hw.DEFAULT_EFFICIENCY, [(1, 0)])
     assert next(iter(change)) in rust
@@ -105,7 +105,7 @@ def test_bad_gpu_same_error(change):
 
 @pytest.mark.parametrize("change", BAD_EFFS, ids=str)
 def test_bad_efficiency_same_error(change):
-    e = raw(hw.DEFAULT_EFFICIENCY, **change)
+    e = plain(hw.DEFAULT_EFFICIENCY, **change)
     rust = errors_of(_core.step_cost, hw.LLAMA3_8B, hw.H100, e, [(1, 0)])
     assert rust == errors_of(ref.step_cost, hw.LLAMA3_8B, hw.H100, e, [(1, 0)])
     assert next(iter(change)) in rust

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from servelab import cli
+from servelab import lecture
 from servelab.demos import demo03
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -130,12 +131,12 @@ def test_continuous_batching_beats_static_on_goodput(sweep):
     for every request: no request waits for a batch to fill or to drain."""
     c = demo03.compute_continuous(sweep)
     for k, rate in enumerate(sweep.rates):
-        best_static = max(sweep.by_policy[demo03.label(b)][k].goodput_req_s for b in demo03.BATCH_SIZES)
+        best_static = max(sweep.by_policy[demo03.label(b)][k].goodput_req_s for b in lecture.BATCH_SIZES)
         if rate >= 1.0:
             assert c.by_rate[k].goodput_req_s > best_static, rate
         assert c.by_rate[k].attainment >= 0.99, rate  # up to 4 req/s
     assert c.goodput_ratio > 10
-    assert c.max_goodput_rate > demo03.OVERLOAD_RATE  # its knee lies past static's overload
+    assert c.max_goodput_rate > lecture.OVERLOAD_RATE  # its knee lies past static's overload
     assert c.overload.attainment > 0.99 and c.preemptions_at_overload == 0
 
 

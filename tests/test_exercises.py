@@ -26,7 +26,7 @@ from __future__ import annotations
 import pytest
 
 from servelab import exercises as ex
-from servelab.demos import demo04
+from servelab.admission import Oracle
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +76,10 @@ def test_exercise5_stopping_riders_cuts_compute_not_queueing(e5):
     assert e5[128].stop.throughput_tok_s == pytest.approx(2468, rel=0.10)
 
 
-def test_exercise9_is_demo04s_sweep():
+def test_exercise9_rows_are_demo04_part3_with_a_noisy_predictor():
     rows = ex.exercise9(sigmas=(0.0, 1.0))
-    assert rows == {s: demo04.exercise9((s,))[s] for s in (0.0, 1.0)}
+    assert rows == {s: ex.exercise9((s,))[s] for s in (0.0, 1.0)}  # each row stands alone
+    assert rows[0.0] == ex.admission_run(Oracle())  # true * exp(0) is the oracle
     assert rows[0.0].on_time > rows[1.0].on_time
 
 

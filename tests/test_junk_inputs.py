@@ -26,12 +26,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servelab import (admission, blocks, engine, events, fixed_service, hw_model, metrics,
-                      serving_core, tiny_llm, workload)
+                      parallel_sim, serving_core, tiny_llm, workload)
 from servelab.tiny_llm import cache as tl_cache
 from servelab.tiny_llm import paged as tl_paged
 
 MODULES = (hw_model, serving_core, blocks, events, metrics, workload, admission, fixed_service,
-           engine, tiny_llm)
+           engine, tiny_llm, parallel_sim)
 ALLOWED = (TypeError, ValueError, OverflowError)
 
 # ---- small valid inputs ------------------------------------------------------------------------
@@ -105,8 +105,12 @@ CASES = [
     Case("hw_model.tensor_parallel_cost", fn(hw_model.tensor_parallel_cost),
          {"whole": hw_model.step_cost(M, G, [(1, 10)]), "model": M, "gpu": G,
           "efficiency": hw_model.DEFAULT_EFFICIENCY, "tp": 2}),
+    Case("hw_model.kv_host_transfer_s", fn(hw_model.kv_host_transfer_s),
+         {"model": M, "gpu": G, "n_tokens": 1024}),
     Case("hw_model.fewest_cards", fn(hw_model.fewest_cards),
          {"model": hw_model.LLAMA3_70B, "gpu": G, "context_len": 1024, "mem_util": 0.9, "max_tp": 8}),
+    Case("hw_model.Link", fn(hw_model.Link), {"name": "l", "bandwidth": 1e9, "latency_s": 1e-6}),
+    Case("hw_model.kv_transfer_s", fn(hw_model.kv_transfer_s), {"model": M, "tokens": 512, "link": hw_model.NETWORK_400G}),
     # workload (§4.5)
     Case("workload.Requests", fn(workload.Requests), {"arrival_s": [0.0, 1.0], "prompt_len": [3, 4], "output_len": [2, 1]}),
     Case("workload.Requests.with_arrivals", lambda: REQS.with_arrivals, {"arrival_s": [0.5, 0.6]}),
@@ -144,6 +148,16 @@ CASES = [
           "block_size": 4, "num_blocks": 16, "chunked_prefill": True}),
     Case("serving_core.SimResult.reject_reason", lambda: SIM_CB.reject_reason, {"i": 1}),
     Case("serving_core.BatchLog.step", lambda: SIM_CB.batch_log.step, {"s": 0}),
+    # parallel_sim (§8.1: data parallelism; milestone 4: disaggregation)
+    Case("parallel_sim.run_data_parallel", fn(parallel_sim.run_data_parallel),
+         {"requests": REQS, "model": M, "gpu": G, "n_replicas": 2, "router": "least_tokens", "max_num_seqs": 4,
+          "max_num_batched_tokens": 64, "block_size": 4, "num_blocks": 16, "chunked_prefill": True}),
+    Case("parallel_sim.run_disaggregated", fn(parallel_sim.run_disaggregated),
+         {"requests": REQS, "model": M, "gpu": G, "n_prefill": 1, "n_decode": 2, "link": hw_model.NVLINK_H100,
+          "router": "least_tokens", "max_num_seqs": 4, "max_num_batched_tokens": 64, "block_size": 4,
+          "num_blocks": 16, "chunked_prefill": False}),
+    Case("parallel_sim.ParallelResult.replica",
+         lambda: parallel_sim.run_data_parallel(REQS, M, G, 2, num_blocks=16).replica, {"k": 1}),
     # metrics (§4)
     *[Case(f"metrics.{n}", fn(getattr(metrics, n)), {"r": SIM})
       for n in ("ttft", "tpot", "itl", "e2e", "span_s", "throughput_tok_s", "throughput_req_s",

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from servelab import _core, blocks, engine, hw_model as hw, serving_core, tiny_llm
 from servelab.events import EventQueue
 from servelab.reference import step_cost as ref
-from servelab.reference.events import EventQueue as RefQueue
 from servelab.workload import Requests
 
 M, G = hw.LLAMA3_8B, hw.H100
@@ -154,9 +153,8 @@ def test_the_default_num_blocks_is_not_blamed_on_the_caller():
     assert msg.startswith("the default num_blocks") and "block_size=1" in msg
 
 
-@pytest.mark.parametrize("Queue", [EventQueue, RefQueue])
-def test_the_clock_never_runs_backwards(Queue):
-    q = Queue()
+def test_the_clock_never_runs_backwards():
+    q: EventQueue[str] = EventQueue()
     q.push(5.0, "a")
     q.push(9.0, "b")
     assert q.pop() == (5.0, "a")

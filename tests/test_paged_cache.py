@@ -12,7 +12,7 @@ from servelab import tiny_llm
 from servelab.blocks import BlockAllocator
 from servelab.tiny_llm import TINY, TinyLLM
 from servelab.tiny_llm.paged import PagedKVCache, PagedKVPool
-from tiny_llm_strategies import prompts
+from assignment_strategies import prompts
 
 MODEL = TinyLLM(TINY)
 # room for the worst case at block_size 1: six holes of 20 tokens at once, then the three

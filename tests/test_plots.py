@@ -204,3 +204,16 @@ def test_a_series_without_data_is_left_out(tmp_path, drawn):
     plots.ttft_vs_rate(tmp_path / "t.png", curves, curves, 1.0, "h")
     fig = drawn["t.png"]
     assert _series_labels(fig) == ["some", "some"] and problems(fig) == []
+
+
+def test_speculative_plot(tmp_path, drawn):
+    grid = np.linspace(0.0, 1.0, 11)
+    predicted = {"tokens": {"k=2": (grid, 1 + grid + grid ** 2)},
+                 "speedup": {"k=2": (grid, 0.7 * (1 + grid + grid ** 2))}}
+    a = np.array([0.1, 0.5, 0.9])
+    measured = {"tokens": {"k=2": (a, 1 + a + a ** 2)}, "speedup": {"k=2": (a, np.array([0.8, 1.2, 1.9]))}}
+    path = plots.speculative_speedup(tmp_path / "spec.png", predicted, measured)
+    fig = drawn["spec.png"]
+    _assert_readable(fig, path)
+    assert sorted(_series_labels(fig)) == ["k=2: closed form", "k=2: closed form", "k=2: measured", "k=2: measured"]
+    assert "best measured: k=2, a = 0.90, 1.9x" in _all_titles(fig)

@@ -18,8 +18,7 @@ from servelab.hw_model import DEFAULT_EFFICIENCY, H100, LLAMA3_8B
 from servelab.reference import sim as ref
 from servelab.workload import chat_requests
 import sim_compare
-from sim_strategies import static_params, workloads
-from strategies import efficiencies, gpus, models
+from assignment_strategies import efficiencies, gpus, models, static_params, workloads
 
 COLUMNS = ("start_s", "first_token_s", "finish_s", "rejected", "batch_id")
 TOTALS = ("busy_s", "flops", "n_steps", "peak_kv_tokens")
@@ -43,7 +42,7 @@ def test_static_batching_matches_reference(reqs, params, trace):
 
 
 @settings(max_examples=25)
-@given(reqs=workloads(max_n=10, max_output=40), model=models(), gpu=gpus(), eff=efficiencies,
+@given(reqs=workloads(max_n=10, max_output=40), model=models(), gpu=gpus, eff=efficiencies,
        params=static_params)
 def test_parity_holds_for_any_model_and_gpu(reqs, model, gpu, eff, params):
     assert_same(sc.run_batch1(reqs, model, gpu, efficiency=eff, trace=True),

@@ -5,24 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import textwrap
 
 import pytest
 
 from servelab import cli
 from servelab import hw_model as hw
+from servelab import spec_files
 from servelab import sweep as sw
 from servelab.spec_files import gpu_presets, model_presets, resolve_gpu, resolve_model
 
-MISTRAL_TOML = """\
-name = "Mistral-7B"
-n_layers = 32
-d_model = 4096
-n_heads = 32
-n_kv_heads = 8
-d_head = 128
-d_ff = 14336
-vocab_size = 32000
-"""
+# the module's own documented example (so the example a reader copies is the one tested), named
+MISTRAL_TOML = 'name = "Mistral-7B"\n' + textwrap.dedent(
+    spec_files.__doc__.split("# mistral-7b.toml\n", 1)[1].split("\n\n", 1)[0]) + "\n"
 MISTRAL = hw.ModelSpec("Mistral-7B", 32, 4096, 32, 8, 128, 14336, 32000)
 SLOW_GPU = hw.GpuSpec("slow", peak_flops=100e12, hbm_bandwidth=1e12, memory_bytes=40e9)
 

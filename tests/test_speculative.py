@@ -17,7 +17,7 @@ from servelab.tiny_llm import TINY, ModelConfig, TinyLLM, generate
 from servelab.tiny_llm.sampling import softmax
 from servelab.tiny_llm.speculative import (expected_tokens_per_step, perturbed_draft, speculate,
                                            speculative_step_cost)
-from tiny_llm_strategies import prompts
+from assignment_strategies import prompts
 
 TARGET = TinyLLM(TINY)
 DRAFTS = {

@@ -8,7 +8,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 
 import pytest
 
-from servelab import cli
+from servelab import cli, lecture
 from servelab import sweep as sw
 from servelab.demos import demo03
 from servelab import metrics as mx
@@ -56,7 +56,7 @@ def test_rows_come_back_in_grid_order_whatever_the_completion_order():
 
 def test_a_point_is_what_demo03_computes():
     res = sw.sweep(sw.Grid(policies=("static",), rates=(1.0,), batch_size=(32,)), n=600)
-    want = mx.summarize(demo03.simulate(32, demo03.workload(1.0)), demo03.LECTURE_SLO)
+    want = mx.summarize(demo03.simulate(32, demo03.workload(1.0)), lecture.LECTURE_SLO)
     row = res.rows[0]
     assert (row.attainment, row.goodput_req_s, row.ttft_p99_s) == (want.attainment, want.goodput_req_s,
                                                                     want.ttft.p99)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from servelab.tiny_llm import SMALL, TINY, KVCache, TinyLLM, generate
 from servelab.tiny_llm.tensor_parallel import (ShardedKVCache, TensorParallelLLM, check_split,
                                                device_heads, fixed_order_sum, ring_allreduce)
-from tiny_llm_strategies import prompts
+from assignment_strategies import prompts
 
 RTOL, ATOL = 1e-4, 1e-5
 BASE = {c.name: TinyLLM(c) for c in (TINY, SMALL)}

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from servelab import tiny_llm
 from servelab.tiny_llm import GREEDY, TINY, ContiguousKVCache, KVCache, Temperature, TinyLLM, TopP
-from tiny_llm_strategies import prompts
+from assignment_strategies import prompts
 
 RTOL, ATOL = 1e-4, 1e-5
 MODEL = TinyLLM(TINY)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from servelab import hw_model, tiny_llm
 from servelab.tiny_llm import SMALL, TINY, ContiguousKVCache, KVCache, TinyLLM
-from tiny_llm_strategies import batch_entries, prompts
+from assignment_strategies import batch_entries, prompts
 
 RTOL, ATOL = 1e-4, 1e-5
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 from importlib import resources
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -70,8 +71,9 @@ def test_rust_agrees_with_python_validation():
         with pytest.raises(ValueError) as py_err:
             Requests(a, p, o)
         with pytest.raises(ValueError) as rust_err:
-            _core.sim_batch1(LLAMA3_8B, H100, DEFAULT_EFFICIENCY, np.array(a, dtype=np.float64),
-                             np.array(p, dtype=np.int64), np.array(o, dtype=np.int64), False)
+            unchecked = SimpleNamespace(arrival_s=np.array(a, dtype=np.float64), prompt_len=np.array(p, dtype=np.int64),
+                                        output_len=np.array(o, dtype=np.int64))
+            _core.sim_batch1(LLAMA3_8B, H100, DEFAULT_EFFICIENCY, unchecked, False)
         assert str(py_err.value) == str(rust_err.value)
 
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import spec_verify as mine
-from assignment_strategies import answer_int, assert_close_float
+from assignment_strategies import answer_int, assert_close_float, prompts
 from servelab.tiny_llm import TINY, TinyLLM, generate, model_for
 from servelab.tiny_llm import speculative as ref
 
@@ -49,7 +49,7 @@ DRAFTS = [model_for(TINY), ref.perturbed_draft(model_for(TINY), 0.1, seed=3),
 
 
 @settings(max_examples=10)  # each example is a whole generation over the pipe
-@given(st.lists(st.integers(0, 255), min_size=1, max_size=16), st.integers(1, 16),
+@given(prompts(1, 16), st.integers(1, 16),
        st.integers(1, 5), st.sampled_from([0, 1, 2]))
 def test_greedy_speculation_gives_the_target_tokens(prompt, n_new, k, draft):
     def verify(guesses, logits, *_):

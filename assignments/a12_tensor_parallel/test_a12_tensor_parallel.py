@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tp_layer as mine
-from assignment_strategies import answer_array, assert_close
+from assignment_strategies import answer_array, assert_close, prompts
 from servelab import tiny_llm
 from servelab.tiny_llm import TINY, ModelConfig
 from servelab.tiny_llm.model import attention_partial, mlp_partial, rms_norm, rope_tables
@@ -103,7 +103,7 @@ def test_tp_layer_equals_the_unsharded_layer(split, n, seed):
 
 
 @settings(max_examples=8)  # each example runs the whole model once per generated token
-@given(st.lists(st.integers(0, 255), min_size=1, max_size=12), st.sampled_from([2, 4]),
+@given(prompts(1, 12), st.sampled_from([2, 4]),
        st.integers(1, 6))
 def test_greedy_tokens_through_your_layer_equal_the_model(prompt, t, n_new):
     model = tiny_llm.model_for(TINY)

@@ -41,7 +41,9 @@ def kv_capacity_tokens(memory_bytes: float, mem_util: float, weight_bytes: float
 
 
 def tp_decode_step_s(c: dict, model, gpu, tp: int, batch: int, context_len: int) -> float:
-    """One decode step of ``batch`` sequences at ``context_len`` on ``tp`` cards (README)."""
+    """One decode step of ``batch`` sequences at ``context_len`` on ``tp`` cards, per card:
+    ``max(F / compute_rate, M / memory_rate) + 2 n_layers allreduce + overhead_s`` (F and M:
+    README)."""
     ### BEGIN SOLUTION
     tokens = batch
     keys = batch * (context_len + 1)  # each new token attends its context and itself

@@ -1,9 +1,7 @@
 """Assignment 1: the model ledger (lecture §2.4, §3.5; exercises 1 and 3).
 
-Write each function's body (in your copy, each one raises ``NotImplementedError``). ``model`` is a
-``servelab.hw_model.ModelSpec`` (fields ``n_layers, d_model, n_heads, n_kv_heads, d_head, d_ff,
-vocab_size, tie_embeddings, bytes_per_param``) and ``gpu`` a ``servelab.hw_model.GpuSpec``
-(``peak_flops, hbm_bandwidth, memory_bytes``). Check yourself with ``make check TASK=a1_ledger``.
+``model`` is a ``servelab.hw_model.ModelSpec``, ``gpu`` a ``GpuSpec`` (their fields: this
+folder's README). Check yourself with ``make check TASK=a1_ledger``.
 """
 
 from __future__ import annotations

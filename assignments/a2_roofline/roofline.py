@@ -1,23 +1,8 @@
 """Assignment 2: the roofline step cost (lecture §3.2-§3.5; exercises 2 and 7).
 
-Write each function's body (in your copy, each one raises ``NotImplementedError``). ``model`` has the fields of
-``servelab.hw_model.ModelSpec`` (``n_layers, d_model, n_heads, n_kv_heads, d_head, d_ff,
-vocab_size, tie_embeddings, bytes_per_param``), ``gpu`` those of ``GpuSpec`` (``peak_flops,
-hbm_bandwidth, memory_bytes``) and ``efficiency`` those of ``Efficiency`` (``compute = 0.70,
-bandwidth = 0.80, overhead_s = 0.5e-3``). A batch is a list of ``(new_tokens, context_len)``, one
-pair per sequence, where ``context_len`` counts the tokens already in that sequence's KV cache.
-
-Counting rules (the lecture's; each one is pinned by a number it prints):
-
-* every weight matrix is read once per step, except an untied embedding table: of that, only
-  the rows of the step's tokens are read (``d_model`` values per token);
-* a matmul costs 2 FLOPs per weight per token; the LM head runs only for the last token of each
-  sequence; norms, softmax and activations are free;
-* attention is causal: new token ``i`` (1-based) of a sequence with ``c`` cached tokens attends
-  to ``c + i`` keys, at ``4 * n_heads * d_head`` FLOPs per key per layer (QK^T and PV);
-* KV bytes: the step reads every sequence's cached context and writes the new tokens' K and V.
-
-Check yourself with ``make check TASK=a2_roofline``.
+``model``, ``gpu`` and ``efficiency`` have the fields of ``servelab.hw_model``'s ``ModelSpec``,
+``GpuSpec`` and ``Efficiency``; a batch is a list of ``(new_tokens, context_len)``. The counting
+rules are in this folder's README. Check yourself with ``make check TASK=a2_roofline``.
 """
 
 from __future__ import annotations
@@ -31,13 +16,10 @@ def ridge_point(gpu) -> float:
 
 
 def step_cost(model, gpu, batch, efficiency) -> dict:
-    """The roofline price of one forward step over ``batch``.
-
-    Returns a dict with ``flops``, ``bytes_moved``, ``compute_s`` (FLOPs at ``efficiency.compute``
-    of peak), ``memory_s`` (bytes at ``efficiency.bandwidth`` of peak bandwidth), ``time_s``
-    (the larger of the two plus ``efficiency.overhead_s``) and ``bound`` (``"compute"`` when
-    ``compute_s > memory_s``, else ``"memory"``).
-    """
+    """One forward over ``batch``, priced by the README's counting rules: a dict of ``flops``,
+    ``bytes_moved``, ``compute_s = flops / (compute x peak_flops)``, ``memory_s = bytes_moved /
+    (bandwidth x hbm_bandwidth)``, ``time_s = max(compute_s, memory_s) + overhead_s`` and
+    ``bound`` (``"compute"`` when ``compute_s > memory_s``, else ``"memory"``)."""
     ### BEGIN SOLUTION
     q, kv = model.n_heads * model.d_head, model.n_kv_heads * model.d_head
     layer_weights = 2 * model.d_model * q + 2 * model.d_model * kv + 3 * model.d_model * model.d_ff

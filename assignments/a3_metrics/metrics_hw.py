@@ -1,13 +1,9 @@
 """Assignment 3: how to judge a serving system (lecture §4.1-§4.4).
 
-Write each function's body (in your copy, each one raises ``NotImplementedError``). Every function takes plain numpy arrays,
-one entry per request, in arrival order:
-
-* ``arrival_s``, ``first_token_s``, ``finish_s``: seconds on the simulated clock (a request
-  turned away by admission control has NaN times and ``rejected[i] = True``);
-* ``output_len``: the request's output tokens ``L_o`` (the first comes out of the prefill).
-
-Check yourself with ``make check TASK=a3_metrics``.
+Every function takes numpy arrays, one entry per request in arrival order: ``arrival_s``,
+``first_token_s``, ``finish_s`` on the simulated clock (NaN for a request admission control
+rejected, ``rejected[i] = True``) and ``output_len`` (``L_o``; the first token comes out of the
+prefill). Check yourself with ``make check TASK=a3_metrics``.
 """
 
 from __future__ import annotations

@@ -10,22 +10,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import metrics_hw as mine
-from assignment_strategies import answer_array, answer_float, assert_close
+from assignment_strategies import answer_array, answer_float, assert_close, workloads
 from servelab import metrics as ref
 from servelab.admission import EarlyReject, MeanLength
 from servelab.hw_model import H100, LLAMA3_8B
 from servelab.serving_core import run_batch1, run_static_batching
-from servelab.workload import Requests, chat_requests
+from servelab.workload import chat_requests
 
 
 @st.composite
 def runs(draw):
-    n = draw(st.integers(1, 40))
-    gaps = draw(st.lists(st.floats(0.0, 2.0), min_size=n, max_size=n))
-    arrival = np.cumsum(gaps)
-    prompt = draw(st.lists(st.integers(1, 2048), min_size=n, max_size=n))
-    out = draw(st.lists(st.integers(1, 600), min_size=n, max_size=n))
-    reqs = Requests(arrival_s=arrival, prompt_len=prompt, output_len=out)
+    reqs = draw(workloads(min_n=1, max_n=40, max_prompt=2048, max_output=600))
     policy = draw(st.sampled_from(["batch1", "static", "early_reject"]))
     if policy == "early_reject":  # some requests turned away: NaN times, tokens never produced
         return run_batch1(reqs, LLAMA3_8B, H100,

@@ -1,14 +1,5 @@
-"""Assignment 4: the KV cache (lecture §2.2-§2.4).
-
-Three pieces of a tiny_llm-style forward:
-
-1. :func:`causal_attention`: grouped-query attention of the new tokens over the cached tokens
-   and themselves;
-2. :class:`ListKVCache`: a cache that servelab's ``TinyLLM.forward`` can use, by the same four
-   calls as ``servelab.tiny_llm.KVCache`` (``reserve``, ``update``, ``commit``, ``rollback``;
-   read the docstring of ``servelab.tiny_llm.cache`` for what each must do);
-3. :func:`tokens_processed`: what the cache saves, counted in tokens through the model.
-
+"""Assignment 4: the KV cache (lecture §2.2-§2.4): attention over cached tokens, a cache the real
+tiny model can use, and what the cache saves. The story is in this folder's README.
 Check yourself with ``make check TASK=a4_kv_cache``.
 """
 
@@ -46,15 +37,8 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, context_len: i
 
 
 class ListKVCache:
-    """A KV cache that keeps, per layer, the list of K and V chunks the forwards stored.
-
-    ``config`` is a ``servelab.tiny_llm`` ``ModelConfig`` (fields ``n_layers``, ``n_kv_heads``,
-    ``d_head``, ``max_len``...). ``len(cache)`` counts committed tokens. ``reserve(n)`` must
-    refuse (``ValueError``, nothing changed) to go past ``max_len``; ``update(layer, k_new,
-    v_new)`` receives ``(n_kv_heads, n_new, d_head)`` arrays and returns the whole sequence's K
-    and V, ``(n_kv_heads, len + n_new, d_head)``; ``commit(n)`` makes the new tokens count;
-    ``rollback()`` forgets a reservation (and anything ``update`` stored since).
-    """
+    """Per layer, the list of K and V chunks the forwards stored. The four calls follow the
+    contract in ``servelab.tiny_llm.cache``'s docstring; ``config`` is a tiny_llm ``ModelConfig``."""
 
     def __init__(self, config, max_len: int | None = None) -> None:
         self.config = config
@@ -67,11 +51,13 @@ class ListKVCache:
         ### END SOLUTION
 
     def __len__(self) -> int:
+        """Committed tokens."""
         ### BEGIN SOLUTION
         return self._len
         ### END SOLUTION
 
     def reserve(self, n_new: int) -> None:
+        """Room for ``n_new`` more tokens; past ``max_len``: ``ValueError``, nothing changed."""
         ### BEGIN SOLUTION
         if n_new < 1 or self._len + n_new > self.max_len:
             raise ValueError(f"cannot reserve {n_new} tokens after {self._len} (max_len {self.max_len})")
@@ -79,6 +65,7 @@ class ListKVCache:
         ### END SOLUTION
 
     def update(self, layer: int, k_new: np.ndarray, v_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Stores the new K and V after the cached; returns the whole sequence's (``len + n_new``)."""
         ### BEGIN SOLUTION
         self._k[layer].append(k_new.copy())
         self._v[layer].append(v_new.copy())
@@ -86,12 +73,14 @@ class ListKVCache:
         ### END SOLUTION
 
     def commit(self, n_new: int) -> None:
+        """The reserved tokens now count in ``len(cache)``."""
         ### BEGIN SOLUTION
         self._len += n_new
         self._pending = 0
         ### END SOLUTION
 
     def rollback(self) -> None:
+        """Forgets the reservation and whatever ``update`` stored since."""
         ### BEGIN SOLUTION
         for layer in range(self.config.n_layers):
             stored = sum(chunk.shape[1] for chunk in self._k[layer])

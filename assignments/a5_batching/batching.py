@@ -1,9 +1,8 @@
 """Assignment 5: batch-1 and static batching on an event queue (lecture §4.5; exercise 5).
 
 Write two small discrete-event simulators on an event queue with the API of
-``servelab.events.EventQueue`` (given as ``event_queue``: the pure-Python twin
-``servelab.reference.events``, which the grader copies beside your file; ``push(time_s,
-payload)``, ``pop() -> (time_s, payload)``, ``peek()``, ``len()``; events at equal times come
+``servelab.events.EventQueue`` (given in ``assignments/given/event_queue.py``, which the
+grader copies beside your file: ``push(time_s, payload)``, ``pop() -> (time_s, payload)``, ``peek()``, ``len()``; events at equal times come
 out in the order they were pushed). Requests are numpy arrays in arrival
 order: ``arrival_s``, ``prompt_len``, ``output_len`` (``L_o`` output tokens, the first made by
 the prefill). ``step_time(batch, price)`` (given in ``given/pricing.py``) gives the seconds of

@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 
 import batching as mine
 from assignment_strategies import answer_array, answer_float, assert_close
+from assignment_strategies import workloads as requests
 from servelab import hw_model as hw
 from servelab import metrics
 from servelab.hw_model import H100, LLAMA3_8B
 from servelab.serving_core import run_batch1, run_static_batching
-from servelab.workload import Requests
 
 
 PRICE = hw.price_constants(LLAMA3_8B, H100)
@@ -23,12 +23,8 @@ def step_time(batch):
     return hw.step_cost(LLAMA3_8B, H100, batch).time_s
 
 
-@st.composite
-def workloads(draw):
-    n = draw(st.integers(1, 30))
-    gaps = draw(st.lists(st.sampled_from([0.0, 0.001, 0.05, 0.2, 0.5, 3.0]), min_size=n, max_size=n))
-    return Requests(arrival_s=np.cumsum(gaps), prompt_len=draw(st.lists(st.integers(1, 1024), min_size=n, max_size=n)),
-                    output_len=draw(st.lists(st.integers(1, 80), min_size=n, max_size=n)))
+def workloads():
+    return requests(min_n=1, max_n=30, max_prompt=1024, max_output=80)
 
 
 def same(what, r, expected, actual):

@@ -13,7 +13,7 @@ lengths, one per request. Requests are numpy arrays in arrival order: ``arrival_
 ``prompt_len``, ``output_len`` (``L_o`` output tokens, the first made by the prefill) and
 ``predicted_len`` (the controller's guess of ``output_len``). ``step_time(batch, price)``
 (given in ``assignments/given/pricing.py``) gives the seconds of one forward over ``batch = [(new_tokens,
-context_len), ...]``; the event queue ``event_queue`` (``servelab.reference.events``) has the API of
+context_len), ...]``; the event queue in ``given/event_queue.py`` has the API of
 ``servelab.events.EventQueue``.
 
 The serving rules (batch 1, first come first served, as ``servelab.serving_core.run_batch1``):

@@ -12,11 +12,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import admission as mine
-from assignment_strategies import answer_array, answer_int, assert_close, assert_close_float, request_workloads
+from assignment_strategies import answer_array, answer_int, assert_close, assert_close_float
+from assignment_strategies import workloads as request_workloads  # a local workloads() below adds predictions
 from servelab import hw_model as hw
 from servelab.admission import EarlyReject, MeanLength, NoisyPredictor, Oracle, PredictedLengths
 from servelab.admission import admission_report as core_report
-from servelab.demos import demo04
+from servelab import lecture
 from servelab.hw_model import H100, LLAMA3_8B
 from servelab.serving_core import run_batch1
 from servelab.workload import Requests
@@ -111,7 +112,7 @@ def test_noisy_predictor(out, sigma, seed):
 @st.composite
 def workloads(draw):
     """A small bursty workload, an SLO, and predictions that are right, too short or too long."""
-    r = draw(request_workloads(max_requests=20, max_output=60))
+    r = draw(request_workloads(min_n=1, max_n=20, max_prompt=1024, max_output=60))
     n = len(r)
     guess = draw(st.one_of(st.just(r.output_len.tolist()), st.lists(st.integers(1, 90), min_size=n, max_size=n)))
     return r, np.array(guess, dtype=np.int64), draw(st.sampled_from([0.05, 0.2, 0.5, 1.0, 3.0]))
@@ -185,11 +186,11 @@ def test_hand_checked():
 # ---- the lecture's table (§5.5) and exercise 9 -------------------------------------------------
 
 def lecture_run(predicted):
-    r = demo04.llm_workload()  # demo 03's chat workload: 600 requests at 0.4 req/s, seed 0
+    r = lecture.admission_workload()  # demo 03's chat workload: 600 requests at 0.4 req/s, seed 0
     got = mine.simulate_early_reject(r.arrival_s, r.prompt_len, r.output_len, predicted,
-                                     demo04.LLM_SLO_TTFT_S, PRICE)
+                                     lecture.LLM_SLO_TTFT_S, PRICE)
     return mine.admission_report(r.arrival_s, got["first_token_s"], got["rejected"],
-                                 got["would_first_token_s"], demo04.LLM_SLO_TTFT_S)
+                                 got["would_first_token_s"], lecture.LLM_SLO_TTFT_S)
 
 
 def test_lecture_table_and_exercise9():
@@ -197,14 +198,14 @@ def test_lecture_table_and_exercise9():
     about 70% (servelab: 73.2%), 17% of the admitted late (14.8%), 26% false rejections (28.2%).
     Exercise 9 (noise seed 42): attainment falls with sigma, and at sigma = 1 it is about the mean
     estimate's; the loss is mostly false rejections."""
-    out = demo04.llm_workload().output_len
+    out = lecture.admission_workload().output_len
     oracle = lecture_run(mine.oracle_lengths(out))
     assert abs(oracle["on_time"] - 489) <= 6 and oracle["accepted_late"] == 0 and oracle["false_rejections"] == 0, \
         f"oracle: expected about 489/600 on time, none late, no false rejection; got {oracle}"
     mean = lecture_run(mine.mean_lengths(out))
-    for key, lecture in (("attainment", 0.70), ("late_share_of_accepted", 0.17), ("false_rejection_share", 0.26)):
-        assert mean[key] == pytest.approx(lecture, abs=0.04), f"mean estimate: {key} expected about {lecture}, got {mean}"
-    rows = {s: lecture_run(mine.noisy_lengths(out, s, demo04.NOISE_SEED)) for s in (0.0, 0.25, 1.0)}
+    for key, figure in (("attainment", 0.70), ("late_share_of_accepted", 0.17), ("false_rejection_share", 0.26)):
+        assert mean[key] == pytest.approx(figure, abs=0.04), f"mean estimate: {key} expected about {figure}, got {mean}"
+    rows = {s: lecture_run(mine.noisy_lengths(out, s, lecture.NOISE_SEED)) for s in (0.0, 0.25, 1.0)}
     assert rows[0.0] == oracle, f"sigma 0 is the oracle: expected {oracle}, got {rows[0.0]}"
     att = [rows[s]["attainment"] for s in (0.0, 0.25, 1.0)]
     assert att[0] > att[1] > att[2], f"attainment must fall as sigma grows (0, 0.25, 1): got {att}"

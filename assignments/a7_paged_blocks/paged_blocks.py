@@ -1,28 +1,8 @@
-"""Assignment 7: a paged KV block allocator (PagedAttention; lecture §2.4, §3.5; project milestone 2).
+"""Assignment 7: a paged KV block allocator (PagedAttention; lecture §2.4, §3.5; milestone 2).
 
-The KV cache of every sequence lives in fixed-size blocks of ``block_size`` token slots taken
-from one shared pool, so memory is handed out as it is needed instead of reserved up front.
-Write the methods of :class:`PagedAllocator` (in your copy, each one raises
-``NotImplementedError``). The rules (servelab's Rust allocator, ``servelab.blocks.BlockAllocator``
-without prefix caching, follows them exactly, and your block tables must equal its own):
-
-* a sequence of ``n`` tokens holds ``ceil(n / block_size)`` blocks; each block counts how many
-  sequences hold it; a block that no sequence holds is free;
-* free blocks wait in one queue: new blocks are taken from its front; at start it holds
-  ``0, 1, ..., num_blocks - 1`` in that order; ``free(seq_id)`` puts the blocks that became free
-  at its back, the sequence's last block first (so a sequence's tail is reused before its head);
-* ``allocate(seq_id, n_tokens)`` gives a new sequence its blocks and returns its block table;
-* ``append(seq_id)`` adds one token: a new block when the last one is full; when the last block
-  is partly filled and shared with another sequence, copy-on-write: take a new block, the
-  sequence drops its reference to the shared one, and ``append`` returns ``(src, dst)`` (the KV
-  to copy); otherwise ``None``;
-* ``fork(parent_id, child_id)`` makes the child share every block of the parent;
-* not enough free blocks: ``allocate`` and ``append`` raise ``OutOfBlocks`` (``errors.py``) and
-  change nothing; an unknown ``seq_id`` (or one that already exists, for ``allocate`` and
-  ``fork``'s child) raises ``KeyError``; ``free`` of a sequence that is not there raises
-  ``KeyError`` too.
-
-Check yourself with ``make check TASK=a7_paged_blocks``.
+Your block tables must equal those of ``servelab.blocks.BlockAllocator`` without prefix caching,
+whose docstring states the rules (this folder's README says which). Check yourself with
+``make check TASK=a7_paged_blocks``.
 """
 
 from __future__ import annotations
@@ -44,6 +24,7 @@ class PagedAllocator:
         ### END SOLUTION
 
     def allocate(self, seq_id: int, n_tokens: int) -> list[int]:
+        """A new sequence's ``ceil(n_tokens / block_size)`` blocks from the queue's front; its table."""
         ### BEGIN SOLUTION
         if seq_id in self.tables:
             raise KeyError(f"seq_id {seq_id} is already allocated")
@@ -56,6 +37,7 @@ class PagedAllocator:
         ### END SOLUTION
 
     def append(self, seq_id: int) -> tuple[int, int] | None:
+        """One more token: a new block when the last is full; ``(src, dst)`` on copy-on-write."""
         ### BEGIN SOLUTION
         table = self._table(seq_id)
         full = self.lengths[seq_id] % self.block_size == 0
@@ -75,6 +57,7 @@ class PagedAllocator:
         ### END SOLUTION
 
     def fork(self, parent_id: int, child_id: int) -> None:
+        """The child shares every block of the parent (reference counts + 1)."""
         ### BEGIN SOLUTION
         table = self._table(parent_id)
         if child_id in self.tables:
@@ -85,6 +68,7 @@ class PagedAllocator:
         ### END SOLUTION
 
     def free(self, seq_id: int) -> None:
+        """Drops the sequence; blocks nobody holds go to the queue's back, last block first."""
         ### BEGIN SOLUTION
         table = self._table(seq_id)
         del self.tables[seq_id], self.lengths[seq_id]
@@ -95,12 +79,14 @@ class PagedAllocator:
         ### END SOLUTION
 
     def block_table(self, seq_id: int) -> list[int]:
+        """A copy of the sequence's block table."""
         ### BEGIN SOLUTION
         return list(self._table(seq_id))
         ### END SOLUTION
 
     @property
     def num_free_blocks(self) -> int:
+        """Blocks in the free queue."""
         ### BEGIN SOLUTION
         return len(self.free_queue)
         ### END SOLUTION

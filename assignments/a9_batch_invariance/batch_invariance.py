@@ -1,27 +1,7 @@
 """Assignment 9: why the batch size changes a request's numbers, and a kernel where it does not
-(lecture §6.5 and §12 exercise 10).
+(lecture §6.5; exercise 10). The story and the exact summation order are in this folder's README.
 
-Floating-point addition is not associative: ``(a + b) + c`` and ``a + (b + c)`` can round
-differently. A matrix multiply ``y = x @ w`` sums ``K`` products for every output; a GPU kernel
-picks the order of that sum from the shape it is given. With few rows (a small batch) it cuts
-the ``K`` dimension into pieces that separate compute units sum in parallel, and adds their
-partial sums at the end (*split-K*); with many rows it has enough work without that and sums
-each output in one piece. So the same row of ``x`` gets a different summation order, and
-different last bits, depending on how many other rows share its batch. A *batch-invariant*
-kernel fixes the order per row whatever the batch: here, pieces of a fixed size ``block_k``.
-
-Everything here is float32, as a kernel's accumulator would be. ``x`` is ``(B, K)`` (``B``
-rows: the batch), ``w`` is ``(K, N)``; results are float32 arrays of shape ``(B, N)``.
-
-**The summation order** (:func:`reduce_in_pieces`): ``K`` is cut into consecutive pieces that
-start at the given indices. Within a piece, each output starts from 0 and adds the products
-``x[b, k] * w[k, n]`` for ``k`` ascending, every product and every addition rounded to float32
-(``acc = acc + x[b, k] * w[k, n]``). Then the pieces' partial sums are added left to right:
-``total = p0``, ``total = total + p1``, ... Compute it with elementwise float32 operations
-(a product of a column of ``x`` with a row of ``w`` is one ``(B, N)`` array); do not call
-``@``/``np.dot``/``np.sum`` for the reduction: their order is the library's own, and it may
-change with the shape, which is exactly the problem this assignment is about.
-
+All float32: ``x`` is ``(B, K)`` (the batch), ``w`` is ``(K, N)``, results ``(B, N)``.
 Check yourself with ``make check TASK=a9_batch_invariance``.
 """
 
@@ -44,8 +24,9 @@ def split_count(batch_size: int, k: int, num_units: int = 16, min_piece: int = 8
 
 
 def reduce_in_pieces(x, w, starts) -> np.ndarray:
-    """``x @ w`` in float32 with ``K`` cut into pieces starting at ``starts`` (increasing,
-    ``starts[0] == 0``, each ``< K``), in the order described in the module docstring."""
+    """``x @ w`` with ``K`` cut into pieces starting at ``starts`` (increasing, ``starts[0] == 0``):
+    per piece ``acc = acc + x[:, k] * w[k, :]`` for ``k`` ascending, then ``p0 + p1 + ...`` left
+    to right; elementwise float32 only (README)."""
     ### BEGIN SOLUTION
     x = np.asarray(x, dtype=np.float32)
     w = np.asarray(w, dtype=np.float32)

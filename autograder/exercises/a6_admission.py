@@ -9,10 +9,10 @@ simulator, with the mean estimate, the oracle and the noisy predictor (noise see
 from __future__ import annotations
 
 from servelab import hw_model as hw
-from servelab.demos import demo04
+from servelab import lecture
 from servelab.hw_model import H100, LLAMA3_8B
 
-SEEDS = {"workload (chat_requests)": demo04.LLM_SEED, "predictor noise": demo04.NOISE_SEED}
+SEEDS = {"workload (chat_requests)": lecture.LLM_SEED, "predictor noise": lecture.NOISE_SEED}
 
 
 def answers(solution):
@@ -21,13 +21,13 @@ def answers(solution):
     yield "ex. 6: 20 calls, at most 10%", "per-call slow budget", adm.per_call_budget(20, 0.10)
     yield "ex. 6: 20 calls, at most 10%", "per-call percentile", adm.per_call_percentile(20, 0.10)
 
-    r = demo04.llm_workload()
+    r = lecture.admission_workload()
     price = hw.price_constants(LLAMA3_8B, H100)
-    slo = demo04.LLM_SLO_TTFT_S
+    slo = lecture.LLM_SLO_TTFT_S
     rows = {"§5.5: mean estimate": adm.mean_lengths(r.output_len),
             "§5.5: oracle": adm.oracle_lengths(r.output_len)}
-    rows.update({f"ex. 9: sigma {s:g}": adm.noisy_lengths(r.output_len, s, demo04.NOISE_SEED)
-                 for s in demo04.SIGMAS})
+    rows.update({f"ex. 9: sigma {s:g}": adm.noisy_lengths(r.output_len, s, lecture.NOISE_SEED)
+                 for s in lecture.SIGMAS})
     for label, predicted in rows.items():
         run = adm.simulate_early_reject(r.arrival_s, r.prompt_len, r.output_len, predicted, slo, price)
         rep = adm.admission_report(r.arrival_s, run["first_token_s"], run["rejected"],

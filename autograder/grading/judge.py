@@ -24,7 +24,6 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings
 from autograder.sandbox.remote import Child, Limits, RemoteModule, SubmissionFailed
 from autograder.grading.testload import call_test, cases, find_test, import_test_module
 from servelab.grading.hypothesis_profiles import PROFILES
-from servelab import reference
 from servelab.grading.manifest import Task
 
 # the "grading" profile (derandomized, fixed example count), nothing written to disk, and no
@@ -38,7 +37,7 @@ settings.register_profile("autograder", **{**PROFILES["grading"], "database": No
 MAX_MESSAGE = 3000
 GROUP = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11+
 TEST_FILE_PREFIXES = ("test_", "conftest")
-GIVEN = "given"  # assignments/given/: helpers several tasks use, each kept once (a5's and a6's step price)
+GIVEN = "given"  # assignments/given/: helpers several tasks use, each kept once (a5's and a6's event queue and step price)
 # modules the child refuses to import while it runs student code: the Rust oracle and the
 # pure-Python references would answer for the student (a task that needs part of servelab in
 # the child would have to allow it explicitly here, and then test something it cannot answer)
@@ -68,13 +67,12 @@ def imported_names(path: Path) -> set[str]:
 
 
 def build_sandbox(root: Path, task: Task, files: dict[str, Path], sandbox: Path) -> list[tuple[str, Path]]:
-    """The child's folder: the task folders' non-test helpers from the pristine copy, the given
-    helpers these files import (``assignments/given/``, and the readable twins of
-    ``servelab.reference.GIVEN``: one copy each in the repository), then the student's edited
-    files. Returns (module name, path) of each edited file."""
+    """The child's folder: the task folders' non-test helpers from the pristine copy, the
+    helpers of ``assignments/given/`` (one copy each in the repository, shared by tasks) that
+    these files import, then the student's edited files. Returns (module name, path) of each
+    edited file."""
     assignments = root / "assignments"
     given = {p.stem: p for p in sorted((assignments / GIVEN).glob("*.py"))}
-    given |= {name: Path(reference.__file__).with_name(f"{module}.py") for name, module in reference.GIVEN.items()}
     for folder in sorted({Path(rel).parent for rel in task.edit}):
         dst = sandbox / folder
         dst.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,6 @@ import servelab
 from autograder.grading.grade import ROOT, manifest_of
 from autograder.grading.judge import GIVEN
 from servelab import lecture_key
-from servelab.reference import given_twins
 from autograder.grading.results import write_json_atomic
 from servelab.grading.hypothesis_profiles import PROFILES
 
@@ -41,7 +40,6 @@ def _import(path: Path, name: str):
     (a5's and a6's ``from pricing import step_time``). Helpers it loads are dropped from
     ``sys.modules`` afterwards, so another task's same-named helper is its own."""
     given = path.parents[1] / GIVEN
-    given_twins()  # event_queue: servelab.reference.events, which the sandbox gets as a file
     siblings = {p.stem for folder in (path.parent, given) for p in folder.glob("*.py")}
     before = set(sys.modules)
     sys.path[:0] = [str(path.parent), str(given)]

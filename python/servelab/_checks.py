@@ -102,6 +102,82 @@ def real(name: str, value: Any, lo: float | None = None, hi: float | None = None
     return v
 
 
+def is_bool(value: Any) -> bool:
+    """A flag argument: Python's or numpy's bool (never 0 or 1)."""
+    return _is_bool(value)
+
+
+def positive_int(name: str, value: Any, hi: int | None = INT64_MAX) -> int:
+    """``value`` as a Python int in ``[1, hi]``: a count or a size. Every refusal is a
+    ``ValueError`` (2.5 or ``True`` is a bad count, as the Rust core, which checks the same
+    arguments, says too), worded "a positive integer".
+
+    >>> positive_int("block_size", np.int64(16))
+    16
+    >>> positive_int("num_blocks", True)
+    Traceback (most recent call last):
+    ...
+    ValueError: num_blocks must be a positive integer, got True
+    >>> positive_int("prompt_len", 10**6, hi=2**17)
+    Traceback (most recent call last):
+    ...
+    ValueError: prompt_len must be an integer in [1, 131072], got 1000000
+    """
+    if not is_int(value) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {_shown(int(value) if is_int(value) else value)}")
+    v = int(value)
+    if hi is not None and v > hi:
+        raise ValueError(f"{name} must be an integer in [1, {hi}], got {v}")
+    return v
+
+
+def count(name: str, value: Any, hi: int | None = None) -> int:
+    """``value`` as a Python int in ``[0, hi]`` (a number of things, which may be none);
+    ``TypeError`` if it is no integer.
+
+    >>> count("n", -1)
+    Traceback (most recent call last):
+    ...
+    ValueError: n must be a non-negative integer, got -1
+    """
+    v = integer(name, value, lo=None, hi=None)
+    if v < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {v}")
+    if hi is not None and v > hi:
+        raise ValueError(f"{name} must be an integer in [0, {hi}], got {v}")
+    return v
+
+
+def positive(name: str, value: Any) -> float:
+    """``value`` as a float, finite and > 0 (a rate, a duration, a mean); ``TypeError`` if it is
+    no real number.
+
+    >>> positive("rate", 0)
+    Traceback (most recent call last):
+    ...
+    ValueError: rate must be a positive finite number, got 0
+    """
+    v = real(name, value, finite=False)
+    if not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {_shown(value)}")
+    return v
+
+
+def non_negative(name: str, value: Any) -> float:
+    """``value`` as a float, finite and >= 0 (a spread, a wait); ``TypeError`` if it is no real
+    number.
+
+    >>> non_negative("sigma", -1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: sigma must be a finite number >= 0, got -1.0
+    """
+    v = real(name, value, finite=False)
+    if not (math.isfinite(v) and v >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {_shown(value)}")
+    return v
+
+
 def flag(name: str, value: Any) -> bool:
     """``value`` as a bool: only ``True`` or ``False`` (numpy's too)."""
     if not _is_bool(value):

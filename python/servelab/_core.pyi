@@ -1,9 +1,12 @@
 # Typed surface of the Rust extension (rust/src/py/). Checked by `python -m mypy.stubtest
 # servelab._core` in `make test`: a function added in Rust must be added here.
-from typing import Iterable, Protocol, final
+from typing import Iterable, final
 
 import numpy as np
 import numpy.typing as npt
+
+from servelab.hw_model import Efficiency, GpuSpec, ModelSpec
+from servelab.workload import Requests
 
 # PyO3 exports every name it registers in __all__; keep this list in step with rust/src/py/.
 __all__ = [
@@ -24,7 +27,6 @@ __all__ = [
     "step_cost_many",
     "step_cost_many_into",
     "step_cost_uniform_many",
-    "EventQueue",
     "MAX_REQUEST_TOKENS",
     "sim_batch1",
     "sim_static_batching",
@@ -38,6 +40,9 @@ __all__ = [
     "ROOT_KEY",
     "BlockAllocator",
     "block_key",
+    "MAX_CARDS",
+    "sim_data_parallel",
+    "sim_disaggregated",
 ]
 
 __version__: str
@@ -48,97 +53,53 @@ MAX_DIM: int
 MAX_TOKENS: int
 MAX_STEP_TOKENS: int
 
-# Read-only members: the presets are frozen dataclasses, and the Rust side only reads the fields
-# (a settable Protocol member would refuse them).
-class _ModelLike(Protocol):
-    @property
-    def n_layers(self) -> int: ...
-    @property
-    def d_model(self) -> int: ...
-    @property
-    def n_heads(self) -> int: ...
-    @property
-    def n_kv_heads(self) -> int: ...
-    @property
-    def d_head(self) -> int: ...
-    @property
-    def d_ff(self) -> int: ...
-    @property
-    def vocab_size(self) -> int: ...
-    @property
-    def tie_embeddings(self) -> bool: ...
-    @property
-    def bytes_per_param(self) -> float: ...
+# Specs and requests are read by attribute name: any object with the fields of these classes
+# works, and the library passes the classes themselves.
 
-class _GpuLike(Protocol):
-    @property
-    def peak_flops(self) -> float: ...
-    @property
-    def hbm_bandwidth(self) -> float: ...
-    @property
-    def memory_bytes(self) -> float: ...
-
-class _EfficiencyLike(Protocol):
-    @property
-    def compute(self) -> float: ...
-    @property
-    def bandwidth(self) -> float: ...
-    @property
-    def overhead_s(self) -> float: ...
-
-_StepTuple = tuple[float, float, float, float, float, float, float, bool, float, float, int, int]
+# A StepCost's fields by name: floats, ``compute_bound`` a bool, ``n_tokens``/``n_seqs`` ints.
+_StepDict = dict[str, float]
 _I64 = npt.NDArray[np.int64]
 
-def validate_model(model: _ModelLike) -> None: ...
-def validate_gpu(gpu: _GpuLike) -> None: ...
-def validate_efficiency(efficiency: _EfficiencyLike) -> None: ...
-def param_count(model: _ModelLike) -> int: ...
-def weight_bytes(model: _ModelLike) -> float: ...
-def kv_bytes_per_token(model: _ModelLike) -> float: ...
-def kv_capacity_tokens(model: _ModelLike, gpu: _GpuLike, mem_util: float) -> int: ...
-def max_batch(model: _ModelLike, gpu: _GpuLike, context_len: int, mem_util: float) -> int: ...
+def validate_model(model: ModelSpec) -> None: ...
+def validate_gpu(gpu: GpuSpec) -> None: ...
+def validate_efficiency(efficiency: Efficiency) -> None: ...
+def param_count(model: ModelSpec) -> int: ...
+def weight_bytes(model: ModelSpec) -> float: ...
+def kv_bytes_per_token(model: ModelSpec) -> float: ...
+def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, mem_util: float) -> int: ...
+def max_batch(model: ModelSpec, gpu: GpuSpec, context_len: int, mem_util: float) -> int: ...
 def step_cost(
-    model: _ModelLike, gpu: _GpuLike, efficiency: _EfficiencyLike, batch: list[tuple[int, int]]
-) -> _StepTuple: ...
+    model: ModelSpec, gpu: GpuSpec, efficiency: Efficiency, batch: list[tuple[int, int]]
+) -> _StepDict: ...
 def step_cost_columns(
-    model: _ModelLike, gpu: _GpuLike, efficiency: _EfficiencyLike, new_tokens: _I64, context_len: _I64
-) -> _StepTuple: ...
+    model: ModelSpec, gpu: GpuSpec, efficiency: Efficiency, new_tokens: _I64, context_len: _I64
+) -> _StepDict: ...
 def step_cost_many(
-    model: _ModelLike,
-    gpu: _GpuLike,
-    efficiency: _EfficiencyLike,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
     new_tokens: _I64,
     context_len: _I64,
     offsets: _I64,
     columns: list[str] | None = None,
 ) -> dict[str, np.ndarray]: ...
 def step_cost_many_into(
-    model: _ModelLike,
-    gpu: _GpuLike,
-    efficiency: _EfficiencyLike,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
     new_tokens: _I64,
     context_len: _I64,
     offsets: _I64,
     out: dict[str, np.ndarray],
 ) -> None: ...
 def step_cost_uniform_many(
-    model: _ModelLike,
-    gpu: _GpuLike,
-    efficiency: _EfficiencyLike,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
     batch_size: _I64,
     new_tokens: _I64,
     context_len: _I64,
 ) -> dict[str, np.ndarray]: ...
-
-# ---- event queue (rust/src/events.rs) --------------------------------------------------------
-
-@final
-class EventQueue:
-    def __init__(self) -> None: ...
-    def push(self, time_s: float, payload: object) -> None: ...
-    def pop(self) -> tuple[float, object]: ...
-    def peek(self) -> tuple[float, object]: ...
-    def __len__(self) -> int: ...
 
 # ---- serving simulator (rust/src/sim/) -------------------------------------------------------
 
@@ -146,45 +107,37 @@ MAX_REQUEST_TOKENS: int
 _F64 = npt.NDArray[np.float64]
 
 def sim_batch1(
-    model: _ModelLike,
-    gpu: _GpuLike,
-    efficiency: _EfficiencyLike,
-    arrival_s: _F64,
-    prompt_len: _I64,
-    output_len: _I64,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
+    requests: Requests,
     trace: bool,
 ) -> dict[str, object]: ...
 def sim_static_batching(
-    model: _ModelLike,
-    gpu: _GpuLike,
-    efficiency: _EfficiencyLike,
-    arrival_s: _F64,
-    prompt_len: _I64,
-    output_len: _I64,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
+    requests: Requests,
     batch_size: int,
     max_wait_s: float,
     ride_along: bool,
     trace: bool,
 ) -> dict[str, object]: ...
 def sim_batch1_early_reject(
-    model: _ModelLike,
-    gpu: _GpuLike,
-    efficiency: _EfficiencyLike,
-    arrival_s: _F64,
-    prompt_len: _I64,
-    output_len: _I64,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
+    requests: Requests,
     slo_ttft_s: float,
     predicted_len: _I64,
     trace: bool,
 ) -> dict[str, object]: ...
 def sim_fixed_service(arrival_s: _F64, service_s: float, slo_s: float | None) -> dict[str, object]: ...
 def sim_continuous_batching(
-    model: _ModelLike,
-    gpu: _GpuLike,
-    efficiency: _EfficiencyLike,
-    arrival_s: _F64,
-    prompt_len: _I64,
-    output_len: _I64,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
+    requests: Requests,
     max_num_seqs: int,
     max_num_batched_tokens: int,
     block_size: int,
@@ -248,3 +201,39 @@ class BlockAllocator:
     def append_many(self, seq_ids: _I64, token_ids: _I64) -> tuple[int, _I64, _I64]: ...
     def free_many(self, seq_ids: _I64) -> None: ...
     def check_invariants(self) -> None: ...
+
+# multi-card simulators (rust/src/py/parallel.rs): the keys of sim_continuous_batching's dict
+# (no trace, no batch log) plus card, card_busy_s, card_steps, card_peak_kv_blocks; the
+# disaggregated one adds ready_s, decode_start_s, decode_card, decode_busy_s, decode_steps,
+# decode_peak_kv_blocks
+MAX_CARDS: int
+
+def sim_data_parallel(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
+    requests: Requests,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    block_size: int,
+    num_blocks: int,
+    chunked_prefill: bool,
+    n_replicas: int,
+    router: str,
+) -> dict[str, object]: ...
+def sim_disaggregated(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
+    requests: Requests,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    block_size: int,
+    num_blocks: int,
+    chunked_prefill: bool,
+    n_prefill: int,
+    n_decode: int,
+    router: str,
+    link_bandwidth: float,
+    link_latency_s: float,
+) -> dict[str, object]: ...

@@ -42,7 +42,6 @@ ValueError: slo_ttft_s must be a positive finite number, got 0.0
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -134,11 +133,8 @@ class NoisyPredictor:
     seed: int = 42
 
     def __post_init__(self) -> None:
-        if not _checks.is_real(self.sigma) or not (
-                math.isfinite(self.sigma) and self.sigma >= 0):
-            raise ValueError(f"sigma must be a finite number >= 0, got {self.sigma!r}")
-        if not _checks.is_int(self.seed) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        _checks.non_negative("sigma", self.sigma)
+        _checks.count("seed", self.seed)
 
     def predict(self, requests: Requests) -> np.ndarray:
         eps = np.random.default_rng(int(self.seed)).normal(0.0, float(self.sigma), len(_requests(requests)))
@@ -181,10 +177,7 @@ class EarlyReject:
     _estimator: Estimator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        s = self.slo_ttft_s
-        if not _checks.is_real(s) or not (math.isfinite(s) and s > 0):
-            raise ValueError(f"slo_ttft_s must be a positive finite number, got {s!r}")
-        object.__setattr__(self, "slo_ttft_s", float(s))
+        object.__setattr__(self, "slo_ttft_s", _checks.positive("slo_ttft_s", self.slo_ttft_s))
         e = self.estimator
         if isinstance(e, str) and e in ESTIMATORS:
             e = ESTIMATORS[e]()

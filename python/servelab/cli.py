@@ -277,6 +277,7 @@ def _sweep(args: argparse.Namespace, console: Console) -> int:
 
 
 def _add_sweep_parser(sub: Any) -> None:
+    from servelab import lecture
     from servelab import sweep as sw
     from servelab.spec_files import gpu_presets, model_presets
 
@@ -293,7 +294,7 @@ def _add_sweep_parser(sub: Any) -> None:
     p.add_argument("--gpu", default="H100", help=f"a preset ({', '.join(gpu_presets())}) or a .toml/.json spec file")
     p.add_argument("--batch-size", type=_int_at_least(1), nargs="+", help="static: batch sizes (32 if not given)")
     p.add_argument("--max-wait", type=_seconds(positive=False), nargs="+",
-                   help="static: longest wait for a batch to fill, s (0.2 if not given)")
+                   help=f"static: longest wait for a batch to fill, s ({lecture.MAX_WAIT_S:g} if not given)")
     p.add_argument("--ride-along", nargs="+", choices=["yes", "no"],
                    help="static: finished requests keep computing (yes if not given)")
     p.add_argument("--estimator", nargs="+", type=_estimator,
@@ -301,10 +302,10 @@ def _add_sweep_parser(sub: Any) -> None:
     p.add_argument("--max-num-seqs", type=_int_at_least(1), nargs="+", help="continuous: seats (256 if not given)")
     p.add_argument("--chunked-prefill", nargs="+", choices=["yes", "no"],
                    help="continuous: split long prompts over steps (no if not given)")
-    p.add_argument("--n", type=_int_at_least(1), default=600, help="requests per point")
-    p.add_argument("--seed", type=_int_at_least(0), default=0, help="workload seed")
-    p.add_argument("--slo-ttft", type=_seconds(positive=True, allow_inf=True), default=1.0, help="SLO on TTFT, s")
-    p.add_argument("--slo-tpot", type=_seconds(positive=True, allow_inf=True), default=0.05, help="SLO on TPOT, s")
+    p.add_argument("--n", type=_int_at_least(1), default=lecture.N_REQUESTS, help="requests per point")
+    p.add_argument("--seed", type=_int_at_least(0), default=lecture.SEED, help="workload seed")
+    p.add_argument("--slo-ttft", type=_seconds(positive=True, allow_inf=True), default=lecture.LECTURE_SLO.ttft_s, help="SLO on TTFT, s")
+    p.add_argument("--slo-tpot", type=_seconds(positive=True, allow_inf=True), default=lecture.LECTURE_SLO.tpot_s, help="SLO on TPOT, s")
     p.add_argument("--jobs", type=_int_at_least(1), default=1, help="points run at once on local cores")
     p.add_argument("--out", default="out/sweep", help="folder for sweep.csv, sweep.json and the plots")
     p.add_argument("--format", nargs="+", default=["csv", "json"], choices=["csv", "json"], help="data files")

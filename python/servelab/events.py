@@ -3,8 +3,9 @@
 The clock of a discrete-event simulator jumps from one event to the next: an arrival, the end
 of a forward step, a timeout. :class:`EventQueue` hands the events back earliest first; events
 at the same time come back in the order they were pushed, so a simulation never depends on how
-a heap breaks ties. The queue itself is Rust (``rust/src/events.rs``); this class adds the typed
-Python surface. (The course's own copy also holds a pure-Python twin, for parity tests.)
+a heap breaks ties. It is plain Python, a heap of ``(time_s, seq, payload)``: ``seq`` counts the
+pushes, so ties pop first in, first out and the heap never compares two payloads. (The Rust
+simulators keep their own clocks and need no queue.)
 
 >>> q = EventQueue()
 >>> q.push(2.0, "step done")
@@ -30,10 +31,11 @@ ValueError: time_s must not be earlier than the last popped event's time 2.0, go
 
 from __future__ import annotations
 
-import numbers
+import heapq
+import math
 from typing import Generic, TypeVar
 
-from servelab import _checks, _core
+from servelab import _checks
 
 __all__ = ["EventQueue"]
 
@@ -48,34 +50,52 @@ class EventQueue(Generic[T]):
     ``pop`` and ``peek`` on an empty queue raise ``IndexError``.
     """
 
-    __slots__ = ("_inner",)
+    __slots__ = ("_heap", "_seq", "_now")
 
     def __init__(self) -> None:
-        self._inner = _core.EventQueue()
+        self._heap: list[tuple[float, int, T]] = []
+        self._seq = 0  # pushes so far: the tie-break
+        self._now = 0.0  # time of the last popped event: the clock
 
     def push(self, time_s: float, payload: T) -> None:
         """Schedules ``payload`` at ``time_s`` seconds."""
-        if not _checks.is_real(time_s):
+        if type(time_s) is not float and not _checks.is_real(time_s):  # floats skip the slow check
             raise ValueError(f"time_s must be a real number, got {time_s!r}")
-        self._inner.push(float(time_s), payload)
+        time_s = float(time_s) + 0.0  # + 0.0: -0.0 is the instant 0.0
+        if not (math.isfinite(time_s) and time_s >= 0.0):
+            raise ValueError(f"time_s must be a finite number >= 0, got {time_s!r}")
+        if time_s < self._now:
+            raise ValueError("time_s must not be earlier than the last popped event's time "
+                             f"{self._now!r}, got {time_s!r}")
+        heapq.heappush(self._heap, (time_s, self._seq, payload))
+        self._seq += 1
 
     def pop(self) -> tuple[float, T]:
         """Removes and returns the earliest event."""
-        return self._inner.pop()  # type: ignore[return-value]
+        if not self._heap:
+            raise IndexError("pop from an empty EventQueue")
+        time_s, _, payload = heapq.heappop(self._heap)
+        self._now = time_s
+        return time_s, payload
 
     def peek(self) -> tuple[float, T]:
         """The event :meth:`pop` would return, left in the queue."""
-        return self._inner.peek()  # type: ignore[return-value]
+        if not self._heap:
+            raise IndexError("peek at an empty EventQueue")
+        time_s, _, payload = self._heap[0]
+        return time_s, payload
 
     def len(self) -> int:
         """Number of events waiting (also ``len(queue)``)."""
-        return len(self._inner)
+        return len(self._heap)
 
     def __len__(self) -> int:
-        return len(self._inner)
+        return len(self._heap)
 
     def __bool__(self) -> bool:
-        return len(self._inner) > 0
+        return bool(self._heap)
 
     def __repr__(self) -> str:
-        return repr(self._inner)
+        if not self._heap:
+            return "EventQueue(len=0)"
+        return f"EventQueue(len={len(self._heap)}, next_time_s={self._heap[0][0]!r})"

@@ -1,6 +1,6 @@
 """Exercises 4, 5 and 9 of lecture 1 (§12), computed end to end on the simulator.
 
-They rerun demo 03's and demo 04's settings with one thing changed, as the lecture's reference
+They rerun demo 03's and demo 04's settings (:mod:`servelab.lecture`) with one thing changed, as the lecture's reference
 answers did ("the numbers are from running the code, modified as the exercise says"):
 
 * :func:`exercise4` — the SLO's tightness changes the verdict: (a) the best goodput
@@ -10,8 +10,8 @@ answers did ("the numbers are from running the code, modified as the exercise sa
 * :func:`exercise5` — static batching where finished requests stop computing but their seats are
   not refilled (``ride_along=False``), at 16 req/s, B = 32 and 128: throughput, TTFT P50 and
   goodput, beside the ride-along baseline;
-* :func:`exercise9` — the noisy length predictor in demo 04 part 3 (see
-  :func:`servelab.demos.demo04.exercise9`).
+* :func:`exercise9` — the noisy length predictor in place of demo 04 part 3's mean estimate
+  (:func:`admission_run` is that part's setting).
 
 Every function returns plain dataclasses (the assignments and the golden answers read them) and
 takes its settings as arguments with the lecture's values as defaults.
@@ -30,14 +30,14 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from servelab import metrics as mx
-from servelab.admission import AdmissionReport
-from servelab.demos import demo03, demo04
+from servelab import _checks, lecture
+from servelab.admission import AdmissionReport, EarlyReject, Estimator, NoisyPredictor, admission_report
 from servelab.metrics import SLO
+from servelab.workload import Requests
 from servelab.serving_core import SimResult, run_batch1, run_static_batching
-from servelab.workload import chat_requests
 
 __all__ = ["PolicyGoodput", "Exercise4", "RideVsStop", "exercise4", "exercise5", "exercise9",
-           "EX4_SLOS", "EX4_DEF2_RATES"]
+           "admission_run", "EX4_SLOS", "EX4_DEF2_RATES"]
 
 EX4_SLOS = (1.0, 5.0)  # TTFT objectives, seconds; TPOT <= 50 ms as in demo 03
 EX4_DEF2_RATES = tuple(round(0.05 * k, 2) for k in range(1, 21))  # 0.05, 0.10, ..., 1.00
@@ -48,10 +48,10 @@ def _policy_label(policy: str | int) -> str:
 
 
 def _simulate(policy: str | int, rate: float, n: int, seed: int, ride_along: bool = True) -> SimResult:
-    reqs = chat_requests(n, rate, seed)
+    reqs = lecture.chat_workload(rate, n, seed)
     if policy == "batch1":
-        return run_batch1(reqs, demo03.MODEL, demo03.GPU)
-    return run_static_batching(reqs, demo03.MODEL, demo03.GPU, int(policy), demo03.MAX_WAIT_S, ride_along)
+        return run_batch1(reqs, lecture.MODEL, lecture.GPU)
+    return run_static_batching(reqs, lecture.MODEL, lecture.GPU, int(policy), lecture.MAX_WAIT_S, ride_along)
 
 
 def _simulate_at(policy: str | int, n: int, seed: int, rate: float) -> SimResult:
@@ -61,9 +61,12 @@ def _simulate_at(policy: str | int, n: int, seed: int, rate: float) -> SimResult
 def _check_policies(policies: Sequence[str | int]) -> list[str | int]:
     out: list[str | int] = []
     for p in policies:
-        if p != "batch1" and (isinstance(p, bool) or not isinstance(p, int) or p < 1):
+        if isinstance(p, str) and p == "batch1":
+            out.append(p)
+        elif _checks.is_int(p) and p >= 1:
+            out.append(int(p))
+        else:
             raise ValueError(f"policies must hold 'batch1' or positive batch sizes, got {p!r}")
-        out.append(p)
     return out
 
 
@@ -94,9 +97,9 @@ class Exercise4:
 
 
 def exercise4(slos: Sequence[float] = EX4_SLOS, policies: Sequence[str | int] = ("batch1", 32, 128),
-              def2_policies: Sequence[str | int] = ("batch1", 32), rates: Sequence[float] = demo03.RATES,
+              def2_policies: Sequence[str | int] = ("batch1", 32), rates: Sequence[float] = lecture.RATES,
               def2_rates: Sequence[float] = EX4_DEF2_RATES, target: float = 0.9,
-              n: int = demo03.N_REQUESTS, seed: int = demo03.SEED) -> Exercise4:
+              n: int = lecture.N_REQUESTS, seed: int = lecture.SEED) -> Exercise4:
     """Exercise 4 (see the module docs). ``rates`` is demo 03's sweep (definition 1);
     ``def2_rates`` the 0.05-1.0 grid of the reference answer (definition 2, no bisection: the
     answer is a grid rate, as the lecture's was)."""
@@ -104,7 +107,7 @@ def exercise4(slos: Sequence[float] = EX4_SLOS, policies: Sequence[str | int] = 
     d2 = _check_policies(def2_policies)
     by_slo: dict[float, dict[str, PolicyGoodput]] = {}
     for ttft_s in slos:
-        slo = SLO(ttft_s, demo03.LECTURE_SLO.tpot_s)
+        slo = SLO(ttft_s, lecture.LECTURE_SLO.tpot_s)
         rows = {}
         for p in dict.fromkeys([*pols, *d2]):  # each policy once, in order
             g = tuple(mx.goodput(_simulate(p, r, n, seed), slo) for r in rates) if p in pols else ()
@@ -130,9 +133,9 @@ class RideVsStop:
     stop: mx.Summary  # ride_along=False (exercise 5)
 
 
-def exercise5(rate: float = demo03.OVERLOAD_RATE, batch_sizes: Sequence[int] = (32, 128),
-              n: int = demo03.N_REQUESTS, seed: int = demo03.SEED,
-              slo: SLO = demo03.LECTURE_SLO) -> dict[int, RideVsStop]:
+def exercise5(rate: float = lecture.OVERLOAD_RATE, batch_sizes: Sequence[int] = (32, 128),
+              n: int = lecture.N_REQUESTS, seed: int = lecture.SEED,
+              slo: SLO = lecture.LECTURE_SLO) -> dict[int, RideVsStop]:
     """Exercise 5: static batching at ``rate`` with and without riders, per batch size."""
     out = {}
     for b in _check_policies(batch_sizes):
@@ -143,6 +146,17 @@ def exercise5(rate: float = demo03.OVERLOAD_RATE, batch_sizes: Sequence[int] = (
     return out
 
 
-def exercise9(sigmas: Sequence[float] = demo04.SIGMAS, seed: int = demo04.NOISE_SEED) -> dict[float, AdmissionReport]:
-    """Exercise 9: demo 04 part 3 with the predictor ``true * exp(eps)``, one row per sigma."""
-    return demo04.exercise9(tuple(sigmas), seed)
+def admission_run(estimator: Estimator | str | None, requests: Requests | None = None,
+                  slo_ttft_s: float = lecture.LLM_SLO_TTFT_S) -> AdmissionReport:
+    """Demo 04 part 3 (§5.5): batch 1 on the lecture's model and GPU, early rejection with
+    ``estimator`` (``None`` accepts everything), on ``requests`` (default
+    :func:`servelab.lecture.admission_workload`)."""
+    reqs = lecture.admission_workload() if requests is None else requests
+    adm = None if estimator is None else EarlyReject(slo_ttft_s, estimator)
+    return admission_report(run_batch1(reqs, lecture.MODEL, lecture.GPU, admission=adm), slo_ttft_s)
+
+
+def exercise9(sigmas: Sequence[float] = lecture.SIGMAS, seed: int = lecture.NOISE_SEED) -> dict[float, AdmissionReport]:
+    """Exercise 9: demo 04 part 3 with the predictor ``true * exp(eps)`` (sigma 0 is the
+    oracle), one row per sigma."""
+    return {float(s): admission_run(NoisyPredictor(s, seed)) for s in sigmas}

@@ -21,7 +21,6 @@ ValueError: service_s must be a positive finite number, got 0.0
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -53,7 +52,7 @@ class FixedServiceResult:
 
     def on_time(self, slo_s: float | None = None) -> np.ndarray:
         """Per request: admitted and finished within ``slo_s`` (default: the admission SLO)."""
-        slo = self.slo_s if slo_s is None else _check_positive("slo_s", slo_s)
+        slo = self.slo_s if slo_s is None else _checks.positive("slo_s", slo_s)
         if slo is None:
             raise ValueError("slo_s is needed: this run had no admission SLO")
         with np.errstate(invalid="ignore"):
@@ -71,20 +70,6 @@ class FixedServiceResult:
         return float(late.sum()) * self.service_s / self.busy_s if self.busy_s > 0 else 0.0
 
 
-def _check_positive(name: str, value: object) -> float:
-    v = _checks.real(name, value, finite=False)
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return v
-
-
-def _check_rate(name: str, value: object) -> float:
-    v = _checks.real(name, value, finite=False)
-    if not (math.isfinite(v) and v >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return v
-
-
 def run_fixed_service(arrival_s: Sequence[float] | np.ndarray, service_s: float = 0.01,
                       slo_s: float | None = None) -> FixedServiceResult:
     """Serves requests arriving at ``arrival_s`` (sorted, finite, >= 0), ``service_s`` each,
@@ -98,8 +83,8 @@ def run_fixed_service(arrival_s: Sequence[float] | np.ndarray, service_s: float 
         raise TypeError(f"arrival_s must be a 1-D array of times, got {arrival_s!r:.80}") from None
     if a.ndim != 1:
         raise ValueError(f"arrival_s must be one-dimensional, got shape {a.shape}")
-    service = _check_positive("service_s", service_s)
-    slo = None if slo_s is None else _check_positive("slo_s", slo_s)
+    service = _checks.positive("service_s", service_s)
+    slo = None if slo_s is None else _checks.positive("slo_s", slo_s)
     d: dict[str, Any] = _core.sim_fixed_service(a, service, slo)
     a.flags.writeable = False
     return FixedServiceResult(a, service, slo, d["start_s"], d["finish_s"], d["rejected"], float(d["busy_s"]))
@@ -118,10 +103,10 @@ def burst_arrivals(base_rate: float = 60.0, burst_rate: float = 200.0, burst_s: 
         lo, hi = (_checks.real("burst_s", t) for t in burst_s)
     except (TypeError, ValueError):
         raise ValueError(f"burst_s must be a pair (start, end) of seconds, got {burst_s!r:.80}") from None
-    duration_s = _check_positive("duration_s", duration_s)
+    duration_s = _checks.positive("duration_s", duration_s)
     if not 0 < lo < hi < duration_s:
         raise ValueError(f"burst_s must lie inside (0, duration_s={duration_s!r}), got {burst_s!r}")
-    base, burst = _check_rate("base_rate", base_rate), _check_rate("burst_rate", burst_rate)
+    base, burst = _checks.non_negative("base_rate", base_rate), _checks.non_negative("burst_rate", burst_rate)
     expected = base * (duration_s - (hi - lo)) + burst * (hi - lo)
     if not expected <= MAX_REQUESTS / 2:
         raise ValueError(f"base_rate={base_rate!r}, burst_rate={burst_rate!r}, burst_s={burst_s!r} and "

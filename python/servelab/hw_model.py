@@ -28,7 +28,8 @@ magnitude, not a real engine's timings):
 * the FLOPs of norms, softmax, rotary embeddings and activations, and sampling;
 * the CPU side: tokenisation, scheduling, Python overhead (only the flat 0.5 ms covers it);
 * communication beyond tensor parallelism's all-reduces (``tp=``: a ring over the NVLink
-  figure, never overlapped with compute): pipeline parallelism, PCIe traffic, host offload;
+  figure, never overlapped with compute) and KV moved to host memory (``kv_host_transfer_s``):
+  pipeline parallelism, other PCIe traffic;
 * memory fragmentation, activation memory and the CUDA context (only ``mem_util`` covers them);
 * caches (L2, SRAM reuse across sequences), quantisation and sparsity;
 * clock throttling, power and thermals.
@@ -53,7 +54,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Iterable, Literal, Sequence, overload
+from typing import Any, Iterable, Literal, Sequence, overload
 
 import numpy as np
 
@@ -87,6 +88,14 @@ __all__ = [
     "tensor_parallel_cost",
     "fewest_cards",
     "NVLINK_HOP_S",
+    "PCIE_GEN5_X16",
+    "PCIE_GEN4_X16",
+    "kv_host_transfer_s",
+    "Link",
+    "NVLINK_H100",
+    "NETWORK_400G",
+    "INSTANT_LINK",
+    "kv_transfer_s",
 ]
 
 GB = 1e9  # the lecture's GB is decimal (SPEC.md §2)
@@ -159,6 +168,9 @@ class GpuSpec:
     """A GPU as the roofline sees it: dense peak FLOP/s, HBM bandwidth (B/s), memory (B), and
     its link to the other GPUs of its node for tensor parallelism (§8.1): ``link_bandwidth``
     in B/s each way (0: no link, a single card) and ``link_latency_s`` per hop of a ring.
+    ``host_link_bandwidth``: B/s each way between the card and host memory (PCIe), which a
+    tiered KV cache pays to offload blocks and bring them back (§8, milestone 4b; 0: no host
+    link); the presets' figures and their source are beside them.
 
     >>> round(H100.ridge_point)
     295
@@ -170,11 +182,12 @@ class GpuSpec:
     memory_bytes: float
     link_bandwidth: float = 0.0
     link_latency_s: float = 0.0
+    host_link_bandwidth: float = 0.0
 
     def __post_init__(self) -> None:
         _checks.instance("name", self.name, str, "a str")
         _validate(_core.validate_gpu, self, reals=("peak_flops", "hbm_bandwidth", "memory_bytes"))
-        for field in ("link_bandwidth", "link_latency_s"):
+        for field in ("link_bandwidth", "link_latency_s", "host_link_bandwidth"):
             v = getattr(self, field)
             if not _checks.is_real(v) or not 0 <= v < float("inf"):
                 raise ValueError(f"{field} must be a non-negative finite number, got {v!r}")
@@ -215,13 +228,21 @@ LLAMA3_70B = ModelSpec("Llama-3-70B", n_layers=80, d_model=8192, n_heads=64, n_k
 # SXM, NVLink 4: 900 GB/s; A100 SXM, NVLink 3: 600 GB/s); a ring all-reduce sends and
 # receives at once, so each direction gets half. The per-hop latency is not a datasheet
 # figure: 2 us is an assumed order of magnitude of one small NCCL transfer over NVLink.
+# Host link: the same datasheets give PCIe's bidirectional total, "PCIe Gen5: 128 GB/s" for
+# H100 and H200 SXM (x16 lanes at 32 GT/s) and "PCIe Gen4: 64 GB/s" for A100 80GB SXM; offload
+# and reload each use one direction, so each gets half: 64 GB/s and 32 GB/s.
 NVLINK_HOP_S = 2e-6
+PCIE_GEN5_X16 = 128 * GB / 2
+PCIE_GEN4_X16 = 64 * GB / 2
 H100 = GpuSpec("H100-SXM", peak_flops=989e12, hbm_bandwidth=3.35e12, memory_bytes=80 * GB,
-               link_bandwidth=900 * GB / 2, link_latency_s=NVLINK_HOP_S)
+               link_bandwidth=900 * GB / 2, link_latency_s=NVLINK_HOP_S,
+               host_link_bandwidth=PCIE_GEN5_X16)
 H200 = GpuSpec("H200", peak_flops=989e12, hbm_bandwidth=4.8e12, memory_bytes=141 * GB,
-               link_bandwidth=900 * GB / 2, link_latency_s=NVLINK_HOP_S)
+               link_bandwidth=900 * GB / 2, link_latency_s=NVLINK_HOP_S,
+               host_link_bandwidth=PCIE_GEN5_X16)
 A100_80GB = GpuSpec("A100-80GB", peak_flops=312e12, hbm_bandwidth=2.039e12, memory_bytes=80 * GB,
-                    link_bandwidth=600 * GB / 2, link_latency_s=NVLINK_HOP_S)
+                    link_bandwidth=600 * GB / 2, link_latency_s=NVLINK_HOP_S,
+                    host_link_bandwidth=PCIE_GEN4_X16)
 
 GPUS: dict[str, GpuSpec] = {g.name: g for g in (H100, H200, A100_80GB)}
 MODELS: dict[str, ModelSpec] = {m.name: m for m in (LLAMA3_8B, LLAMA3_70B)}
@@ -247,11 +268,12 @@ class StepCost:
     tp: int = 1  # cards the step is split across; FLOPs, bytes and mfu are per card
 
     @classmethod
-    def _from_core(cls, t: tuple) -> StepCost:  # type: ignore[type-arg]
-        (time_s, flops, bytes_moved, weight_bytes, kv_bytes, compute_s, memory_s,
-         compute_bound, mfu, intensity, n_tokens, n_seqs) = t
-        return cls(time_s, flops, bytes_moved, weight_bytes, kv_bytes, compute_s, memory_s,
-                   "compute" if compute_bound else "memory", mfu, intensity, n_tokens, n_seqs)
+    def _from_core(cls, d: dict[str, Any]) -> StepCost:
+        """From the core's dict of its ``StepCost`` fields (``compute_bound`` a bool). Read key by
+        key into positional arguments: twice as fast as ``cls(**d)`` on this hot path."""
+        return cls(d["time_s"], d["flops"], d["bytes_moved"], d["weight_bytes"], d["kv_bytes"], d["compute_s"],
+                   d["memory_s"], "compute" if d["compute_bound"] else "memory", d["mfu"], d["intensity"],
+                   d["n_tokens"], d["n_seqs"])
 
 
 @dataclass(frozen=True)
@@ -306,7 +328,7 @@ def _as_batch(batch: object) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _as_int(name: str, value: object) -> int:
-    if isinstance(value, (bool, np.bool_, np.datetime64, np.timedelta64)) or not isinstance(value, (int, np.integer)):
+    if not _checks.is_int(value):  # a ValueError, as the Rust core's own check of a batch raises
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if not -(2**63) <= int(value) < 2**63:  # the core counts in i64
         raise ValueError(f"{name} must fit in a signed 64-bit integer, got {value}")
@@ -386,12 +408,12 @@ def step_cost_many(model: ModelSpec, gpu: GpuSpec, new_tokens: Sequence[int] | n
         _core.step_cost_many_into(model, gpu, efficiency, _int_array("new_tokens", new_tokens),
                                   _int_array("context_len", context_len), _int_array("offsets", offsets), out)
         return out
-    if columns is not None and (isinstance(columns, (str, bytes))
-                                or not all(isinstance(x, str) for x in columns)):
+    names = None if columns is None or isinstance(columns, (str, bytes)) or not hasattr(columns, "__iter__") \
+        else list(columns)
+    if columns is not None and (names is None or not all(isinstance(x, str) for x in names)):
         raise ValueError(f"columns must be a list of column names, got {columns!r}")
     d = _core.step_cost_many(model, gpu, efficiency, _int_array("new_tokens", new_tokens),
-                             _int_array("context_len", context_len), _int_array("offsets", offsets),
-                             None if columns is None else list(columns))
+                             _int_array("context_len", context_len), _int_array("offsets", offsets), names)
     return _costs(d) if columns is None else d
 
 
@@ -418,7 +440,7 @@ def decode_step_cost(model: ModelSpec, gpu: GpuSpec, batch_size: int, context_le
     >>> round(decode_step_cost(LLAMA3_8B, A100_80GB, 1, 512).time_s * 1e3, 2)
     9.74
     """
-    b = _positive("batch_size", batch_size)
+    b = _checks.positive_int("batch_size", batch_size, _core.MAX_TOKENS)
     c = _as_int("context_len", context_len)
     if not 0 <= c <= _core.MAX_TOKENS:
         raise ValueError(f"context_len must be an integer in [0, {_core.MAX_TOKENS}], got {c}")
@@ -428,15 +450,6 @@ def decode_step_cost(model: ModelSpec, gpu: GpuSpec, batch_size: int, context_le
                     bound="compute" if cols["compute_bound"][0] else "memory", n_tokens=b, n_seqs=b)
 
 
-def _positive(name: str, value: object) -> int:
-    v = _as_int(name, value)
-    if v < 1:
-        raise ValueError(f"{name} must be a positive integer, got {v}")
-    if v > _core.MAX_TOKENS:
-        raise ValueError(f"{name} must be an integer in [1, {_core.MAX_TOKENS}], got {v}")
-    return v
-
-
 def prefill_cost(model: ModelSpec, gpu: GpuSpec, prompt_len: int,
                  efficiency: Efficiency = DEFAULT_EFFICIENCY) -> StepCost:
     """Prefill of one prompt of ``prompt_len`` tokens with an empty cache.
@@ -444,7 +457,7 @@ def prefill_cost(model: ModelSpec, gpu: GpuSpec, prompt_len: int,
     >>> round(prefill_cost(LLAMA3_8B, H100, 8192).time_s, 1)
     0.2
     """
-    return step_cost(model, gpu, [(_positive("prompt_len", prompt_len), 0)], efficiency)
+    return step_cost(model, gpu, [(_checks.positive_int("prompt_len", prompt_len, _core.MAX_TOKENS), 0)], efficiency)
 
 
 def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, mem_util: float = 0.9, *,
@@ -531,6 +544,25 @@ def allreduce_s(gpu: GpuSpec, tp: int, n_bytes: float) -> float:
     if tp == 1:
         return 0.0
     return 2 * (tp - 1) / tp * n_bytes / gpu.link_bandwidth + 2 * (tp - 1) * gpu.link_latency_s
+
+
+def kv_host_transfer_s(model: ModelSpec, gpu: GpuSpec, n_tokens: int) -> float:
+    """Seconds to move the KV of ``n_tokens`` tokens between the GPU and host memory, one way:
+    ``n_tokens x kv_bytes_per_token / host_link_bandwidth`` (§8, milestone 4b: a tiered KV
+    cache offloads evicted blocks and brings them back on a hit instead of recomputing them).
+    The link is taken at its full figure, with no latency term and no overlap with compute.
+
+    >>> round(kv_host_transfer_s(LLAMA3_8B, H100, 1024) * 1e3, 2)   # 128 MiB over 64 GB/s
+    2.1
+    >>> kv_host_transfer_s(LLAMA3_8B, H100, 0)
+    0.0
+    """
+    _checks.instance("model", model, ModelSpec, "a servelab.hw_model.ModelSpec")
+    _checks.instance("gpu", gpu, GpuSpec, "a servelab.hw_model.GpuSpec")
+    n_tokens = _checks.integer("n_tokens", n_tokens, 0, None)
+    if gpu.host_link_bandwidth <= 0:
+        raise ValueError(f"{gpu.name} has host_link_bandwidth 0: no link to host memory to move KV over")
+    return n_tokens * model.kv_bytes_per_token / gpu.host_link_bandwidth
 
 
 def tensor_parallel_cost(whole: StepCost, model: ModelSpec, gpu: GpuSpec,
@@ -634,3 +666,55 @@ def weight_read_lower_bound_s(model: ModelSpec, gpu: GpuSpec) -> float:
     _core.validate_gpu(gpu)
     return float(_core.weight_bytes(model)) / float(gpu.hbm_bandwidth)
 
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link that carries a request's KV cache from a prefill card to a decode card
+    (prefill/decode disaggregation, course project §8): ``bandwidth`` in bytes per second one
+    way (``math.inf`` for an instant link) and ``latency_s`` added to every transfer.
+
+    >>> Link("slow", bandwidth=0.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: bandwidth must be a number > 0.0, got 0.0
+    """
+
+    name: str
+    bandwidth: float
+    latency_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        _checks.instance("name", self.name, str, "a str")
+        object.__setattr__(self, "bandwidth",
+                           _checks.real("bandwidth", self.bandwidth, 0.0, lo_open=True, finite=False))
+        object.__setattr__(self, "latency_s", _checks.real("latency_s", self.latency_s, 0.0))
+
+
+# Within a node: one direction of NVLink 4, half the 900 GB/s total of the H100 SXM datasheet
+# (as for tensor parallelism above). Between nodes: one 400 Gb/s NIC per GPU (InfiniBand NDR or
+# 400G Ethernet, e.g. ConnectX-7, one per GPU in a DGX H100), 400e9 / 8 = 50 GB/s. The
+# latencies are assumed orders of magnitude (one NVLink hop; an RDMA message across a switch),
+# not datasheet figures; at KV sizes (megabytes) the bandwidth term dominates either way.
+NVLINK_H100 = Link("NVLink 4 (in a node)", bandwidth=900 * GB / 2, latency_s=NVLINK_HOP_S)
+NETWORK_400G = Link("400 Gb/s network (between nodes)", bandwidth=400e9 / 8, latency_s=5e-6)
+INSTANT_LINK = Link("instant", bandwidth=float("inf"), latency_s=0.0)
+
+
+def kv_transfer_s(model: ModelSpec, tokens: int, link: Link) -> float:
+    """Seconds to move the KV of ``tokens`` tokens over ``link``:
+    ``latency_s + kv_bytes_per_token x tokens / bandwidth`` (the simulator's order of
+    operations, ``rust/src/sim/disaggregated.rs``). A 512-token Llama-3-8B prompt is 64 MiB of
+    KV: 0.15 ms over NVLink, 1.3 ms over a 400 Gb/s network.
+
+    >>> round(kv_transfer_s(LLAMA3_8B, 512, NVLINK_H100) * 1e3, 3)
+    0.151
+    >>> round(kv_transfer_s(LLAMA3_8B, 512, NETWORK_400G) * 1e3, 3)
+    1.347
+    >>> kv_transfer_s(LLAMA3_8B, 512, INSTANT_LINK)
+    0.0
+    """
+    _checks.instance("model", model, ModelSpec, "a servelab.hw_model.ModelSpec")
+    tokens = _checks.integer("tokens", tokens, 0, None)
+    _checks.instance("link", link, Link, "a servelab.hw_model.Link")
+    return link.latency_s + model.kv_bytes_per_token * tokens / link.bandwidth

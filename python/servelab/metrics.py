@@ -1,30 +1,11 @@
 """How to judge a serving system (lecture §4): latency, throughput, cost, SLOs and goodput.
 
-Everything here reads a :class:`servelab.serving_core.SimResult`. Definitions (§4.1-§4.4):
-
-* **TTFT** = first token - arrival (queueing + prefill);
-* **TPOT** = (finish - first token) / (L_o - 1), the mean gap between output tokens. For a
-  one-token answer (``L_o = 1``) there is no gap: its TPOT is NaN, left out of TPOT
-  percentiles, and it meets any TPOT objective;
-* **ITL** = each gap between two consecutive output tokens of a request, from the step trace
-  (run with ``trace=True``): in batch 1 and static batching a decoding request gets a token
-  in every step, so each decode step contributes its duration once per request that produced a
-  real token in it;
-* **E2E** = finish - arrival;
-* percentiles are numpy's (linear interpolation), over the served requests;
-* the run's **span** is from the first arrival to the last event (last finish or last arrival);
-  throughput (output tokens/s, requests/s), goodput and cost all divide by it;
-* **utilisation** = time the GPU computed (sum of step times) / span;
-* **SLO attainment** = share of all requests (rejected ones count as missed) whose TTFT and
-  TPOT both meet the :class:`SLO`;
-* **goodput**, definition 1 (the lecture's code): requests meeting the SLO per second of span;
-  definition 2 (DistServe): the highest arrival rate whose attainment stays >= a target
-  (90%), found by :func:`max_rate_at_attainment`;
-* **seat waste** (static batching): of the decode seat-steps of every batch (members x
-  (longest L_o - 1)), the share not producing a real token: riders, or empty seats with
-  ``ride_along=False``. Batch 1 wastes none;
-* **cost per million output tokens** = $/GPU-hour x span / output tokens (padding is not output);
-* **MFU** = FLOPs of all steps / (span x peak FLOP/s).
+Everything here reads a :class:`servelab.serving_core.SimResult`. Each definition (§4.1-§4.4)
+is written once, beside the function that computes it: :func:`ttft`, :func:`tpot`, :func:`itl`,
+:func:`e2e`, :func:`percentiles`, :func:`span_s` (which throughput, goodput and cost divide by),
+:func:`utilisation`, :func:`meets_slo` and :func:`attainment`, :func:`goodput` (definition 1)
+and :func:`max_rate_at_attainment` (definition 2), :func:`seat_waste`,
+:func:`cost_per_million_tokens`, :func:`mfu`.
 
 >>> from servelab.hw_model import LLAMA3_8B, H100
 >>> from servelab.serving_core import run_batch1
@@ -134,7 +115,8 @@ def ttft(r: SimResult) -> np.ndarray:
 
 @_reads_result
 def tpot(r: SimResult) -> np.ndarray:
-    """Per request: (finish - first token) / (L_o - 1); NaN if rejected or ``L_o = 1``."""
+    """Per request: (finish - first token) / (L_o - 1), the mean gap between output tokens; NaN
+    if rejected or ``L_o = 1`` (no gap: left out of percentiles, meets any TPOT objective)."""
     lo = r.requests.output_len
     gaps = (lo - 1).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -149,14 +131,17 @@ def e2e(r: SimResult) -> np.ndarray:
 
 @_reads_result
 def itl(r: SimResult) -> np.ndarray:
-    """Every inter-token gap of every served request, from the step trace (see module docs)."""
+    """Every inter-token gap of every served request, from the step trace (``trace=True``): in
+    batch 1 and static batching a decoding request gets a token in every step, so each decode
+    step contributes its duration once per request that produced a real token in it."""
     if r.trace is None:
         raise ValueError("itl needs the step trace: run the simulation with trace=True")
     return np.repeat(r.trace.step_s, r.trace.n_decode)
 
 
 def percentiles(x: np.ndarray) -> Percentiles:
-    """P50/P90/P99/mean of the non-NaN values of ``x``.
+    """P50/P90/P99/mean of the non-NaN values of ``x`` (numpy's linear interpolation; the
+    per-request metrics are NaN for rejected requests, so those drop out).
 
     >>> percentiles(np.arange(101.0))
     Percentiles(p50=50.0, p90=90.0, p99=99.0, mean=50.0)
@@ -236,7 +221,9 @@ def goodput(r: SimResult, slo: SLO) -> float:
 
 @_reads_result
 def seat_waste(r: SimResult) -> float:
-    """Share of decode seat-steps that produced no real token (0 for batch 1).
+    """Static batching: of the decode seat-steps of every batch (members x (longest L_o - 1)),
+    the share producing no real token (riders, or empty seats with ``ride_along=False``); 0 for
+    batch 1.
 
     >>> from servelab.hw_model import LLAMA3_8B, H100
     >>> from servelab.serving_core import run_static_batching
@@ -258,7 +245,8 @@ def seat_waste(r: SimResult) -> float:
 
 @_reads_result
 def cost_per_million_tokens(r: SimResult, usd_per_gpu_hour: float = 3.0) -> float:
-    """Dollars per million output tokens, the GPU billed for the whole span (§4.2)."""
+    """Dollars per million output tokens, the GPU billed for the whole span (§4.2):
+    $/GPU-hour x span / output tokens (padding is not output)."""
     if not (math.isfinite(_checks.real("usd_per_gpu_hour", usd_per_gpu_hour, finite=False))
             and usd_per_gpu_hour >= 0):
         raise ValueError(f"usd_per_gpu_hour must be a finite number >= 0, got {usd_per_gpu_hour!r}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servelab import _checks
 from servelab import hw_model as hw
 
 __all__ = ["Plan", "decode_plans", "best_decode_plan"]
@@ -46,11 +47,8 @@ def decode_plans(model: hw.ModelSpec, gpu: hw.GpuSpec, n_cards: int, context_len
     """One plan per valid ``tp`` dividing ``n_cards`` whose replica holds the model and meets
     the objective with at least one sequence: the largest batch that fits in the KV cache and
     keeps the step within ``tpot_slo_s`` (step time grows with the batch: a bisection)."""
-    if isinstance(n_cards, bool) or not isinstance(n_cards, int) or n_cards < 1:
-        raise ValueError(f"n_cards must be a positive integer, got {n_cards!r}")
-    if isinstance(tpot_slo_s, bool) or not isinstance(tpot_slo_s, (int, float)) \
-            or not 0 < tpot_slo_s < float("inf"):
-        raise ValueError(f"tpot_slo_s must be a positive finite number of seconds, got {tpot_slo_s!r}")
+    n_cards = _checks.positive_int("n_cards", n_cards)
+    tpot_slo_s = _checks.positive("tpot_slo_s", tpot_slo_s)  # seconds
     plans = []
     for tp in range(1, n_cards + 1):
         if n_cards % tp:

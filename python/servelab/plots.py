@@ -276,3 +276,49 @@ def goodput_vs_rate(path: Path, goodput: Mapping[str, Curve], throughput: Mappin
     _scale(axes[0].yaxis, _all({**left, **right}, 1), ratio=20.0)
     fig.suptitle(heading, fontsize=10)
     return _save(fig, path)
+
+
+# ---- demo speculative ---------------------------------------------------------------------
+
+def speculative_speedup(path: Path, predicted: Mapping[str, Mapping[str, Curve]],
+                        measured: Mapping[str, Mapping[str, Curve]]) -> Path | None:
+    """Speculative decoding against the acceptance rate ``a`` (§8, milestone 4a): tokens per
+    target step (left) and paper speed-up over plain decoding (right). ``predicted[panel][k]``
+    is a closed-form curve (a line), ``measured[panel][k]`` the runs' points (markers, same
+    colour); ``panel`` is ``"tokens"`` or ``"speedup"``. The right title names the best run."""
+    pred = {p: _finite(predicted.get(p, {})) for p in ("tokens", "speedup")}
+    meas = {p: _finite(measured.get(p, {})) for p in ("tokens", "speedup")}
+    if not any(meas.values()):
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5), layout="constrained")
+    labels = {"tokens": "emitted per target step (tokens)", "speedup": "speed-up over plain decoding (x)"}
+    for ax, panel in zip(axes, ("tokens", "speedup")):
+        keys = list(dict.fromkeys([*pred[panel], *meas[panel]]))
+        for i, key in enumerate(keys):
+            style = _style(i)
+            if key in pred[panel]:
+                x, y = pred[panel][key]
+                ax.plot(x, y, color=style["color"], linestyle=style["linestyle"], linewidth=1.2,
+                        label=f"{key}: closed form")
+            if key in meas[panel]:
+                x, y = meas[panel][key]
+                ax.plot(x, y, linestyle="none", label=f"{key}: measured",
+                        **{k: v for k, v in style.items() if k not in ("linestyle", "linewidth")})
+        ax.set_xlabel("acceptance rate a (kept guesses / judged guesses)")
+        ax.set_ylabel(labels[panel])
+        ax.legend(fontsize=7, ncol=2)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.xaxis.set_major_formatter(FuncFormatter(_plain))
+        ax.yaxis.set_major_formatter(FuncFormatter(_plain))
+    if meas["speedup"]:
+        best_key = max(meas["speedup"], key=lambda k: meas["speedup"][k][1].max())
+        x, y = meas["speedup"][best_key]
+        j = int(np.argmax(y))
+        fact = f"best measured: {best_key}, a = {x[j]:.2f}, {_num(y[j])}x; below 1x the draft costs more than it saves"
+    else:
+        fact = "no data"
+    _title(axes[0], "Tokens per target step: (1 - a^(k+1)) / (1 - a) against measured",
+           f"{sum(len(c[0]) for c in meas['tokens'].values())} runs of the real tiny model")
+    _title(axes[1], "Paper-GPU speed-up", fact)
+    axes[1].axhline(1.0, color="red", linestyle=":", linewidth=1)
+    return _save(fig, path)

@@ -36,8 +36,6 @@ Continuous batching does: its requests hold blocks of a paged pool.
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -209,14 +207,13 @@ def run_batch1(requests: Requests, model: ModelSpec, gpu: GpuSpec, admission: Ea
     requests = _check_requests(requests)
     _check_specs(model, gpu, efficiency)
     if admission is None:
-        d = _core.sim_batch1(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
-                             requests.output_len, _flag("trace", trace))
+        d = _core.sim_batch1(model, gpu, efficiency, requests, _checks.flag("trace", trace))
         return _result("batch1", {}, requests, model, gpu, efficiency, d)
     if not isinstance(admission, EarlyReject):
         raise TypeError(f"admission must be None or a servelab.admission.EarlyReject, got {admission!r}")
     pred = admission.predicted_len(requests)
-    d = _core.sim_batch1_early_reject(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
-                                      requests.output_len, admission.slo_ttft_s, pred, _flag("trace", trace))
+    d = _core.sim_batch1_early_reject(model, gpu, efficiency, requests, admission.slo_ttft_s, pred,
+                                      _checks.flag("trace", trace))
     params = {"admission": admission.label, "slo_ttft_s": admission.slo_ttft_s, "predicted_len": pred}
     return _result("batch1", params, requests, model, gpu, efficiency, d)
 
@@ -234,31 +231,13 @@ def run_static_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, batc
     """
     requests = _check_requests(requests)
     _check_specs(model, gpu, efficiency)
-    if not _checks.is_int(batch_size) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if not _checks.is_real(max_wait_s) or not (
-            math.isfinite(float(max_wait_s)) and float(max_wait_s) >= 0):
-        raise ValueError(f"max_wait_s must be a finite number >= 0, got {max_wait_s!r}")
-    if not isinstance(ride_along, (bool, np.bool_)):
-        raise ValueError(f"ride_along must be True or False, got {ride_along!r}")
-    b = min(int(batch_size), 2**63 - 1)
-    d = _core.sim_static_batching(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
-                                  requests.output_len, b, float(max_wait_s), bool(ride_along),
-                                  _flag("trace", trace))
+    b = min(_checks.positive_int("batch_size", batch_size, hi=None), 2**63 - 1)  # any larger: no limit
+    _checks.non_negative("max_wait_s", max_wait_s)
+    _checks.flag("ride_along", ride_along)
+    d = _core.sim_static_batching(model, gpu, efficiency, requests, b, float(max_wait_s), bool(ride_along),
+                                  _checks.flag("trace", trace))
     params = {"batch_size": int(batch_size), "max_wait_s": float(max_wait_s), "ride_along": bool(ride_along)}
     return _result("static", params, requests, model, gpu, efficiency, d)
-
-
-def _positive_int(name: str, v: object) -> int:
-    if not _checks.is_int(v) or v < 1:
-        raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    return min(int(v), 2**63 - 1)
-
-
-def _flag(name: str, v: object) -> bool:
-    if not isinstance(v, (bool, np.bool_)):
-        raise ValueError(f"{name} must be True or False, got {v!r}")
-    return bool(v)
 
 
 def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, max_num_seqs: int = 256,
@@ -309,9 +288,9 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     """
     requests = _check_requests(requests)
     _check_specs(model, gpu, efficiency)
-    seqs = _positive_int("max_num_seqs", max_num_seqs)
-    budget = _positive_int("max_num_batched_tokens", max_num_batched_tokens)
-    bs = _positive_int("block_size", block_size)
+    seqs = _checks.positive_int("max_num_seqs", max_num_seqs)
+    budget = _checks.positive_int("max_num_batched_tokens", max_num_batched_tokens)
+    bs = _checks.positive_int("block_size", block_size)
     if num_blocks is None:
         from servelab.hw_model import kv_capacity_tokens
         capacity = kv_capacity_tokens(model, gpu, mem_util)
@@ -327,12 +306,11 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
                              f"= {blocks}, is more than the simulator's limit of {_core.MAX_NUM_BLOCKS} "
                              "blocks; pass a larger block_size or num_blocks")
     else:
-        blocks = _positive_int("num_blocks", num_blocks)
-    chunked = _flag("chunked_prefill", chunked_prefill)
-    d = _core.sim_continuous_batching(model, gpu, efficiency, requests.arrival_s, requests.prompt_len,
-                                      requests.output_len, seqs, budget, bs, blocks, chunked,
-                                      _flag("trace", trace), _flag("batch_log", batch_log),
-                                      _flag("_per_step", _per_step))
+        blocks = _checks.positive_int("num_blocks", num_blocks)
+    chunked = _checks.flag("chunked_prefill", chunked_prefill)
+    d = _core.sim_continuous_batching(model, gpu, efficiency, requests, seqs, budget, bs, blocks, chunked,
+                                      _checks.flag("trace", trace), _checks.flag("batch_log", batch_log),
+                                      _checks.flag("_per_step", _per_step))
     params = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,
               "num_blocks": blocks, "chunked_prefill": chunked}
     return _result("continuous", params, requests, model, gpu, efficiency, d)

@@ -35,6 +35,7 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
+from servelab import _checks
 from servelab import hw_model as hw
 from servelab.hw_model import GpuSpec, ModelSpec
 
@@ -129,10 +130,8 @@ def _load(path: Path, cls: type[Spec], what: str) -> Spec:
         raise ValueError(f"{where}: missing field(s) {', '.join(missing)}")
     for k, v in doc.items():
         t = types[k]
-        ok = (isinstance(v, bool) if t is bool else
-              isinstance(v, int) and not isinstance(v, bool) if t is int else
-              isinstance(v, (int, float)) and not isinstance(v, bool) if t is float else
-              isinstance(v, str))
+        ok = (_checks.is_bool(v) if t is bool else _checks.is_int(v) if t is int else
+              _checks.is_real(v) if t is float else isinstance(v, str))
         if not ok:
             raise ValueError(f"{where}: field {k} must be {_KINDS[t]}, got {v!r}")
     try:

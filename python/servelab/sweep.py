@@ -53,7 +53,6 @@ import io
 import itertools
 import json
 import math
-import numbers
 import os
 import tempfile
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -63,6 +62,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from servelab import _checks, lecture
 from servelab import metrics as mx
 from servelab.admission import EarlyReject, NoisyPredictor
 from servelab.hw_model import H100, LLAMA3_8B, GpuSpec, ModelSpec, kv_capacity_tokens
@@ -86,7 +86,7 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "continuous": ("max_num_seqs", "chunked_prefill"),
 }
 # continuous batching takes vLLM's defaults (serving_core.run_continuous_batching)
-_DEFAULTS: dict[str, tuple[Any, ...]] = {"batch_size": (32,), "max_wait_s": (0.2,), "ride_along": (True,),
+_DEFAULTS: dict[str, tuple[Any, ...]] = {"batch_size": (32,), "max_wait_s": (lecture.MAX_WAIT_S,), "ride_along": (True,),
                                          "estimator": ("mean",), "max_num_seqs": (256,),
                                          "chunked_prefill": (False,)}
 
@@ -120,7 +120,7 @@ class Point:
         p = dict(self.params)
         if self.policy == "static":
             extra = "" if p["ride_along"] else " no ride"
-            wait = "" if p["max_wait_s"] == 0.2 else f" wait {p['max_wait_s']:g}s"
+            wait = "" if p["max_wait_s"] == lecture.MAX_WAIT_S else f" wait {p['max_wait_s']:g}s"
             return f"static B={p['batch_size']}{wait}{extra}"
         if self.policy == "early_reject":
             return f"batch 1, early reject ({p['estimator']})"
@@ -130,6 +130,11 @@ class Point:
         return "batch 1"
 
 
+def _finite_at_least(lo: float, open_: bool = False) -> Callable[[Any], bool]:
+    """A real number, finite and >= ``lo`` (> ``lo`` when ``open_``)."""
+    return lambda v: _checks.is_real(v) and math.isfinite(float(v)) and (float(v) > lo if open_ else float(v) >= lo)
+
+
 def _check_values(name: str, values: Sequence[Any], ok: Callable[[Any], bool], what: str) -> tuple[Any, ...]:
     vals = tuple(values)
     if not vals:
@@ -137,11 +142,7 @@ def _check_values(name: str, values: Sequence[Any], ok: Callable[[Any], bool], w
     for v in vals:
         if not ok(v):
             raise ValueError(f"{name} must hold {what}, got {v!r}")
-    return vals
-
-
-def _positive(v: Any) -> bool:
-    return not isinstance(v, bool) and isinstance(v, numbers.Real) and math.isfinite(float(v)) and float(v) > 0
+    return tuple(v.item() if isinstance(v, np.generic) else v for v in vals)  # numpy's as Python's
 
 
 @dataclass(frozen=True)
@@ -177,17 +178,15 @@ class Grid:
             if p not in POLICIES:
                 raise ValueError(f"policies must be among {sorted(POLICIES)}, got {p!r}")
         object.__setattr__(self, "policies", tuple(dict.fromkeys(pols)))
-        object.__setattr__(self, "rates", _check_values("rates", self.rates, _positive, "positive finite numbers"))
+        rates = _check_values("rates", self.rates, _finite_at_least(0.0, open_=True), "positive finite numbers")
+        object.__setattr__(self, "rates", rates)
         checks: dict[str, tuple[Callable[[Any], bool], str]] = {
-            "batch_size": (lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= 1,
-                           "positive integers"),
-            "max_wait_s": (lambda v: not isinstance(v, bool) and isinstance(v, numbers.Real)
-                           and math.isfinite(float(v)) and float(v) >= 0, "finite numbers >= 0"),
-            "ride_along": (lambda v: isinstance(v, bool), "True or False"),
+            "batch_size": (lambda v: _checks.is_int(v) and int(v) >= 1, "positive integers"),
+            "max_wait_s": (_finite_at_least(0.0), "finite numbers >= 0"),
+            "ride_along": (_checks.is_bool, "True or False"),
             "estimator": (lambda v: _estimator(v) is not None, "'mean', 'oracle' or 'sigma=<number>'"),
-            "max_num_seqs": (lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and int(v) >= 1,
-                             "positive integers"),
-            "chunked_prefill": (lambda v: isinstance(v, bool), "True or False"),
+            "max_num_seqs": (lambda v: _checks.is_int(v) and int(v) >= 1, "positive integers"),
+            "chunked_prefill": (_checks.is_bool, "True or False"),
         }
         used = {axis for p in pols for axis in POLICIES[p]}
         for axis, (ok, what) in checks.items():
@@ -356,7 +355,7 @@ def _check_executor(executor: Any) -> None:
                         f"(anything with submit(fn, *args)), got {executor!r}")
 
 
-def sweep(grid: Grid, *, n: int = 600, seed: int = 0, slo: SLO = SLO(1.0, 0.05), jobs: int = 1,
+def sweep(grid: Grid, *, n: int = lecture.N_REQUESTS, seed: int = lecture.SEED, slo: SLO = lecture.LECTURE_SLO, jobs: int = 1,
           executor: Any = None, progress: Callable[[int, int], None] | None = None,
           max_points: int | None = MAX_POINTS) -> SweepResult:
     """Runs every point of ``grid``. ``executor`` runs the points: any
@@ -368,7 +367,7 @@ def sweep(grid: Grid, *, n: int = 600, seed: int = 0, slo: SLO = SLO(1.0, 0.05),
     if not isinstance(grid, Grid):
         raise TypeError(f"grid must be a servelab.sweep.Grid, got {grid!r}")
     for name, v, lo in (("n", n, 1), ("seed", seed, 0), ("jobs", jobs, 1)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
+        if not _checks.is_int(v) or v < lo:
             raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
     if not isinstance(slo, SLO):
         raise TypeError(f"slo must be a servelab.metrics.SLO, got {slo!r}")

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import csv
 import math
-import numbers
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -220,28 +219,12 @@ class Requests:
         >>> Requests([0.0, 2.0], [1, 1], [1, 1]).speed_up(4).arrival_s.tolist()
         [0.0, 0.5]
         """
-        f = _check_positive("factor", factor)
+        f = _checks.positive("factor", factor)
         with np.errstate(over="ignore"):
             arrival_s = self.arrival_s / f
         if not np.isfinite(arrival_s).all():
             raise ValueError(f"factor={factor!r} is too small: arrival times would overflow to infinity")
         return self.with_arrivals(arrival_s)
-
-
-def _check_positive(name: str, value: object) -> float:
-    v = _checks.real(name, value, finite=False)
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return v
-
-
-def _check_count(name: str, value: object, hi: int | None = None) -> int:
-    v = _checks.integer(name, value, lo=None, hi=None)
-    if v < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    if hi is not None and v > hi:
-        raise ValueError(f"{name} must be an integer in [0, {hi}], got {v}")
-    return v
 
 
 # ---- arrivals ----------------------------------------------------------------------------------
@@ -255,8 +238,8 @@ def poisson_arrivals(n: int, rate: float, seed: int | np.random.SeedSequence = 0
     >>> poisson_arrivals(3, rate=1.0, seed=0).round(3).tolist()
     [0.68, 1.7, 1.719]
     """
-    n = _check_count("n", n, MAX_REQUESTS)
-    rate = _check_positive("rate", rate)
+    n = _checks.count("n", n, MAX_REQUESTS)
+    rate = _checks.positive("rate", rate)
     gaps = np.random.default_rng(_checks.seed("seed", seed)).standard_exponential(n)
     t = np.cumsum(gaps) / rate
     if n and not math.isfinite(t[-1]):
@@ -322,12 +305,11 @@ def lognormal_lengths(n: int, mean: float, sigma: float, seed: int | np.random.S
     >>> bool(245 < x.mean() < 267), int(x.min()) >= 1
     (True, True)
     """
-    n = _check_count("n", n, MAX_REQUESTS)
-    mean = _check_positive("mean", mean)
+    n = _checks.count("n", n, MAX_REQUESTS)
+    mean = _checks.positive("mean", mean)
     seed = _checks.seed("seed", seed)
-    if not (math.isfinite(_checks.real("sigma", sigma, finite=False)) and float(sigma) >= 0):
-        raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
-    hi = MAX_REQUEST_TOKENS if max_len is None else _check_count("max_len", max_len)
+    _checks.non_negative("sigma", sigma)
+    hi = MAX_REQUEST_TOKENS if max_len is None else _checks.count("max_len", max_len)
     if not 1 <= hi <= MAX_REQUEST_TOKENS:
         raise ValueError(f"max_len must be an integer in [1, {MAX_REQUEST_TOKENS}], got {max_len!r}")
     sigma = float(sigma) + 0.0  # -0.0 -> 0.0 (numpy refuses a negative zero)
@@ -351,14 +333,13 @@ def chat_requests(n: int = 600, rate: float = 0.5, seed: int = 0, *,
     >>> bool(450 < r.prompt_len.mean() < 570), bool(225 < r.output_len.mean() < 285)
     (True, True)
     """
-    arrivals, prompts, outputs = np.random.SeedSequence(_check_count("seed", seed)).spawn(3)
-    n = _check_count("n", n, MAX_REQUESTS)
+    arrivals, prompts, outputs = np.random.SeedSequence(_checks.count("seed", seed)).spawn(3)
+    n = _checks.count("n", n, MAX_REQUESTS)
     # checked here too, so that a bad prompt_mean is named as such (not as lognormal's "mean")
     for name, value in (("prompt_mean", prompt_mean), ("output_mean", output_mean)):
-        _check_positive(name, value)
+        _checks.positive(name, value)
     for name, value in (("prompt_sigma", prompt_sigma), ("output_sigma", output_sigma)):
-        if not (math.isfinite(_checks.real(name, value, finite=False)) and float(value) >= 0):
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        _checks.non_negative(name, value)
         if not math.isfinite(float(value) ** 2 if float(value) < 1e150 else math.inf):
             raise ValueError(f"{name}={value!r} is too large: its square overflows a float")
     return Requests(poisson_arrivals(n, rate, arrivals),
@@ -410,7 +391,7 @@ def load_trace_csv(path: str | Path, *, limit: int | None = None, start_at_zero:
     _checks.instance("path", path, (str, Path), "a file path (str or pathlib.Path)")
     path = Path(path)
     if limit is not None:
-        limit = _check_count("limit", limit)
+        limit = _checks.count("limit", limit)
     start_at_zero = _checks.flag("start_at_zero", start_at_zero)
     with open(path, newline="", encoding="utf-8") as f:  # newline="": the csv module eats CRLF
         reader = csv.reader(f)

@@ -6,7 +6,6 @@
 pub mod blocks;
 pub mod cost;
 pub mod error;
-pub mod events;
 pub mod sim;
 
 #[cfg(feature = "python")]

@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Iterator
 
 from rich.console import Console
+from rich.table import Table
 
 
 def available() -> list[str]:
@@ -41,3 +42,16 @@ def working(console: Console, what: str) -> Iterator[None]:
     else:
         console.print(f"{what}...", highlight=False)
         yield
+
+
+def table(title: str, *columns: str) -> Table:
+    """A demo's table: the title on the left, the first column left-aligned and never wrapped
+    (it names the row), the others right-aligned (numbers).
+
+    >>> [c.justify for c in table("t", "policy", "TTFT").columns]
+    ['left', 'right']
+    """
+    t = Table(title=title, title_justify="left")
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="left" if i == 0 else "right", no_wrap=i == 0)
+    return t

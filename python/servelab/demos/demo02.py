@@ -16,7 +16,7 @@ from rich.table import Table
 
 from servelab import hw_model as hw
 from servelab import plots
-from servelab.demos import working
+from servelab.demos import table as _table, working
 from servelab.hw_model import H100, LLAMA3_8B
 
 TITLE = "Demo 02: the roofline, and why decode wastes the GPU (§3)"
@@ -26,13 +26,6 @@ PREFILL_LENGTHS = [1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 3276
 DECODE_BATCHES = [1, 8, 16, 32, 64, 128, 256, 512]
 CONTEXTS = [512, 1024, 2048, 4096, 8192, 16384, 32768]
 CPU_ROWS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-
-
-def _table(title: str, *columns: str) -> Table:
-    t = Table(title=title, title_justify="left")
-    for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i == 0 else "right", no_wrap=i == 0)
-    return t
 
 
 def part1_gpus(console: Console) -> None:

@@ -23,33 +23,20 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 
 from servelab import hw_model as hw
 from servelab import metrics as mx
 from servelab import plots
-from servelab.demos import working
-from servelab.hw_model import H100, LLAMA3_8B
+from servelab.demos import table as _table, working
+from servelab.lecture import (BATCH_SIZES, CONTINUOUS, GPU, LECTURE_SLO, MAX_WAIT_S, MODEL, N_REQUESTS,
+                              OVERLOAD_RATE, RATES, SEED, USD_PER_GPU_HOUR, chat_workload)
 from servelab.metrics import SLO, Summary
 from servelab.serving_core import SimResult, run_batch1, run_continuous_batching, run_static_batching
-from servelab.workload import Requests, azure_trace, chat_requests
+from servelab.workload import Requests, azure_trace
 
 TITLE = "Demo 03: metrics and the batching trade-off (§4)"
 
-MODEL, GPU = LLAMA3_8B, H100
-N_REQUESTS = 600  # "a few hundred requests, tens of simulated minutes" (§4.5); demo 04 uses 600
-SEED = 0
-LECTURE_SLO = SLO(ttft_s=1.0, tpot_s=0.05)
-OVERLOAD_RATE = 16.0  # req/s: far past every policy's capacity (exercise 5 uses 16 too)
-# 0.22 req/s is where the lecture reads batch 1's P99 TTFT (about 36% utilisation, part 2)
-RATES = (0.05, 0.1, 0.2, 0.22, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 4.0)
-BATCH_SIZES = (8, 32, 128)
-MAX_WAIT_S = 0.2
-USD_PER_GPU_HOUR = 3.0
 IDLE_CASES = ((128, 16), (512, 256), (2048, 256), (8192, 256), (512, 2048))
-# Part 6: vLLM's scheduler defaults (256 seats, 8,192 tokens a step, blocks of 16); the KV pool
-# is what fits beside the weights in 90% of the H100 (hw_model.kv_capacity_tokens).
-CONTINUOUS = dict(max_num_seqs=256, max_num_batched_tokens=8192, block_size=16)
 CONTINUOUS_LABEL = "continuous"
 PART6_RATES = (0.5, 1.0, 2.0, 4.0)  # the table's rates (all in RATES), then overload
 EXTRA_RATES = (8.0, 16.0, 32.0, 48.0, 64.0)  # continuous batching's own knee lies up here
@@ -58,7 +45,7 @@ Policy = str | int  # "batch1" or a static batch size
 
 
 def workload(rate: float) -> Requests:
-    return chat_requests(N_REQUESTS, rate, SEED)
+    return chat_workload(rate)
 
 
 def simulate(policy: Policy, requests: Requests, ride_along: bool = True) -> SimResult:
@@ -75,13 +62,6 @@ def label(policy: Policy) -> str:
     if policy == CONTINUOUS_LABEL:
         return CONTINUOUS_LABEL
     return "batch 1" if policy == "batch1" else f"static B={policy}"
-
-
-def _table(title: str, *columns: str) -> Table:
-    t = Table(title=title, title_justify="left")
-    for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i == 0 else "right", no_wrap=i == 0)
-    return t
 
 
 # ---- part 1 ------------------------------------------------------------------------------------

@@ -31,12 +31,11 @@ from rich.console import Console
 from rich.table import Table
 
 from servelab import tiny_llm
-from servelab.admission import AdmissionReport, EarlyReject, Estimator, MeanLength, NoisyPredictor, Oracle, admission_report
+from servelab.admission import AdmissionReport, MeanLength, Oracle
 from servelab.fixed_service import burst_arrivals, run_fixed_service
 from servelab.demos import working
-from servelab.hw_model import H100, LLAMA3_8B
-from servelab.serving_core import run_batch1
-from servelab.workload import Requests, chat_requests
+from servelab.exercises import admission_run, exercise9
+from servelab.lecture import CNN_SERVICE_S, CNN_SLO_S, LLM_N, LLM_RATE, LLM_SLO_TTFT_S, NOISE_SEED
 from servelab.timing import coefficient_of_variation, fit_affine, median_relative_error, time_calls
 from servelab.tiny_llm import KVCache, ModelConfig, TinyLLM
 
@@ -177,8 +176,6 @@ def _print_part1(console: Console, p: Part1) -> None:
 
 # ---- part 2: a CNN-era server (§5.4) -----------------------------------------------------------
 
-CNN_SERVICE_S = 0.010  # exactly 10 ms per inference: capacity 100 req/s
-CNN_SLO_S = 0.100
 CNN_SEEDS = tuple(range(6))  # seed 0 is shown; the mean over these says how much luck there is
 
 
@@ -228,37 +225,12 @@ def _print_part2(console: Console, runs: list[CnnRun]) -> None:
                   "server fail fast and fail little.\n")
 
 
-# ---- part 3: an LLM at batch 1 (§5.5) and exercise 9 --------------------------------------------
-
-LLM_RATE = 0.4
-LLM_N = 600
-LLM_SEED = 0  # demo 03's workload
-LLM_SLO_TTFT_S = 2.0
-SIGMAS = (0.0, 0.1, 0.25, 0.5, 1.0)  # exercise 9
-NOISE_SEED = 42
-
-
-def llm_workload() -> Requests:
-    return chat_requests(LLM_N, LLM_RATE, LLM_SEED)
-
-
-def admission_run(estimator: Estimator | str | None, requests: Requests | None = None,
-                  slo_ttft_s: float = LLM_SLO_TTFT_S) -> AdmissionReport:
-    """Batch 1 on demo 03's chat workload at 0.4 req/s; ``None`` accepts everything."""
-    reqs = llm_workload() if requests is None else requests
-    adm = None if estimator is None else EarlyReject(slo_ttft_s, estimator)
-    return admission_report(run_batch1(reqs, LLAMA3_8B, H100, admission=adm), slo_ttft_s)
-
+# ---- part 3: an LLM at batch 1 (§5.5) and exercise 9 (settings in servelab.lecture) ------------
 
 def part3() -> dict[str, AdmissionReport]:
     """§5.5's table: accept all, the mean-length estimate, the oracle."""
     return {"accept all": admission_run(None), "mean length": admission_run(MeanLength()),
             "oracle": admission_run(Oracle())}
-
-
-def exercise9(sigmas: tuple[float, ...] = SIGMAS, seed: int = NOISE_SEED) -> dict[float, AdmissionReport]:
-    """Exercise 9: the noisy predictor ``true * exp(eps)`` for each sigma (sigma 0 = oracle)."""
-    return {float(s): admission_run(NoisyPredictor(s, seed)) for s in sigmas}
 
 
 def _report_table(title: str, rows: dict[str, AdmissionReport]) -> Table:

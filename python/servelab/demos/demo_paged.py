@@ -23,10 +23,9 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 
 from servelab import tiny_llm
-from servelab.demos import working
+from servelab.demos import table as _table, working
 from servelab.engine import EngineResult, Request, serve
 from servelab.tiny_llm import GREEDY, TINY, Temperature
 from servelab.workload import chat_requests
@@ -163,13 +162,6 @@ def compute_prefix() -> list[PrefixRow]:
 
 
 # ---- printing ----------------------------------------------------------------------------------
-
-def _table(title: str, *columns: str) -> Table:
-    t = Table(title=title, title_justify="left")
-    for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i == 0 else "right", no_wrap=i == 0)
-    return t
-
 
 def part1_waste(console: Console, requests: list[Request], runs: list[EngineRun]) -> None:
     t = _table(f"1. KV slots reserved for {len(requests)} requests (tokens held at their longest)",

@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from servelab.reference.events import EventQueue
+from servelab.events import EventQueue
 from servelab.reference.step_cost import (kv_bytes_per_token, layer_matmul_params, param_count,
                                           validate_efficiency, validate_gpu, validate_model)
 
@@ -148,7 +148,7 @@ def _simulate(requests: Any, pricer: Pricer, choose: Choose, ride_along: bool, t
                 rows[key].append(value)
         events.push(now + step_s, ("step_end", None))
 
-    events = EventQueue()
+    events: EventQueue[tuple[str, Any]] = EventQueue()
     for i in range(n):
         events.push(arrival[i], ("arrival", i))
     queue: deque[int] = deque()  # waiting requests, oldest first

@@ -15,10 +15,9 @@ KV cache filled by one model is refused by a model with other weights (see ``che
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
-from servelab import hw_model
+from servelab import _checks, hw_model
 
 __all__ = ["ModelConfig", "TINY", "SMALL", "PRESETS", "BYTES_PER_PARAM", "MAX_VALUES"]
 
@@ -64,20 +63,15 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for field in _POSITIVE:
-            v = getattr(self, field)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{field} must be a positive integer, got {v!r}")
+            object.__setattr__(self, field, _checks.positive_int(field, getattr(self, field)))
         if self.n_heads % self.n_kv_heads:
             raise ValueError("n_heads must be a multiple of n_kv_heads, "
                              f"got n_heads={self.n_heads} and n_kv_heads={self.n_kv_heads}")
         if self.d_head % 2:
             raise ValueError(f"d_head must be even (rotary embeddings rotate pairs), got {self.d_head}")
         for field in ("rope_theta", "norm_eps"):
-            v = getattr(self, field)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not (v > 0 and math.isfinite(v)):
-                raise ValueError(f"{field} must be a positive number, got {v!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+            _checks.positive(field, getattr(self, field))
+        object.__setattr__(self, "seed", _checks.count("seed", self.seed))
         dims = ", ".join(f"{f}={getattr(self, f)}" for f in _POSITIVE)
         for what, n in (("parameters", self.param_count),
                         ("rotary table values (max_len x d_head / 2)", self.max_len * self.d_head // 2),

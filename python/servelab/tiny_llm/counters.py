@@ -1,20 +1,11 @@
 """What one forward costs, counted the way :mod:`servelab.hw_model` counts (§2.3, §3.2).
 
-The rules are those of ``rust/src/cost.rs`` so that a forward of the real model and the paper
-GPU's price of the same step agree exactly (``tests/test_tiny_llm_counters.py``):
-
-* **FLOPs**: 2 per weight per token for every layer matmul (Wq, Wk, Wv, Wo, gate, up, down);
-  2 per LM-head weight for each position whose logits are computed (by default only the last
-  token of each sequence, as in ``hw_model``; ``all_logits=True`` computes and counts them all);
-  causal attention, 4 per key per query-head dimension (QK^T and PV), new token ``i`` (1-based)
-  of a sequence with ``c`` cached tokens attending to ``c + i`` keys.
-* **Bytes**: every weight is read once per forward, however many tokens or sequences it serves,
-  except the (untied) embedding table, of which only the looked-up rows are read; the KV cache
-  of each sequence's context is read, and the new tokens' K and V are written. FP32: 4 bytes.
-
-Not counted, as in ``hw_model``: norms, rotary embeddings, softmax, SwiGLU's elementwise work,
-sampling; and the masked half of the score matrix that numpy's dense attention computes and then
-throws away (a fused causal kernel skips it; the count is of the useful work).
+The rules are :mod:`servelab.hw_model`'s ("What the model counts" in its docstring), so that a
+forward of the real model and the paper GPU's price of the same step agree exactly
+(``tests/test_tiny_llm_counters.py``). Specific to tiny_llm: values are FP32 (4 bytes);
+``all_logits=True`` computes, and counts, the LM head at every position, not only each
+sequence's last; and the masked half of the score matrix that numpy's dense attention computes
+and throws away is not counted (a fused causal kernel skips it; the count is of useful work).
 
 >>> from servelab.tiny_llm.config import TINY
 >>> decode = forward_stats(TINY, [(1, 32)])

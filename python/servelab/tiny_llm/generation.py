@@ -110,15 +110,11 @@ def generate(prompt: Sequence[int] | np.ndarray, max_new_tokens: int, sampler: S
         raise TypeError(f"model must be a tiny_llm.TinyLLM or None, got {model!r:.80}")
     if not callable(sampler):
         raise TypeError(f"sampler must be callable as sampler(logits, step), got {sampler!r:.80}")
-    if not isinstance(use_cache, (bool, np.bool_)):
-        raise TypeError(f"use_cache must be True or False, got {use_cache!r:.80}")
+    _checks.flag("use_cache", use_cache)
     cfg = model.config
     tokens = as_token_ids(prompt, cfg.vocab_size, "prompt")
-    if not _checks.is_int(max_new_tokens) \
-            or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-    if stop_token is not None and (isinstance(stop_token, (bool, np.bool_))
-                                   or not isinstance(stop_token, (int, np.integer))):
+    _checks.positive_int("max_new_tokens", max_new_tokens)
+    if stop_token is not None and not _checks.is_int(stop_token):
         raise TypeError(f"stop_token must be a token id (an integer) or None, got {stop_token!r:.80}")
     if stop_token is not None and not 0 <= stop_token < cfg.vocab_size:
         raise ValueError(f"stop_token {stop_token} is outside the vocabulary [0, {cfg.vocab_size})")

@@ -229,8 +229,7 @@ def as_token_ids(token_ids: Any, vocab_size: int, what: str = "token_ids") -> np
     if isinstance(token_ids, (str, bytes)):
         raise ValueError(f"{what} must be a sequence of integer token ids, got {token_ids!r} "
                          "(encode text first, e.g. list(text.encode()))")
-    if not _checks.is_int(vocab_size) or vocab_size < 1:
-        raise ValueError(f"vocab_size must be a positive integer, got {vocab_size!r:.80}")
+    _checks.positive_int("vocab_size", vocab_size)
     try:
         arr = np.asarray(token_ids)
     except (TypeError, ValueError, OverflowError):
@@ -249,7 +248,7 @@ def as_token_ids(token_ids: Any, vocab_size: int, what: str = "token_ids") -> np
         raise ValueError(f"{what} must hold at least one token, got {list(arr)}")
     if not np.issubdtype(arr.dtype, np.integer):
         for i, t in enumerate(arr.tolist()):
-            if isinstance(t, bool) or not isinstance(t, int):
+            if not _checks.is_int(t):
                 raise ValueError(f"{what}[{i}] must be an integer token id, got {t!r}")
     bad = np.flatnonzero([not 0 <= t < vocab_size for t in arr.tolist()]
                          if arr.dtype == object else (arr < 0) | (arr >= vocab_size))

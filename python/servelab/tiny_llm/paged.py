@@ -5,15 +5,11 @@
 business of :class:`servelab.blocks.BlockAllocator` (the block tables); the pool only stores
 data. :class:`PagedKVCache` is one sequence's view of the pool: it implements the four-call
 protocol of :mod:`servelab.tiny_llm.cache`, so :meth:`TinyLLM.forward_batch` runs on it
-unchanged:
-
-* ``reserve(n_new)`` reads the sequence's block table from the allocator and checks that the
-  table already has slots for ``len(cache) + n_new`` tokens (the engine calls the allocator's
-  ``allocate``/``append`` first: the allocator needs the token ids, the cache never sees them);
-* ``update(layer, k_new, v_new)`` scatters the new tokens' K and V into their slots (token ``t``
-  sits in block ``table[t // block_size]`` at offset ``t % block_size``) and gathers the whole
-  sequence back from its blocks for attention, as PagedAttention reads KV through a block table;
-* ``commit``/``rollback`` move or keep ``len(cache)``.
+unchanged. What paging adds: ``reserve`` only checks that the sequence's block table already has
+the slots (the engine calls the allocator's ``allocate``/``append`` first: the allocator needs
+the token ids, the cache never sees them); ``update`` scatters the new K and V into their slots
+(token ``t`` sits in block ``table[t // block_size]`` at offset ``t % block_size``) and gathers
+the whole sequence back through the block table, as PagedAttention reads KV.
 
 ``len(cache)`` counts tokens whose KV is *computed*, which can be fewer than the tokens the
 allocator holds for the sequence (a prompt prefilled in chunks) and start above zero (a prefix
@@ -65,8 +61,7 @@ class PagedKVPool:
         if not isinstance(config, ModelConfig):
             raise ValueError(f"config must be a ModelConfig, got {config!r}")
         for name, v in (("num_blocks", num_blocks), ("block_size", block_size)):
-            if not _checks.is_int(v) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+            _checks.positive_int(name, v)
         values = config.n_layers * int(num_blocks) * int(block_size) * config.kv_dim
         if values > MAX_VALUES:  # a ValueError naming the arguments, not a bare MemoryError
             raise ValueError(f"num_blocks={int(num_blocks)} x block_size={int(block_size)} KV slots of "

@@ -20,7 +20,6 @@ True
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -43,9 +42,7 @@ def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     >>> softmax(np.array([0.0, 0.0])).tolist()
     [0.5, 0.5]
     """
-    if not _checks.is_real(temperature) or not (math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
-    z = _check_logits(logits).astype(np.float64) / float(temperature)
+    z = _check_logits(logits).astype(np.float64) / _checks.positive("temperature", temperature)
     z = np.exp(z - z.max())
     return z / z.sum()
 
@@ -88,11 +85,6 @@ def sampled_token(sampler: Sampler, logits: np.ndarray, step: int) -> int:
     return int(token)
 
 
-def _check_seed(seed: int) -> None:
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-
-
 @dataclass(frozen=True)
 class Greedy:
     """The most likely token (the lowest id among exact ties)."""
@@ -116,10 +108,8 @@ class Temperature:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)
-                and self.temperature > 0):
-            raise ValueError(f"temperature must be a positive finite number, got {self.temperature!r}")
-        _check_seed(self.seed)
+        _checks.positive("temperature", self.temperature)
+        _checks.count("seed", self.seed)
 
     def __call__(self, logits: np.ndarray, step: int) -> int:
         return _draw(softmax(_check_logits(logits), self.temperature), self.seed, _check_step(step))
@@ -141,7 +131,7 @@ class TopP:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.p, bool) or not (isinstance(self.p, (int, float)) and 0 < self.p <= 1):
+        if not (_checks.is_real(self.p) and 0 < self.p <= 1):
             raise ValueError(f"p must be in (0, 1], got {self.p!r}")
         Temperature(self.temperature, self.seed)  # same checks
 

@@ -6,18 +6,11 @@ checks all ``k`` guesses in one forward of ``k + 1`` tokens, which costs about a
 one-token step while it stays memory-bound. Every guess up to the first wrong one is kept, and
 the target's own token at that position comes for free, so a step emits 1 to ``k + 1`` tokens.
 
-* **Greedy**: a guess is kept when it is the target's argmax, so the tokens are exactly the
-  target's own greedy tokens (§6.5), whatever the draft; a useless draft only wastes work.
-* **Sampling** (``temperature``): a guess ``x`` drawn from the draft's ``q`` is kept with
-  probability ``min(1, p(x) / q(x))`` under the target's ``p``; at the first rejection the
-  token is drawn from ``max(0, p - q)`` renormalised; when all ``k`` are kept a bonus token is
-  drawn from the target's next ``p``. Each emitted token then follows the target's
-  distribution exactly (Leviathan et al. 2023; Chen et al. 2023).
-
-If each guess is kept with probability ``a``, independently, a target step emits
-``(1 - a^(k+1)) / (1 - a)`` tokens on average (:func:`expected_tokens_per_step`).
-:func:`speculative_step_cost` prices a step on the paper GPU: ``k`` draft decode steps plus one
-target forward over ``k + 1`` tokens.
+Verification is greedy (:func:`accept_greedy`: the tokens are exactly the target's own, §6.5,
+whatever the draft) or rejection sampling (:func:`accept_sampled`: each token follows the
+target's distribution exactly; Leviathan et al. 2023, Chen et al. 2023). The closed form of the
+tokens per step is :func:`expected_tokens_per_step`; :func:`speculative_step_cost` prices a step
+on the paper GPU; ``servelab demo speculative`` puts measured and predicted side by side.
 
 >>> from servelab.tiny_llm import TINY, TinyLLM, generate
 >>> target = TinyLLM(TINY)
@@ -38,7 +31,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from servelab import hw_model
+from servelab import _checks, hw_model
 from servelab.tiny_llm.model import TinyLLM, Weights, as_token_ids, model_for
 from servelab.tiny_llm.config import TINY
 from servelab.tiny_llm.sampling import softmax
@@ -94,15 +87,10 @@ def expected_tokens_per_step(a: float, k: int) -> float:
     >>> expected_tokens_per_step(0.0, 5), expected_tokens_per_step(1.0, 5)
     (1.0, 6.0)
     """
-    if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a <= 1.0:
+    if not _checks.is_real(a) or not 0.0 <= a <= 1.0:
         raise ValueError(f"a (the acceptance rate) must be a number in [0, 1], got {a!r}")
-    _check_k(k)
+    _checks.count("k (draft tokens per step)", k)
     return float(k + 1) if a == 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
-
-
-def _check_k(k: int) -> None:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-        raise ValueError(f"k (draft tokens per step) must be a non-negative integer, got {k!r}")
 
 
 def perturbed_draft(model: TinyLLM, noise: float, seed: int = 0) -> TinyLLM:
@@ -115,7 +103,7 @@ def perturbed_draft(model: TinyLLM, noise: float, seed: int = 0) -> TinyLLM:
     ...
     ValueError: noise must be a non-negative finite number, got -1.0
     """
-    if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0 <= noise < np.inf:
+    if not _checks.is_real(noise) or not 0 <= noise < np.inf:
         raise ValueError(f"noise must be a non-negative finite number, got {noise!r}")
     rng = np.random.default_rng(seed)
 
@@ -152,13 +140,9 @@ def speculate(prompt: Sequence[int] | np.ndarray, max_new_tokens: int, k: int, *
         raise ValueError(f"draft has vocab_size {draft.config.vocab_size}, the target "
                          f"{cfg.vocab_size}: they must share one vocabulary")
     tokens = as_token_ids(prompt, cfg.vocab_size, "prompt").tolist()
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)) \
-            or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-    _check_k(k)
-    if temperature is not None and not (isinstance(temperature, (int, float))
-                                        and not isinstance(temperature, bool)
-                                        and 0 < temperature < np.inf):
+    _checks.positive_int("max_new_tokens", max_new_tokens)
+    _checks.count("k (draft tokens per step)", k)
+    if temperature is not None and not (_checks.is_real(temperature) and 0 < temperature < np.inf):
         raise ValueError(f"temperature must be None (greedy) or a positive finite number, "
                          f"got {temperature!r}")
     need = len(tokens) + max_new_tokens - 1
@@ -203,7 +187,7 @@ def speculate(prompt: Sequence[int] | np.ndarray, max_new_tokens: int, k: int, *
             p = np.stack([softmax(r, temperature) for r in rows])
             q = np.stack(draft_probs) if guesses else np.zeros((0, cfg.vocab_size))
             kept, nxt = verify(guesses, p, q, u_accept, u_draw)
-        if not (isinstance(kept, (int, np.integer)) and isinstance(nxt, (int, np.integer))
+        if not (_checks.is_int(kept) and _checks.is_int(nxt)
                 and 0 <= kept <= len(guesses) and 0 <= nxt < cfg.vocab_size):
             raise ValueError(f"verify must return (kept in [0, {len(guesses)}], a token id in "
                              f"[0, {cfg.vocab_size})), got ({kept!r}, {nxt!r})")
@@ -281,7 +265,7 @@ def speculative_step_cost(target: hw_model.ModelSpec, draft: hw_model.ModelSpec,
     >>> round(speculative_step_cost(LLAMA3_8B, LLAMA3_8B, H100, 0, 512) * 1e3, 2)  # = decode
     6.13
     """
-    _check_k(k)
+    _checks.count("k (draft tokens per step)", k)
     verify = hw_model.step_cost(target, gpu, [(k + 1, context_len)]).time_s
     return verify + sum(hw_model.step_cost(draft, gpu, [(1, context_len + i)]).time_s
                         for i in range(k))

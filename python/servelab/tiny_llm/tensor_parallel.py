@@ -11,11 +11,8 @@ Each *device* is its own set of numpy arrays, as each GPU holds only its share o
 * an **all-reduce** adds the ``t`` partial sums, twice per layer, and every device goes on with
   the full result. The embedding table, the norms and the LM head are replicated.
 
-The split rules, checked by :func:`check_split`: ``t`` divides ``n_heads`` (a device holds whole
-query heads) and ``d_ff``; and either ``t`` divides ``n_kv_heads`` (each device holds
-``n_kv_heads / t`` KV heads) or ``n_kv_heads`` divides ``t`` (a KV head is *replicated* on the
-``t / n_kv_heads`` devices whose query heads read it, so the KV cache costs more memory in
-total: the GQA price of wide TP).
+Which ``t`` can split a model is written once, at :func:`check_split`; which heads a device
+holds, at :func:`device_heads`.
 
 The maths is the model's, only the order of the sums changes, so greedy tokens equal the
 unsharded model's and logits agree to float32 rounding, but not bit for bit (exercise 10: float
@@ -66,10 +63,14 @@ REDUCTIONS: tuple[str, ...] = ("ring", "fixed")
 
 
 def check_split(config: ModelConfig, t: int) -> None:
-    """Raise ``ValueError`` unless ``config`` can be split across ``t`` devices (rules above)."""
+    """Raise ``ValueError`` unless ``config`` can be split across ``t`` devices: ``t`` divides
+    ``n_heads`` (a device holds whole query heads) and ``d_ff``; and either ``t`` divides
+    ``n_kv_heads`` (each device holds ``n_kv_heads / t`` KV heads) or ``n_kv_heads`` divides
+    ``t`` (a KV head is *replicated* on the ``t / n_kv_heads`` devices whose query heads read
+    it, so the KV cache costs more memory in total: the GQA price of wide TP)."""
     if not isinstance(config, ModelConfig):
         raise TypeError(f"config must be a tiny_llm.ModelConfig, got {config!r:.80}")
-    if isinstance(t, (bool, np.bool_, np.timedelta64)) or not isinstance(t, (int, np.integer)) or t < 1:
+    if not _checks.is_int(t) or t < 1:
         raise ValueError(f"t must be a positive integer (the number of devices), got {t!r}")
     H, KV = config.n_heads, config.n_kv_heads
     if H % t:

@@ -5,13 +5,17 @@
 //! or array of machine integers; when it fails, a slow path walks the items with
 //! `operator.index` to name the first bad one exactly as the reference would.
 
-use super::slice;
+use super::{add_functions, dict_of, slice, ToPy};
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyString};
+use pyo3::types::{PyBytes, PyString};
 
-use crate::blocks::{self, BlockAllocator};
+use crate::blocks::{self, BlockAllocator, Stats};
+
+dict_of!(Stats {
+    num_blocks, block_size, num_free_blocks, num_cached_blocks, num_seqs, num_hits, num_lookups, num_evictions, num_copies,
+});
 
 // Named after its public home, `servelab.blocks` (which re-exports it), so tracebacks and
 // pickles name the module users import. A RuntimeError, not a MemoryError: running out of KV
@@ -195,19 +199,8 @@ impl PyBlockAllocator {
         self.inner.num_copies()
     }
 
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.inner.stats();
-        let d = PyDict::new(py);
-        d.set_item("num_blocks", s.num_blocks)?;
-        d.set_item("block_size", s.block_size)?;
-        d.set_item("num_free_blocks", s.num_free_blocks)?;
-        d.set_item("num_cached_blocks", s.num_cached_blocks)?;
-        d.set_item("num_seqs", s.num_seqs)?;
-        d.set_item("num_hits", s.num_hits)?;
-        d.set_item("num_lookups", s.num_lookups)?;
-        d.set_item("num_evictions", s.num_evictions)?;
-        d.set_item("num_copies", s.num_copies)?;
-        Ok(d)
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.inner.stats().to_py(py)
     }
 
     fn replay<'py>(
@@ -289,6 +282,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TOKEN_LIMIT", blocks::TOKEN_LIMIT)?;
     m.add("ROOT_KEY", blocks::ROOT_KEY)?;
     m.add_class::<PyBlockAllocator>()?;
-    m.add_function(wrap_pyfunction!(block_key, m)?)?;
+    add_functions!(m, block_key);
     Ok(())
 }

@@ -1,11 +1,11 @@
 //! Bindings of the paper GPU (`cost.rs`).
 //!
 //! Specs cross the boundary as any Python object with the right attributes (the frozen
-//! dataclasses of `servelab.hw_model`), read by attribute name. Every `CoreError` becomes a
-//! Python exception here; nothing in the core panics on user input.
+//! dataclasses of `servelab.hw_model`), read by attribute name straight into the core structs;
+//! costs come back as dicts keyed by the core's field names.
 
-use super::slice;
-use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadwriteArray1};
+use super::{add_functions, dict_of, slice, to_dict, ToPy};
+use numpy::{Element, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadwriteArray1};
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyString};
@@ -97,162 +97,89 @@ impl<'py> Fields<'_, 'py> {
     }
 }
 
-pub(super) struct PyModelSpec(ModelSpec);
+/// `FromPyObject` for a spec of `cost.rs`: the core struct itself is read, field by field in
+/// the order listed (the first bad one is named), each with its reader of [`Fields`].
+macro_rules! read_fields {
+    ($ty:ident as $arg:literal, $prefix:literal { $($field:ident: $read:ident),* $(,)? }) => {
+        impl<'a, 'py> FromPyObject<'a, 'py> for $ty {
+            type Error = PyErr;
 
-impl<'a, 'py> FromPyObject<'a, 'py> for PyModelSpec {
-    type Error = PyErr;
-
-    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        let f = Fields { obj: &obj, arg: "model", kind: "ModelSpec", prefix: "" };
-        Ok(PyModelSpec(ModelSpec {
-            n_layers: f.dim("n_layers")?,
-            d_model: f.dim("d_model")?,
-            n_heads: f.dim("n_heads")?,
-            n_kv_heads: f.dim("n_kv_heads")?,
-            d_head: f.dim("d_head")?,
-            d_ff: f.dim("d_ff")?,
-            vocab_size: f.dim("vocab_size")?,
-            tie_embeddings: f.flag("tie_embeddings")?,
-            bytes_per_param: f.real("bytes_per_param")?,
-        }))
-    }
+            fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+                let f = Fields { obj: &obj, arg: $arg, kind: stringify!($ty), prefix: $prefix };
+                Ok($ty { $($field: f.$read(stringify!($field))?),* })
+            }
+        }
+    };
 }
 
-impl From<PyModelSpec> for ModelSpec {
-    fn from(m: PyModelSpec) -> ModelSpec {
-        m.0
-    }
-}
+read_fields!(ModelSpec as "model", "" {
+    n_layers: dim, d_model: dim, n_heads: dim, n_kv_heads: dim, d_head: dim, d_ff: dim, vocab_size: dim,
+    tie_embeddings: flag, bytes_per_param: real,
+});
+read_fields!(GpuSpec as "gpu", "" { peak_flops: real, hbm_bandwidth: real, memory_bytes: real });
+read_fields!(Efficiency as "efficiency", "efficiency." { compute: real, bandwidth: real, overhead_s: real });
 
-pub(super) struct PyGpuSpec(GpuSpec);
-
-impl<'a, 'py> FromPyObject<'a, 'py> for PyGpuSpec {
-    type Error = PyErr;
-
-    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        let f = Fields { obj: &obj, arg: "gpu", kind: "GpuSpec", prefix: "" };
-        Ok(PyGpuSpec(GpuSpec {
-            peak_flops: f.real("peak_flops")?,
-            hbm_bandwidth: f.real("hbm_bandwidth")?,
-            memory_bytes: f.real("memory_bytes")?,
-        }))
-    }
-}
-
-impl From<PyGpuSpec> for GpuSpec {
-    fn from(g: PyGpuSpec) -> GpuSpec {
-        g.0
-    }
-}
-
-pub(super) struct PyEfficiency(Efficiency);
-
-impl<'a, 'py> FromPyObject<'a, 'py> for PyEfficiency {
-    type Error = PyErr;
-
-    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        let f = Fields { obj: &obj, arg: "efficiency", kind: "Efficiency", prefix: "efficiency." };
-        Ok(PyEfficiency(Efficiency {
-            compute: f.real("compute")?,
-            bandwidth: f.real("bandwidth")?,
-            overhead_s: f.real("overhead_s")?,
-        }))
-    }
-}
-
-impl From<PyEfficiency> for Efficiency {
-    fn from(e: PyEfficiency) -> Efficiency {
-        e.0
-    }
-}
-
-type StepTuple = (f64, f64, f64, f64, f64, f64, f64, bool, f64, f64, i64, i64);
-
-fn to_tuple(c: StepCost) -> StepTuple {
-    (
-        c.time_s,
-        c.flops,
-        c.bytes_moved,
-        c.weight_bytes,
-        c.kv_bytes,
-        c.compute_s,
-        c.memory_s,
-        c.compute_bound,
-        c.mfu,
-        c.intensity,
-        c.n_tokens,
-        c.n_seqs,
-    )
-}
-
-/// The dict of the columns `cols` (all of them, unless `step_cost_many` got `columns`).
-fn to_dict<'py>(py: Python<'py>, c: StepCosts, cols: Columns) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    let put = |name: &str, a: Bound<'py, PyAny>| if cols.has(name) { d.set_item(name, a) } else { Ok(()) };
-    put("time_s", c.time_s.into_pyarray(py).into_any())?;
-    put("flops", c.flops.into_pyarray(py).into_any())?;
-    put("bytes_moved", c.bytes_moved.into_pyarray(py).into_any())?;
-    put("weight_bytes", c.weight_bytes.into_pyarray(py).into_any())?;
-    put("kv_bytes", c.kv_bytes.into_pyarray(py).into_any())?;
-    put("compute_s", c.compute_s.into_pyarray(py).into_any())?;
-    put("memory_s", c.memory_s.into_pyarray(py).into_any())?;
-    put("compute_bound", c.compute_bound.into_pyarray(py).into_any())?;
-    put("mfu", c.mfu.into_pyarray(py).into_any())?;
-    put("intensity", c.intensity.into_pyarray(py).into_any())?;
-    Ok(d)
-}
-
+dict_of!(StepCost {
+    time_s, flops, bytes_moved, weight_bytes, kv_bytes, compute_s, memory_s, compute_bound, mfu, intensity,
+    n_tokens, n_seqs,
+});
+dict_of!(StepCosts {
+    time_s, flops, bytes_moved, weight_bytes, kv_bytes, compute_s, memory_s, compute_bound, mfu, intensity,
+});
 
 #[pyfunction]
-fn validate_model(model: PyModelSpec) -> PyResult<()> {
-    Ok(ModelSpec::from(model).validate()?)
+fn validate_model(model: ModelSpec) -> PyResult<()> {
+    Ok(model.validate()?)
 }
 
 #[pyfunction]
-fn validate_gpu(gpu: PyGpuSpec) -> PyResult<()> {
-    Ok(GpuSpec::from(gpu).validate()?)
+fn validate_gpu(gpu: GpuSpec) -> PyResult<()> {
+    Ok(gpu.validate()?)
 }
 
 #[pyfunction]
-fn validate_efficiency(efficiency: PyEfficiency) -> PyResult<()> {
-    Ok(Efficiency::from(efficiency).validate()?)
+fn validate_efficiency(efficiency: Efficiency) -> PyResult<()> {
+    Ok(efficiency.validate()?)
 }
 
 #[pyfunction]
-fn param_count(model: PyModelSpec) -> PyResult<i128> {
-    let m = ModelSpec::from(model);
-    m.validate()?;
-    Ok(m.param_count())
+fn param_count(model: ModelSpec) -> PyResult<i128> {
+    model.validate()?;
+    Ok(model.param_count())
 }
 
 #[pyfunction]
-fn weight_bytes(model: PyModelSpec) -> PyResult<f64> {
-    let m = ModelSpec::from(model);
-    m.validate()?;
-    Ok(m.weight_bytes())
+fn weight_bytes(model: ModelSpec) -> PyResult<f64> {
+    model.validate()?;
+    Ok(model.weight_bytes())
 }
 
 #[pyfunction]
-fn kv_bytes_per_token(model: PyModelSpec) -> PyResult<f64> {
-    let m = ModelSpec::from(model);
-    m.validate()?;
-    Ok(m.kv_bytes_per_token())
+fn kv_bytes_per_token(model: ModelSpec) -> PyResult<f64> {
+    model.validate()?;
+    Ok(model.kv_bytes_per_token())
 }
 
 #[pyfunction]
-fn kv_capacity_tokens(model: PyModelSpec, gpu: PyGpuSpec, mem_util: f64) -> PyResult<i64> {
-    Ok(cost::kv_capacity_tokens(&model.into(), &gpu.into(), mem_util)?)
+fn kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, mem_util: f64) -> PyResult<i64> {
+    Ok(cost::kv_capacity_tokens(&model, &gpu, mem_util)?)
 }
 
 #[pyfunction]
-fn max_batch(model: PyModelSpec, gpu: PyGpuSpec, context_len: i64, mem_util: f64) -> PyResult<i64> {
-    Ok(cost::max_batch(&model.into(), &gpu.into(), context_len, mem_util)?)
+fn max_batch(model: ModelSpec, gpu: GpuSpec, context_len: i64, mem_util: f64) -> PyResult<i64> {
+    Ok(cost::max_batch(&model, &gpu, context_len, mem_util)?)
 }
 
+/// One step's cost as a dict of `StepCost`'s fields.
 #[pyfunction]
-fn step_cost(model: PyModelSpec, gpu: PyGpuSpec, efficiency: PyEfficiency, batch: Vec<(i64, i64)>) -> PyResult<StepTuple> {
-    let c = cost::step_cost(&model.into(), &gpu.into(), &efficiency.into(), &batch)?;
-    Ok(to_tuple(c))
+fn step_cost<'py>(
+    py: Python<'py>,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
+    batch: Vec<(i64, i64)>,
+) -> PyResult<Bound<'py, PyAny>> {
+    cost::step_cost(&model, &gpu, &efficiency, &batch)?.to_py(py)
 }
 
 /// [`step_cost`] of one batch given as two int64 columns (a batch of millions of sequences
@@ -260,16 +187,14 @@ fn step_cost(model: PyModelSpec, gpu: PyGpuSpec, efficiency: PyEfficiency, batch
 #[pyfunction]
 fn step_cost_columns<'py>(
     py: Python<'py>,
-    model: PyModelSpec,
-    gpu: PyGpuSpec,
-    efficiency: PyEfficiency,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
     new_tokens: PyReadonlyArray1<'py, i64>,
     context_len: PyReadonlyArray1<'py, i64>,
-) -> PyResult<StepTuple> {
-    let (m, g, e) = (model.into(), gpu.into(), efficiency.into());
+) -> PyResult<Bound<'py, PyAny>> {
     let (n, c) = (slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?);
-    let cost = py.detach(|| cost::step_cost_columns(&m, &g, &e, n, c))?;
-    Ok(to_tuple(cost))
+    py.detach(|| cost::step_cost_columns(&model, &gpu, &efficiency, n, c))?.to_py(py)
 }
 
 /// `columns` (names of `Columns::NAMES`): fill and return only those.
@@ -278,36 +203,51 @@ fn step_cost_columns<'py>(
 #[allow(clippy::too_many_arguments)]
 fn step_cost_many<'py>(
     py: Python<'py>,
-    model: PyModelSpec,
-    gpu: PyGpuSpec,
-    efficiency: PyEfficiency,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
     new_tokens: PyReadonlyArray1<'py, i64>,
     context_len: PyReadonlyArray1<'py, i64>,
     offsets: PyReadonlyArray1<'py, i64>,
     columns: Option<Vec<String>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let (m, g, e) = (model.into(), gpu.into(), efficiency.into());
     let (n, c, o) = (slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?, slice("offsets", &offsets)?);
     let cols = columns.map_or(Ok(Columns::ALL), |names| Columns::from_names(&names))?;
     // A sweep of a million steps takes milliseconds to seconds: let other Python threads run.
-    let costs = py.detach(|| cost::step_cost_many_columns(&m, &g, &e, n, c, o, cols))?;
-    to_dict(py, costs, cols)
+    let costs = py.detach(|| cost::step_cost_many_columns(&model, &gpu, &efficiency, n, c, o, cols))?;
+    let d = to_dict(py, costs)?;
+    for name in Columns::NAMES.into_iter().filter(|name| !cols.has(name)) {
+        d.del_item(name)?; // left empty by the core
+    }
+    Ok(d)
 }
 
 #[pyfunction]
 fn step_cost_uniform_many<'py>(
     py: Python<'py>,
-    model: PyModelSpec,
-    gpu: PyGpuSpec,
-    efficiency: PyEfficiency,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
     batch_size: PyReadonlyArray1<'py, i64>,
     new_tokens: PyReadonlyArray1<'py, i64>,
     context_len: PyReadonlyArray1<'py, i64>,
-) -> PyResult<Bound<'py, PyDict>> {
-    let (m, g, e) = (model.into(), gpu.into(), efficiency.into());
+) -> PyResult<Bound<'py, PyAny>> {
     let (b, n, c) = (slice("batch_size", &batch_size)?, slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?);
-    let costs = py.detach(|| cost::step_cost_uniform_many(&m, &g, &e, b, n, c))?;
-    to_dict(py, costs, Columns::ALL)
+    py.detach(|| cost::step_cost_uniform_many(&model, &gpu, &efficiency, b, n, c))?.to_py(py)
+}
+
+/// `out[name]` as a writable 1-D array of `n_steps` elements of `T`.
+fn writable<'py, T: Element>(name: &str, value: &Bound<'py, PyAny>, n: usize) -> PyResult<PyReadwriteArray1<'py, T>> {
+    let dtype = if name == "compute_bound" { "bool" } else { "float64" };
+    let bad = || {
+        let what = format!("a writable 1-D {dtype} numpy array of {n} elements (one per step)");
+        PyValueError::new_err(format!("out['{name}'] must be {what}"))
+    };
+    let w = value.cast::<PyArray1<T>>().map_err(|_| bad())?.try_readwrite().map_err(|_| bad())?;
+    if w.as_slice().ok().map(|s| s.len()) != Some(n) {
+        return Err(bad());
+    }
+    Ok(w)
 }
 
 /// `step_cost_many` into the caller's arrays: `out` maps column names (`Columns::NAMES`) to
@@ -317,15 +257,14 @@ fn step_cost_uniform_many<'py>(
 #[allow(clippy::too_many_arguments)]
 fn step_cost_many_into<'py>(
     py: Python<'py>,
-    model: PyModelSpec,
-    gpu: PyGpuSpec,
-    efficiency: PyEfficiency,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
     new_tokens: PyReadonlyArray1<'py, i64>,
     context_len: PyReadonlyArray1<'py, i64>,
     offsets: PyReadonlyArray1<'py, i64>,
     out: &Bound<'py, PyDict>,
 ) -> PyResult<()> {
-    let (m, g, e) = (model.into(), gpu.into(), efficiency.into());
     let (n, c, o) = (slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?, slice("offsets", &offsets)?);
     let n_steps = o.len().saturating_sub(1);
     if out.is_empty() {
@@ -334,37 +273,21 @@ fn step_cost_many_into<'py>(
     let mut floats: Vec<(usize, PyReadwriteArray1<'py, f64>)> = Vec::new();
     let mut bools: Option<PyReadwriteArray1<'py, bool>> = None;
     for (key, value) in out.iter() {
-        let name: String = key.extract().map_err(|_| PyValueError::new_err(format!("out keys must be column names, got {}", key.repr().map(|r| r.to_string()).unwrap_or_default())))?;
+        let name: String = key.extract().map_err(|_| PyValueError::new_err(format!("out keys must be column names, got {}", repr(&key))))?;
         let Some(k) = Columns::NAMES.iter().position(|&x| x == name) else {
             return Err(PyValueError::new_err(format!("out['{name}']: the key must be one of {}", Columns::NAMES.join(", "))));
         };
-        let bad = |what: &str| {
-            PyValueError::new_err(format!("out['{name}'] must be a writable 1-D {what} numpy array of {n_steps} elements (one per step)"))
-        };
-        let dtype = if name == "compute_bound" { "bool" } else { "float64" };
         if name == "compute_bound" {
-            let a = value.cast::<PyArray1<bool>>().map_err(|_| bad(dtype))?;
-            let w = a.try_readwrite().map_err(|_| bad(dtype))?;
-            if w.as_slice().ok().map(|s| s.len()) != Some(n_steps) {
-                return Err(bad(dtype));
-            }
-            bools = Some(w);
+            bools = Some(writable(&name, &value, n_steps)?);
         } else {
-            let a = value.cast::<PyArray1<f64>>().map_err(|_| bad(dtype))?;
-            let w = a.try_readwrite().map_err(|_| bad(dtype))?;
-            if w.as_slice().ok().map(|s| s.len()) != Some(n_steps) {
-                return Err(bad(dtype));
-            }
-            floats.push((k, w));
+            floats.push((k, writable(&name, &value, n_steps)?));
         }
     }
-    let mut float_cols: Vec<(usize, &mut [f64])> = Vec::with_capacity(floats.len());
-    for (k, w) in floats.iter_mut() {
-        float_cols.push((*k, w.as_slice_mut().expect("checked contiguous above")));
-    }
+    let mut float_cols: Vec<(usize, &mut [f64])> =
+        floats.iter_mut().map(|(k, w)| (*k, w.as_slice_mut().expect("checked contiguous above"))).collect();
     let mut bool_col: Option<&mut [bool]> = bools.as_mut().map(|w| w.as_slice_mut().expect("checked contiguous above"));
     py.detach(|| {
-        cost::step_cost_many_each(&m, &g, &e, n, c, o, |s, cost| {
+        cost::step_cost_many_each(&model, &gpu, &efficiency, n, c, o, |s, cost| {
             for (k, col) in float_cols.iter_mut() {
                 col[s] = match *k {
                     0 => cost.time_s,
@@ -390,18 +313,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_DIM", cost::MAX_DIM)?;
     m.add("MAX_TOKENS", cost::MAX_TOKENS)?;
     m.add("MAX_STEP_TOKENS", cost::MAX_STEP_TOKENS)?;
-    m.add_function(wrap_pyfunction!(validate_model, m)?)?;
-    m.add_function(wrap_pyfunction!(validate_gpu, m)?)?;
-    m.add_function(wrap_pyfunction!(validate_efficiency, m)?)?;
-    m.add_function(wrap_pyfunction!(param_count, m)?)?;
-    m.add_function(wrap_pyfunction!(weight_bytes, m)?)?;
-    m.add_function(wrap_pyfunction!(kv_bytes_per_token, m)?)?;
-    m.add_function(wrap_pyfunction!(kv_capacity_tokens, m)?)?;
-    m.add_function(wrap_pyfunction!(max_batch, m)?)?;
-    m.add_function(wrap_pyfunction!(step_cost, m)?)?;
-    m.add_function(wrap_pyfunction!(step_cost_columns, m)?)?;
-    m.add_function(wrap_pyfunction!(step_cost_many, m)?)?;
-    m.add_function(wrap_pyfunction!(step_cost_many_into, m)?)?;
-    m.add_function(wrap_pyfunction!(step_cost_uniform_many, m)?)?;
+    add_functions!(m, validate_model, validate_gpu, validate_efficiency, param_count, weight_bytes, kv_bytes_per_token,
+        kv_capacity_tokens, max_batch, step_cost, step_cost_columns, step_cost_many, step_cost_many_into,
+        step_cost_uniform_many);
     Ok(())
 }

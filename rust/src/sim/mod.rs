@@ -39,7 +39,11 @@ pub mod admission;
 pub mod batch1;
 pub mod continuous;
 pub mod continuous_per_step;
+pub mod data_parallel;
+pub mod decode_pool;
+pub mod disaggregated;
 pub mod fixed_service;
+pub mod router;
 pub mod static_batching;
 
 use crate::cost::{fmt_f64, Pricer, StepCost};
@@ -188,6 +192,7 @@ impl StepShape {
 
 /// The price of one step. Admission control (`admission.rs`) prices its estimated steps with
 /// this very function, so that an exact estimate reproduces the simulator's clock bit for bit.
+#[inline]
 pub(crate) fn price_shape(pricer: &Pricer, shape: &StepShape) -> StepCost {
     pricer.price_totals(shape.tokens, shape.seqs, to_f64(shape.keys), to_f64(shape.ctx_tokens))
 }

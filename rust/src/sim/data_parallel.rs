@@ -1,0 +1,186 @@
+//! Data parallelism (course project §8.1, milestone 1): `n` identical cards, each running
+//! continuous batching (`continuous.rs`, unchanged) on the requests a [`Router`] sends it.
+//!
+//! Each card is simulated on its own requests alone, so a card's clock, batches and KV pool are
+//! exactly those of one card serving that sub-workload: with one replica the run *is*
+//! `continuous::run` on the whole workload, bit for bit. The per-request columns are gathered
+//! back into request order; the totals (`busy_s`, `flops`, `n_steps`) add over cards, and
+//! [`PoolOutput`] keeps them per card too.
+
+use super::continuous::{self, ContinuousParams};
+use super::router::{by_card, check_cards, route, Router};
+use super::{Recorder, SimOutput, Workload};
+use crate::cost::Pricer;
+use crate::error::CoreResult;
+
+/// Per-request columns in request order, totals over all cards, and per-card totals.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolOutput {
+    pub sim: SimOutput,
+    /// which card served each request
+    pub card: Vec<i64>,
+    pub reject_code: Vec<i8>,
+    pub n_preemptions: Vec<i64>,
+    pub card_busy_s: Vec<f64>,
+    pub card_steps: Vec<u64>,
+    pub card_peak_kv_blocks: Vec<i64>,
+}
+
+/// Columns `(arrival, prompt, output)` of the requests at `idx`.
+pub(crate) fn subset(w: &Workload<'_>, idx: &[usize]) -> (Vec<f64>, Vec<i64>, Vec<i64>) {
+    (
+        idx.iter().map(|&i| w.arrival_s[i]).collect(),
+        idx.iter().map(|&i| w.prompt_len[i]).collect(),
+        idx.iter().map(|&i| w.output_len[i]).collect(),
+    )
+}
+
+/// An empty output for `n` requests and `cards` cards, to gather card runs into.
+pub(crate) fn empty(pricer: &Pricer, n: usize, cards: usize) -> PoolOutput {
+    PoolOutput {
+        sim: Recorder::new(pricer, n, false).finish(), // NaN times, no step run yet
+        card: vec![-1; n],
+        reject_code: vec![0; n],
+        n_preemptions: vec![0; n],
+        card_busy_s: vec![0.0; cards],
+        card_steps: vec![0; cards],
+        card_peak_kv_blocks: vec![0; cards],
+    }
+}
+
+impl PoolOutput {
+    /// Adds card `c`'s run `o` of the requests `idx` (totals in card order, so the sums'
+    /// bits do not depend on anything but the cards' own runs).
+    pub(crate) fn gather(&mut self, c: usize, idx: &[usize], o: &SimOutput, peak_blocks: i64) {
+        for (k, &i) in idx.iter().enumerate() {
+            let s = &mut self.sim;
+            s.start_s[i] = o.start_s[k];
+            s.first_token_s[i] = o.first_token_s[k];
+            s.finish_s[i] = o.finish_s[k];
+            s.rejected[i] = o.rejected[k];
+            s.batch_id[i] = o.batch_id[k];
+            self.card[i] = c as i64;
+        }
+        self.sim.busy_s += o.busy_s;
+        self.sim.flops += o.flops;
+        self.sim.n_steps += o.n_steps;
+        self.sim.peak_kv_tokens = self.sim.peak_kv_tokens.max(o.peak_kv_tokens);
+        self.card_busy_s[c] = o.busy_s;
+        self.card_steps[c] = o.n_steps;
+        self.card_peak_kv_blocks[c] = peak_blocks;
+    }
+}
+
+/// Continuous batching on `n_replicas` cards behind `router`.
+pub fn run(
+    pricer: &Pricer,
+    w: &Workload<'_>,
+    params: &ContinuousParams,
+    n_replicas: i64,
+    router: Router,
+) -> CoreResult<PoolOutput> {
+    params.validate()?;
+    let cards = check_cards("n_replicas", n_replicas)?;
+    let one_card = |idx: &[usize]| -> CoreResult<continuous::ContinuousOutput> {
+        let (a, p, l) = subset(w, idx);
+        continuous::run(pricer, &Workload::new(&a, &p, &l)?, params, false, false)
+    };
+    let weight: Vec<i64> = (0..w.len()).map(|i| w.prompt_len[i] + w.output_len[i]).collect();
+    let card = route(w.arrival_s, &weight, cards, router, |_, idx| Ok(one_card(idx)?.sim.finish_s))?;
+    let mut out = empty(pricer, w.len(), cards);
+    for (c, idx) in by_card(&card, cards).iter().enumerate() {
+        let o = one_card(idx)?;
+        out.gather(c, idx, &o.sim, o.peak_kv_blocks);
+        for (k, &i) in idx.iter().enumerate() {
+            out.reject_code[i] = o.reject_code[k];
+            out.n_preemptions[i] = o.n_preemptions[k];
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::test_util::pricer;
+
+    fn params() -> ContinuousParams {
+        ContinuousParams {
+            max_num_seqs: 8,
+            max_num_batched_tokens: 512,
+            block_size: 16,
+            num_blocks: 64,
+            chunked_prefill: false,
+        }
+    }
+
+    #[test]
+    fn one_replica_is_one_card() {
+        let (a, p, l) = ([0.0, 0.001, 0.002, 0.5], [100, 30, 200, 7], [20, 50, 3, 9]);
+        let w = Workload::new(&a, &p, &l).unwrap();
+        let want = continuous::run(&pricer(), &w, &params(), false, false).unwrap();
+        for router in [Router::RoundRobin, Router::LeastTokens] {
+            let got = run(&pricer(), &w, &params(), 1, router).unwrap();
+            assert_eq!(got.sim, want.sim);
+            assert_eq!(got.card, vec![0; 4]);
+        }
+    }
+
+    /// Round robin on two cards: each card serves every other request as if alone.
+    #[test]
+    fn round_robin_cards_run_alone() {
+        let (a, p, l) = ([0.0, 0.0, 0.01, 0.01], [100, 30, 200, 7], [20, 50, 3, 9]);
+        let w = Workload::new(&a, &p, &l).unwrap();
+        let got = run(&pricer(), &w, &params(), 2, Router::RoundRobin).unwrap();
+        let w0 = Workload::new(&[0.0, 0.01], &[100, 200], &[20, 3]).unwrap();
+        let alone = continuous::run(&pricer(), &w0, &params(), false, false).unwrap();
+        assert_eq!(got.sim.finish_s[0], alone.sim.finish_s[0]);
+        assert_eq!(got.sim.finish_s[2], alone.sim.finish_s[1]);
+        assert_eq!(got.card, vec![0, 1, 0, 1]);
+        assert_eq!(got.card_busy_s[0], alone.sim.busy_s);
+    }
+
+    /// Least-tokens replays a card only from its last idle point; replaying every card from its
+    /// start before every choice (the plain definition) must route every request the same way.
+    #[test]
+    fn idle_point_replays_route_as_full_replays() {
+        let mut seed = 0x51_7cc1_b727_220au64;
+        let mut rnd = |k: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % k
+        };
+        for case in 0..200 {
+            let n = 1 + rnd(50) as usize;
+            let mut t = 0.0;
+            let mut a = Vec::new();
+            for _ in 0..n {
+                t += [0.0, 0.002, 0.02, 0.3][rnd(4) as usize] * rnd(3) as f64;
+                a.push(t);
+            }
+            let p: Vec<i64> = (0..n).map(|_| 1 + rnd(400) as i64).collect();
+            let l: Vec<i64> = (0..n).map(|_| 1 + rnd(40) as i64).collect();
+            let w = Workload::new(&a, &p, &l).unwrap();
+            let prm = ContinuousParams { num_blocks: 8 + rnd(60) as i64, ..params() };
+            let cards = 2 + rnd(3) as usize;
+            let finish = |idx: &[usize]| {
+                let (a, p, l) = subset(&w, idx);
+                continuous::run(&pricer(), &Workload::new(&a, &p, &l).unwrap(), &prm, false, false).unwrap().sim.finish_s
+            };
+            let weight: Vec<i64> = (0..n).map(|i| p[i] + l[i]).collect();
+            let got = route(&a, &weight, cards, Router::LeastTokens, |_, idx| Ok(finish(idx))).unwrap();
+            // the plain definition
+            let mut want: Vec<u32> = Vec::new();
+            for k in 0..n {
+                let load = |c: usize| -> i64 {
+                    let idx: Vec<usize> = (0..k).filter(|&j| want[j] as usize == c).collect();
+                    let f = if idx.is_empty() { Vec::new() } else { finish(&idx) };
+                    idx.iter().zip(f).filter(|&(_, f)| f > a[k]).map(|(&j, _)| weight[j]).sum()
+                };
+                want.push((0..cards).min_by_key(|&c| (load(c), c)).unwrap() as u32);
+            }
+            assert_eq!(got, want, "case {case}");
+        }
+    }
+}

@@ -1,41 +1,60 @@
 """The continuous-batching assignment's harness (assignments/a8_continuous_batching/harness.py)
-refuses every decision the engine cannot carry out, with a message naming the step and the
-state, and stops a schedule that never ends. (That a scheduler following the engine's rules
-reproduces the engine exactly is the assignment's own test, on the reference solution.)"""
+refuses every plan the engine cannot carry out, with a message naming the step and the state,
+stops a schedule that never ends, and uses servelab's public names only. (That a scheduler
+following the rules reproduces the engine exactly is the assignment's own test, on the
+reference solution.)"""
 
 from __future__ import annotations
 
+import ast
 import sys
 from pathlib import Path
+from types import SimpleNamespace as NS
 
 import pytest
 
 from servelab.engine import Request
 from servelab.tiny_llm import TINY, TinyLLM
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "assignments" / "a8_continuous_batching"))
-from harness import DrivenEngine, ScheduleError, run_driven, step_limit  # noqa: E402
+A8 = Path(__file__).resolve().parents[1] / "assignments" / "a8_continuous_batching"
+sys.path.insert(0, str(A8))
+from harness import ScheduleError, run_driven, step_limit  # noqa: E402
 
 MODEL = TinyLLM(TINY)
 REQS = [Request(list(b"hello"), 3), Request(list(b"hi there"), 2, arrival_step=1)]
 ENG = dict(num_blocks=4, block_size=4, max_num_seqs=2, max_num_batched_tokens=16, model=MODEL)
 
 
-def admit_all(waiting, running, free, bs, seqs, budget):
-    return [r for r, _ in running], [], [w for w, _ in waiting]
+def plan(batch=(), preempted=(), admitted=()):
+    return NS(batch=list(batch), preempted=list(preempted), admitted=list(admitted))
+
+
+def admit_all(state):
+    """Every running request decodes, every waiting one is admitted, whatever the limits."""
+    return plan([(s.request_id, 1, s.num_computed) for s in state.running]
+                + [(s.request_id, len(s.tokens), 0) for s in state.waiting],
+                admitted=[s.request_id for s in state.waiting])
 
 
 @pytest.mark.parametrize("scheduler, message", [
-    (lambda *a: None, "expected a tuple (decode, preempted, admitted)"),
-    (lambda *a: ([], [], ["0"]), "admitted must be a list of request ids"),
-    (lambda *a: ([], [], [5]), "admitted holds [5], which are not waiting"),
-    (lambda *a: ([], [], [0, 0]), "admitted lists a request twice"),
-    (lambda *a: ([], [], []), "nothing runs although requests wait or run"),
-    (lambda w, r, *a: ([x for x, _ in r], [x for x, _ in r], [] if r else [x for x, _ in w]),
-     "decode holds [0], which are not running and not preempted"),
+    (lambda s: None, "expected a Plan with a list batch, got None"),
+    (lambda s: plan([(0, 5, 0)], admitted=["0"]), "admitted must be a list of request ids"),
+    (lambda s: plan([(0, 5)], admitted=[0]), "batch must hold (request_id, new_tokens, context_len)"),
+    (lambda s: plan([(5, 1, 0)], admitted=[5]), "admitted holds [5], which are not waiting"),
+    (lambda s: plan([(0, 5, 0)], admitted=[0, 0]), "admitted lists a request twice"),
+    (lambda s: plan(admitted=[0]), "admitted [0] have no batch entry"),
+    (lambda s: plan([(0, 3, 0)], admitted=[0]), "admitted request 0 prefills all its tokens"),
+    (lambda s: plan(), "nothing runs although requests wait or run"),
+    (lambda s: plan([(r.request_id, 1, r.num_computed) for r in s.running],
+                    [r.request_id for r in s.running],
+                    [] if s.running else [w.request_id for w in s.waiting])
+     if s.running else admit_all(s),
+     "batch holds [0], which are not running and not preempted, or admitted"),
+    (lambda s: plan([(r.request_id, 2, r.num_computed) for r in s.running]) if s.running
+     else admit_all(s), "running request 0 decodes one token after its 5 computed ones"),
 ])
-def test_bad_decisions_fail_with_the_step_and_the_state(scheduler, message):
-    with pytest.raises(ScheduleError, match=r"^step \d+: schedule_step\(waiting=") as err:
+def test_bad_plans_fail_with_the_step_and_the_state(scheduler, message):
+    with pytest.raises(ScheduleError, match=r"^step \d+: schedule\(state\) with waiting ") as err:
         run_driven(scheduler, REQS, **ENG)
     assert message in str(err.value)
 
@@ -49,13 +68,36 @@ def test_limits_are_enforced():
     with pytest.raises(ScheduleError, match="needs 2 blocks, 1 are free"):
         run_driven(admit_all, [Request(list(b"abc"), 2), Request(list(b"hello"), 2)],
                    **{**ENG, "num_blocks": 2})
+    with pytest.raises(ScheduleError, match="needs a fresh block, but no block is free"):
+        run_driven(admit_all, [Request(list(b"abcd"), 2), Request(list(b"wxyz"), 2)],
+                   **{**ENG, "num_blocks": 2})
 
 
 def test_a_schedule_that_never_ends_is_stopped():
     # every step that runs something yields a token, so a schedule always ends; the step bound
     # is the net for a harness change that breaks this (shown here with a bound of 2)
-    engine = DrivenEngine(admit_all, **ENG)
-    engine.add_request(list(b"hello"), 5)
     with pytest.raises(ScheduleError, match=r"not finished after 2 steps: requests \[0\] never"):
-        engine.run_within(2)
+        run_driven(admit_all, [Request(list(b"hello"), 5)], max_steps=2, **ENG)
     assert step_limit(REQS) > sum(r.max_new_tokens for r in REQS) + 1
+
+
+def private_servelab_imports(source: str) -> list[str]:
+    """Names starting with ``_`` that ``source`` imports from servelab (modules or members)."""
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            bad += [a.name for a in node.names if a.name.split(".")[0] == "servelab"
+                    and any(p.startswith("_") for p in a.name.split("."))]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "servelab":
+            parts = node.module.split(".") + [a.name for a in node.names]  # type: ignore[union-attr]
+            bad += [f"{node.module}.{p}" for p in parts if p.startswith("_")]
+    return bad
+
+
+def test_the_harness_imports_only_public_servelab_names():
+    assert private_servelab_imports((A8 / "harness.py").read_text()) == []
+    assert private_servelab_imports((A8 / "test_a8_continuous_batching.py").read_text()) == []
+    # the check itself sees a private member, a private module and a private submodule
+    assert private_servelab_imports("from servelab.engine.core import _Live\n"
+                                    "import servelab._core\nfrom servelab import _checks, blocks") \
+        == ["servelab.engine.core._Live", "servelab._core", "servelab._checks"]

@@ -155,6 +155,29 @@ def test_append_registers_full_blocks(Alloc):
     assert a.allocate(2, [1, 2, 3])[0] == 0 and a.num_cached_tokens(2) == 2
 
 
+def test_keys_are_registered_when_computed(Alloc):
+    # issue 14 §2: a block is findable only once its KV is computed
+    a = Alloc(16, 2, prefix_caching=True)
+    assert a.allocate(1, [1, 2, 3, 4, 5, 6, 7], num_computed=3) == [0, 1, 2, 3]
+    assert a.num_cached_blocks == 1  # [1, 2] only: [3, 4] and [5, 6] are not computed
+    assert a.allocate(2, [1, 2, 3, 4, 9], num_computed=0) == [0, 4, 5]
+    assert a.num_cached_tokens(2) == 2
+    a.mark_computed(1, 6)
+    a.mark_computed(1, 6)  # idempotent
+    a.mark_computed(1, 0)  # going back changes nothing
+    assert [a.key_of(b) is not None for b in range(4)] == [True, True, True, False]
+    a.mark_computed(2, 4)  # its [3, 4] is computed too, but block 1 was first
+    assert a.key_of(4) is None and a.num_cached_blocks == 3
+    assert a.allocate(3, [1, 2, 3, 4, 5, 6, 0], num_computed=0) == [0, 1, 2, 6]
+    # append: the new token's predecessors are computed, so every earlier block registers too
+    assert a.allocate(4, [8, 8, 8, 8, 8], num_computed=0) == [7, 8, 9]
+    a.append(4, 8)
+    assert [a.key_of(b) is not None for b in (7, 8, 9)] == [True, True, True]
+    # default None: standalone use, every full block registered at once (task a7's semantics)
+    a.allocate(5, [6, 6, 6])
+    assert a.key_of(10) == ref.block_key(ref.ROOT_KEY, [6, 6])
+
+
 def test_hits_are_verified_on_tokens_not_the_hash(monkeypatch):
     # Make every block collide: a hit must still only return blocks with the request's tokens.
     monkeypatch.setattr(ref, "block_key", lambda parent, tokens: 42)
@@ -266,6 +289,11 @@ ERRORS = [
     (lambda a: a.append(1, 2**32), ValueError, "token_id must be in [0, 4294967296), got 4294967296"),
     (lambda a: a.append(1, "a"), TypeError, "token_id must be an integer, got 'a'"),
     (lambda a: a.can_allocate(-1), ValueError, "n_tokens must be a non-negative integer, got -1"),
+    (lambda a: a.allocate(2, [1, 2], 3), ValueError, "num_computed must be an integer in [0, 2], got 3"),
+    (lambda a: a.allocate(2, [1], -1), ValueError, "num_computed must be an integer in [0, 1], got -1"),
+    (lambda a: a.mark_computed(1, 4), ValueError, "num_computed must be an integer in [0, 3], got 4"),
+    (lambda a: a.mark_computed(1, -2), ValueError, "num_computed must be an integer in [0, 3], got -2"),
+    (lambda a: a.mark_computed(9, 0), KeyError, "seq_id 9 is not allocated"),
     (lambda a: a.block_tokens(4), ValueError, "block_id must be in [0, 4), got 4"),
     (lambda a: a.key_of(-1), ValueError, "block_id must be in [0, 4), got -1"),
 ]
@@ -305,6 +333,7 @@ def test_constructor_errors(Alloc, args, message):
 
 @pytest.mark.parametrize("call", [
     lambda a: a.free("1"), lambda a: a.allocate(None, [1]), lambda a: a.fork(1, 2.0),
+    lambda a: a.allocate(2, [1], 0.5), lambda a: a.mark_computed(1, "1"),
     lambda a: Alloc_type(a)(4.0, 2), lambda a: Alloc_type(a)(4, 2, prefix_caching=1),
 ])
 def test_type_errors(Alloc, call):

@@ -11,6 +11,8 @@ cache key, counters) and that the invariants of the issue hold:
 * a table's blocks hold exactly its sequence's tokens (so a cache hit returned blocks whose
   stored tokens equal the request's, and no append wrote into a block someone else reads);
 * a cached block in a table carries the key of that table's prefix;
+* a key is registered only once its block is computed (``allocate(.., num_computed)``,
+  ``mark_computed``, ``append``): a block past what its sequences have computed carries none;
 * ``can_allocate(n)`` true means ``allocate`` of ``n`` tokens succeeds;
 * ``OutOfBlocks`` changes nothing;
 * freeing everything frees every block (checked at the end of every run).
@@ -76,6 +78,9 @@ class BlocksMachine(RuleBasedStateMachine):
         self.rust: BlockAllocator | None = None
         self.ref: ref.BlockAllocator | None = None
         self.model: dict[int, list[int]] = {}  # live sequence -> its tokens
+        # per block: its current content was declared computed (allocate's num_computed, a
+        # hit, mark_computed, an append that filled it); a block given new content is not
+        self.computed: list[bool] = []
         self.prompts: list[list[int]] = []  # every prompt and sequence seen, for shared prefixes
         self.freed: list[int] = []
         self.next_id = 0
@@ -119,6 +124,7 @@ class BlocksMachine(RuleBasedStateMachine):
         COUNTS["examples"] += 1
         self.rust = BlockAllocator(num_blocks, block_size, prefix_caching)
         self.ref = ref.BlockAllocator(num_blocks, block_size, prefix_caching)
+        self.computed = [False] * num_blocks
 
     @rule(data=st.data())
     def allocate(self, data) -> None:
@@ -126,10 +132,16 @@ class BlocksMachine(RuleBasedStateMachine):
         seq_id = self.new_id()
         surely = self.rust.can_allocate(len(prompt))
         before = snapshot(self.rust)
-        r = self.both("allocate", seq_id, prompt)
+        # None: standalone (all computed); 0: an engine's admission; else a part
+        computed = data.draw(st.one_of(st.none(), st.just(0), st.integers(0, len(prompt))))
+        r = self.both("allocate", seq_id, prompt, computed)
         self.prompts.append(prompt)
         if r[0] == "ok":
             self.model[seq_id] = list(prompt)
+            bs, hits = self.rust.block_size, self.rust.num_cached_tokens(seq_id)
+            upto = len(prompt) if computed is None else computed
+            for i, b in enumerate(self.rust.block_table(seq_id)):
+                self.computed[b] = i < max(hits, upto) // bs  # fresh blocks: only what is declared
             COUNTS["cached_tokens"] += self.rust.num_cached_tokens(seq_id)
         else:
             assert r[1] is OutOfBlocks and not surely, r
@@ -148,6 +160,12 @@ class BlocksMachine(RuleBasedStateMachine):
         if r[0] == "ok":
             assert can
             self.model[seq_id].append(token)
+            after = self.rust.block_table(seq_id)
+            if len(after) > len(table) or after[-1] != table[-1]:
+                self.computed[after[-1]] = False  # a new block, or a copy: new content
+            if len(self.model[seq_id]) % self.rust.block_size == 0:  # filled: all before it computed
+                for b in after:
+                    self.computed[b] = True
             if r[1] is not None:
                 COUNTS["copies"] += 1
                 src, dst = r[1]
@@ -174,6 +192,15 @@ class BlocksMachine(RuleBasedStateMachine):
         self.prompts.append(self.model.pop(seq_id))
         self.freed.append(seq_id)
 
+    @precondition(lambda self: self.model)
+    @rule(data=st.data())
+    def mark_computed(self, data) -> None:
+        seq_id = data.draw(st.sampled_from(sorted(self.model)))
+        n = data.draw(st.integers(0, len(self.model[seq_id])))
+        assert self.both("mark_computed", seq_id, n)[0] == "ok"
+        for b in self.rust.block_table(seq_id)[:n // self.rust.block_size]:
+            self.computed[b] = True
+
     @rule(n=st.integers(0, 100))
     def can_allocate(self, n: int) -> None:
         self.both("can_allocate", n)
@@ -189,6 +216,9 @@ class BlocksMachine(RuleBasedStateMachine):
             ("allocate", unknown, [1, ref.TOKEN_LIMIT]),
             ("allocate", unknown, [0, 1.5]),
             ("allocate", unknown, "01"),
+            ("allocate", unknown, [0, 1], 3),
+            ("allocate", unknown, [0], -1),
+            ("mark_computed", unknown, 0),
             ("append", unknown, 0),
             ("fork", unknown, self.next_id + 2000),
             ("free", unknown),
@@ -202,7 +232,8 @@ class BlocksMachine(RuleBasedStateMachine):
         if live:
             s = data.draw(st.sampled_from(live))
             calls += [("allocate", s, [0]), ("append", s, -1), ("append", s, 1 << 40),
-                      ("append", s, None), ("fork", s, s)]
+                      ("append", s, None), ("fork", s, s),
+                      ("mark_computed", s, -1), ("mark_computed", s, len(self.model[s]) + 1)]
         call = data.draw(st.sampled_from(calls))
         before = snapshot(self.rust)
         r = self.both(*call)
@@ -242,6 +273,10 @@ class BlocksMachine(RuleBasedStateMachine):
                     assert key is None or key == keys[i], (s, i, b)
             else:
                 assert n_cached == 0 and all(k is None for _, k in blocks)
+        if self.rust.prefix_caching:
+            # registered when computed: a keyed block (in use or free) holds declared-computed KV
+            for b in range(n):
+                assert blocks[b][1] is None or self.computed[b], (b, self.computed)
 
     def teardown(self) -> None:
         if self.rust is None:

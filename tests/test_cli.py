@@ -101,6 +101,9 @@ def test_a_grid_too_big_is_refused_with_its_count(tmp_path, capsys):
      "argument --estimator: estimator must be 'mean', 'oracle' or 'sigma=<number>', got 'median'"),
     (["--policy", "batch1", "--max-num-seqs", "8"],
      "--max-num-seqs applies to --policy continuous, which is not among --policy batch1"),
+    (["--policy", "prefix", "--shared-fraction", "1.5"], "argument --shared-fraction: must be a number in [0, 1], got '1.5'"),
+    (["--policy", "continuous", "--prefix-caching", "yes"],
+     "--prefix-caching applies to --policy prefix, which is not among --policy continuous"),
     (["--rates", "0"], "--rates must be > 0 (requests/s), got '0'"),
     (["--rates", "1:0.5:0.1"], "--rates must be numbers or start:stop:step with step > 0 and stop >= start"),
     (["--model", "gpt-5"], "--model must be a preset (LLAMA3_8B, LLAMA3_70B) or a .toml/.json spec file, "

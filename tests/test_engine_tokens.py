@@ -104,7 +104,7 @@ def test_preemption_takes_the_newest_and_puts_it_at_the_front():
             first_preemption = step
             running = [e[0] for e in step.batch]
             assert step.preempted == (2,)  # the newest of the three
-            assert running == [0, 1] and eng.waiting[0].rid == 2
+            assert running == [0, 1] and eng.waiting[0].request_id == 2
             assert step.admitted == ()  # nobody joins in a step that preempted
     assert first_preemption is not None
     assert [r.tokens for r in eng.result().requests] == [alone(r) for r in requests]

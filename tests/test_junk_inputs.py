@@ -47,6 +47,13 @@ TINY = tiny_llm.TINY
 LOGITS = np.linspace(-1.0, 1.0, TINY.vocab_size)
 
 
+SCHED_CFG = {"block_size": 2, "num_blocks": 4, "max_num_seqs": 2, "max_num_batched_tokens": 8,
+             "chunked_prefill": False, "prefix_caching": False}
+# nothing waits or runs: the plan is empty and the allocator is never touched
+SCHED_STATE_ARGS = {"step": 0, "waiting": [], "running": [], "free_blocks": 4,
+                    "config": engine.SchedulerConfig(**SCHED_CFG)}
+
+
 def allocator() -> blocks.BlockAllocator:
     a = blocks.BlockAllocator(8, 4, prefix_caching=True)
     a.allocate(0, [1, 2, 3, 4, 5])
@@ -121,6 +128,11 @@ CASES = [
     Case("workload.lognormal_lengths", fn(workload.lognormal_lengths),
          {"n": 5, "mean": 10.0, "sigma": 0.5, "seed": 1, "max_len": 100}),
     Case("workload.chat_requests", fn(workload.chat_requests), {"n": 5, "rate": 1.0, "seed": 2}),
+    Case("workload.SharedPrefixes", fn(workload.SharedPrefixes), {"parent": [-1, 0], "length": [0, 3]}),
+    Case("workload.SharedPrefixes.none", fn(workload.SharedPrefixes.none), {"n": 3}),
+    Case("workload.chat_sessions", fn(workload.chat_sessions),
+         {"n": 3, "rate": 1.0, "seed": 2, "system_len": 32, "n_system_prompts": 2, "shared_fraction": 0.5,
+          "turns_mean": 2.0, "think_s": 5.0, "user_mean": 16, "output_mean": 8, "sigma": 0.5, "max_len": 512}),
     Case("workload.azure_trace", fn(workload.azure_trace), {"kind": "code", "limit": 5}),
     # load_trace_csv reads a file: its path is fed only non-strings (see JUNK_FOR)
     Case("workload.load_trace_csv", fn(workload.load_trace_csv), {"path": workload.__file__.replace(
@@ -145,7 +157,8 @@ CASES = [
          {"requests": REQS, "model": M, "gpu": G, "batch_size": 2, "max_wait_s": 0.1, "ride_along": True}),
     Case("serving_core.run_continuous_batching", fn(serving_core.run_continuous_batching),
          {"requests": REQS, "model": M, "gpu": G, "max_num_seqs": 4, "max_num_batched_tokens": 64,
-          "block_size": 4, "num_blocks": 16, "chunked_prefill": True}),
+          "block_size": 4, "num_blocks": 16, "chunked_prefill": True, "prefix_caching": True,
+          "shared_prefixes": workload.SharedPrefixes([-1, 0], [0, 4])}),
     Case("serving_core.SimResult.reject_reason", lambda: SIM_CB.reject_reason, {"i": 1}),
     Case("serving_core.BatchLog.step", lambda: SIM_CB.batch_log.step, {"s": 0}),
     # parallel_sim (§8.1: data parallelism; milestone 4: disaggregation)
@@ -183,8 +196,10 @@ CASES = [
     # blocks (§2.4)
     Case("blocks.block_key", fn(blocks.block_key), {"parent_key": blocks.ROOT_KEY, "token_ids": [1, 2, 3, 4]}),
     Case("blocks.BlockAllocator", fn(blocks.BlockAllocator), {"num_blocks": 8, "block_size": 4, "prefix_caching": True}),
-    Case("blocks.BlockAllocator.allocate", lambda: allocator().allocate, {"seq_id": 1, "token_ids": [1, 2, 3, 4, 9]},
-         also=(KeyError, blocks.OutOfBlocks)),
+    Case("blocks.BlockAllocator.allocate", lambda: allocator().allocate,
+         {"seq_id": 1, "token_ids": [1, 2, 3, 4, 9], "num_computed": 0}, also=(KeyError, blocks.OutOfBlocks)),
+    Case("blocks.BlockAllocator.mark_computed", lambda: allocator().mark_computed,
+         {"seq_id": 0, "num_computed": 4}, also=(KeyError,)),
     Case("blocks.BlockAllocator.append", lambda: allocator().append, {"seq_id": 0, "token_id": 6}, also=(KeyError,)),
     Case("blocks.BlockAllocator.append_many", lambda: allocator().append_many, {"seq_ids": [0], "token_ids": [6]},
          also=(KeyError,)),
@@ -263,6 +278,16 @@ CASES = [
          {"prompt_len": 2, "max_new_tokens": 2}),
     Case("engine.Request", fn(engine.Request), {"prompt": [1, 2], "max_new_tokens": 2, "arrival_step": 0}),
     Case("engine.serve", fn(engine.serve), {"requests": [engine.Request([1, 2], 2)]}),
+    Case("engine.SchedulerConfig", fn(engine.SchedulerConfig), dict(SCHED_CFG)),
+    Case("engine.SchedulerConfig.unservable_reason",
+         lambda: engine.SchedulerConfig(**SCHED_CFG).unservable_reason, {"prompt_len": 3, "max_new_tokens": 2}),
+    Case("engine.Seq", fn(engine.Seq), {"request_id": 0, "tokens": [1, 2], "num_computed": 1, "num_slots": 2}),
+    Case("engine.SchedulerState", fn(engine.SchedulerState), {**SCHED_STATE_ARGS, "blocks": None}),
+    Case("engine.Plan", fn(engine.Plan), {"batch": ((0, 2, 0),), "preempted": (), "admitted": (0,), "copies": ()}),
+    Case("engine.ContinuousBatchingScheduler.schedule", lambda: engine.ContinuousBatchingScheduler().schedule,
+         {"state": engine.SchedulerState(**SCHED_STATE_ARGS, blocks=blocks.BlockAllocator(4, 2))}),
+    Case("engine.schedule", fn(engine.schedule),
+         {"state": engine.SchedulerState(**SCHED_STATE_ARGS, blocks=blocks.BlockAllocator(4, 2))}),
 ]
 BY_NAME = {c.name: c for c in CASES}
 
@@ -276,7 +301,7 @@ NOT_INPUTS = {
     "engine.EngineStep", "engine.EngineResult", "tiny_llm.Weights", "tiny_llm.LayerWeights",
     "tiny_llm.ForwardStats", "tiny_llm.Generation", "tiny_llm.StepRecord",
     "tiny_llm.KVCacheProtocol", "tiny_llm.Sampler", "tiny_llm.Greedy",
-    "blocks.OutOfBlocks", "engine.BatchEntry",
+    "blocks.OutOfBlocks", "engine.BatchEntry", "engine.Scheduler",
     "tiny_llm.GREEDY",  # an instance of Greedy: see tiny_llm.Greedy.__call__
 }
 # Methods of covered classes fed through another case or needing internal state: update()

@@ -19,7 +19,7 @@ from servelab import serving_core as sc
 from servelab.hw_model import DEFAULT_EFFICIENCY, H100, LLAMA3_8B
 from servelab.reference import parallel as ref
 from servelab.workload import Requests, chat_requests
-from sim_strategies import workloads
+from assignment_strategies import workloads
 
 # Per-card pools from roomy to tight (preemption, rejections), as in test_sim_continuous.py.
 card_params = st.fixed_dictionaries({

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from servelab import hw_model
 from servelab import serving_core as sc
-from servelab.engine import Engine, Request, serve
+from servelab.engine import ContinuousBatchingScheduler, Engine, Request, serve
 from servelab.hw_model import DEFAULT_EFFICIENCY, H100, LLAMA3_8B, step_cost
 from servelab.reference import continuous as ref
 from servelab.workload import Requests, chat_requests
@@ -164,6 +164,30 @@ def test_same_batches_as_the_engine(case):
     event(f"preempted: {int(sim.n_preemptions.sum()) > 0}")
 
 
+@settings(max_examples=30)
+@given(case=engine_cases(), gaps=st.lists(st.sampled_from([0.0, 0.001, 0.05, 1.0]), min_size=8,
+                                          max_size=8))
+def test_timed_arrivals_give_the_simulators_batches_and_times(case, gaps):
+    """Rule 1 by the clock: the engine given arrival times (idle gaps included, where its clock
+    jumps as the simulator's does) makes the simulator's batches, first-token and finish times."""
+    reqs, eng = case
+    arrival = np.cumsum(gaps[:len(reqs)]).tolist()
+    e = Engine(**eng)
+    for r, t in zip(reqs, arrival):
+        e.add_request(r.prompt, r.max_new_tokens, r.sampler, arrival_s=t)
+    res = e.run()
+    sim = sc.run_continuous_batching(Requests(arrival, [len(r.prompt) for r in reqs],
+                                              [r.max_new_tokens for r in reqs]),
+                                     LLAMA3_8B, H100, trace=True, batch_log=True, **eng)
+    assert sim.batch_log.to_list() == res.batch_log()  # no idle step is logged: the clock jumps
+    assert sim.trace.step_s.tolist() == [s.cost_s for s in res.steps]
+    for i, r in enumerate(res.requests):
+        assert r.arrival_s == arrival[i] and sim.rejected[i] == (r.status == "unservable")
+        assert np.array_equal([sim.first_token_s[i], sim.finish_s[i]], [r.first_token_s, r.finish_s],
+                              equal_nan=True)
+    event(f"idle jumps: {sum(g >= 1.0 for g in gaps[1:len(reqs)]) > 0}")
+
+
 def test_same_batches_as_the_engine_under_pressure():
     """Eight requests over a pool of 6 blocks of 4: preemptions, recomputes, chunked or not."""
     reqs = [Request([i + 1] * (3 + 2 * i), 6 + i % 3, arrival_step=i // 2) for i in range(8)]
@@ -242,20 +266,28 @@ def test_one_seat_is_batch1():
 
 # ---- rule 4: no admission in a step that preempted ------------------------------------------------
 
-class RecordingEngine(Engine):
-    """Records, after rules 2-3 of each step that preempted, whether the front of the waiting
-    queue could have been allocated had rule 4 allowed admission."""
+class RecordingScheduler(ContinuousBatchingScheduler):
+    """Records, in each step that preempted, whether the front of the waiting queue (the last
+    victim) could have been allocated had rule 4 allowed admission."""
 
-    def __init__(self, **kw):
-        super().__init__(**kw)
+    def __init__(self):
+        super().__init__()
         self.front_fits: list[bool] = []
 
-    def _continue_running(self, batch):
-        budget, preempted = super()._continue_running(batch)
-        if preempted:
-            front = self.waiting[0]
-            self.front_fits.append(self.allocator.can_allocate(len(front.tokens)))
-        return budget, preempted
+    def schedule(self, state):
+        plan = super().schedule(state)
+        if plan.preempted:
+            front = next(s for s in state.running if s.request_id == plan.preempted[-1])
+            self.front_fits.append(state.blocks.can_allocate(len(front.tokens)))
+        return plan
+
+
+def recorded_run(reqs: list[Request], eng: dict) -> tuple:
+    recorder = RecordingScheduler()
+    e = Engine(scheduler=recorder, **eng)
+    for r in reqs:
+        e.add_request(r.prompt, r.max_new_tokens, r.sampler, r.arrival_step)
+    return e.run(), recorder.front_fits
 
 
 def tight_engine_cases():
@@ -271,18 +303,15 @@ def test_no_admission_in_a_step_that_preempted(case):
 
     Without prefix caching the rule holds by itself: the front of the queue is the last victim,
     the pool had no free block before it was preempted, and it needs at least the blocks it
-    gave back while the request it made room for took one of them. The engine's hook shows it
+    gave back while the request it made room for took one of them. The recording scheduler shows it
     (``front_fits`` is all False), which is also why no test can tell the rule's guard from its
     absence here; it matters once prefix caching shares blocks."""
     reqs, eng = case
-    e = RecordingEngine(**eng)
-    for r in reqs:
-        e.add_request(r.prompt, r.max_new_tokens, r.sampler, r.arrival_step)
-    res = e.run()
+    res, front_fits = recorded_run(reqs, eng)
     pre = [s for s in res.steps if s.preempted]
     assert len(pre) >= 2
     assert all(not s.admitted for s in pre)
-    assert e.front_fits and not any(e.front_fits)
+    assert front_fits and not any(front_fits)
     sim = assert_same_as_engine(reqs, eng)
     n_pre, n_adm = sim.trace.n_preempted, sim.trace.n_admitted
     assert (n_pre > 0).sum() == len(pre)
@@ -293,12 +322,9 @@ def test_no_admission_in_a_step_that_preempted(case):
 def test_after_a_preemption_the_front_of_the_queue_never_fits(case):
     """The reason rule 4's guard changes no batch without prefix caching, on random runs."""
     reqs, eng = case
-    e = RecordingEngine(**eng)
-    for r in reqs:
-        e.add_request(r.prompt, r.max_new_tokens, r.sampler, r.arrival_step)
-    e.run()
-    assert not any(e.front_fits)
-    event(f"preemption steps: {min(len(e.front_fits), 3)}")
+    _, front_fits = recorded_run(reqs, eng)
+    assert not any(front_fits)
+    event(f"preemption steps: {min(len(front_fits), 3)}")
 
 
 # ---- bad input ------------------------------------------------------------------------------------

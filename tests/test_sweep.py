@@ -14,7 +14,7 @@ from servelab.demos import demo03
 from servelab import metrics as mx
 from servelab.hw_model import H100, LLAMA3_8B
 from servelab.serving_core import run_continuous_batching
-from servelab.workload import chat_requests
+from servelab.workload import chat_requests, chat_sessions
 
 GRID = sw.Grid(policies=("batch1", "static", "early_reject"), rates=(0.2, 0.6), batch_size=(4, 16),
                ride_along=(True, False), estimator=("mean", "sigma=0.5"))
@@ -78,6 +78,22 @@ def test_a_continuous_point_is_run_continuous_batching():
     assert res.rows[0].ttft_p99_s > res.rows[2].ttft_p99_s
 
 
+def test_a_prefix_point_is_run_continuous_batching_on_chat_sessions():
+    grid = sw.Grid(policies=("prefix",), rates=(24.0,), shared_fraction=(0.0, 1.0))
+    assert [p.config for p in grid.points()] == ["shared 0, no cache", "shared 1, no cache",
+                                                 "shared 0, cache", "shared 1, cache"]
+    res = sw.sweep(grid, n=150)
+    for point, row in zip(grid.points(), res.rows):
+        p = dict(point.params)
+        reqs, sp = chat_sessions(150, 24.0, 0, shared_fraction=p["shared_fraction"])
+        want = mx.summarize(run_continuous_batching(reqs, LLAMA3_8B, H100, prefix_caching=p["prefix_caching"],
+                                                    shared_prefixes=sp), sw.SLO(1.0, 0.05))
+        assert (row.ttft_p50_s, row.throughput_tok_s) == (want.ttft.p50, want.throughput_tok_s), point
+    off, on = res.rows[1], res.rows[3]  # a shared system prompt, without and with the cache
+    assert on.ttft_p50_s < 0.5 * off.ttft_p50_s
+    assert res.rows[0].ttft_p50_s == res.rows[2].ttft_p50_s  # nothing shared: nothing to gain
+
+
 def test_progress_is_reported():
     seen = []
     sw.sweep(sw.Grid(policies=("batch1",), rates=(0.1, 0.2, 0.3)), n=10, progress=lambda d, t: seen.append((d, t)))
@@ -99,6 +115,9 @@ def test_progress_is_reported():
     ({"policies": ("continuous",), "max_num_seqs": (0,)}, "max_num_seqs must hold positive integers, got 0"),
     ({"policies": ("continuous",), "chunked_prefill": (1,)}, "chunked_prefill must hold True or False, got 1"),
     ({"policies": ("static",), "max_num_seqs": (8,)}, "max_num_seqs was given, but none of the policies"),
+    ({"policies": ("prefix",), "shared_fraction": (1.5,)}, r"shared_fraction must hold numbers in \[0, 1\], got 1.5"),
+    ({"policies": ("prefix",), "prefix_caching": ("on",)}, "prefix_caching must hold True or False, got 'on'"),
+    ({"policies": ("continuous",), "shared_fraction": (0.5,)}, "shared_fraction was given, but none of the policies"),
 ])
 def test_bad_grids_name_the_value(kwargs, match):
     args = {"policies": ("batch1", "static"), "rates": (0.5,), **kwargs}

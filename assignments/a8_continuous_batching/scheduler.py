@@ -1,60 +1,49 @@
-"""Assignment 8: a continuous-batching scheduler over a paged KV pool (lecture §2.4, §3.5, §8;
-course project milestones 2-3).
+"""Assignment 8: a continuous-batching scheduler over paged KV blocks (lecture §2.4, §4.5, §8;
+course project milestone 2, without milestone 3's prefix caching and chunked prefill).
 
-You write the *decisions* of one engine step; the tests run them on the real tiny model
-(``servelab.tiny_llm``) with a paged KV pool (``servelab.blocks.BlockAllocator``) and price each
-step on the paper GPU. Everything you get and return is plain data.
+Write ``schedule(state) -> Plan``: the interface of ``servelab.engine.scheduler``, whose module
+docstring numbers the rules; yours are its rules 2-4 with chunked prefill and prefix caching
+off. The tests plug your function into servelab's ``Engine`` (``harness.py``). The grader runs
+this file alone, without servelab, so ``state`` arrives as plain fields:
 
-The state at the start of a step (no chunked prefill, no prefix caching):
+* ``state.waiting`` (front first) and ``state.running`` (oldest admitted first): requests with
+  ``request_id``, ``tokens`` (prompt + generated), ``num_computed`` and ``num_slots``. A
+  running request decodes: ``num_computed == num_slots == len(tokens) - 1``.
+* ``state.free_blocks``; ``state.config``: ``block_size``, ``max_num_seqs``,
+  ``max_num_batched_tokens``. ``state.blocks`` is None: the harness applies your plan.
 
-* ``waiting``: ``[(request_id, num_tokens), ...]``, the front of the queue first. ``num_tokens``
-  is the prompt plus the tokens generated so far (a request preempted earlier keeps its tokens).
-  A waiting request holds no block; admitting it prefills all ``num_tokens`` tokens at once.
-* ``running``: ``[(request_id, num_tokens), ...]``, oldest admitted first. Every running request
-  is decoding: the KV of its first ``num_tokens - 1`` tokens is in the pool, in
-  ``blocks_for(num_tokens - 1, block_size)`` blocks; a step feeds its last token, whose KV needs
-  slot ``num_tokens - 1``, so a *fresh block* when ``num_tokens - 1`` is a multiple of
-  ``block_size``.
-* ``free_blocks``: blocks in the pool that nobody holds.
+Block arithmetic (``servelab.blocks``): ``k`` slots fill ``blocks_for(k)`` blocks; a decode's
+token needs a fresh block when its ``num_slots`` fill whole blocks; a preempted request gives
+all its blocks back; admission takes ``blocks_for(len(tokens))`` blocks.
 
-The rules (the ones ``servelab.engine`` documents, rules 2-4, without chunks or prefix hits):
-
-1. **Running requests first**, oldest first, while the token budget
-   (``max_num_batched_tokens`` per step) is not used up: each takes 1 token. Those left when it
-   is used up are skipped this step (they keep their blocks). (With whole prompts admitted
-   within the budget, as here, the running list never outgrows the budget, so this bites only
-   in the tests' hand-made states; with chunked prefill it matters.)
-2. **Preemption by recompute.** If a request's token needs a fresh block and none is free, the
-   *newest* running request (the last in the running list, possibly the current one) is
-   preempted: all its blocks go back to the pool. Repeat until a block is free or the current
-   request was itself preempted (then rule 1 stops). The engine puts each one preempted at the
-   front of the waiting queue; you only report them.
-3. **Admission**, only if nobody was preempted this step: while requests wait, the budget is not
-   used up and fewer than ``max_num_seqs`` requests run, take the *front* request. It needs all
-   its ``num_tokens`` within the budget left and ``blocks_for(num_tokens, block_size)`` free
-   blocks. If it cannot be admitted, nobody behind it is (strict first come, first served).
-
-Return ``(decode, preempted, admitted)``, three lists of request ids: the running requests that
-get a token this step (in running order), the ones preempted (in the order you preempt them),
-and the waiting ones admitted (in queue order).
-
->>> schedule_step([(7, 5)], [], free_blocks=4, block_size=2, max_num_seqs=2,
-...               max_num_batched_tokens=16)
-([], [], [7])
->>> schedule_step([], [(0, 5), (1, 3)], free_blocks=0, block_size=2, max_num_seqs=2,
-...               max_num_batched_tokens=16)
-([0], [1], [])
-
-Hint: keep your own copy of the running list, the free-block count and the budget as you go;
-a preempted request gives back the blocks of its ``num_tokens - 1`` tokens.
-Check yourself with ``make check TASK=a8_continuous_batching``.
+>>> from types import SimpleNamespace as NS
+>>> cfg = NS(block_size=2, max_num_seqs=2, max_num_batched_tokens=16)
+>>> schedule(NS(waiting=[NS(request_id=7, tokens=[1] * 5, num_computed=0, num_slots=0)],
+...             running=[], free_blocks=4, config=cfg))
+Plan(batch=[(7, 5, 0)], preempted=[], admitted=[7])
+>>> running = [NS(request_id=0, tokens=[1] * 5, num_computed=4, num_slots=4),
+...            NS(request_id=1, tokens=[1] * 3, num_computed=2, num_slots=2)]
+>>> schedule(NS(waiting=[], running=running, free_blocks=0, config=cfg))
+Plan(batch=[(0, 1, 4)], preempted=[1], admitted=[])
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Plan:
+    """``servelab.engine.Plan``'s fields: the batch ``[(request_id, new_tokens, context_len)]``
+    (running requests first, then admitted ones), the ids preempted and the ids admitted."""
+
+    batch: list = field(default_factory=list)
+    preempted: list = field(default_factory=list)
+    admitted: list = field(default_factory=list)
+
 
 def blocks_for(num_tokens: int, block_size: int) -> int:
-    """Blocks that hold the KV of ``num_tokens`` tokens (the last one may be partly empty).
+    """``ceil(num_tokens / block_size)``.
 
     >>> blocks_for(5, 2), blocks_for(4, 2), blocks_for(0, 2)
     (3, 2, 0)
@@ -64,41 +53,42 @@ def blocks_for(num_tokens: int, block_size: int) -> int:
     ### END SOLUTION
 
 
-def schedule_step(waiting, running, free_blocks: int, block_size: int, max_num_seqs: int,
-                  max_num_batched_tokens: int):
-    """One step's decisions ``(decode, preempted, admitted)`` (see the module docstring)."""
+def schedule(state) -> Plan:
+    """One step's plan (rules 2-4 of ``servelab.engine.scheduler``)."""
     ### BEGIN SOLUTION
-    running = list(running)
-    free, budget = free_blocks, max_num_batched_tokens
-    decode: list[int] = []
-    preempted: list[int] = []
+    cfg = state.config
+    bs = cfg.block_size
+    running = list(state.running)
+    free, budget = state.free_blocks, cfg.max_num_batched_tokens
+    plan = Plan()
     i = 0
     while i < len(running) and budget > 0:
-        rid, n = running[i]
-        needs_block = (n - 1) % block_size == 0  # the held blocks are full
+        seq = running[i]
+        needs_block = seq.num_slots % bs == 0  # the held blocks are full
         while needs_block and free == 0:
-            victim, victim_n = running.pop()  # the newest; it has not fed a token this step
-            free += blocks_for(victim_n - 1, block_size)
-            preempted.append(victim)
-        if preempted and preempted[-1] == rid:
+            victim = running.pop()  # the newest; it has not fed a token this step
+            free += blocks_for(victim.num_slots, bs)
+            plan.preempted.append(victim.request_id)
+        if plan.preempted and plan.preempted[-1] == seq.request_id:
             break
         if needs_block:
             free -= 1
-        decode.append(rid)
+        plan.batch.append((seq.request_id, 1, seq.num_computed))
         budget -= 1
         i += 1
-    admitted: list[int] = []
-    if not preempted:
+    if not plan.preempted:
         seats = len(running)
-        for rid, n in waiting:
-            if budget <= 0 or seats >= max_num_seqs or n > budget:
+        for seq in state.waiting:
+            n = len(seq.tokens)
+            if budget <= 0 or seats >= cfg.max_num_seqs or n > budget:
                 break
-            need = blocks_for(n, block_size)
+            need = blocks_for(n, bs)
             if need > free:
                 break
-            admitted.append(rid)
+            plan.batch.append((seq.request_id, n, 0))
+            plan.admitted.append(seq.request_id)
             free -= need
             budget -= n
             seats += 1
-    return decode, preempted, admitted
+    return plan
     ### END SOLUTION

@@ -1,4 +1,4 @@
-"""Tests of assignment 8 (a continuous-batching scheduler): your ``schedule_step`` drives
+"""Tests of assignment 8 (a continuous-batching scheduler): your ``schedule`` drives
 servelab's engine (``harness.py``) on the real tiny model over a paged KV pool. Its tokens must
 equal one-at-a-time generation (§6.5), its batches must respect the limits and finish every
 request, its batches must equal the engine's own rules (the oracle), and on a stated load its
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import scheduler as mine
 from harness import run_driven
 from servelab import metrics, tiny_llm
-from servelab.engine import Request, serve
+from servelab.engine import Request, SchedulerConfig, SchedulerState, Seq, serve
 from servelab.hw_model import H100, LLAMA3_8B
 from servelab.serving_core import run_static_batching
 from servelab.tiny_llm import GREEDY, TINY, Temperature, TinyLLM
@@ -82,7 +82,7 @@ def describe(requests, eng) -> str:
 @given(setups())
 def test_tokens_equal_generate_alone(setup):
     requests, eng = setup
-    res, _ = run_driven(mine.schedule_step, requests, **eng)
+    res, _ = run_driven(mine.schedule, requests, **eng)
     for req, got in zip(requests, res.requests):
         want = alone(req)
         assert got.tokens == want, (f"{describe(requests, eng)}: request {got.request_id}: "
@@ -93,7 +93,7 @@ def test_tokens_equal_generate_alone(setup):
 @given(setups(tight=True))
 def test_limits_hold_and_every_request_finishes(setup):
     requests, eng = setup
-    res, calls = run_driven(mine.schedule_step, requests, **eng)  # fails on a broken limit or a hang
+    res, calls = run_driven(mine.schedule, requests, **eng)  # fails on a broken limit or a hang
     what = describe(requests, eng)
     for step in res.steps:
         ids = [rid for rid, _, _ in step.batch]
@@ -133,7 +133,7 @@ def test_same_batches_as_the_engine(setup, tight_pool):
     if tight_pool:
         eng = {**eng, "num_blocks": max(-(-need(r) // eng["block_size"]) for r in requests)}
     want = serve(requests, **eng)
-    got, calls = run_driven(mine.schedule_step, requests, **eng)
+    got, calls = run_driven(mine.schedule, requests, **eng)
     want_log, got_log = want.batch_log(), got.batch_log()
     for s in range(max(len(want_log), len(got_log))):
         w = (want_log[s], list(want.steps[s].preempted)) if s < len(want_log) else "no step"
@@ -145,7 +145,9 @@ def test_same_batches_as_the_engine(setup, tight_pool):
     event(f"preempted: {any(s.preempted for s in want.steps)}")
 
 
-# One state per rule: (what it checks, arguments of schedule_step, expected decisions)
+# One state per rule: (what it checks, (waiting, running, free_blocks, block_size, max_num_seqs,
+# max_num_batched_tokens), the expected (decoding ids, preempted, admitted)); waiting and running
+# as (request_id, len(tokens))
 BY_HAND = [
     ("decodes take one token each, oldest first, then the queue's front is admitted",
      ([(5, 4), (6, 3)], [(1, 7), (2, 3)], 10, 4, 8, 100), ([1, 2], [], [5, 6])),
@@ -170,14 +172,28 @@ BY_HAND = [
 ]
 
 
+def by_hand_state(waiting, running, free, bs, seqs, budget) -> SchedulerState:
+    return SchedulerState(0, [Seq(rid, [7] * n) for rid, n in waiting],
+                          [Seq(rid, [7] * n, n - 1, n - 1) for rid, n in running], free,
+                          SchedulerConfig(bs, 64, seqs, budget))
+
+
 @pytest.mark.parametrize("rule, args, expected", BY_HAND)
 def test_rules_by_hand(rule, args, expected):
-    waiting, running, free, bs, seqs, budget = args
-    got = mine.schedule_step(waiting, running, free, bs, seqs, budget)
-    assert isinstance(got, (tuple, list)) and [list(x) for x in got] == [list(x) for x in expected], (
-        f"{rule}: schedule_step(waiting={waiting}, running={running}, free_blocks={free}, "
-        f"block_size={bs}, max_num_seqs={seqs}, max_num_batched_tokens={budget}): "
-        f"expected (decode, preempted, admitted) {expected}, got {got!r}")
+    decode, preempted, admitted = expected
+    lengths = dict(args[0])
+    running = dict(args[1])
+    want = ([(rid, 1, running[rid] - 1) for rid in decode] + [(rid, lengths[rid], 0) for rid in admitted],
+            preempted, admitted)
+    got = mine.schedule(by_hand_state(*args))
+    fields = tuple(getattr(got, name, None) for name in ("batch", "preempted", "admitted"))
+    plain = tuple([tuple(e) if isinstance(e, (list, tuple)) else e for e in f]
+                  if isinstance(f, (list, tuple)) else f for f in fields)
+    assert plain == (want[0], want[1], want[2]), (
+        f"{rule}: schedule(state) with waiting {args[0]}, running {args[1]} (request_id, "
+        f"len(tokens)), free_blocks={args[2]}, block_size={args[3]}, max_num_seqs={args[4]}, "
+        f"max_num_batched_tokens={args[5]}: expected (batch, preempted, admitted) {want}, "
+        f"got {fields}")
 
 
 # ---- goodput: continuous batching against static batching (§4.4-§4.5, §8.3) -----------------
@@ -205,7 +221,7 @@ def stated_load(seed: int):
 @pytest.mark.parametrize("seed", [1, 2])
 def test_goodput_beats_static_batching(seed):
     requests, load = stated_load(seed)
-    res, _ = run_driven(mine.schedule_step, requests, arrival_s=load.arrival_s, num_blocks=64,
+    res, _ = run_driven(mine.schedule, requests, arrival_s=load.arrival_s, num_blocks=64,
                         block_size=16, max_num_seqs=SEATS, max_num_batched_tokens=512, model=MODEL)
     for req, got in zip(requests, res.requests):
         assert got.tokens == alone(req), f"seed {seed}: request {got.request_id}'s tokens"

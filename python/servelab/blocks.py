@@ -37,9 +37,16 @@ step:
   request's. At most ``(n - 1) // block_size`` blocks can hit, so that at least one prompt
   token is always left to compute (as vLLM does: the model must run on one token to produce the
   next one's logits). ``num_cached_tokens(seq_id)`` is the number of tokens reused
-  (``hits * block_size``); a forked child inherits its parent's. ``allocate`` takes all its new
-  blocks first (evicting as it goes), then registers the keys of its new full blocks;
-  ``append`` registers a block's key when it writes the block's last slot.
+  (``hits * block_size``); a forked child inherits its parent's.
+* **Registered when computed** (vLLM v1's ``cache_blocks``). A key must not be findable before
+  its block's KV exists, or a reader would skip tokens nobody has computed. ``allocate(seq_id,
+  tokens, num_computed=c)`` takes all its new blocks first (evicting as it goes), then registers
+  only its new full blocks inside the first ``c`` tokens (hits are registered already);
+  ``mark_computed(seq_id, c)`` registers the rest as an engine computes them (idempotent;
+  each full block is offered to the cache once, in order). ``num_computed=None`` (the default)
+  registers every full block at once: tokens stand for computed KV. ``append`` registers the
+  block whose last slot it writes, and any earlier one still unregistered (appending a token
+  means the tokens before it are computed).
 * **The hash.** :func:`block_key` is SplitMix64's finaliser folded over 64-bit words (the
   parent key, then each token): deterministic across runs and machines, and computed
   identically by the Rust core and the reference (Python's ``hash()`` is salted per process,
@@ -71,6 +78,14 @@ Example:
     [0, 3]
     >>> a.num_cached_tokens(2), a.num_free_blocks
     (4, 4)
+    >>> a.allocate(3, [5, 5, 5, 5, 0], num_computed=0)   # nothing computed: nothing registered
+    [4, 5]
+    >>> a.allocate(4, [5, 5, 5, 5, 1], num_computed=0)   # so no hit: [5, 5, 5, 5] computed twice
+    [6, 7]
+    >>> a.mark_computed(3, 4), a.mark_computed(4, 4)    # both first blocks are computed now
+    (None, None)
+    >>> a.key_of(4) is not None, a.key_of(6)            # seq 3's was registered first
+    (True, None)
 """
 
 from __future__ import annotations
@@ -130,15 +145,31 @@ class BlockAllocator:
 
     # ---- operations --------------------------------------------------------------------------
 
-    def allocate(self, seq_id: int, token_ids: Iterable[int]) -> list[int]:
+    def allocate(self, seq_id: int, token_ids: Iterable[int],
+                 num_computed: int | None = None) -> list[int]:
         """Gives a new sequence the blocks for its prompt and returns its block table.
 
-        Raises ``KeyError`` if ``seq_id`` is in use, :class:`OutOfBlocks` if the pool is short.
+        ``num_computed``: how many leading tokens have their KV computed (``None``: all); only
+        full blocks inside them get their keys registered (see "Registered when computed").
+        Raises ``KeyError`` if ``seq_id`` is in use, :class:`OutOfBlocks` if the pool is short,
+        ``ValueError`` if ``num_computed`` is outside ``[0, len(token_ids)]``.
         """
         try:
-            return self._inner.allocate(seq_id, token_ids)
+            return self._inner.allocate(seq_id, token_ids, num_computed)
         except (TypeError, OverflowError) as exc:  # the core's messages name no argument
-            _checks.reraise_named(exc, {"seq_id": seq_id})
+            _checks.reraise_named(exc, {"seq_id": seq_id} if num_computed is None
+                                  else {"seq_id": seq_id, "num_computed": num_computed})
+
+    def mark_computed(self, seq_id: int, num_computed: int) -> None:
+        """The first ``num_computed`` tokens of ``seq_id`` have their KV now: registers the
+        keys of its full blocks inside them not registered yet (first wins). Idempotent; a
+        smaller count than before changes nothing. ``KeyError`` for an unknown sequence,
+        ``ValueError`` if ``num_computed`` is outside ``[0, num_tokens(seq_id)]``.
+        """
+        try:
+            self._inner.mark_computed(seq_id, num_computed)
+        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
+            _checks.reraise_named(exc, {"seq_id": seq_id, "num_computed": num_computed})
 
     def append(self, seq_id: int, token_id: int) -> tuple[int, int] | None:
         """Adds one token; returns the copy-on-write ``(src, dst)`` if one was needed."""

@@ -123,6 +123,16 @@ def _int_at_least(lo: int) -> Callable[[str], int]:
     return parse
 
 
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}")
+    return v
+
+
 def _seconds(positive: bool, allow_inf: bool = False) -> Callable[[str], float]:
     what = "> 0" if positive else ">= 0"
 
@@ -198,7 +208,8 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
 # the grid's axes: flag -> (Grid field, the policy that takes it)
 _AXES = {"--batch-size": ("batch_size", "static"), "--max-wait": ("max_wait_s", "static"),
          "--ride-along": ("ride_along", "static"), "--estimator": ("estimator", "early_reject"),
-         "--max-num-seqs": ("max_num_seqs", "continuous"), "--chunked-prefill": ("chunked_prefill", "continuous")}
+         "--max-num-seqs": ("max_num_seqs", "continuous"), "--chunked-prefill": ("chunked_prefill", "continuous"),
+         "--prefix-caching": ("prefix_caching", "prefix"), "--shared-fraction": ("shared_fraction", "prefix")}
 
 
 def _grid(args: argparse.Namespace) -> Any:
@@ -225,7 +236,8 @@ def _grid(args: argparse.Namespace) -> Any:
     for flag, values in given.items():
         if values is not None:
             field = _AXES[flag][0]
-            axes[field] = [v == "yes" for v in values] if field in ("ride_along", "chunked_prefill") else values
+            yes_no = field in ("ride_along", "chunked_prefill", "prefix_caching")
+            axes[field] = [v == "yes" for v in values] if yes_no else values
     try:
         grid = sw.Grid(policies=args.policy, rates=rates, model=model, gpu=gpu, **axes)
     except ValueError as exc:  # what is left: "model ... does not fit gpu ..."
@@ -302,6 +314,10 @@ def _add_sweep_parser(sub: Any) -> None:
     p.add_argument("--max-num-seqs", type=_int_at_least(1), nargs="+", help="continuous: seats (256 if not given)")
     p.add_argument("--chunked-prefill", nargs="+", choices=["yes", "no"],
                    help="continuous: split long prompts over steps (no if not given)")
+    p.add_argument("--prefix-caching", nargs="+", choices=["yes", "no"],
+                   help="prefix: reuse the KV of shared prompt prefixes (no and yes if not given)")
+    p.add_argument("--shared-fraction", type=_fraction, nargs="+",
+                   help="prefix: share of requests whose system prompt is a shared one (1 if not given)")
     p.add_argument("--n", type=_int_at_least(1), default=lecture.N_REQUESTS, help="requests per point")
     p.add_argument("--seed", type=_int_at_least(0), default=lecture.SEED, help="workload seed")
     p.add_argument("--slo-ttft", type=_seconds(positive=True, allow_inf=True), default=lecture.LECTURE_SLO.ttft_s, help="SLO on TTFT, s")

@@ -44,13 +44,13 @@ import numpy as np
 from servelab import _checks, _core
 from servelab.admission import EarlyReject
 from servelab.hw_model import DEFAULT_EFFICIENCY, Efficiency, GpuSpec, ModelSpec
-from servelab.workload import Requests
+from servelab.workload import Requests, SharedPrefixes
 
 __all__ = ["SimResult", "StepTrace", "BatchLog", "run_batch1", "run_static_batching",
            "run_continuous_batching", "REJECT_REASONS"]
 
-# SimResult.reject_code of continuous batching (rule 1 of servelab.engine): why a request can
-# never run, so it is rejected at arrival instead of waiting forever
+# SimResult.reject_code of continuous batching (rule 1 of servelab.engine.scheduler): why a
+# request can never run, so it is rejected at arrival instead of waiting forever
 REJECT_REASONS = {
     1: "its prompt + output - 1 tokens need more KV blocks than the pool holds",
     2: "without chunked prefill, a (re)prefill of its prompt + output - 1 tokens exceeds "
@@ -112,6 +112,8 @@ class SimResult:
     step), ``rejected`` (turned away by admission control; its times are NaN), ``batch_id``
     (which batch served it; ``-1`` if rejected). Totals: ``busy_s`` (sum of step times),
     ``flops``, ``n_steps``, ``peak_kv_tokens``. ``trace``: a :class:`StepTrace` when asked for.
+    Continuous batching with prefix caching adds ``cached_tokens`` and ``computed_tokens`` per
+    request and the allocator's ``prefix_hits``, ``prefix_lookups``, ``prefix_evictions``.
     """
 
     policy: str
@@ -139,6 +141,13 @@ class SimResult:
     n_preemptions: np.ndarray | None = field(default=None)
     peak_kv_blocks: int = 0
     batch_log: BatchLog | None = field(default=None)
+    # continuous batching with prefix caching (§3.5): per request the prompt tokens served from
+    # the cache and the tokens computed (summed over recomputes), and the allocator's counters
+    cached_tokens: np.ndarray | None = field(default=None)
+    computed_tokens: np.ndarray | None = field(default=None)
+    prefix_hits: int = 0
+    prefix_lookups: int = 0
+    prefix_evictions: int = 0
 
     def reject_reason(self, i: int) -> str:
         """Why request ``i`` was rejected, in words (``""`` if it was not)."""
@@ -157,7 +166,8 @@ class SimResult:
             extra = "" if self.params["ride_along"] else " no ride"
             return f"static B={self.params['batch_size']}{extra}"
         if self.policy == "continuous":
-            return "continuous" + (" chunked" if self.params["chunked_prefill"] else "")
+            return ("continuous" + (" chunked" if self.params["chunked_prefill"] else "")
+                    + (" prefix" if self.params.get("prefix_caching") else ""))
         if "admission" in self.params:
             return f"batch 1, {self.params['admission']}"
         return "batch 1"
@@ -191,7 +201,10 @@ def _result(policy: str, params: dict[str, Any], requests: Requests, model: Mode
         flops=float(d["flops"]), n_steps=int(d["n_steps"]), peak_kv_tokens=int(d["peak_kv_tokens"]),
         trace=None if tr is None else StepTrace(**tr), would_first_token_s=d.get("would_first_token_s"),
         reject_code=d.get("reject_code"), n_preemptions=d.get("n_preemptions"),
-        peak_kv_blocks=int(d.get("peak_kv_blocks", 0)), batch_log=None if log is None else BatchLog(**log))
+        peak_kv_blocks=int(d.get("peak_kv_blocks", 0)), batch_log=None if log is None else BatchLog(**log),
+        cached_tokens=d.get("cached_tokens"), computed_tokens=d.get("computed_tokens"),
+        prefix_hits=int(d.get("prefix_hits", 0)), prefix_lookups=int(d.get("prefix_lookups", 0)),
+        prefix_evictions=int(d.get("prefix_evictions", 0)))
 
 
 def run_batch1(requests: Requests, model: ModelSpec, gpu: GpuSpec, admission: EarlyReject | None = None, *,
@@ -245,10 +258,11 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
                             num_blocks: int | None = None, chunked_prefill: bool = False, *,
                             mem_util: float = 0.9, efficiency: Efficiency = DEFAULT_EFFICIENCY,
                             trace: bool = False, batch_log: bool = False,
+                            prefix_caching: bool = False, shared_prefixes: SharedPrefixes | None = None,
                             _per_step: bool = False) -> SimResult:
     """Continuous batching (§4.5 policy 3: Orca's iteration-level scheduling over vLLM's paged
-    KV blocks, §2.4): the batch is chosen anew at every step, with the seven rules of
-    :mod:`servelab.engine`, so that on the same requests it makes the engine's batches.
+    KV blocks, §2.4): the batch is chosen anew at every step, with the rules of
+    :mod:`servelab.engine.scheduler`, so that on the same requests it makes the engine's batches.
 
     At most ``max_num_seqs`` requests run and a step computes at most ``max_num_batched_tokens``
     tokens (vLLM's names and defaults). KV memory is ``num_blocks`` blocks of ``block_size``
@@ -257,7 +271,16 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     ``ceil(tokens / block_size)`` blocks; when a decoding request needs a block and none is free,
     the newest running request is preempted and later recomputed (its first start and first
     token stand). ``chunked_prefill`` splits long prompts over steps within the token budget.
-    No prefix caching: the simulator knows lengths, not tokens.
+
+    ``prefix_caching=True`` (§3.5) reuses computed KV blocks of shared prompt prefixes, as the
+    engine's allocator does (hits only on computed full blocks, LRU eviction of free cached
+    ones, one token always left to compute). The simulator knows lengths, not tokens:
+    ``shared_prefixes`` (:class:`servelab.workload.SharedPrefixes`, e.g. from
+    :func:`servelab.workload.chat_sessions`; ``None``: nothing shared but a preempted request's
+    own computed blocks) says which earlier request each prompt starts with. The result then
+    has ``cached_tokens`` and ``computed_tokens`` per request and ``prefix_hits``. This path
+    steps every running request (``rust/src/sim/continuous_prefix.rs``): slower than the
+    event-driven one, see ``make bench``.
 
     A request that can never run (rule 1: more blocks than the pool, or without chunked prefill
     more tokens than the budget) is rejected at arrival: ``rejected[i]`` is True and
@@ -308,9 +331,19 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     else:
         blocks = _checks.positive_int("num_blocks", num_blocks)
     chunked = _checks.flag("chunked_prefill", chunked_prefill)
+    caching = _checks.flag("prefix_caching", prefix_caching)
+    if shared_prefixes is not None and not isinstance(shared_prefixes, SharedPrefixes):
+        raise TypeError("shared_prefixes must be None or a servelab.workload.SharedPrefixes, "
+                        f"got {type(shared_prefixes).__name__}")
+    if shared_prefixes is not None and len(shared_prefixes) != len(requests):
+        raise ValueError(f"shared_prefixes must have one entry per request ({len(requests)}), "
+                         f"got {len(shared_prefixes)}")
+    sp = (None, None) if shared_prefixes is None else (shared_prefixes.parent, shared_prefixes.length)
     d = _core.sim_continuous_batching(model, gpu, efficiency, requests, seqs, budget, bs, blocks, chunked,
                                       _checks.flag("trace", trace), _checks.flag("batch_log", batch_log),
-                                      _checks.flag("_per_step", _per_step))
+                                      _checks.flag("_per_step", _per_step), caching, *sp)
     params = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,
               "num_blocks": blocks, "chunked_prefill": chunked}
+    if caching:
+        params["prefix_caching"] = True
     return _result("continuous", params, requests, model, gpu, efficiency, d)

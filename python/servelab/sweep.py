@@ -9,7 +9,11 @@ rate, only closer together) under one policy and summarises it against an SLO:
   ``estimator``: ``"mean"``, ``"oracle"`` or ``"sigma=0.5"`` (exercise 9's noisy predictor,
   noise seed 42);
 * ``continuous`` — continuous batching on paged KV blocks (vLLM's defaults otherwise); axes
-  ``max_num_seqs``, ``chunked_prefill``.
+  ``max_num_seqs``, ``chunked_prefill``;
+* ``prefix`` — continuous batching on a chat service's workload instead
+  (:func:`servelab.workload.chat_sessions`: ``n`` single-turn requests, each opening with a
+  1024-token system prompt, one of 4 shared ones with probability ``shared_fraction``, else its
+  own); axes ``prefix_caching`` (§3.5) and ``shared_fraction``.
 
 The model and GPU are demo 03's (Llama-3-8B on an H100) unless ``Grid(model=..., gpu=...)``
 names another: a :mod:`servelab.hw_model` preset (``"LLAMA3_70B"``, ``"A100_80GB"``), a spec, or
@@ -43,7 +47,7 @@ ValueError: model Llama-3-70B does not fit gpu H100-SXM: its weights (141.1 GB) 
 >>> Grid(policies=("fifo",), rates=(1.0,))
 Traceback (most recent call last):
 ...
-ValueError: policies must be among ['batch1', 'continuous', 'early_reject', 'static'], got 'fifo'
+ValueError: policies must be among ['batch1', 'continuous', 'early_reject', 'prefix', 'static'], got 'fifo'
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ from servelab.hw_model import H100, LLAMA3_8B, GpuSpec, ModelSpec, kv_capacity_t
 from servelab.metrics import SLO
 from servelab.serving_core import run_batch1, run_continuous_batching, run_static_batching
 from servelab.spec_files import resolve_gpu, resolve_model
-from servelab.workload import chat_requests
+from servelab.workload import chat_requests, chat_sessions
 
 __all__ = ["Grid", "Point", "Row", "SweepResult", "sweep", "parse_rates", "POLICIES", "MAX_POINTS"]
 
@@ -84,11 +88,13 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "early_reject": ("estimator",),
     "static": ("batch_size", "max_wait_s", "ride_along"),
     "continuous": ("max_num_seqs", "chunked_prefill"),
+    "prefix": ("prefix_caching", "shared_fraction"),
 }
 # continuous batching takes vLLM's defaults (serving_core.run_continuous_batching)
 _DEFAULTS: dict[str, tuple[Any, ...]] = {"batch_size": (32,), "max_wait_s": (lecture.MAX_WAIT_S,), "ride_along": (True,),
                                          "estimator": ("mean",), "max_num_seqs": (256,),
-                                         "chunked_prefill": (False,)}
+                                         "chunked_prefill": (False,), "prefix_caching": (False, True),
+                                         "shared_fraction": (1.0,)}
 
 
 def _estimator(spec: str) -> Any:
@@ -127,6 +133,9 @@ class Point:
         if self.policy == "continuous":
             chunked = " chunked" if p["chunked_prefill"] else ""
             return f"continuous seqs={p['max_num_seqs']}{chunked}"
+        if self.policy == "prefix":
+            cache = "cache" if p["prefix_caching"] else "no cache"
+            return f"shared {p['shared_fraction']:g}, {cache}"
         return "batch 1"
 
 
@@ -160,6 +169,8 @@ class Grid:
     estimator: Sequence[str] = _DEFAULTS["estimator"]
     max_num_seqs: Sequence[int] = _DEFAULTS["max_num_seqs"]
     chunked_prefill: Sequence[bool] = _DEFAULTS["chunked_prefill"]
+    prefix_caching: Sequence[bool] = _DEFAULTS["prefix_caching"]
+    shared_fraction: Sequence[float] = _DEFAULTS["shared_fraction"]
     model: ModelSpec | str | os.PathLike[str] = LLAMA3_8B
     gpu: GpuSpec | str | os.PathLike[str] = H100
 
@@ -187,6 +198,9 @@ class Grid:
             "estimator": (lambda v: _estimator(v) is not None, "'mean', 'oracle' or 'sigma=<number>'"),
             "max_num_seqs": (lambda v: _checks.is_int(v) and int(v) >= 1, "positive integers"),
             "chunked_prefill": (_checks.is_bool, "True or False"),
+            "prefix_caching": (_checks.is_bool, "True or False"),
+            "shared_fraction": (lambda v: _checks.is_real(v) and not _checks.is_bool(v)
+                                and 0.0 <= float(v) <= 1.0, "numbers in [0, 1]"),
         }
         used = {axis for p in pols for axis in POLICIES[p]}
         for axis, (ok, what) in checks.items():
@@ -245,8 +259,13 @@ class Row:
 def run_point(point: Point, n: int, seed: int, slo: SLO, model: ModelSpec = LLAMA3_8B,
               gpu: GpuSpec = H100) -> Row:
     """Simulates one point (a top-level function, so process pools and clusters can pickle it)."""
-    reqs = chat_requests(n, point.rate, seed)
     p = dict(point.params)
+    if point.policy == "prefix":  # its own workload: a chat service with shared system prompts
+        reqs, shared = chat_sessions(n, point.rate, seed, shared_fraction=float(p["shared_fraction"]))
+        r = run_continuous_batching(reqs, model, gpu, prefix_caching=bool(p["prefix_caching"]),
+                                    shared_prefixes=shared)
+        return _row(point, r, slo, p)
+    reqs = chat_requests(n, point.rate, seed)
     if point.policy == "static":
         r = run_static_batching(reqs, model, gpu, int(p["batch_size"]), float(p["max_wait_s"]),
                                 bool(p["ride_along"]))
@@ -257,6 +276,10 @@ def run_point(point: Point, n: int, seed: int, slo: SLO, model: ModelSpec = LLAM
         r = run_batch1(reqs, model, gpu, admission=EarlyReject(slo.ttft_s, _estimator(p["estimator"])))
     else:
         r = run_batch1(reqs, model, gpu)
+    return _row(point, r, slo, p)
+
+
+def _row(point: Point, r: Any, slo: SLO, p: dict[str, Any]) -> Row:
     s = mx.summarize(r, slo)
     return Row(point.policy, point.config, point.rate, s.n, s.n_rejected, s.attainment, s.goodput_req_s,
                s.throughput_tok_s, s.throughput_req_s, s.ttft.p50, s.ttft.p99, s.tpot.p50, s.utilisation,

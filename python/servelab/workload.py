@@ -5,6 +5,9 @@
 * :func:`poisson_arrivals` and :func:`piecewise_poisson_arrivals` (bursts) make arrival times;
   :func:`lognormal_lengths` makes long-tailed lengths; :func:`chat_requests` puts them together
   into the lecture's chat workload.
+* :class:`SharedPrefixes` says which earlier request each prompt starts with, and for how many
+  tokens (prefix caching, §3.5); :func:`chat_sessions` draws a chat service's workload with
+  system prompts shared across conversations and multi-turn conversations.
 * :func:`load_trace_csv` reads a CSV trace (the Azure LLM inference trace's columns accepted),
   and :func:`azure_trace` replays the two Azure traces (November 2023) shipped in
   ``servelab/data/azure_llm_2023/`` (CC BY 4.0, see the README there).
@@ -52,6 +55,8 @@ __all__ = [
     "piecewise_poisson_arrivals",
     "lognormal_lengths",
     "chat_requests",
+    "SharedPrefixes",
+    "chat_sessions",
     "load_trace_csv",
     "azure_trace",
     "AZURE_TRACES",
@@ -345,6 +350,147 @@ def chat_requests(n: int = 600, rate: float = 0.5, seed: int = 0, *,
     return Requests(poisson_arrivals(n, rate, arrivals),
                     lognormal_lengths(n, prompt_mean, prompt_sigma, prompts, max_len),
                     lognormal_lengths(n, output_mean, output_sigma, outputs, max_len))
+
+
+# ---- shared prefixes (prefix caching, §3.5) -------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class SharedPrefixes:
+    """Which tokens the prompts of a workload share, for prefix caching (lecture §3.5).
+
+    Request ``i``'s first ``length[i]`` tokens are those of request ``parent[i]``, an earlier
+    one (``-1``: none, and then ``length[i] == 0``); the rest are its own. A chat request names
+    the first request that used its system prompt, with ``length`` the system prompt's; turn
+    ``k`` of a conversation names turn ``k - 1``, with ``length`` that turn's whole prompt and
+    output. Parents form trees: a system prompt's group is the requests below its first user.
+    The simulator turns this into token ids (``rust/src/sim/continuous_prefix.rs``) and checks
+    it against the workload: ``parent[i] < i``; ``length[i]`` at most ``prompt_len[i]`` and the
+    parent's ``prompt_len + output_len``.
+
+    >>> sp = SharedPrefixes(parent=[-1, 0, 1], length=[0, 512, 900])
+    >>> sp.shared_tokens, len(sp)
+    (1412, 3)
+    >>> SharedPrefixes([-1, 0], [0])
+    Traceback (most recent call last):
+    ...
+    ValueError: parent and length must have the same length, got 2 and 1
+    """
+
+    parent: np.ndarray
+    length: np.ndarray
+
+    def __post_init__(self) -> None:
+        p = _checks.int64_array("parent", self.parent)
+        k = _checks.int64_array("length", self.length)
+        if len(p) != len(k):
+            raise ValueError(f"parent and length must have the same length, got {len(p)} and {len(k)}")
+        for name, col in (("parent", p), ("length", k)):
+            col = col.copy()
+            col.flags.writeable = False
+            object.__setattr__(self, name, col)
+
+    def __len__(self) -> int:
+        return len(self.parent)
+
+    @property
+    def shared_tokens(self) -> int:
+        """Prompt tokens that repeat an earlier request's (an upper bound on cache hits)."""
+        return int(self.length.sum())
+
+    @staticmethod
+    def none(n: int) -> SharedPrefixes:
+        """``n`` requests sharing nothing."""
+        n = _checks.count("n", n, MAX_REQUESTS)
+        return SharedPrefixes(np.full(n, -1, np.int64), np.zeros(n, np.int64))
+
+
+def chat_sessions(n: int = 200, rate: float = 0.5, seed: int = 0, *, system_len: int = 1024,
+                  n_system_prompts: int = 4, shared_fraction: float = 1.0, turns_mean: float = 1.0,
+                  think_s: float = 30.0, user_mean: float = 128, output_mean: float = CHAT_OUTPUT_MEAN,
+                  sigma: float = CHAT_OUTPUT_SIGMA, max_len: int = CHAT_MAX_LEN
+                  ) -> tuple[Requests, SharedPrefixes]:
+    """A chat service's workload with shared prefixes: ``n`` conversations starting as a
+    Poisson process of ``rate`` per second, each a series of turns (requests).
+
+    * **System prompts.** Each conversation opens with a system prompt of ``system_len`` tokens:
+      with probability ``shared_fraction`` one of ``n_system_prompts`` shared ones (uniformly),
+      else its own. A first turn shares its system prompt with the earliest request that used
+      it (vLLM's automatic prefix caching sees the same).
+    * **Turns.** A conversation has a geometric number of turns of mean ``turns_mean`` (1: single
+      turn). Turn ``k`` arrives an exponential ``think_s`` (mean) after turn ``k - 1`` *arrived*
+      (an open loop: a slow server can see a turn before the previous answer is done; it then
+      reuses only what is computed). Its prompt is the previous turn's prompt and output plus a
+      new user message, so its shared prefix is the whole previous turn.
+    * **Lengths.** User messages are lognormal of mean ``user_mean``, outputs of mean
+      ``output_mean`` (both log-space ``sigma``); a conversation ends before a prompt would
+      pass ``max_len``.
+
+    Returns the requests (sorted by arrival; the number of requests is the number of turns) and
+    their :class:`SharedPrefixes`. Seeded streams as in :func:`chat_requests`: changing ``rate``
+    moves the conversation starts and nothing else.
+
+    >>> reqs, sp = chat_sessions(n=3, rate=1.0, seed=1, system_len=64, turns_mean=2.0)
+    >>> len(reqs) >= 3, bool((sp.length <= reqs.prompt_len).all())
+    (True, True)
+    >>> reqs2, sp2 = chat_sessions(n=3, rate=2.0, seed=1, system_len=64, turns_mean=2.0)
+    >>> bool((reqs2.prompt_len == reqs.prompt_len).all()), bool((sp2.parent == sp.parent).all())
+    (True, True)
+    """
+    n = _checks.count("n", n, MAX_REQUESTS)
+    rate = _checks.positive("rate", rate)
+    streams = np.random.SeedSequence(_checks.count("seed", seed)).spawn(6)
+    system_len = _checks.integer("system_len", system_len, 0, MAX_REQUEST_TOKENS - 1)
+    n_system_prompts = _checks.integer("n_system_prompts", n_system_prompts, 1, None)
+    shared_fraction = _checks.real("shared_fraction", shared_fraction, 0.0, 1.0)
+    turns_mean = _checks.real("turns_mean", turns_mean, 1.0, 1e6)
+    think_s = _checks.real("think_s", think_s, 0.0)
+    for name, value in (("user_mean", user_mean), ("output_mean", output_mean)):
+        _checks.positive(name, value)
+    sigma = _checks.real("sigma", sigma, 0.0, 100.0)
+    max_len = _checks.integer("max_len", max_len, system_len + 1, MAX_REQUEST_TOKENS)
+    starts = poisson_arrivals(n, rate, streams[0])
+    choose = np.random.default_rng(streams[1])
+    shared = choose.random(n) < shared_fraction
+    system_id = np.where(shared, choose.integers(0, n_system_prompts, n), -1 - np.arange(n))
+    turns = np.random.default_rng(streams[2]).geometric(1.0 / turns_mean, n)
+    total = int(turns.sum())
+    if total > MAX_REQUESTS:
+        raise ValueError(f"n={n} conversations of turns_mean={turns_mean!r} draw {total} turns, more "
+                         f"than MAX_REQUESTS = {MAX_REQUESTS}")
+    # one draw per turn, conversation after conversation (the same at every rate)
+    users = lognormal_lengths(total, user_mean, sigma, streams[3], max_len)
+    outs = lognormal_lengths(total, output_mean, sigma, streams[4], max_len)
+    gaps = np.random.default_rng(streams[5]).exponential(think_s, total) if think_s > 0 else np.zeros(total)
+    # (arrival, conversation, turn, prompt, output, system id) per request
+    rows: list[tuple[float, int, int, int, int, int]] = []
+    first = 0
+    for c in range(n):
+        t, prompt = float(starts[c]), system_len
+        for k in range(int(turns[c])):
+            prompt += int(users[first + k])
+            if prompt > max_len:
+                break
+            rows.append((t, c, k, prompt, int(outs[first + k]), int(system_id[c])))
+            prompt += int(outs[first + k])
+            t += float(gaps[first + k])
+        first += int(turns[c])
+    rows.sort(key=lambda r: (r[0], r[1], r[2]))  # by arrival; a conversation's turns in order
+    parent = np.full(len(rows), -1, np.int64)
+    length = np.zeros(len(rows), np.int64)
+    last_turn: dict[int, int] = {}  # conversation -> index of its latest turn so far
+    first_user: dict[int, int] = {}  # shared system prompt -> index of its first request
+    for i, (_, c, k, _, _, sys_id) in enumerate(rows):
+        if k > 0:
+            j = last_turn[c]
+            parent[i], length[i] = j, rows[j][3] + rows[j][4]
+        elif sys_id >= 0 and sys_id in first_user and system_len > 0:
+            parent[i], length[i] = first_user[sys_id], system_len
+        else:
+            first_user.setdefault(sys_id, i)
+        last_turn[c] = i
+    reqs = Requests(np.array([r[0] for r in rows], np.float64), np.array([r[3] for r in rows], np.int64),
+                    np.array([r[4] for r in rows], np.int64))
+    return reqs, SharedPrefixes(parent, length)
 
 
 # ---- traces ------------------------------------------------------------------------------------

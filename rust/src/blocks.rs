@@ -25,8 +25,16 @@
 //!   the request only if two different token chains of equal length collide on all 64 bits of
 //!   an earlier key. At most `(n - 1) / block_size` blocks can hit: at least one prompt token is
 //!   always left to compute (vLLM: the model needs one token to produce logits).
-//!   `allocate` takes all its new blocks first (evicting as it goes), then registers the keys of
-//!   its new full blocks; `append` registers a block's key when its last slot is written.
+//! * **Registered when computed** (vLLM v1's `cache_blocks`, lecture §3.5). A key may be found
+//!   only once its block's KV exists, or a reader could skip tokens nobody has computed yet. So
+//!   `allocate(seq, tokens, Some(c))` takes all its new blocks first (evicting as it goes), then
+//!   registers only the new full blocks lying inside the first `c` tokens (the hits are
+//!   registered already); `mark_computed(seq, c)` registers the rest as an engine computes them.
+//!   `allocate(.., None)` registers every full block at once, for standalone use where tokens
+//!   stand for computed KV. `append` registers a block when it writes its last slot, together
+//!   with any earlier block still unregistered: appending a token means every token before it
+//!   has been computed (a decode step runs on the whole sequence). Each full block is offered to
+//!   the cache once, in order; `Seq::marked` counts those offered.
 //! * **Failure changes nothing.** `allocate`/`append` check the pool before touching it and
 //!   return [`CoreError::OutOfBlocks`]; an unknown or duplicate `seq_id` is [`CoreError::Key`].
 //!
@@ -124,6 +132,9 @@ struct Seq {
     /// Chain keys of the sequence's full blocks (prefix caching only), whether or not each block
     /// is the cached copy of its key.
     keys: Vec<u64>,
+    /// Leading full blocks already offered to the cache (registered, or left uncached because
+    /// another block held their key: first wins). Only these count as computed.
+    marked: usize,
     num_tokens: usize,
     num_cached_tokens: usize,
 }
@@ -174,6 +185,17 @@ pub fn check_tokens(tokens: &[i64]) -> CoreResult<Vec<u32>> {
         return Err(CoreError::invalid("token_ids must not be empty"));
     }
     Ok(tokens.iter().map(|&t| t as u32).collect())
+}
+
+/// `num_computed` as a count of tokens in `[0, num_tokens]`; `None` means all of them.
+fn check_num_computed(num_computed: Option<i64>, num_tokens: usize) -> CoreResult<usize> {
+    match num_computed {
+        None => Ok(num_tokens),
+        Some(c) if (0..=num_tokens as i64).contains(&c) => Ok(c as usize),
+        Some(c) => Err(CoreError::invalid(format!(
+            "num_computed must be an integer in [0, {num_tokens}], got {c}"
+        ))),
+    }
 }
 
 fn unknown(seq_id: i64) -> CoreError {
@@ -296,14 +318,21 @@ impl BlockAllocator {
         b
     }
 
-    /// Makes `b` the cached block of `key` unless another block already is (first wins).
-    fn register(&mut self, b: u32, key: u64, parent: u64) {
-        if let std::collections::hash_map::Entry::Vacant(e) = self.cache.entry(key) {
-            e.insert(b);
-            let blk = &mut self.blocks[b as usize];
-            blk.key = Some(key);
-            blk.parent_key = parent;
+    /// Offers `seq`'s full blocks `seq.marked..upto` to the cache, in order: each becomes the
+    /// cached block of its key unless another block already is (first wins).
+    /// A free function over the fields it needs, so that a sequence can be borrowed meanwhile.
+    fn mark_blocks(cache: &mut Map<u64, u32>, blocks: &mut [Block], seq: &mut Seq, upto: usize) {
+        for i in seq.marked..upto {
+            let key = seq.keys[i];
+            if let std::collections::hash_map::Entry::Vacant(e) = cache.entry(key) {
+                let b = seq.table[i];
+                e.insert(b);
+                let blk = &mut blocks[b as usize];
+                blk.key = Some(key);
+                blk.parent_key = if i == 0 { ROOT_KEY } else { seq.keys[i - 1] };
+            }
         }
+        seq.marked = seq.marked.max(upto);
     }
 
     fn chain_keys(&self, tokens: &[u32]) -> Vec<u64> {
@@ -319,14 +348,16 @@ impl BlockAllocator {
     // ---- operations ------------------------------------------------------------------------
 
     /// Gives `seq_id` the blocks for `tokens` (reusing cached full blocks with prefix caching)
-    /// and returns its block table.
-    pub fn allocate(&mut self, seq_id: i64, tokens: &[i64]) -> CoreResult<&[u32]> {
+    /// and returns its block table. `num_computed`: how many leading tokens already have their
+    /// KV (`None`: all of them); only full blocks inside them are registered (module docs).
+    pub fn allocate(&mut self, seq_id: i64, tokens: &[i64], num_computed: Option<i64>) -> CoreResult<&[u32]> {
         let tokens = check_tokens(tokens)?;
-        Ok(self.try_allocate(seq_id, &tokens)?)
+        let computed = check_num_computed(num_computed, tokens.len())?;
+        Ok(self.try_allocate(seq_id, &tokens, computed)?)
     }
 
-    /// `allocate` of checked tokens (`tokens` must not be empty).
-    fn try_allocate(&mut self, seq_id: i64, tokens: &[u32]) -> Result<&[u32], OpError> {
+    /// `allocate` of checked tokens (`tokens` must not be empty; `computed <= tokens.len()`).
+    fn try_allocate(&mut self, seq_id: i64, tokens: &[u32], computed: usize) -> Result<&[u32], OpError> {
         if tokens.is_empty() {
             return Err(CoreError::invalid("token_ids must not be empty").into());
         }
@@ -375,12 +406,21 @@ impl BlockAllocator {
             self.blocks[b as usize].tokens.extend_from_slice(&tokens[i * bs..n.min((i + 1) * bs)]);
             table.push(b);
         }
-        for i in hits.len()..keys.len() {
-            let parent = if i == 0 { ROOT_KEY } else { keys[i - 1] };
-            self.register(table[i], keys[i], parent);
-        }
-        let seq = Seq { table, keys, num_tokens: n, num_cached_tokens: hits.len() * bs };
+        let mut seq = Seq { table, keys, marked: hits.len(), num_tokens: n, num_cached_tokens: hits.len() * bs };
+        let upto = (computed / bs).min(seq.keys.len());
+        Self::mark_blocks(&mut self.cache, &mut self.blocks, &mut seq, upto);
         Ok(&self.seqs.entry(seq_id).or_insert(seq).table)
+    }
+
+    /// Registers the keys of `seq_id`'s full blocks inside its first `num_computed` tokens that
+    /// were not offered to the cache yet (first wins, as ever). Idempotent; a smaller
+    /// `num_computed` than before changes nothing; without prefix caching only checks.
+    pub fn mark_computed(&mut self, seq_id: i64, num_computed: i64) -> CoreResult<()> {
+        let seq = self.seqs.get_mut(&seq_id).ok_or_else(|| unknown(seq_id))?;
+        let c = check_num_computed(Some(num_computed), seq.num_tokens)?;
+        let upto = (c / self.block_size).min(seq.keys.len());
+        Self::mark_blocks(&mut self.cache, &mut self.blocks, seq, upto);
+        Ok(())
     }
 
     /// Adds one token to `seq_id`; returns the copy-on-write `(src, dst)` if one was made.
@@ -421,11 +461,45 @@ impl BlockAllocator {
         seq.num_tokens += 1;
         if self.prefix_caching && seq.num_tokens.is_multiple_of(bs) {
             let parent = seq.keys.last().copied().unwrap_or(ROOT_KEY);
-            let key = block_key(parent, &self.blocks[dst as usize].tokens);
-            seq.keys.push(key);
-            self.register(dst, key, parent);
+            seq.keys.push(block_key(parent, &self.blocks[dst as usize].tokens));
+            // the new token's predecessors are computed: offer every block up to this one
+            let upto = seq.keys.len();
+            Self::mark_blocks(&mut self.cache, &mut self.blocks, seq, upto);
         }
         Ok(copy)
+    }
+
+    /// `count` appends of the same `token`, as `count` calls of [`BlockAllocator::append`] would
+    /// make them, but a run that stays inside the last block is one write (the simulator's
+    /// decoders append their own synthetic token every step). Stops at the first append the
+    /// pool cannot serve, which changes nothing; the appends before it stay done.
+    pub fn append_same(&mut self, seq_id: i64, token: i64, count: usize) -> CoreResult<()> {
+        let token = check_token("token_id", token)?;
+        let bs = self.block_size;
+        let mut left = count;
+        while left > 0 {
+            let seq = self.seqs.get(&seq_id).ok_or_else(|| unknown(seq_id))?;
+            let last = *seq.table.last().expect("a sequence holds at least one token");
+            let used = seq.num_tokens % bs;
+            if used == 0 || self.blocks[last as usize].ref_count > 1 {
+                self.try_append(seq_id, token)?; // a new block or a copy: the general path
+                left -= 1;
+                continue;
+            }
+            let k = left.min(bs - used);
+            let blk = &mut self.blocks[last as usize];
+            blk.tokens.resize(blk.tokens.len() + k, token);
+            let seq = self.seqs.get_mut(&seq_id).unwrap();
+            seq.num_tokens += k;
+            left -= k;
+            if self.prefix_caching && seq.num_tokens.is_multiple_of(bs) {
+                let parent = seq.keys.last().copied().unwrap_or(ROOT_KEY);
+                seq.keys.push(block_key(parent, &self.blocks[last as usize].tokens));
+                let upto = seq.keys.len();
+                Self::mark_blocks(&mut self.cache, &mut self.blocks, seq, upto);
+            }
+        }
+        Ok(())
     }
 
     /// Makes `child_id` share every block of `parent_id`.
@@ -647,9 +721,9 @@ impl BlockAllocator {
                         } else {
                             let (lo, hi) = (lo as usize, hi as usize);
                             match &checked {
-                                Some(all) => self.try_allocate(s, &all[lo..hi]).map(|_| STATUS_OK),
+                                Some(all) => self.try_allocate(s, &all[lo..hi], hi - lo).map(|_| STATUS_OK),
                                 None => match check_tokens(&tokens[lo..hi]) {
-                                    Ok(t) => self.try_allocate(s, &t).map(|_| STATUS_OK),
+                                    Ok(t) => self.try_allocate(s, &t, hi - lo).map(|_| STATUS_OK),
                                     Err(e) => Err(e.into()),
                                 },
                             }
@@ -789,7 +863,7 @@ mod tests {
     #[test]
     fn allocate_append_free() {
         let mut a = BlockAllocator::new(4, 2, false).unwrap();
-        assert_eq!(a.allocate(7, &toks(&[1, 2, 3])).unwrap(), &[0, 1]);
+        assert_eq!(a.allocate(7, &toks(&[1, 2, 3]), None).unwrap(), &[0, 1]);
         assert_eq!(a.num_free_blocks(), 2);
         assert_eq!(a.append(7, 4).unwrap(), None);
         assert_eq!(a.append(7, 5).unwrap(), None);
@@ -804,7 +878,7 @@ mod tests {
     #[test]
     fn fork_copy_on_write() {
         let mut a = BlockAllocator::new(4, 4, false).unwrap();
-        a.allocate(1, &toks(&[1, 2, 3, 4, 5])).unwrap();
+        a.allocate(1, &toks(&[1, 2, 3, 4, 5]), None).unwrap();
         a.fork(1, 2).unwrap();
         assert_eq!(a.ref_counts(), vec![2, 2, 0, 0]);
         assert_eq!(a.append(2, 9).unwrap(), Some((1, 2)));
@@ -820,28 +894,62 @@ mod tests {
     #[test]
     fn prefix_hits_leave_one_token() {
         let mut a = BlockAllocator::new(8, 2, true).unwrap();
-        a.allocate(1, &toks(&[1, 2, 3, 4, 5])).unwrap();
+        a.allocate(1, &toks(&[1, 2, 3, 4, 5]), None).unwrap();
         a.free(1).unwrap();
         assert_eq!(a.free_queue(), vec![3, 4, 5, 6, 7, 2, 1, 0]);
-        assert_eq!(a.allocate(2, &toks(&[1, 2, 3, 4, 9])).unwrap(), &[0, 1, 3]);
+        assert_eq!(a.allocate(2, &toks(&[1, 2, 3, 4, 9]), None).unwrap(), &[0, 1, 3]);
         assert_eq!(a.num_cached_tokens(2).unwrap(), 4);
         // Exactly the cached chain: the last block is recomputed.
-        assert_eq!(a.allocate(3, &toks(&[1, 2, 3, 4])).unwrap(), &[0, 4]);
+        assert_eq!(a.allocate(3, &toks(&[1, 2, 3, 4]), None).unwrap(), &[0, 4]);
         assert_eq!(a.num_cached_tokens(3).unwrap(), 2);
         // Lookups: 2 + 2 + 1 (at most (n - 1) / block_size per prompt); hits: 0 + 2 + 1.
         assert_eq!((a.num_hits(), a.num_lookups()), (3, 5));
         a.check_invariants().unwrap();
     }
 
+    /// Keys are findable only once computed: `allocate(.., Some(c))` registers the full blocks
+    /// inside the first `c` tokens, `mark_computed` the rest, `append` everything before it.
+    #[test]
+    fn keys_registered_when_computed() {
+        let mut a = BlockAllocator::new(16, 2, true).unwrap();
+        a.allocate(1, &toks(&[1, 2, 3, 4, 5, 6, 7]), Some(3)).unwrap(); // blocks 0-3, block 0 computed
+        assert_eq!((a.num_cached_blocks(), a.block_key_of(0).unwrap().is_some()), (1, true));
+        // a reader finds block 0 only: block 1 ([3, 4]) has no KV yet
+        assert_eq!(a.allocate(2, &toks(&[1, 2, 3, 4, 9]), Some(0)).unwrap(), &[0, 4, 5]);
+        a.mark_computed(1, 6).unwrap(); // blocks 1 and 2
+        a.mark_computed(1, 6).unwrap(); // idempotent
+        a.mark_computed(1, 2).unwrap(); // going back changes nothing
+        assert_eq!(a.num_cached_blocks(), 3);
+        // seq 2 computes [3, 4] too, but seq 1's copy is the cached one (first wins)
+        a.mark_computed(2, 5).unwrap();
+        assert_eq!((a.block_key_of(4).unwrap(), a.num_cached_blocks()), (None, 3));
+        assert_eq!(a.allocate(3, &toks(&[1, 2, 3, 4, 5, 6, 0]), Some(0)).unwrap(), &[0, 1, 2, 6]);
+        // an append that fills a block offers every earlier block too
+        a.allocate(4, &toks(&[8, 8, 8, 8, 8]), Some(0)).unwrap();
+        a.append(4, 8).unwrap();
+        assert_eq!(a.num_cached_blocks(), 6);
+        let e = a.mark_computed(4, 7).unwrap_err();
+        assert_eq!(e, CoreError::invalid("num_computed must be an integer in [0, 6], got 7"));
+        assert!(matches!(a.mark_computed(9, 0), Err(CoreError::Key(_))));
+        let e = a.allocate(5, &[1], Some(-1)).unwrap_err();
+        assert_eq!(e, CoreError::invalid("num_computed must be an integer in [0, 1], got -1"));
+        a.check_invariants().unwrap();
+        // without prefix caching it only checks
+        let mut b = BlockAllocator::new(4, 2, false).unwrap();
+        b.allocate(1, &[1, 2, 3], Some(0)).unwrap();
+        b.mark_computed(1, 3).unwrap();
+        assert_eq!(b.num_cached_blocks(), 0);
+    }
+
     #[test]
     fn out_of_blocks_changes_nothing() {
         let mut a = BlockAllocator::new(3, 2, true).unwrap();
-        a.allocate(1, &toks(&[1, 2, 3])).unwrap();
+        a.allocate(1, &toks(&[1, 2, 3]), None).unwrap();
         let before = (a.stats(), a.free_queue(), a.ref_counts());
-        assert_eq!(a.allocate(2, &toks(&[1, 2, 3, 4, 5])), Err(out_of_blocks(2, 2, 1)).map(|_: ()| &[][..]));
+        assert_eq!(a.allocate(2, &toks(&[1, 2, 3, 4, 5]), None), Err(out_of_blocks(2, 2, 1)).map(|_: ()| &[][..]));
         assert_eq!(before, (a.stats(), a.free_queue(), a.ref_counts()));
         a.append(1, 4).unwrap();
-        a.allocate(3, &toks(&[1, 2, 3, 4, 5])).unwrap();
+        a.allocate(3, &toks(&[1, 2, 3, 4, 5]), None).unwrap();
         assert_eq!(a.append(3, 6), Ok(None)); // block 2 has a free slot
         let before = (a.stats(), a.free_queue(), a.ref_counts());
         assert_eq!(a.append(3, 7), Err(out_of_blocks(3, 1, 0)));
@@ -862,11 +970,12 @@ mod tests {
             let mut next_id = 0i64;
             for _ in 0..300 {
                 let ids = a.seq_ids();
-                match rnd(5) {
+                match rnd(6) {
                     0 | 1 => {
                         let len = 1 + rnd(9) as usize;
                         let t: Vec<i64> = (0..len).map(|_| rnd(2) as i64).collect();
-                        let _ = a.allocate(next_id, &t);
+                        let computed = [None, Some(0), Some(rnd(len as u64 + 1) as i64)][rnd(3) as usize];
+                        let _ = a.allocate(next_id, &t, computed);
                         next_id += 1;
                     }
                     2 if !ids.is_empty() => {
@@ -877,6 +986,11 @@ mod tests {
                         next_id += 1;
                     }
                     4 if !ids.is_empty() => a.free(ids[rnd(ids.len() as u64) as usize]).unwrap(),
+                    5 if !ids.is_empty() => {
+                        let s = ids[rnd(ids.len() as u64) as usize];
+                        let n = a.num_tokens(s).unwrap() as u64;
+                        a.mark_computed(s, rnd(n + 1) as i64).unwrap();
+                    }
                     _ => {}
                 }
                 a.check_invariants().unwrap();
@@ -886,6 +1000,45 @@ mod tests {
             }
             assert_eq!(a.num_free_blocks(), a.num_blocks());
             a.check_invariants().unwrap();
+        }
+    }
+
+    /// `append_same(s, t, k)` is `k` appends of `t`: the same tables, queue, keys and counters.
+    #[test]
+    fn append_same_is_repeated_appends() {
+        let mut state = 0x5eed_u64;
+        let mut rnd = move |n: u64| {
+            state = mix(state.wrapping_add(GOLDEN));
+            state % n
+        };
+        for trial in 0..200 {
+            let (nb, bs) = (2 + rnd(12) as i64, 1 + rnd(5) as i64);
+            let mut bulk = BlockAllocator::new(nb, bs, trial % 3 != 0).unwrap();
+            let t: Vec<i64> = (0..1 + rnd(7)).map(|_| rnd(2) as i64).collect();
+            if bulk.allocate(1, &t, Some(rnd(t.len() as u64 + 1) as i64)).is_err() {
+                continue;
+            }
+            if rnd(2) == 0 {
+                bulk.fork(1, 2).unwrap(); // a shared last block: the first append copies it
+            }
+            let mut one = bulk.clone();
+            let (tok, k) = (rnd(3) as i64, rnd(3 * bs as u64 + 2) as usize);
+            let got = bulk.append_same(1, tok, k).map_err(|e| e.to_string());
+            let mut want = Ok(());
+            for _ in 0..k {
+                if let Err(e) = one.append(1, tok) {
+                    want = Err(e.to_string());
+                    break;
+                }
+            }
+            assert_eq!(got.is_ok(), want.is_ok(), "trial {trial}");
+            assert_eq!((bulk.block_tables(), bulk.free_queue(), bulk.stats()), (one.block_tables(), one.free_queue(), one.stats()));
+            assert_eq!(bulk.num_tokens(1).unwrap(), one.num_tokens(1).unwrap());
+            for b in 0..nb {
+                assert_eq!(bulk.block_key_of(b).unwrap(), one.block_key_of(b).unwrap(), "trial {trial}");
+                assert_eq!(bulk.block_tokens(b).unwrap(), one.block_tokens(b).unwrap(), "trial {trial}");
+            }
+            bulk.check_invariants().unwrap();
         }
     }
 
@@ -904,8 +1057,8 @@ mod tests {
             let mut one = bulk.clone();
             for id in 0..6i64 {
                 let t: Vec<i64> = (0..1 + rnd(5)).map(|_| rnd(2) as i64).collect();
-                let ok = bulk.allocate(id, &t).is_ok();
-                assert_eq!(one.allocate(id, &t).is_ok(), ok);
+                let ok = bulk.allocate(id, &t, None).is_ok();
+                assert_eq!(one.allocate(id, &t, None).is_ok(), ok);
                 if ok && rnd(3) == 0 {
                     bulk.fork(id, 100 + id).unwrap();
                     one.fork(id, 100 + id).unwrap();
@@ -940,7 +1093,7 @@ mod tests {
             }
         }
         let mut a = BlockAllocator::new(4, 2, false).unwrap();
-        a.allocate(1, &[5]).unwrap();
+        a.allocate(1, &[5], None).unwrap();
         let e = a.append_many(&[1, 2], &[0, 0]).unwrap_err();
         assert_eq!(e, CoreError::key("seq_ids[1]: seq_id 2 is not allocated"));
         assert_eq!(a.num_tokens(1).unwrap(), 2); // the append before it stays done

@@ -1,6 +1,6 @@
-"""The engine loop: one :meth:`Engine.step` schedules a batch, runs it on tiny_llm over the paged
-KV pool, samples, and prices the batch on the paper GPU. The rules are in the package docstring
-(:mod:`servelab.engine`); the numbered comments below point at them.
+"""The engine loop: each :meth:`Engine.step` asks its scheduler for a :class:`Plan` and carries it
+out: the forward on tiny_llm over the paged KV pool, sampling, the price on the paper GPU. The
+rules are in :mod:`servelab.engine.scheduler`; "rule N" below points there.
 
 >>> e = Engine(num_blocks=8, block_size=4)
 >>> e.add_request(list(b"hi there"), 3), e.add_request(list(b"yo"), 2, arrival_step=1)
@@ -20,12 +20,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-import numpy as np
-
 from servelab import _checks, hw_model
-from servelab.blocks import BlockAllocator, OutOfBlocks
-from servelab.engine.records import (BatchEntry, EngineResult, EngineStep, Request,
-                                     RequestResult)
+from servelab.blocks import BlockAllocator
+from servelab.engine.records import EngineResult, EngineStep, Request, RequestResult
+from servelab.engine.scheduler import (ContinuousBatchingScheduler, Plan, Scheduler,
+                                       SchedulerConfig, SchedulerState, Seq)
 from servelab.tiny_llm import TINY, ModelConfig, TinyLLM, as_token_ids, generate, model_for
 from servelab.tiny_llm.paged import PagedKVCache, PagedKVPool
 from servelab.tiny_llm.sampling import GREEDY, Sampler, sampled_token
@@ -35,77 +34,68 @@ __all__ = ["Engine", "serve"]
 MAX_ARRIVAL_STEP = 1_000_000  # idle steps are recorded one by one; keep the log finite
 
 
-def _positive(name: str, v: Any) -> int:
-    if not _checks.is_int(v) or v < 1:
-        raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    return int(v)
-
-
 @dataclass
-class _Live:
-    """Mutable state of one request inside the engine."""
+class _Live(Seq):
+    """A request inside the engine: the scheduler's view plus what only the engine needs."""
 
-    rid: int
-    request: Request
-    tokens: list[int]  # prompt + generated so far
+    request: Request = None  # type: ignore[assignment]  # set by add_request
     out: list[int] = field(default_factory=list)
-    computed: int = 0  # tokens of `tokens` whose KV is in the pool (0 while waiting)
-    held: int = 0  # tokens the allocator holds slots for (0 while waiting)
     cache: PagedKVCache | None = None
+    due: float = 0.0  # its arrival_s, or its arrival_step (rule 1)
+    arrival_step: int = 0  # the step it arrived at, and the clock then (or its arrival_s)
+    arrival_s: float = 0.0
     first_step: int | None = None
     first_s: float = math.nan
     preemptions: int = 0
     cached_tokens: int = 0
     computed_tokens: int = 0
 
+    __eq__ = object.__eq__  # one request is one object (lists search by identity)
+    __hash__ = object.__hash__
+
 
 class Engine:
     """A continuous-batching engine on tiny_llm with a paged KV cache (see :mod:`servelab.engine`).
 
     ``config``/``model``: the tiny model that computes the tokens. ``num_blocks`` blocks of
-    ``block_size`` tokens form the KV pool. ``max_num_seqs`` caps the running requests and
-    ``max_num_batched_tokens`` the tokens of one step. ``cost_model`` and ``gpu`` price each
-    step (``hw_model.step_cost``) for the simulated clock.
+    ``block_size`` tokens form the KV pool; ``max_num_seqs``, ``max_num_batched_tokens``,
+    ``chunked_prefill`` and ``prefix_caching`` go to the scheduler (:class:`SchedulerConfig`).
+    ``scheduler``: any object with ``schedule(state) -> Plan`` (default: a fresh
+    :class:`ContinuousBatchingScheduler`). ``cost_model`` on ``gpu`` prices each step
+    (``hw_model.step_cost``) for the simulated clock.
 
     >>> Engine(num_blocks=0)
     Traceback (most recent call last):
     ...
-    ValueError: num_blocks must be a positive integer, got 0
+    ValueError: num_blocks must be an integer >= 1, got 0
     """
 
     def __init__(self, config: ModelConfig = TINY, *, num_blocks: int = 64, block_size: int = 16,
                  max_num_seqs: int = 8, max_num_batched_tokens: int = 256,
                  chunked_prefill: bool = False, prefix_caching: bool = False,
                  cost_model: hw_model.ModelSpec = hw_model.LLAMA3_8B,
-                 gpu: hw_model.GpuSpec = hw_model.H100, model: TinyLLM | None = None) -> None:
-        if not isinstance(config, ModelConfig):
-            raise ValueError(f"config must be a ModelConfig, got {config!r}")
-        self.num_blocks = _positive("num_blocks", num_blocks)
-        self.block_size = _positive("block_size", block_size)
-        self.max_num_seqs = _positive("max_num_seqs", max_num_seqs)
-        self.max_num_batched_tokens = _positive("max_num_batched_tokens", max_num_batched_tokens)
-        for name, v in (("chunked_prefill", chunked_prefill), ("prefix_caching", prefix_caching)):
-            if not isinstance(v, bool):
-                raise ValueError(f"{name} must be a bool, got {v!r}")
-        if not isinstance(cost_model, hw_model.ModelSpec):
-            raise ValueError(f"cost_model must be a hw_model.ModelSpec, got {cost_model!r}")
-        if not isinstance(gpu, hw_model.GpuSpec):
-            raise ValueError(f"gpu must be a hw_model.GpuSpec, got {gpu!r}")
+                 gpu: hw_model.GpuSpec = hw_model.H100, model: TinyLLM | None = None,
+                 scheduler: Scheduler | None = None) -> None:
+        _checks.instance("config", config, ModelConfig, "a ModelConfig")
+        self.limits = SchedulerConfig(block_size, num_blocks, max_num_seqs, max_num_batched_tokens,
+                                      chunked_prefill, prefix_caching)
+        _checks.instance("cost_model", cost_model, hw_model.ModelSpec, "a hw_model.ModelSpec")
+        _checks.instance("gpu", gpu, hw_model.GpuSpec, "a hw_model.GpuSpec")
+        self.scheduler = ContinuousBatchingScheduler() if scheduler is None else scheduler
+        if not callable(getattr(self.scheduler, "schedule", None)):
+            raise TypeError(f"scheduler must have a schedule(state) method, got {scheduler!r}")
         self.model = model_for(config) if model is None else model
-        if not isinstance(self.model, TinyLLM):
-            raise ValueError(f"model must be a TinyLLM, got {model!r}")
+        _checks.instance("model", self.model, TinyLLM, "a TinyLLM")
         self.model.config.check_same(config, "model")
-        self.config = config
-        self.chunked_prefill, self.prefix_caching = chunked_prefill, prefix_caching
-        self.cost_model, self.gpu = cost_model, gpu
+        self.config, self.cost_model, self.gpu = config, cost_model, gpu
         # the pool first: it refuses a size past tiny_llm's memory limit before anything is built
-        self.pool = PagedKVPool(config, self.num_blocks, self.block_size)
-        self.allocator = BlockAllocator(self.num_blocks, self.block_size, prefix_caching)
-        # rule 6: a block is "ready" once a scheduled chunk has covered all its slots
-        self._ready = np.zeros(self.num_blocks, bool)
+        self.pool = PagedKVPool(config, self.limits.num_blocks, self.limits.block_size)
+        self.allocator = BlockAllocator(self.limits.num_blocks, self.limits.block_size,
+                                        self.limits.prefix_caching)
         self._live: list[_Live] = []
         self._results: dict[int, RequestResult] = {}
-        self._arrivals: deque[_Live] = deque()  # sorted by (arrival_step, request_id) at run()
+        self._arrivals: deque[_Live] = deque()  # sorted by arrival at run()
+        self._timed = False  # arrivals by arrival_s instead of arrival_step
         self.waiting: deque[_Live] = deque()
         self.running: list[_Live] = []
         self.steps: list[EngineStep] = []
@@ -115,13 +105,15 @@ class Engine:
     # ---- input -------------------------------------------------------------------------------
 
     def add_request(self, prompt: Sequence[int], max_new_tokens: int, sampler: Sampler = GREEDY,
-                    arrival_step: int = 0) -> int:
-        """Queue a request; returns its id (0, 1, 2, ... in the order added).
+                    arrival_step: int = 0, arrival_s: float | None = None) -> int:
+        """Queue a request; returns its id (0, 1, 2, ... in the order added). ``arrival_s``
+        (seconds on the simulated clock, for every request or for none) replaces
+        ``arrival_step`` (rule 1).
 
         >>> Engine().add_request([1, 2], 0)
         Traceback (most recent call last):
         ...
-        ValueError: max_new_tokens must be a positive integer, got 0
+        ValueError: max_new_tokens must be an integer >= 1, got 0
         >>> Engine().add_request([1, 2], 4, arrival_step=-1)
         Traceback (most recent call last):
         ...
@@ -130,11 +122,17 @@ class Engine:
         if self._started:
             raise ValueError("add_request after run() started: add every request first")
         tokens = as_token_ids(prompt, self.config.vocab_size, "prompt").tolist()
-        m = _positive("max_new_tokens", max_new_tokens)
-        if not _checks.is_int(arrival_step) \
-                or not 0 <= arrival_step <= MAX_ARRIVAL_STEP:
-            raise ValueError(f"arrival_step must be an integer in [0, {MAX_ARRIVAL_STEP}], "
-                             f"got {arrival_step!r}")
+        m = _checks.integer("max_new_tokens", max_new_tokens, 1, None)
+        step = _checks.integer("arrival_step", arrival_step, 0, MAX_ARRIVAL_STEP)
+        if arrival_s is not None:
+            arrival_s = _checks.real("arrival_s", arrival_s, 0.0)
+            if step:
+                raise ValueError(f"arrival_s replaces arrival_step: give one, got arrival_step "
+                                 f"{step} and arrival_s {arrival_s}")
+        if self._live and (arrival_s is not None) != self._timed:
+            raise ValueError(f"arrival_s must be given for every request or for none, got "
+                             f"{arrival_s!r} for request {len(self._live)}")
+        self._timed = arrival_s is not None
         if not callable(sampler):
             raise ValueError(f"sampler must be callable as sampler(logits, step), got {sampler!r}")
         need = len(tokens) + m - 1  # the last token is never fed back (§2.1)
@@ -142,21 +140,14 @@ class Engine:
             raise ValueError(f"a prompt of {len(tokens)} tokens and max_new_tokens {m} need "
                              f"{need} positions, more than max_len {self.config.max_len}")
         rid = len(self._live)
-        req = Request(tuple(tokens), m, sampler, int(arrival_step))
-        self._live.append(_Live(rid, req, list(tokens)))
+        req = Request(tuple(tokens), m, sampler, step, arrival_s)
+        self._live.append(_Live(rid, list(tokens), request=req,
+                                due=step if arrival_s is None else arrival_s))
         return rid
 
     def unservable_reason(self, prompt_len: int, max_new_tokens: int) -> str:
         """Why a request can never run here (rule 1), or ``""``."""
-        need = _positive("prompt_len", prompt_len) + _positive("max_new_tokens", max_new_tokens) - 1
-        blocks = -(-need // self.block_size)
-        if blocks > self.num_blocks:
-            return (f"needs {blocks} blocks for {need} tokens, the pool has {self.num_blocks} "
-                    f"of {self.block_size}")
-        if not self.chunked_prefill and need > self.max_num_batched_tokens:
-            return (f"a (re)prefill of up to {need} tokens exceeds max_num_batched_tokens "
-                    f"{self.max_num_batched_tokens} without chunked prefill")
-        return ""
+        return self.limits.unservable_reason(prompt_len, max_new_tokens)
 
     # ---- the loop ----------------------------------------------------------------------------
 
@@ -167,106 +158,100 @@ class Engine:
         return self.result()
 
     def result(self) -> EngineResult:
-        return EngineResult([self._results[r.rid] for r in self._live if r.rid in self._results],
+        return EngineResult([self._results[r.request_id] for r in self._live
+                             if r.request_id in self._results],
                             list(self.steps), self.allocator.stats())
 
     def step(self) -> EngineStep | None:
-        """One engine step (rules 1-7 of :mod:`servelab.engine`); None once all work is done."""
+        """One engine step (rules 1-6); None once all work is done."""
         if not self._started:
             self._started = True
-            self._arrivals = deque(sorted(self._live, key=lambda r: (r.request.arrival_step, r.rid)))
+            self._arrivals = deque(sorted(self._live, key=lambda r: (r.due, r.request_id)))
         if not (self._arrivals or self.waiting or self.running):
             return None
         s = len(self.steps)
         self._arrive(s)
-        batch: list[tuple[_Live, int]] = []
-        preempted, admitted = self._plan(batch)
-        if not batch:
-            if self.waiting or self.running:  # pragma: no cover - rules 1-4 rule this out
-                raise RuntimeError(f"step {s}: work is left but nothing could be scheduled")
+        while self._timed and self._arrivals and not (self.waiting or self.running):
+            self._arrive(s)  # only unservable ones arrived: the clock jumps again
+        if self._timed and not (self.waiting or self.running):
+            return None
+        if not (self.waiting or self.running):  # idle until the next arrival step
             step = EngineStep(s, (), (), (), (), 0.0, self.clock_s, self._blocks_used())
         else:
-            entries: list[BatchEntry] = [(r.rid, n, r.computed) for r, n in batch]
+            state = SchedulerState(s, list(self.waiting), list(self.running),
+                                   self.allocator.num_free_blocks, self.limits, self.allocator)
+            plan = self.scheduler.schedule(state)
+            batch = self._carry_out(plan, s)
             cost = hw_model.step_cost(self.cost_model, self.gpu,
-                                      [(n, c) for _, n, c in entries]).time_s
+                                      [(n, c) for _, n, c in plan.batch]).time_s
             self.clock_s += cost
             finished = self._forward_and_sample(batch, s)
-            step = EngineStep(s, tuple(entries), tuple(preempted), tuple(admitted),
+            step = EngineStep(s, tuple(plan.batch), tuple(plan.preempted), tuple(plan.admitted),
                               tuple(finished), cost, self.clock_s, self._blocks_used())
         self.steps.append(step)
         return step
 
     def _arrive(self, s: int) -> None:
         """Rule 1: this step's arrivals join the back of the queue, or are unservable."""
-        while self._arrivals and self._arrivals[0].request.arrival_step == s:
+        if self._timed and not (self.waiting or self.running) and self._arrivals:
+            self.clock_s = max(self.clock_s, self._arrivals[0].due)
+        while self._arrivals and (self._arrivals[0].due <= self.clock_s if self._timed
+                                  else self._arrivals[0].due == s):
             r = self._arrivals.popleft()
-            reason = self.unservable_reason(len(r.request.prompt), r.request.max_new_tokens)
+            req = r.request
+            r.arrival_step = s
+            r.arrival_s = r.due if self._timed else self.clock_s
+            reason = self.unservable_reason(len(req.prompt), req.max_new_tokens)
             if reason:
-                self._results[r.rid] = self._finish(r, "unservable", s, self.clock_s, reason)
+                self._results[r.request_id] = self._finish(r, "unservable", s, reason)
             else:
                 self.waiting.append(r)
 
-    def _plan(self, batch: list[tuple[_Live, int]]) -> tuple[list[int], list[int]]:
-        """Rules 2-4: fill ``batch`` with ``(request, new_tokens)`` and return the ids preempted
-        and admitted. The one scheduling hook: a subclass may decide differently (the
-        continuous-batching assignment's harness drives the engine with a student's decisions
-        through it) and reuse everything else (arrivals, the forward, sampling, the clock)."""
-        budget, preempted = self._continue_running(batch)
-        admitted = [] if preempted else self._admit_waiting(batch, budget)
-        return preempted, admitted
-
-    def _continue_running(self, batch: list[tuple[_Live, int]]) -> tuple[int, list[int]]:
-        """Rules 2-3: running requests, oldest admitted first, within the token budget.
-        Returns the budget left and the ids preempted."""
-        budget = self.max_num_batched_tokens
-        preempted: list[int] = []
-        i = 0
-        while i < len(self.running) and budget > 0:
-            r = self.running[i]
-            if r.computed < r.held:  # a prompt still being prefilled in chunks
-                n = min(r.held - r.computed, budget)
-            else:  # decode: the last sampled token needs a slot
-                while not self.allocator.can_append(r.rid):
-                    victim = self.running.pop()  # rule 3: the newest running request
-                    self._preempt(victim)
-                    preempted.append(victim.rid)
-                    if victim is r:
-                        return budget, preempted
-                self._append(r)
-                n = 1
-            self._schedule(batch, r, n)
-            budget -= n
-            i += 1
-        return budget, preempted
-
-    def _admit_waiting(self, batch: list[tuple[_Live, int]], budget: int) -> list[int]:
-        """Rule 4: strict FCFS admission while seats, budget and blocks allow."""
-        admitted: list[int] = []
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            r = self.waiting[0]
-            if not self.chunked_prefill and len(r.tokens) > budget:
-                break
-            if not self._admit(r):
-                break
-            self.waiting.popleft()
+    def _carry_out(self, plan: Plan, s: int) -> list[tuple[_Live, int]]:
+        """Move requests as ``plan`` says (rules 3-4), copy its blocks; returns the batch."""
+        by_id = {r.request_id: r for r in (*self.running, *self.waiting)}
+        for rid in plan.preempted:  # rule 3: forget the computed KV, front of the queue
+            r = by_id[rid]
+            self.running.remove(r)
+            r.num_computed, r.num_slots, r.cache = 0, 0, None
+            r.preemptions += 1
+            self.waiting.appendleft(r)
+        for src, dst in plan.copies:
+            self.pool.copy_block(src, dst)
+        for rid in plan.admitted:  # rule 4
+            r = by_id[rid]
+            self.waiting.remove(r)
             self.running.append(r)
-            admitted.append(r.rid)
-            n = len(r.tokens) - r.computed
-            if self.chunked_prefill:
-                n = min(n, budget)
-            self._schedule(batch, r, n)
-            budget -= n
-        return admitted
+        admitted = set(plan.admitted)
+        batch = []
+        for rid, n, start in plan.batch:
+            live = by_id.get(rid)
+            slots = self.allocator.num_tokens(rid) if rid in self.allocator else 0
+            if live is not None and rid in admitted and slots:
+                live.num_computed = start
+                live.cached_tokens += start
+                live.cache = PagedKVCache(self.pool, self.allocator, rid, start)
+            if live is None or live.cache is None or start != live.num_computed \
+                    or not 0 < n <= slots - start:
+                raise RuntimeError(f"step {s}: the scheduler's entry {(rid, n, start)} does not "
+                                   f"match request {rid} (running: {live in self.running}, "
+                                   f"{getattr(live, 'num_computed', 0)} computed, {slots} slots)")
+            live.num_slots = slots
+            batch.append((live, n))
+        if not batch:
+            raise RuntimeError(f"step {s}: work is left but the scheduler planned nothing")
+        return batch
 
     def _forward_and_sample(self, batch: list[tuple[_Live, int]], s: int) -> list[int]:
-        """Rules 5 and 7: one forward over the batch, then sampling; returns the finished ids."""
-        logits = self.model.forward_batch([r.tokens[r.computed:r.computed + n] for r, n in batch],
-                                          [r.cache for r, _ in batch])
+        """Rules 5 and 6: one forward over the batch, then sampling; returns the finished ids."""
+        logits = self.model.forward_batch(
+            [r.tokens[r.num_computed:r.num_computed + n] for r, n in batch],
+            [r.cache for r, _ in batch])
         finished: list[int] = []
         for (r, n), lg in zip(batch, logits):
-            r.computed += n
+            r.num_computed += n
             r.computed_tokens += n
-            if r.computed < r.held:
+            if r.num_computed < len(r.tokens):
                 continue  # a chunk that is not the prompt's last: its logits are not used
             token = sampled_token(r.request.sampler, lg, len(r.out))  # seeded by (seed, output index)
             r.out.append(token)
@@ -274,71 +259,24 @@ class Engine:
             if r.first_step is None:
                 r.first_step, r.first_s = s, self.clock_s
             if len(r.out) == r.request.max_new_tokens:  # leave at once: blocks back to the pool
-                self.allocator.free(r.rid)
+                self.allocator.free(r.request_id)
                 self.running.remove(r)
                 r.cache = None
-                self._results[r.rid] = self._finish(r, "finished", s, self.clock_s)
-                finished.append(r.rid)
+                self._results[r.request_id] = self._finish(r, "finished", s)
+                finished.append(r.request_id)
         return finished
 
     # ---- helpers -----------------------------------------------------------------------------
 
     def _blocks_used(self) -> int:
-        return self.num_blocks - self.allocator.num_free_blocks
+        return self.limits.num_blocks - self.allocator.num_free_blocks
 
-    def _arrival_s(self, step: int) -> float:
-        return self.steps[step - 1].clock_s if step > 0 else 0.0
-
-    def _finish(self, r: _Live, status: str, step: int, clock: float,
-                reason: str = "") -> RequestResult:
-        arrival = r.request.arrival_step
-        arrival_s = self._arrival_s(arrival)  # arrival <= the current step
-        return RequestResult(r.rid, status, list(r.out), arrival, r.first_step,  # type: ignore[arg-type]
-                             step if status == "finished" else None, arrival_s, r.first_s,
-                             clock if status == "finished" else math.nan, r.preemptions,
+    def _finish(self, r: _Live, status: str, step: int, reason: str = "") -> RequestResult:
+        done = status == "finished"
+        return RequestResult(r.request_id, status, list(r.out), r.arrival_step,  # type: ignore[arg-type]
+                             r.first_step, step if done else None, r.arrival_s, r.first_s,
+                             self.clock_s if done else math.nan, r.preemptions,
                              r.cached_tokens, r.computed_tokens, reason)
-
-    def _admit(self, r: _Live) -> bool:
-        """Allocate blocks for all of ``r.tokens`` (rule 4); False if the pool is short."""
-        try:
-            table = self.allocator.allocate(r.rid, r.tokens)
-        except OutOfBlocks:  # nothing changed
-            return False
-        hits = self.allocator.num_cached_tokens(r.rid) // self.block_size
-        usable = 0
-        while usable < hits and self._ready[table[usable]]:  # rule 6
-            usable += 1
-        self._ready[table[hits:]] = False  # fresh blocks: whatever they held is gone
-        r.computed, r.held = usable * self.block_size, len(r.tokens)
-        r.cached_tokens += r.computed
-        r.cache = PagedKVCache(self.pool, self.allocator, r.rid, r.computed)
-        return True
-
-    def _append(self, r: _Live) -> None:
-        before = self.allocator.block_table(r.rid)
-        copy = self.allocator.append(r.rid, r.tokens[-1])
-        r.held += 1
-        if copy is not None:  # copy-on-write: the new block starts as a copy of the shared one
-            self.pool.copy_block(*copy)
-            self._ready[copy[1]] = False
-        elif len(self.allocator.block_table(r.rid)) > len(before):
-            self._ready[self.allocator.block_table(r.rid)[-1]] = False
-
-    def _preempt(self, r: _Live) -> None:
-        """Rule 3: free every block, forget the computed KV, go to the front of the queue."""
-        self.allocator.free(r.rid)
-        r.computed, r.held, r.cache = 0, 0, None
-        r.preemptions += 1
-        self.waiting.appendleft(r)
-
-    def _schedule(self, batch: list[tuple[_Live, int]], r: _Live, n: int) -> None:
-        """Put ``n`` tokens of ``r`` in the batch; mark the blocks they complete ready (rule 6):
-        this forward writes them before any later sequence of the batch reads them."""
-        batch.append((r, n))
-        bs, lo, hi = self.block_size, r.computed, r.computed + n
-        table = self.allocator.block_table(r.rid)
-        for j in range(lo // bs, hi // bs):  # blocks whose last slot lies in [lo, hi)
-            self._ready[table[j]] = True
 
 
 def serve(requests: Sequence[Request], **engine_kwargs: Any) -> EngineResult:
@@ -354,5 +292,5 @@ def serve(requests: Sequence[Request], **engine_kwargs: Any) -> EngineResult:
     for r in requests:
         if not isinstance(r, Request):
             raise ValueError(f"requests must hold Request objects, got {r!r}")
-        engine.add_request(r.prompt, r.max_new_tokens, r.sampler, r.arrival_step)
+        engine.add_request(r.prompt, r.max_new_tokens, r.sampler, r.arrival_step, r.arrival_s)
     return engine.run()

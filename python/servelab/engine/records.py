@@ -20,13 +20,15 @@ BatchEntry = tuple[int, int, int]  # (request_id, new_tokens, context_len)
 
 @dataclass(frozen=True)
 class Request:
-    """A prompt (token ids), how many tokens to generate, a sampler, and the engine step at
-    which the request arrives. Checked by :meth:`Engine.add_request`."""
+    """A prompt (token ids), how many tokens to generate, a sampler, and when the request
+    arrives: an engine step, or ``arrival_s`` on the simulated clock (rule 1). Checked by
+    :meth:`Engine.add_request`."""
 
     prompt: Sequence[int]
     max_new_tokens: int
     sampler: Sampler = GREEDY
     arrival_step: int = 0
+    arrival_s: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.prompt, (str, bytes)):

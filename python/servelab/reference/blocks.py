@@ -19,6 +19,9 @@ The semantics, in short (the module docstring of :mod:`servelab.blocks` has the 
   at most one block (first wins); a free block keeps its key until it is reused (an eviction);
   ``allocate`` reuses cached blocks for the longest verified prefix, but at most
   ``(n - 1) // block_size`` of them, so that one prompt token is always left to compute;
+* a key is registered once its block is computed: ``allocate(.., num_computed=c)`` registers
+  the new full blocks inside the first ``c`` tokens (``None``: all), ``mark_computed`` the
+  later ones, ``append`` every one up to the block it fills;
 * ``allocate`` and ``append`` check first and raise :class:`OutOfBlocks` with nothing changed.
 
 >>> a = BlockAllocator(num_blocks=4, block_size=2, prefix_caching=True)
@@ -116,16 +119,28 @@ class Block:
 
 
 class Seq:
-    __slots__ = ("block_table", "keys", "num_tokens", "num_cached_tokens")
+    __slots__ = ("block_table", "keys", "marked", "num_tokens", "num_cached_tokens")
 
-    def __init__(self, block_table: list[int], keys: list[int], num_tokens: int, num_cached_tokens: int):
+    def __init__(self, block_table: list[int], keys: list[int], marked: int, num_tokens: int,
+                 num_cached_tokens: int):
         self.block_table = block_table
         self.keys = keys  # chain keys of the full blocks (prefix caching only)
+        self.marked = marked  # leading full blocks already offered to the cache (computed)
         self.num_tokens = num_tokens
         self.num_cached_tokens = num_cached_tokens
 
     def copy(self) -> "Seq":
-        return Seq(list(self.block_table), list(self.keys), self.num_tokens, self.num_cached_tokens)
+        return Seq(list(self.block_table), list(self.keys), self.marked, self.num_tokens,
+                   self.num_cached_tokens)
+
+
+def _num_computed(num_computed: Any, num_tokens: int) -> int:
+    if num_computed is None:
+        return num_tokens
+    v = operator.index(num_computed)
+    if not 0 <= v <= num_tokens:
+        raise ValueError(f"num_computed must be an integer in [0, {num_tokens}], got {v}")
+    return v
 
 
 class BlockAllocator:
@@ -160,10 +175,15 @@ class BlockAllocator:
         block.ref_count = 1
         return block
 
-    def _register(self, block: Block, key: int, parent_key: int) -> None:
-        if key not in self.cache:  # first wins
-            self.cache[key] = block.block_id
-            block.key, block.parent_key = key, parent_key
+    def _mark(self, seq: Seq, upto: int) -> None:
+        """Offers the sequence's full blocks ``seq.marked .. upto - 1`` to the cache, in order."""
+        for i in range(seq.marked, upto):
+            key = seq.keys[i]
+            if key not in self.cache:  # first wins
+                block = self.blocks[seq.block_table[i]]
+                self.cache[key] = block.block_id
+                block.key, block.parent_key = key, seq.keys[i - 1] if i else ROOT_KEY
+        seq.marked = max(seq.marked, upto)
 
     def _seq(self, seq_id: Any) -> Seq:
         seq_id = _seq_id(seq_id)
@@ -173,9 +193,10 @@ class BlockAllocator:
 
     # -- operations --
 
-    def allocate(self, seq_id: int, token_ids: Iterable[int]) -> list[int]:
+    def allocate(self, seq_id: int, token_ids: Iterable[int], num_computed: int | None = None) -> list[int]:
         seq_id = _seq_id(seq_id)
         tokens = _tokens(token_ids)
+        computed = _num_computed(num_computed, len(tokens))
         if seq_id in self.seqs:
             raise KeyError(f"seq_id {seq_id} is already allocated")
         bs, n = self.block_size, len(tokens)
@@ -212,10 +233,15 @@ class BlockAllocator:
             block = self._take_free()
             block.token_ids = list(chunk)
             table.append(block.block_id)
-        for i in range(len(hits), len(keys)):  # ...then register the new full blocks' keys
-            self._register(self.blocks[table[i]], keys[i], keys[i - 1] if i else ROOT_KEY)
-        self.seqs[seq_id] = Seq(table, keys, n, len(hits) * bs)
+        seq = Seq(table, keys, len(hits), n, len(hits) * bs)
+        self._mark(seq, min(computed // bs, len(keys)))  # ...then register the computed ones
+        self.seqs[seq_id] = seq
         return list(table)
+
+    def mark_computed(self, seq_id: int, num_computed: int) -> None:
+        seq = self._seq(seq_id)
+        computed = _num_computed(num_computed, seq.num_tokens)
+        self._mark(seq, min(computed // self.block_size, len(seq.keys)))
 
     def append(self, seq_id: int, token_id: int) -> tuple[int, int] | None:
         seq_id = _seq_id(seq_id)
@@ -242,10 +268,8 @@ class BlockAllocator:
         block.token_ids.append(token)
         seq.num_tokens += 1
         if self.prefix_caching and seq.num_tokens % self.block_size == 0:
-            parent = seq.keys[-1] if seq.keys else ROOT_KEY
-            key = block_key(parent, block.token_ids)
-            seq.keys.append(key)
-            self._register(block, key, parent)
+            seq.keys.append(block_key(seq.keys[-1] if seq.keys else ROOT_KEY, block.token_ids))
+            self._mark(seq, len(seq.keys))  # the tokens before this one are computed
         return copy
 
     def fork(self, parent_id: int, child_id: int) -> None:

@@ -1,26 +1,13 @@
 """Pure-Python reference of continuous batching (lecture §4.5 policy 3, §2.4 paged KV).
 
-Small and readable on purpose, and built differently from the Rust core
-(``rust/src/sim/continuous.rs``): Rust keeps block *counts*, this module asks the reference
-paged allocator (:class:`servelab.reference.blocks.BlockAllocator`, no prefix caching) with
-placeholder token ids, block table and all. Both follow the seven rules of
-:mod:`servelab.engine`, price every step with the same IEEE-754 operations (:class:`Pricer`),
-and must give the same timestamps bit for bit (``tests/test_sim_continuous.py``).
-
-One step, starting at clock ``t`` (the engine's rule numbers):
-
-1. requests with ``arrival_s <= t`` arrive; one that can never run (``need = prompt + output
-   - 1`` tokens need more blocks than the pool, or more than the token budget without chunked
-   prefill) is rejected with a reason; the others queue;
-2. running requests, oldest admitted first, while the budget lasts: a chunk of a prompt, or one
-   decode token that first needs a KV slot;
-3. no slot: preempt the newest running request (recompute later) until there is one, or the
-   current request was the victim;
-4. if nobody was preempted: admit from the front of the queue (strict FCFS) while seats,
-   budget and blocks allow;
-5. price the batch; 7. sample: first token, last token (free the blocks at once).
-
-When nothing waits or runs, the clock jumps to the next arrival.
+The steps are planned by the engine's own scheduler
+(:class:`servelab.engine.scheduler.ContinuousBatchingScheduler`, where the rules are numbered)
+over the reference paged allocator (:class:`servelab.reference.blocks.BlockAllocator`, no prefix
+caching) with placeholder token ids; this module carries the plans out on counts, prices each
+step with the same IEEE-754 operations as the Rust core (:class:`Pricer`), and jumps the clock
+to the next arrival when nothing waits or runs. The Rust core (``rust/src/sim/continuous.rs``)
+keeps block *counts* instead and must give the same timestamps bit for bit
+(``tests/test_sim_continuous.py``).
 
 >>> from servelab.hw_model import LLAMA3_8B, H100, DEFAULT_EFFICIENCY
 >>> from servelab.workload import Requests
@@ -38,21 +25,18 @@ from typing import Any
 
 import numpy as np
 
-from servelab.reference.blocks import BlockAllocator, OutOfBlocks
+from servelab.engine.scheduler import (ContinuousBatchingScheduler, SchedulerConfig,
+                                       SchedulerState, Seq)
+from servelab.reference.blocks import BlockAllocator
 from servelab.reference.sim import Pricer
 
 REJECT_BLOCKS, REJECT_BUDGET = 1, 2  # reject_code values (0: not rejected)
 
 
-def unservable(prompt: int, output: int, block_size: int, num_blocks: int,
-               max_num_batched_tokens: int, chunked_prefill: bool) -> int:
-    """Rule 1: 0 if the request can run, else why not (``REJECT_BLOCKS`` or ``REJECT_BUDGET``)."""
-    need = prompt + output - 1  # the last token is never fed back (§2.1)
-    if -(-need // block_size) > num_blocks:
-        return REJECT_BLOCKS
-    if not chunked_prefill and need > max_num_batched_tokens:
-        return REJECT_BUDGET
-    return 0
+def unservable(prompt: int, output: int, config: SchedulerConfig) -> int:
+    """Rule 1 as a code: 0 if the request can run, else ``REJECT_BLOCKS`` or ``REJECT_BUDGET``."""
+    reason = config.unservable_reason(prompt, output)
+    return 0 if not reason else REJECT_BLOCKS if reason.startswith("needs") else REJECT_BUDGET
 
 
 def run_continuous_batching(requests: Any, model: Any, gpu: Any, efficiency: Any, *,
@@ -60,6 +44,9 @@ def run_continuous_batching(requests: Any, model: Any, gpu: Any, efficiency: Any
                             num_blocks: int, chunked_prefill: bool = False, trace: bool = False,
                             batch_log: bool = False) -> dict[str, Any]:
     pricer = Pricer(model, gpu, efficiency)
+    config = SchedulerConfig(block_size, num_blocks, max_num_seqs, max_num_batched_tokens,
+                             chunked_prefill)
+    scheduler = ContinuousBatchingScheduler()
     arrival = requests.arrival_s.tolist()
     prompt = requests.prompt_len.tolist()
     output = requests.output_len.tolist()
@@ -68,15 +55,13 @@ def run_continuous_batching(requests: Any, model: Any, gpu: Any, efficiency: Any
     start, first, finish = [nan] * n, [nan] * n, [nan] * n
     reject_code = [0] * n
     n_preemptions = [0] * n
-    tokens = list(prompt)  # prompt + tokens generated so far
-    computed = [0] * n  # tokens whose KV is in the pool
-    held = [0] * n  # token slots the allocator holds (0 while waiting)
+    seqs = [Seq(i, [0] * prompt[i]) for i in range(n)]  # placeholder tokens: only counts matter
     generated = [0] * n
     batch_id = [-1] * n
     n_started = 0
     pool = BlockAllocator(num_blocks, block_size)
-    waiting: deque[int] = deque()
-    running: list[int] = []
+    waiting: deque[Seq] = deque()
+    running: list[Seq] = []
     rows: dict[str, list] = {k: [] for k in ("start_s", "step_s", "batch_size", "tokens", "n_prefill",
                                               "n_decode", "kv_tokens", "kv_blocks", "n_preempted",
                                               "n_admitted")}
@@ -87,12 +72,9 @@ def run_continuous_batching(requests: Any, model: Any, gpu: Any, efficiency: Any
 
     while True:
         while nxt < n and arrival[nxt] <= t:  # rule 1
-            code = unservable(prompt[nxt], output[nxt], block_size, num_blocks,
-                              max_num_batched_tokens, chunked_prefill)
-            if code:
-                reject_code[nxt] = code
-            else:
-                waiting.append(nxt)
+            reject_code[nxt] = unservable(prompt[nxt], output[nxt], config)
+            if not reject_code[nxt]:
+                waiting.append(seqs[nxt])
             nxt += 1
         if not waiting and not running:
             if nxt == n:
@@ -100,57 +82,31 @@ def run_continuous_batching(requests: Any, model: Any, gpu: Any, efficiency: Any
             t = arrival[nxt]  # idle until the next arrival
             continue
 
-        batch: list[tuple[int, int, bool]] = []  # (request, new tokens, decoding?)
-        budget = max_num_batched_tokens
-        preempted: list[int] = []
-        i = 0
-        while i < len(running) and budget > 0:  # rule 2
-            r = running[i]
-            if computed[r] < held[r]:  # the rest of a prompt, in chunks
-                batch.append((r, min(held[r] - computed[r], budget), False))
-            else:
-                victim = None
-                while victim != r and not pool.can_append(r):  # rule 3
-                    victim = running.pop()
-                    pool.free(victim)
-                    computed[victim] = held[victim] = 0
-                    n_preemptions[victim] += 1
-                    waiting.appendleft(victim)
-                    preempted.append(victim)
-                if victim == r:
-                    break
-                pool.append(r, 0)
-                held[r] += 1
-                batch.append((r, 1, True))
-            budget -= batch[-1][1]
-            i += 1
-
-        admitted = 0
-        while not preempted and waiting and budget > 0 and len(running) < max_num_seqs:  # rule 4
-            r = waiting[0]
-            if not chunked_prefill and tokens[r] > budget:
-                break
-            try:
-                pool.allocate(r, [0] * tokens[r])
-            except OutOfBlocks:
-                break
-            waiting.popleft()
-            running.append(r)
-            held[r], computed[r] = tokens[r], 0
+        plan = scheduler.schedule(SchedulerState(n_steps, waiting, running, pool.num_free_blocks,
+                                                 config, pool))
+        for r in plan.preempted:  # rule 3
+            running.remove(seqs[r])
+            seqs[r].num_computed = seqs[r].num_slots = 0
+            n_preemptions[r] += 1
+            waiting.appendleft(seqs[r])
+        for r in plan.admitted:  # rule 4
+            waiting.remove(seqs[r])
+            running.append(seqs[r])
             if start[r] != start[r]:  # NaN: the first admission (a recompute keeps it)
                 start[r] = t
                 batch_id[r] = n_started  # rank of first admission
                 n_started += 1
-            take = min(tokens[r], budget) if chunked_prefill else tokens[r]
-            batch.append((r, take, False))
-            budget -= take
-            admitted += 1
-
-        entries = [(r, k, computed[r]) for r, k, _ in batch]  # rule 5
+        entries = list(plan.batch)  # rule 5
+        n_decode = n_prefill = 0
+        for r, k, c in entries:
+            seq = seqs[r]
+            decoding = seq.num_slots > 0 and seq.num_computed == seq.num_slots  # before the append
+            seq.num_computed = c  # an admitted request starts at its prefix hits (none here)
+            seq.num_slots = pool.num_tokens(r)
+            n_decode += decoding
+            n_prefill += not decoding and c + k == seq.num_slots
         step_s, flops = pricer.price([(k, c) for _, k, c in entries])
         kv = sum(k + c for _, k, c in entries)
-        n_decode = sum(dec for _, _, dec in batch)
-        n_prefill = sum(not dec and computed[r] + k == held[r] for r, k, dec in batch)
         end = t + step_s
         n_steps += 1
         busy += step_s
@@ -159,24 +115,26 @@ def run_continuous_batching(requests: Any, model: Any, gpu: Any, efficiency: Any
         if batch_log:
             log.append(entries)
 
-        for r, k, _ in batch:  # rule 7
-            computed[r] += k
-            if computed[r] < held[r]:
+        for r, k, _ in entries:  # rule 6
+            seq = seqs[r]
+            seq.num_computed += k
+            if seq.num_computed < len(seq.tokens):
                 continue
             generated[r] += 1
-            tokens[r] += 1
+            seq.tokens.append(0)
             if first[r] != first[r]:
                 first[r] = end
             if generated[r] == output[r]:
                 finish[r] = end
                 pool.free(r)
-                held[r] = 0
-                running.remove(r)
+                seq.num_slots = 0
+                running.remove(seq)
         used = num_blocks - pool.num_free_blocks
         peak_blocks = max(peak_blocks, used)
         if trace:
-            for key, value in zip(rows, (t, step_s, len(batch), sum(k for _, k, _ in batch),
-                                         n_prefill, n_decode, kv, used, len(preempted), admitted)):
+            for key, value in zip(rows, (t, step_s, len(entries), sum(k for _, k, _ in entries),
+                                         n_prefill, n_decode, kv, used, len(plan.preempted),
+                                         len(plan.admitted))):
                 rows[key].append(value)
         t = end
 

@@ -91,9 +91,14 @@ impl PyBlockAllocator {
         Ok(PyBlockAllocator { inner: BlockAllocator::new(num_blocks, block_size, prefix_caching)? })
     }
 
-    fn allocate(&mut self, seq_id: i64, token_ids: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+    #[pyo3(signature = (seq_id, token_ids, num_computed = None))]
+    fn allocate(&mut self, seq_id: i64, token_ids: &Bound<'_, PyAny>, num_computed: Option<i64>) -> PyResult<Vec<u32>> {
         let tokens = extract_tokens(token_ids)?;
-        Ok(self.inner.allocate(seq_id, &tokens)?.to_vec())
+        Ok(self.inner.allocate(seq_id, &tokens, num_computed)?.to_vec())
+    }
+
+    fn mark_computed(&mut self, seq_id: i64, num_computed: i64) -> PyResult<()> {
+        Ok(self.inner.mark_computed(seq_id, num_computed)?)
     }
 
     fn append(&mut self, seq_id: i64, token_id: &Bound<'_, PyAny>) -> PyResult<Option<(u32, u32)>> {

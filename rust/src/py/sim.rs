@@ -11,6 +11,7 @@ use crate::sim::admission::EarlyReject;
 use crate::sim::batch1::{self, AcceptAll};
 use crate::sim::continuous::{self, BatchLog, ContinuousOutput, ContinuousParams, StepExtra};
 use crate::sim::continuous_per_step;
+use crate::sim::continuous_prefix::{self, PrefixOutput, Prefixes};
 use crate::sim::fixed_service::{self, FixedOutput};
 use crate::sim::static_batching::{self, StaticParams};
 use crate::sim::{SimOutput, StepTrace, Workload};
@@ -20,6 +21,7 @@ dict_of!(StepTrace { start_s, step_s, batch_size, tokens, n_prefill, n_decode, k
 dict_of!(StepExtra { kv_blocks, n_preempted, n_admitted });
 dict_of!(BatchLog { offsets, request_id, new_tokens, context_len });
 dict_of!(FixedOutput { start_s, finish_s, rejected, busy_s });
+dict_of!(PrefixOutput { cached_tokens, computed_tokens, prefix_hits, prefix_lookups, prefix_evictions });
 
 /// The request columns of a `servelab.workload.Requests`, read by attribute name (its
 /// constructor has checked them; the core checks them again).
@@ -133,12 +135,29 @@ impl ToPy for ContinuousOutput {
     }
 }
 
+/// A continuous-batching run, with prefix caching's columns when it was on (joined into one dict).
+struct ContinuousRun(ContinuousOutput, Option<PrefixOutput>);
+
+impl ToPy for ContinuousRun {
+    fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let d = to_dict(py, self.0)?;
+        if let Some(p) = self.1 {
+            d.update(to_dict(py, p)?.as_mapping())?;
+        }
+        Ok(d.into_any())
+    }
+}
+
 /// Continuous batching (`sim/continuous.rs`); the dict is `ContinuousOutput`'s (above).
 /// `per_step` (tests and benchmarks only) runs the per-sequence-step loop the event-driven
 /// engine replaced (`sim/continuous_per_step.rs`): the same output, bit for bit, slower.
+/// `prefix_caching` runs `sim/continuous_prefix.rs` over the shared prefixes `prefix_parent` /
+/// `prefix_len` (None: nothing shared) and adds `cached_tokens`, `computed_tokens` and the
+/// totals `prefix_hits`, `prefix_lookups`, `prefix_evictions`.
 #[pyfunction]
 #[pyo3(signature = (model, gpu, efficiency, requests, max_num_seqs, max_num_batched_tokens, block_size,
-    num_blocks, chunked_prefill, trace, batch_log, per_step=false))]
+    num_blocks, chunked_prefill, trace, batch_log, per_step=false, prefix_caching=false, prefix_parent=None,
+    prefix_len=None))]
 #[allow(clippy::too_many_arguments)]
 fn sim_continuous_batching<'py>(
     py: Python<'py>,
@@ -154,14 +173,32 @@ fn sim_continuous_batching<'py>(
     trace: bool,
     batch_log: bool,
     per_step: bool,
+    prefix_caching: bool,
+    prefix_parent: Option<PyReadonlyArray1<'py, i64>>,
+    prefix_len: Option<PyReadonlyArray1<'py, i64>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let params = ContinuousParams { max_num_seqs, max_num_batched_tokens, block_size, num_blocks, chunked_prefill };
     params.validate()?;
+    if per_step && prefix_caching {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "per_step=True has no prefix caching (the prefix-caching loop is per-step already)",
+        ));
+    }
+    let n = requests.arrival_s.len()?;
+    // None: nobody shares anything (only a preempted request's own computed blocks can hit)
+    let no_parent = if prefix_parent.is_some() { Vec::new() } else { vec![-1i64; n] };
+    let no_len = if prefix_len.is_some() { Vec::new() } else { vec![0i64; n] };
+    let parent = match &prefix_parent { Some(x) => slice("prefix_parent", x)?, None => &no_parent[..] };
+    let plen = match &prefix_len { Some(x) => slice("prefix_len", x)?, None => &no_len[..] };
     simulate(py, (model, gpu, efficiency), requests, |pr, w| {
-        if per_step {
-            continuous_per_step::run_per_step(pr, w, &params, trace, batch_log)
+        if prefix_caching {
+            let prefixes = Prefixes { parent, len: plen };
+            let (o, p) = continuous_prefix::run(pr, w, &params, &prefixes, true, trace, batch_log)?;
+            Ok(ContinuousRun(o, Some(p)))
+        } else if per_step {
+            Ok(ContinuousRun(continuous_per_step::run_per_step(pr, w, &params, trace, batch_log)?, None))
         } else {
-            continuous::run(pr, w, &params, trace, batch_log)
+            Ok(ContinuousRun(continuous::run(pr, w, &params, trace, batch_log)?, None))
         }
     })
 }

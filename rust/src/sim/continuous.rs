@@ -2,8 +2,8 @@
 //! pool (vLLM's PagedAttention, §2.4 and §3.5), optional chunked prefill and preemption by
 //! recompute.
 //!
-//! The scheduling rules are exactly those of `servelab.engine` (its package docstring numbers
-//! them 1-7), so that on the same requests this simulator and the engine, which runs real
+//! The scheduling rules are exactly those of `servelab.engine.scheduler` (its module docstring
+//! numbers them 1-6), so that on the same requests this simulator and the engine, which runs real
 //! tokens on tiny_llm, make the same batches step for step. In short, a step starting at `t`:
 //!
 //! 1. requests with `arrival_s <= t` arrive in order; one whose `need = prompt + output - 1`
@@ -22,8 +22,7 @@
 //!    of them within the budget;
 //! 5. the step is priced by the paper GPU ([`Pricer`], the same numbers as
 //!    `hw_model.step_cost`);
-//! 6. (prefix-cache readiness: not modelled, see below);
-//! 7. a request whose tokens are all computed samples one; the first sets `first_token_s` (the
+//! 6. a request whose tokens are all computed samples one; the first sets `first_token_s` (the
 //!    end of the step); the last frees its blocks at once.
 //!
 //! When nothing is waiting or running, the clock jumps to the next arrival (the engine logs an
@@ -174,6 +173,61 @@ impl KvCounts {
 
     pub fn blocks_used(&self) -> i64 {
         self.num_blocks - self.free
+    }
+}
+
+/// Rule 1: the requests from `*next` on that have arrived by `t` join the back of `waiting`, in
+/// order; one that could never run is rejected at once with its reason. Shared by the three
+/// continuous-batching loops (this file, `continuous_per_step.rs`, `continuous_prefix.rs`).
+pub(crate) fn arrive(
+    params: &ContinuousParams,
+    w: &Workload<'_>,
+    t: f64,
+    next: &mut usize,
+    waiting: &mut VecDeque<usize>,
+    reject_code: &mut [i8],
+    rec: &mut Recorder<'_>,
+) {
+    while *next < w.len() && w.arrival_s[*next] <= t {
+        let i = *next;
+        let code = params.unservable(w.prompt_len[i], w.output_len[i]);
+        if code == REJECT_NONE {
+            waiting.push_back(i);
+        } else {
+            reject_code[i] = code;
+            rec.out().rejected[i] = true;
+        }
+        *next += 1;
+    }
+}
+
+/// Rule 5 for one batch entry: request `r` computes `nt` new tokens on top of `c` in its KV
+/// (it holds `held` slots); adds them to the step's integer totals and, when kept, to the
+/// batch log. A prefilling entry that reaches `held` ends its (re)prefill: it samples a token.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn add_entry(
+    shape: &mut StepShape,
+    log: Option<&mut BatchLog>,
+    r: usize,
+    nt: i64,
+    c: i64,
+    held: i64,
+    decoding: bool,
+) {
+    let (nn, cc) = (nt as i128, c as i128);
+    shape.seqs += 1;
+    shape.tokens += nt;
+    shape.keys += nn * cc + nn * (nn + 1) / 2;
+    shape.ctx_tokens += cc;
+    if decoding {
+        shape.n_decode += 1;
+    } else if c + nt == held {
+        shape.n_prefill += 1;
+    }
+    if let Some(l) = log {
+        l.request_id.push(r as i64);
+        l.new_tokens.push(nt);
+        l.context_len.push(c);
     }
 }
 
@@ -343,17 +397,7 @@ pub fn run(
     let mut step = 0i64; // steps run so far
     let mut t = 0.0f64;
     loop {
-        // rule 1: arrivals
-        while next < n && a[next] <= t {
-            let code = params.unservable(pl[next], ol[next]);
-            if code == REJECT_NONE {
-                waiting.push_back(next);
-            } else {
-                reject_code[next] = code;
-                rec.out().rejected[next] = true;
-            }
-            next += 1;
-        }
+        arrive(params, w, t, &mut next, &mut waiting, &mut reject_code, &mut rec); // rule 1
         if waiting.is_empty() && dec.live == 0 && prefilling.is_empty() {
             if next == n {
                 break;
@@ -465,26 +509,14 @@ pub fn run(
 
         // rule 5: the step's shape (integer totals, as the per-step loop sums them) and price
         for &(r, nt, c) in &pieces {
-            let (nn, cc) = (nt as i128, c as i128);
-            shape.seqs += 1;
-            shape.tokens += nt;
-            shape.keys += nn * cc + nn * (nn + 1) / 2;
-            shape.ctx_tokens += cc;
-            if c + nt == req[r].held as i64 {
-                shape.n_prefill += 1;
-            }
-            if let Some(l) = log.as_mut() {
-                l.request_id.push(r as i64);
-                l.new_tokens.push(nt);
-                l.context_len.push(c);
-            }
+            add_entry(&mut shape, log.as_mut(), r, nt, c, req[r].held as i64, false);
         }
         if let Some(l) = log.as_mut() {
             l.offsets.push(l.request_id.len() as i64);
         }
         let end = rec.step(t, shape);
 
-        // rule 7, decoding requests: those whose last token this step samples leave
+        // rule 6, decoding requests: those whose last token this step samples leave
         while let Some(&Reverse((last, r))) = dec.finish.peek() {
             if last > step {
                 break;
@@ -499,7 +531,7 @@ pub fn run(
             rec.out().finish_s[r] = end;
         }
         step = step.checked_add(1).ok_or_else(counter_overflow)?;
-        // rule 7, prefill pieces: a completed prefill samples a token; the completed ones are
+        // rule 6, prefill pieces: a completed prefill samples a token; the completed ones are
         // the first pieces (only the last piece can be a partial chunk)
         let mut completed = 0;
         for &(r, nt, _) in &pieces {
@@ -562,7 +594,7 @@ struct Scratch {
     batch: Vec<(usize, i64, bool)>,
 }
 
-/// One step the per-step way (rules 2-7 visiting every running request), for the steps the
+/// One step the per-step way (rules 2-6 visiting every running request), for the steps the
 /// aggregates cannot take: it turns the decoding requests' offsets back into counts, runs the
 /// step exactly as `continuous_per_step.rs` does, and rebuilds the aggregates.
 struct SlowStep<'a, 'b> {
@@ -671,29 +703,14 @@ impl SlowStep<'_, '_> {
         // rule 5
         let mut shape = StepShape::default();
         for &(r, nt, decoding) in batch.iter() {
-            let c = req[r].c;
-            let (nn, cc) = (nt as i128, c as i128);
-            shape.seqs += 1;
-            shape.tokens += nt;
-            shape.keys += nn * cc + nn * (nn + 1) / 2;
-            shape.ctx_tokens += cc;
-            if decoding {
-                shape.n_decode += 1;
-            } else if c + nt == req[r].held as i64 {
-                shape.n_prefill += 1;
-            }
-            if let Some(l) = self.log.as_mut() {
-                l.request_id.push(r as i64);
-                l.new_tokens.push(nt);
-                l.context_len.push(c);
-            }
+            add_entry(&mut shape, self.log.as_deref_mut(), r, nt, req[r].c, req[r].held as i64, decoding);
         }
         if let Some(l) = self.log.as_mut() {
             l.offsets.push(l.request_id.len() as i64);
         }
         let end = self.rec.step(t, shape);
 
-        // rule 7
+        // rule 6
         for &(r, nt, _) in batch.iter() {
             let s = &mut req[r];
             s.c += nt;
@@ -895,7 +912,7 @@ mod tests {
                     0 => {
                         let n = 1 + rnd((blocks * bs) as u64 + 3) as i64;
                         let ok = counts.allocate(n);
-                        assert_eq!(ok, real.allocate(op, &vec![0; n as usize]).is_ok());
+                        assert_eq!(ok, real.allocate(op, &vec![0; n as usize], None).is_ok());
                         if ok {
                             held.push((op, n));
                         }

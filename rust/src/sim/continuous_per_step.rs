@@ -6,7 +6,7 @@
 
 use std::collections::VecDeque;
 
-use super::continuous::{BatchLog, ContinuousOutput, ContinuousParams, KvCounts, StepExtra, REJECT_NONE};
+use super::continuous::{add_entry, arrive, BatchLog, ContinuousOutput, ContinuousParams, KvCounts, StepExtra, REJECT_NONE};
 use super::{Recorder, StepShape, Workload};
 use crate::cost::Pricer;
 use crate::error::{CoreError, CoreResult};
@@ -50,17 +50,7 @@ pub fn run_per_step(
     let mut n_started = 0i64;
     let mut t = 0.0f64;
     loop {
-        // rule 1: arrivals
-        while next < n && a[next] <= t {
-            let code = params.unservable(pl[next], ol[next]);
-            if code == REJECT_NONE {
-                waiting.push_back(next);
-            } else {
-                reject_code[next] = code;
-                rec.out().rejected[next] = true;
-            }
-            next += 1;
-        }
+        arrive(params, w, t, &mut next, &mut waiting, &mut reject_code, &mut rec); // rule 1
         if waiting.is_empty() && running.is_empty() {
             if next == n {
                 break;
@@ -144,28 +134,14 @@ pub fn run_per_step(
         // rule 5: the step's shape and price
         let mut shape = StepShape::default();
         for &(r, nt, decoding) in &batch {
-            let (nn, c) = (nt as i128, live[r].computed as i128);
-            shape.seqs += 1;
-            shape.tokens += nt;
-            shape.keys += nn * c + nn * (nn + 1) / 2;
-            shape.ctx_tokens += c;
-            if decoding {
-                shape.n_decode += 1;
-            } else if live[r].computed + nt == live[r].held {
-                shape.n_prefill += 1; // a (re)prefill ends: it samples a token
-            }
-            if let Some(l) = log.as_mut() {
-                l.request_id.push(r as i64);
-                l.new_tokens.push(nt);
-                l.context_len.push(live[r].computed);
-            }
+            add_entry(&mut shape, log.as_mut(), r, nt, live[r].computed, live[r].held, decoding);
         }
         if let Some(l) = log.as_mut() {
             l.offsets.push(l.request_id.len() as i64);
         }
         let end = rec.step(t, shape);
 
-        // rule 7: sampling and leaving
+        // rule 6: sampling and leaving
         let mut finished = false;
         for &(r, nt, _) in &batch {
             let s = &mut live[r];

@@ -39,6 +39,7 @@ pub mod admission;
 pub mod batch1;
 pub mod continuous;
 pub mod continuous_per_step;
+pub mod continuous_prefix;
 pub mod data_parallel;
 pub mod decode_pool;
 pub mod disaggregated;

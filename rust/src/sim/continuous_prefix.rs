@@ -1,0 +1,465 @@
+//! Continuous batching with prefix caching (lecture §3.5, the course project's milestone 3):
+//! the rules of `servelab.engine` (numbered in its package docstring, summarised in
+//! `continuous.rs`), over the real block allocator of `blocks.rs` with prefix caching on.
+//!
+//! # Which prompts share what
+//!
+//! The simulator knows lengths, not tokens. A request may name an earlier one, its *prefix
+//! parent*, and how many leading tokens it shares with it (`prefix_len`): a chat request shares
+//! the system prompt with the first request that used it; turn `i` of a conversation shares
+//! the whole previous turn, prompt and output. The token at position `j` of request `r` is the
+//! parent's token `j` if `j < prefix_len[r]`, else `r`'s own. Following parents up gives every
+//! position an *origin*, the request whose own token it is; the synthetic token id is that
+//! origin's index. Two requests then hold equal tokens on `[0, k)` exactly when their origins
+//! agree there, and the allocator's hash chain sees the same sharing a real tokenizer would,
+//! with no chance of an accidental match.
+//!
+//! # The same block semantics as the engine
+//!
+//! Driving the real [`BlockAllocator`] makes every decision the engine's allocator makes: hits
+//! only on registered blocks, registered when computed (`allocate(.., Some(0))` at admission,
+//! `mark_computed` for each scheduled chunk, `append` for each decoded token), at most
+//! `(n - 1) / block_size` hits so one token is left to compute, LRU eviction of free cached
+//! blocks, the same block ids. A decoded token's slot is appended, as in the engine; its id is
+//! the request's own (generated tokens are never inside the request's own `prefix_len`).
+//!
+//! # Cost
+//!
+//! This loop visits every running request in every step, like `continuous_per_step.rs`, and
+//! hashes every prompt token at allocation: `O(tokens)`, not the event-driven loop's
+//! `O(events)`. A decoder touches the allocator only twice a block (when it takes the block
+//! and when it fills it: the only moments the pool or the cache can tell), writing the slots
+//! in between in one call. `make bench` shows both loops. With prefix caching off it makes the
+//! event-driven loop's batches and clock, bit for bit (the tests below check it).
+
+use std::collections::VecDeque;
+
+use super::continuous::{add_entry, arrive, BatchLog, ContinuousOutput, ContinuousParams, StepExtra, REJECT_NONE};
+use super::{Recorder, StepShape, Workload};
+use crate::blocks::BlockAllocator;
+use crate::cost::Pricer;
+use crate::error::{CoreError, CoreResult};
+
+/// Which earlier request each request's prompt starts with, and for how many tokens.
+#[derive(Debug, Clone, Copy)]
+pub struct Prefixes<'a> {
+    /// `-1`, or the index of an earlier request (`< i`).
+    pub parent: &'a [i64],
+    /// Tokens shared with the parent: `0` without one, else in `[0, prompt_len[i]]` and at most
+    /// the parent's `prompt_len + output_len`.
+    pub len: &'a [i64],
+}
+
+impl Prefixes<'_> {
+    /// Checks the columns against the workload; the error names the first bad value.
+    pub fn validate(&self, w: &Workload<'_>) -> CoreResult<()> {
+        let n = w.len();
+        if self.parent.len() != n || self.len.len() != n {
+            return Err(CoreError::invalid(format!(
+                "prefix_parent and prefix_len must have one entry per request ({n}), got {} and {}",
+                self.parent.len(),
+                self.len.len()
+            )));
+        }
+        for i in 0..n {
+            let (p, k) = (self.parent[i], self.len[i]);
+            if !(-1..i as i64).contains(&p) {
+                return Err(CoreError::invalid(format!(
+                    "prefix_parent[{i}] must be -1 or an earlier request's index in [0, {i}), got {p}"
+                )));
+            }
+            let most = if p < 0 { 0 } else { w.prompt_len[i].min(w.prompt_len[p as usize] + w.output_len[p as usize]) };
+            if !(0..=most).contains(&k) {
+                return Err(CoreError::invalid(format!(
+                    "prefix_len[{i}] must be in [0, {most}] (no parent: 0; else at most its prompt \
+                     and the parent's prompt + output), got {k}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The synthetic token ids of request `r`'s first `k` tokens into `out` (see the module
+    /// docs): an iterative walk up the parents, so a long conversation needs no deep stack.
+    fn tokens(&self, r: usize, k: usize, chain: &mut Vec<(usize, usize)>, out: &mut Vec<i64>) {
+        chain.clear();
+        let (mut cur, mut lim) = (r, k);
+        loop {
+            chain.push((cur, lim));
+            let p = self.parent[cur];
+            lim = lim.min(self.len[cur] as usize);
+            if p < 0 || lim == 0 {
+                break;
+            }
+            cur = p as usize;
+        }
+        out.clear();
+        for &(origin, end) in chain.iter().rev() {
+            out.resize(end.max(out.len()), origin as i64);
+        }
+    }
+}
+
+/// What prefix caching did, beside [`ContinuousOutput`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrefixOutput {
+    /// Per request: prompt tokens served from the cache, summed over its admissions (a
+    /// recompute after preemption may hit again), as the engine's `num_cached_tokens`.
+    pub cached_tokens: Vec<i64>,
+    /// Per request: tokens it computed, summed over its steps (`num_computed_tokens`).
+    pub computed_tokens: Vec<i64>,
+    /// The allocator's counters: blocks reused, blocks that could have been, cached blocks
+    /// given new content.
+    pub prefix_hits: u64,
+    pub prefix_lookups: u64,
+    pub prefix_evictions: u64,
+}
+
+/// The live state of one request.
+#[derive(Debug, Clone, Copy, Default)]
+struct Live {
+    /// tokens whose KV is in the pool
+    computed: i64,
+    /// token slots the pool holds for it (0 while waiting)
+    held: i64,
+    /// decoded slots not yet written into the allocator (see "Lazy appends" in `run`)
+    pending: i64,
+    generated: i64,
+}
+
+/// Runs continuous batching with prefix caching over a validated workload, one sequence-step
+/// at a time (`prefix_caching = false` runs the same loop on a plain allocator).
+pub fn run(
+    pricer: &Pricer,
+    w: &Workload<'_>,
+    params: &ContinuousParams,
+    prefixes: &Prefixes<'_>,
+    prefix_caching: bool,
+    trace: bool,
+    batch_log: bool,
+) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
+    params.validate()?;
+    prefixes.validate(w)?;
+    let n = w.len();
+    if n > u32::MAX as usize {
+        // a request's index is its synthetic token id, and token ids are u32
+        return Err(CoreError::invalid(format!(
+            "arrival_s must hold at most {} requests with prefix caching, got {n} (split the workload)",
+            u32::MAX
+        )));
+    }
+    let (a, pl, ol) = (w.arrival_s, w.prompt_len, w.output_len);
+    let mut rec = Recorder::new(pricer, n, trace);
+    let mut reject_code = vec![REJECT_NONE; n];
+    let mut n_preemptions = vec![0i64; n];
+    let mut extra = trace.then(StepExtra::default);
+    let mut log = batch_log.then(|| BatchLog { offsets: vec![0], ..Default::default() });
+    let mut pre = PrefixOutput {
+        cached_tokens: vec![0; n],
+        computed_tokens: vec![0; n],
+        prefix_hits: 0,
+        prefix_lookups: 0,
+        prefix_evictions: 0,
+    };
+    let mut live = vec![Live::default(); n];
+    let mut kv = BlockAllocator::new(params.num_blocks, params.block_size, prefix_caching)?;
+    let used = |kv: &BlockAllocator| (kv.num_blocks() - kv.num_free_blocks()) as i64;
+    let mut waiting: VecDeque<usize> = VecDeque::new();
+    let mut running: Vec<usize> = Vec::new();
+    // (request, new tokens, decoding?) in batch order
+    let mut batch: Vec<(usize, i64, bool)> = Vec::new();
+    let (mut chain, mut toks) = (Vec::new(), Vec::new());
+    let (mut preemptions, mut peak_blocks) = (0u64, 0i64);
+    let mut next = 0; // first request not arrived yet
+    let mut n_started = 0i64;
+    let mut t = 0.0f64;
+    // An allocator error other than OutOfBlocks would be a bug here: report it, never panic.
+    let internal = |e: CoreError| CoreError::invalid(format!("internal error: {e}"));
+    loop {
+        arrive(params, w, t, &mut next, &mut waiting, &mut reject_code, &mut rec); // rule 1
+        if waiting.is_empty() && running.is_empty() {
+            if next == n {
+                break;
+            }
+            t = a[next]; // idle: jump to the next arrival
+            continue;
+        }
+
+        // rules 2-3: running requests, oldest admitted first
+        batch.clear();
+        let mut budget = params.max_num_batched_tokens;
+        let (mut n_preempted, mut n_admitted) = (0i64, 0i64);
+        let mut i = 0;
+        'running: while i < running.len() && budget > 0 {
+            let r = running[i];
+            let decoding = live[r].computed == live[r].held;
+            let nt = if !decoding {
+                let nt = (live[r].held - live[r].computed).min(budget); // a chunk of the prompt
+                kv.mark_computed(r as i64, live[r].computed + nt).map_err(internal)?;
+                nt
+            } else {
+                // Lazy appends: a decoder's slot needs the allocator only when it takes a new
+                // block (the pool changes) or fills one (its key is registered); in between,
+                // the slots wait in `pending` and are written in one call at the fill. The last
+                // block of a sequence here is never shared (no fork; a hit is never the last
+                // block), so an append needs a block exactly when `held` is a multiple of bs.
+                let bs = params.block_size;
+                let needs_block = |held: i64| held % bs == 0;
+                while needs_block(live[r].held) && kv.num_free_blocks() == 0 {
+                    let victim = running.pop().expect("r itself is running");
+                    kv.free(victim as i64).map_err(internal)?; // its pending slots go with it
+                    live[victim].computed = 0;
+                    live[victim].held = 0;
+                    live[victim].pending = 0;
+                    n_preemptions[victim] += 1;
+                    preemptions += 1;
+                    waiting.push_front(victim);
+                    n_preempted += 1;
+                    if victim == r {
+                        break 'running;
+                    }
+                }
+                // the slot of its last sampled token holds an own token (id r)
+                let s = &mut live[r];
+                if needs_block(s.held) {
+                    kv.append(r as i64, r as i64).map_err(internal)?; // nothing pending: flushed at the fill
+                } else {
+                    s.pending += 1;
+                    if needs_block(s.held + 1) {
+                        kv.append_same(r as i64, r as i64, s.pending as usize).map_err(internal)?;
+                        s.pending = 0;
+                    }
+                }
+                s.held += 1;
+                1
+            };
+            batch.push((r, nt, decoding));
+            budget -= nt;
+            i += 1;
+        }
+
+        // rule 4: admission, only in a step that preempted nobody
+        if n_preempted == 0 {
+            while budget > 0 && (running.len() as i64) < params.max_num_seqs {
+                let Some(&r) = waiting.front() else { break };
+                let tokens = pl[r] + live[r].generated;
+                if !params.chunked_prefill && tokens > budget {
+                    break; // all its tokens, cached or not: the hits are known only after allocating
+                }
+                prefixes.tokens(r, tokens as usize, &mut chain, &mut toks);
+                match kv.allocate(r as i64, &toks, Some(0)) {
+                    Ok(_) => {}
+                    Err(CoreError::OutOfBlocks(_)) => break,
+                    Err(e) => return Err(internal(e)),
+                }
+                waiting.pop_front();
+                running.push(r);
+                let cached = kv.num_cached_tokens(r as i64).map_err(internal)? as i64;
+                pre.cached_tokens[r] += cached;
+                live[r].held = tokens;
+                live[r].computed = cached;
+                let o = rec.out();
+                if o.start_s[r].is_nan() {
+                    // a recompute keeps its first start; `batch_id` is the rank of first admission
+                    o.start_s[r] = t;
+                    o.batch_id[r] = n_started;
+                    n_started += 1;
+                }
+                let mut nt = tokens - cached;
+                if params.chunked_prefill {
+                    nt = nt.min(budget);
+                }
+                // registered now: a request admitted later in this step may hit these blocks
+                // (it comes later in the batch, and each layer writes before the next reads)
+                kv.mark_computed(r as i64, cached + nt).map_err(internal)?;
+                batch.push((r, nt, false));
+                n_admitted += 1;
+                budget -= nt;
+            }
+        }
+        if batch.is_empty() {
+            // rules 1-4 rule this out (see the engine's docstring); an error, never a hang
+            return Err(CoreError::invalid(format!(
+                "internal error: at t={t} work is left but nothing could be scheduled"
+            )));
+        }
+
+        // rule 5: the step's shape and price
+        let mut shape = StepShape::default();
+        for &(r, nt, decoding) in &batch {
+            add_entry(&mut shape, log.as_mut(), r, nt, live[r].computed, live[r].held, decoding);
+        }
+        if let Some(l) = log.as_mut() {
+            l.offsets.push(l.request_id.len() as i64);
+        }
+        let end = rec.step(t, shape);
+
+        // rule 6: sampling and leaving
+        let mut finished = false;
+        for &(r, nt, _) in &batch {
+            let s = &mut live[r];
+            s.computed += nt;
+            pre.computed_tokens[r] += nt;
+            if s.computed < s.held {
+                continue; // a chunk that is not the prompt's last
+            }
+            s.generated += 1;
+            let o = rec.out();
+            if o.first_token_s[r].is_nan() {
+                o.first_token_s[r] = end;
+            }
+            if s.generated == ol[r] {
+                o.finish_s[r] = end;
+                kv.free(r as i64).map_err(internal)?;
+                s.held = 0;
+                s.pending = 0;
+                finished = true;
+            }
+        }
+        if finished {
+            running.retain(|&r| live[r].generated < ol[r]);
+        }
+        peak_blocks = peak_blocks.max(used(&kv));
+        if let Some(x) = extra.as_mut() {
+            x.kv_blocks.push(used(&kv));
+            x.n_preempted.push(n_preempted);
+            x.n_admitted.push(n_admitted);
+        }
+        t = end;
+    }
+    pre.prefix_hits = kv.num_hits();
+    pre.prefix_lookups = kv.num_lookups();
+    pre.prefix_evictions = kv.num_evictions();
+    let out = ContinuousOutput {
+        sim: rec.finish(),
+        reject_code,
+        n_preemptions,
+        preemptions,
+        trace_extra: extra,
+        peak_kv_blocks: peak_blocks,
+        batch_log: log,
+    };
+    Ok((out, pre))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::continuous;
+    use crate::sim::test_util::{price, pricer};
+
+    fn params(seqs: i64, budget: i64, bs: i64, blocks: i64, chunked: bool) -> ContinuousParams {
+        ContinuousParams {
+            max_num_seqs: seqs,
+            max_num_batched_tokens: budget,
+            block_size: bs,
+            num_blocks: blocks,
+            chunked_prefill: chunked,
+        }
+    }
+
+    fn steps(o: &ContinuousOutput) -> Vec<Vec<(i64, i64, i64)>> {
+        let l = o.batch_log.as_ref().unwrap();
+        l.offsets
+            .windows(2)
+            .map(|w| (w[0] as usize..w[1] as usize).map(|k| (l.request_id[k], l.new_tokens[k], l.context_len[k])).collect())
+            .collect()
+    }
+
+    #[test]
+    fn synthetic_tokens_follow_the_parents() {
+        // r0 own; r1 shares 3 of r0's; r2 shares 5 of r1's (3 of them r0's)
+        let (parent, len) = ([-1, 0, 1], [0, 3, 5]);
+        let pf = Prefixes { parent: &parent, len: &len };
+        let (mut chain, mut out) = (Vec::new(), Vec::new());
+        pf.tokens(2, 7, &mut chain, &mut out);
+        assert_eq!(out, vec![0, 0, 0, 1, 1, 2, 2]);
+        pf.tokens(2, 2, &mut chain, &mut out);
+        assert_eq!(out, vec![0, 0]);
+        pf.tokens(0, 4, &mut chain, &mut out);
+        assert_eq!(out, vec![0; 4]);
+    }
+
+    /// A shared system prompt, by hand: r1 arrives when r0's prompt is computed and skips its
+    /// two full blocks; r2 shares only one.
+    #[test]
+    fn a_shared_system_prompt_is_computed_once() {
+        let t1 = price(&[(10, 0)]);
+        let a = [0.0, t1, t1];
+        let w = Workload::new(&a, &[10, 12, 6], &[3, 2, 2]).unwrap();
+        let (parent, len) = ([-1, 0, 0], [0, 9, 5]);
+        let pf = Prefixes { parent: &parent, len: &len };
+        let (o, p) = run(&pricer(), &w, &params(8, 64, 4, 32, false), &pf, true, true, true).unwrap();
+        assert_eq!(
+            steps(&o),
+            vec![vec![(0, 10, 0)], vec![(0, 1, 10), (1, 4, 8), (2, 2, 4)], vec![(0, 1, 11), (1, 1, 12), (2, 1, 6)]]
+        );
+        assert_eq!(p.cached_tokens, vec![0, 8, 4]);
+        assert_eq!(p.computed_tokens, vec![12, 5, 3]);
+        assert_eq!((p.prefix_hits, p.prefix_lookups), (3, 2 + 2 + 1));
+    }
+
+    /// With prefix caching off, or on without shared prefixes and without preemption (a
+    /// preempted request hits its own computed blocks when it comes back), the loop makes the
+    /// event-driven simulator's batches and clock, bit for bit.
+    #[test]
+    fn no_sharing_is_the_event_driven_run() {
+        let mut seed = 0x0123_4567_89ab_cdefu64;
+        let mut rnd = |k: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % k
+        };
+        for case in 0..120 {
+            let n = 1 + rnd(30) as usize;
+            let mut t = 0.0;
+            let a: Vec<f64> = (0..n).map(|_| { t += rnd(4) as f64 * 0.003; t }).collect();
+            let p: Vec<i64> = (0..n).map(|_| 1 + rnd(50) as i64).collect();
+            let l: Vec<i64> = (0..n).map(|_| 1 + rnd(30) as i64).collect();
+            let prm = params(1 + rnd(8) as i64, 1 + rnd(80) as i64, 1 + rnd(8) as i64, 1 + rnd(40) as i64, rnd(2) == 0);
+            let w = Workload::new(&a, &p, &l).unwrap();
+            let want = continuous::run(&pricer(), &w, &prm, true, true);
+            // sharing declared but prefix caching off: the same as no sharing
+            let parent: Vec<i64> = (0..n as i64).map(|i| i - 1).collect();
+            let len: Vec<i64> = (0..n).map(|i| if i == 0 { 0 } else { p[i].min(p[i - 1] + l[i - 1]) }).collect();
+            let shared = Prefixes { parent: &parent, len: &len };
+            let none = Prefixes { parent: &vec![-1; n], len: &vec![0; n] };
+            for (pf, caching) in [(none, true), (shared, false)] {
+                if caching && want.as_ref().is_ok_and(|o| o.preemptions > 0) {
+                    continue;
+                }
+                let got = run(&pricer(), &w, &prm, &pf, caching, true, true);
+                match (&want, got) {
+                    (Ok(want), Ok((got, extra))) => {
+                        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&got.sim.finish_s), bits(&want.sim.finish_s), "case {case}");
+                        assert_eq!(bits(&got.sim.first_token_s), bits(&want.sim.first_token_s), "case {case}");
+                        assert_eq!(got.batch_log, want.batch_log, "case {case} {prm:?}");
+                        assert_eq!(got.trace_extra, want.trace_extra, "case {case}");
+                        assert_eq!(got.n_preemptions, want.n_preemptions, "case {case}");
+                        assert_eq!(extra.prefix_hits, 0);
+                    }
+                    (Err(e1), Err(e2)) => assert_eq!(e1, &e2),
+                    (want, got) => panic!("case {case}: {want:?} vs {got:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bad_prefixes_name_the_value() {
+        let w = Workload::new(&[0.0, 0.0], &[4, 4], &[2, 2]).unwrap();
+        let prm = params(8, 64, 4, 32, false);
+        for (parent, len, msg) in [
+            (vec![-1, 1], vec![0, 2], "prefix_parent[1] must be -1 or an earlier request's index in [0, 1), got 1"),
+            (vec![-1, -1], vec![0, 2], "prefix_len[1] must be in [0, 0]"),
+            (vec![-1, 0], vec![0, 5], "prefix_len[1] must be in [0, 4]"),
+            (vec![-1], vec![0], "prefix_parent and prefix_len must have one entry per request (2), got 1 and 1"),
+        ] {
+            let pf = Prefixes { parent: &parent, len: &len };
+            let e = run(&pricer(), &w, &prm, &pf, true, false, false).unwrap_err().to_string();
+            assert!(e.starts_with(msg), "{e}");
+        }
+    }
+}

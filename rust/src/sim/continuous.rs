@@ -639,17 +639,7 @@ impl<'p> Card<'p> {
                     break;
                 }
                 completed += 1;
-                s.generated += 1;
-                let o = rec.out();
-                if o.first_token_s[r].is_nan() {
-                    o.first_token_s[r] = end;
-                }
-                if s.generated as i64 == ol[r] {
-                    kv.free(s.held as i64);
-                    s.held = 0;
-                    state[r] = DONE;
-                    rec.set_finish(r, end);
-                } else {
+                if !sample_token(rec, kv, s, &mut state[r], r, ol[r], end) {
                     state[r] = DECODING;
                     dec.push(r, s, pl[r], ol[r], step);
                 }
@@ -683,6 +673,26 @@ impl<'p> Card<'p> {
             batch_log: self.log,
         }
     }
+}
+
+/// Rule 6 for request `r`, all of whose tokens are computed at `end`: it samples one (the first
+/// sets `first_token_s`); the last (`output` of them) finishes it and frees its blocks. Returns
+/// whether it finished.
+#[inline]
+fn sample_token(rec: &mut Recorder<'_>, kv: &mut KvCounts, s: &mut Req, state: &mut u8, r: usize, output: i64, end: f64) -> bool {
+    s.generated += 1;
+    let o = rec.out();
+    if o.first_token_s[r].is_nan() {
+        o.first_token_s[r] = end;
+    }
+    if s.generated as i64 != output {
+        return false;
+    }
+    kv.free(s.held as i64);
+    s.held = 0;
+    *state = DONE;
+    rec.set_finish(r, end);
+    true
 }
 
 /// Requests are kept as u32 indices (and counted in u32 per block residue).
@@ -834,17 +844,7 @@ impl SlowStep<'_, '_> {
             if s.c < s.held as i64 {
                 continue;
             }
-            s.generated += 1;
-            let o = self.rec.out();
-            if o.first_token_s[r].is_nan() {
-                o.first_token_s[r] = end;
-            }
-            if s.generated as i64 == ol[r] {
-                kv.free(s.held as i64);
-                s.held = 0;
-                state[r] = DONE;
-                self.rec.set_finish(r, end);
-            }
+            sample_token(self.rec, kv, s, &mut state[r], r, ol[r], end);
         }
 
         // back to aggregates: the decoding requests first, the prefilling ones after (a request

@@ -98,17 +98,8 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::test_util::{pricer, rng};
+    use crate::sim::test_util::{card_params as params, pricer, rng};
 
-    fn params() -> ContinuousParams {
-        ContinuousParams {
-            max_num_seqs: 8,
-            max_num_batched_tokens: 512,
-            block_size: 16,
-            num_blocks: 64,
-            chunked_prefill: false,
-        }
-    }
 
     #[test]
     fn one_replica_is_one_card() {

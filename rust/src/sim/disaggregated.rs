@@ -172,17 +172,8 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::test_util::{price, pricer};
+    use crate::sim::test_util::{card_params as params, price, pricer};
 
-    fn params() -> ContinuousParams {
-        ContinuousParams {
-            max_num_seqs: 8,
-            max_num_batched_tokens: 512,
-            block_size: 16,
-            num_blocks: 64,
-            chunked_prefill: false,
-        }
-    }
 
     /// One request by hand: prefill alone, the link, then two decodes alone.
     #[test]

@@ -327,6 +327,17 @@ pub(crate) mod test_util {
         Pricer::new(&m, &g, &Efficiency::default()).unwrap()
     }
 
+    /// A small card: 8 seats, a 512-token budget, 64 blocks of 16 tokens, no chunked prefill.
+    pub fn card_params() -> crate::sim::continuous::ContinuousParams {
+        crate::sim::continuous::ContinuousParams {
+            max_num_seqs: 8,
+            max_num_batched_tokens: 512,
+            block_size: 16,
+            num_blocks: 64,
+            chunked_prefill: false,
+        }
+    }
+
     /// A seeded xorshift64 for the tests' pseudo-random cases: `rnd(k)` is a number in `0..k`.
     pub fn rng(mut seed: u64) -> impl FnMut(u64) -> u64 {
         move |k| {

@@ -3,12 +3,25 @@
 //! share of the step's totals, its sampling). Bench- and test-only: `benchmarks/` times the
 //! event-driven engine against it, and `tests/test_sim_events.py` checks the two agree bit for
 //! bit. The rules are those of `continuous.rs`'s module docs.
+//!
+//! # Speculative decoding (§8, milestone 4a)
+//!
+//! [`run_speculative`] adds the engine's speculative step (`servelab.engine.speculative`): once
+//! rules 2-4 have planned the step, each decoding entry gets up to `k` draft guesses, within
+//! the token budget and the free blocks left (the blocks every guess being kept would need are
+//! reserved, so speculation never preempts anyone), never past the request's last token. The
+//! simulator has no tokens: guess `j` of a step is kept with the request's acceptance rate `a`,
+//! by a seeded uniform draw per (request, output index), and the guesses after the first
+//! rejection are thrown away, so a step emits `1 + kept` tokens, `(1 - a^(k+1)) / (1 - a)` on
+//! average. The target's forward is priced as an entry of `1 + g` tokens; the draft's `g`
+//! steps as batched decode steps of the draft model at contexts `c, c + 1, ..` (the engine's
+//! `draft_cost_s`). Kept guesses take their slots after the step, as in the engine.
 
 use std::collections::VecDeque;
 
 use super::continuous::{add_entry, arrive, BatchLog, ContinuousOutput, ContinuousParams, KvCounts, StepExtra, REJECT_NONE};
-use super::{Recorder, StepShape, Workload};
-use crate::cost::Pricer;
+use super::{price_shape, Recorder, StepShape, Workload};
+use crate::cost::{fmt_f64, Pricer};
 use crate::error::{CoreError, CoreResult};
 
 /// The live state of one request (one per request: memory stays linear).
@@ -23,6 +36,65 @@ struct Live {
     generated: i64,
 }
 
+/// The speculative option (see the module docs).
+#[derive(Clone, Copy)]
+pub struct Speculation<'a> {
+    /// Draft guesses per decoding request and step, `>= 0`.
+    pub k: i64,
+    /// Per request: the chance that each guess is kept, in `[0, 1]`.
+    pub acceptance: &'a [f64],
+    /// Seeds the acceptance draws.
+    pub seed: u64,
+    /// Prices the draft's steps.
+    pub draft: &'a Pricer,
+}
+
+/// Largest `k`: far beyond any useful draft length, small enough to keep a step's work bounded.
+pub const MAX_SPEC_K: i64 = 1 << 16;
+
+impl Speculation<'_> {
+    /// Checks `k` and the acceptance column; the error names the first bad value.
+    pub fn validate(&self, n: usize) -> CoreResult<()> {
+        if !(0..=MAX_SPEC_K).contains(&self.k) {
+            return Err(CoreError::invalid(format!("k must be an integer in [0, {MAX_SPEC_K}], got {}", self.k)));
+        }
+        if self.acceptance.len() != n {
+            return Err(CoreError::invalid(format!(
+                "acceptance must have one entry per request ({n}), got {}",
+                self.acceptance.len()
+            )));
+        }
+        if let Some((i, &a)) = self.acceptance.iter().enumerate().find(|(_, &a)| !(0.0..=1.0).contains(&a)) {
+            return Err(CoreError::invalid(format!("acceptance[{i}] must be a number in [0, 1], got {}", fmt_f64(a))));
+        }
+        Ok(())
+    }
+
+    /// The uniform in `[0, 1)` that judges request `r`'s guess at output index `index`:
+    /// SplitMix64 of the three, so it does not depend on the batch it falls in.
+    fn uniform(&self, r: usize, index: i64) -> f64 {
+        let mut x = self.seed ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (index as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        x ^= x >> 31;
+        (x >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+/// What speculation did, per request (summed over its decoding steps).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecOutput {
+    /// Guesses proposed.
+    pub spec_proposed: Vec<i64>,
+    /// Guesses kept.
+    pub spec_accepted: Vec<i64>,
+    /// Decoding steps (target steps after the one that produced the first token).
+    pub spec_steps: Vec<i64>,
+    /// Seconds the draft's steps took, over the run (included in the clock and `busy_s`).
+    pub draft_busy_s: f64,
+}
+
 /// Runs continuous batching over a validated workload, one sequence-step at a time.
 pub fn run_per_step(
     pricer: &Pricer,
@@ -31,6 +103,30 @@ pub fn run_per_step(
     trace: bool,
     batch_log: bool,
 ) -> CoreResult<ContinuousOutput> {
+    run_loop(pricer, w, params, None, trace, batch_log).map(|(o, _)| o)
+}
+
+/// [`run_per_step`] with speculative decoding (see the module docs).
+pub fn run_speculative(
+    pricer: &Pricer,
+    w: &Workload<'_>,
+    params: &ContinuousParams,
+    spec: &Speculation<'_>,
+    trace: bool,
+    batch_log: bool,
+) -> CoreResult<(ContinuousOutput, SpecOutput)> {
+    spec.validate(w.len())?;
+    run_loop(pricer, w, params, Some(spec), trace, batch_log).map(|(o, s)| (o, s.expect("speculation was on")))
+}
+
+fn run_loop(
+    pricer: &Pricer,
+    w: &Workload<'_>,
+    params: &ContinuousParams,
+    spec: Option<&Speculation<'_>>,
+    trace: bool,
+    batch_log: bool,
+) -> CoreResult<(ContinuousOutput, Option<SpecOutput>)> {
     params.validate()?;
     let n = w.len();
     let (a, pl, ol) = (w.arrival_s, w.prompt_len, w.output_len);
@@ -45,6 +141,14 @@ pub fn run_per_step(
     let mut running: Vec<usize> = Vec::new();
     // (request, new tokens, decoding?) in batch order
     let mut batch: Vec<(usize, i64, bool)> = Vec::new();
+    // per batch entry with speculation: (guesses, kept)
+    let mut guessed: Vec<(i64, i64)> = Vec::new();
+    let mut so = spec.map(|_| SpecOutput {
+        spec_proposed: vec![0; n],
+        spec_accepted: vec![0; n],
+        spec_steps: vec![0; n],
+        draft_busy_s: 0.0,
+    });
     let (mut preemptions, mut peak_blocks) = (0u64, 0i64);
     let mut next = 0; // first request not arrived yet
     let mut n_started = 0i64;
@@ -124,6 +228,10 @@ pub fn run_per_step(
                 budget -= nt;
             }
         }
+        let mut draft_s = 0.0;
+        if let (Some(sp), Some(so)) = (spec, so.as_mut()) {
+            draft_s = speculate(sp, params, &kv, &live, ol, budget, &mut batch, &mut guessed, so);
+        }
         if batch.is_empty() {
             // rules 1-4 rule this out (see the engine's docstring); an error, never a hang
             return Err(CoreError::invalid(format!(
@@ -139,18 +247,25 @@ pub fn run_per_step(
         if let Some(l) = log.as_mut() {
             l.offsets.push(l.request_id.len() as i64);
         }
-        let end = rec.step(t, shape);
+        let end = if draft_s > 0.0 { rec.step_plus(t, shape, draft_s) } else { rec.step(t, shape) };
 
         // rule 6: sampling and leaving
         let mut finished = false;
-        for &(r, nt, _) in &batch {
+        for (e, &(r, nt, _)) in batch.iter().enumerate() {
             let s = &mut live[r];
+            // kept guesses: their slots now (reserved by `speculate`), their KV computed
+            let kept = guessed.get(e).map_or(0, |&(g, kept)| {
+                kv.take(blocks_for(s.held + kept, params.block_size) - blocks_for(s.held, params.block_size));
+                s.held += kept;
+                s.computed -= g - kept;
+                kept
+            });
             s.computed += nt;
             if s.computed < s.held {
                 continue; // a chunk that is not the prompt's last
             }
-            s.generated += 1;
-            s.tokens += 1;
+            s.generated += 1 + kept;
+            s.tokens += 1 + kept;
             let o = rec.out();
             if o.first_token_s[r].is_nan() {
                 o.first_token_s[r] = end;
@@ -173,7 +288,7 @@ pub fn run_per_step(
         }
         t = end;
     }
-    Ok(ContinuousOutput {
+    let out = ContinuousOutput {
         sim: rec.finish(),
         reject_code,
         n_preemptions,
@@ -181,5 +296,68 @@ pub fn run_per_step(
         trace_extra: extra,
         peak_kv_blocks: peak_blocks,
         batch_log: log,
-    })
+    };
+    Ok((out, so))
+}
+
+fn blocks_for(tokens: i64, block_size: i64) -> i64 {
+    (tokens + block_size - 1) / block_size
+}
+
+/// The speculative step on a planned batch: guesses for its decoding entries (widening them
+/// to `1 + g` tokens), their verdicts into `guessed` (one per entry), and the draft's price.
+#[allow(clippy::too_many_arguments)]
+fn speculate(
+    sp: &Speculation<'_>,
+    params: &ContinuousParams,
+    kv: &KvCounts,
+    live: &[Live],
+    ol: &[i64],
+    mut budget: i64,
+    batch: &mut [(usize, i64, bool)],
+    guessed: &mut Vec<(i64, i64)>,
+    so: &mut SpecOutput,
+) -> f64 {
+    guessed.clear();
+    let mut spare = kv.num_free_blocks();
+    let bs = params.block_size;
+    // (context, guesses) of the entries that guess, for the draft's price
+    let mut draft: Vec<(i64, i64)> = Vec::new();
+    for (r, nt, decoding) in batch.iter_mut() {
+        let s = &live[*r];
+        let mut g = 0;
+        if *decoding {
+            g = sp.k.min(budget).min(ol[*r] - s.generated - 1).max(0);
+            // `held` counts the slot rule 2 appended for this step's token
+            while g > 0 && blocks_for(s.held + g, bs) - blocks_for(s.held, bs) > spare {
+                g -= 1;
+            }
+            spare -= blocks_for(s.held + g, bs) - blocks_for(s.held, bs);
+            budget -= g;
+            so.spec_steps[*r] += 1;
+        }
+        let a = sp.acceptance[*r];
+        let kept = (0..g).take_while(|&j| sp.uniform(*r, s.generated + j) < a).count() as i64;
+        if g > 0 {
+            draft.push((s.computed, g));
+            so.spec_proposed[*r] += g;
+            so.spec_accepted[*r] += kept;
+        }
+        *nt += g;
+        guessed.push((g, kept));
+    }
+    let mut total = 0.0;
+    let most = draft.iter().map(|&(_, g)| g).max().unwrap_or(0);
+    for j in 0..most {
+        let (mut count, mut ctx) = (0i64, 0i128);
+        for &(c, g) in &draft {
+            if g > j {
+                count += 1;
+                ctx += (c + j) as i128;
+            }
+        }
+        total += price_shape(sp.draft, &StepShape::decode(count, ctx, count)).time_s;
+    }
+    so.draft_busy_s += total;
+    total
 }

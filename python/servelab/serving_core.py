@@ -107,6 +107,7 @@ class Speculation:
 
     def acceptance_column(self, n: int) -> np.ndarray:
         """One rate per request for ``n`` requests."""
+        n = _checks.integer("n", n, 0, None)
         if isinstance(self.acceptance, float):
             return np.full(n, self.acceptance)
         if len(self.acceptance) != n:

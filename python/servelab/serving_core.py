@@ -422,6 +422,9 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
         raise ValueError(f"shared_prefixes must have one entry per request ({len(requests)}), "
                          f"got {len(shared_prefixes)}")
     sp = (None, None) if shared_prefixes is None else (shared_prefixes.parent, shared_prefixes.length)
+    per_step = _checks.flag("_per_step", _per_step)
+    if per_step and caching:  # named here: the core's message says per_step, not _per_step
+        raise ValueError("_per_step=True has no prefix caching (the prefix-caching loop is per-step already)")
     spec: dict[str, Any] = {}
     if speculative is not None:
         if not isinstance(speculative, Speculation):
@@ -434,7 +437,7 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
                     spec_seed=speculative.seed, draft_model=speculative.draft)
     d = _core.sim_continuous_batching(model, gpu, efficiency, requests, seqs, budget, bs, blocks, chunked,
                                       _checks.flag("trace", trace), _checks.flag("batch_log", batch_log),
-                                      _checks.flag("_per_step", _per_step), caching, *sp, **spec)
+                                      per_step, caching, *sp, **spec)
     params = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,
               "num_blocks": blocks, "chunked_prefill": chunked}
     if caching:

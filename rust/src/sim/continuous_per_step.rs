@@ -24,6 +24,79 @@ use super::{price_shape, Recorder, StepShape, Workload};
 use crate::cost::{fmt_f64, Pricer};
 use crate::error::{CoreError, CoreResult};
 
+/// What the per-step loops (this file's and `continuous_prefix.rs`) record beside the clock:
+/// rejections, preemptions, the trace's extra columns, the batch log, the peak of blocks used,
+/// and the rank of each request's first admission.
+pub(crate) struct Books {
+    pub(crate) reject_code: Vec<i8>,
+    n_preemptions: Vec<i64>,
+    preemptions: u64,
+    extra: Option<StepExtra>,
+    pub(crate) log: Option<BatchLog>,
+    peak_blocks: i64,
+    n_started: i64,
+}
+
+impl Books {
+    pub(crate) fn new(n: usize, trace: bool, batch_log: bool) -> Self {
+        Books {
+            reject_code: vec![REJECT_NONE; n],
+            n_preemptions: vec![0; n],
+            preemptions: 0,
+            extra: trace.then(StepExtra::default),
+            log: batch_log.then(|| BatchLog { offsets: vec![0], ..Default::default() }),
+            peak_blocks: 0,
+            n_started: 0,
+        }
+    }
+
+    /// Rule 3 preempted request `r`.
+    pub(crate) fn preempted(&mut self, r: usize) {
+        self.n_preemptions[r] += 1;
+        self.preemptions += 1;
+    }
+
+    /// Rule 4 admitted request `r` at `t`: a recompute keeps its first start, and `batch_id`
+    /// is the rank of first admission.
+    pub(crate) fn admitted(&mut self, rec: &mut Recorder<'_>, r: usize, t: f64) {
+        let o = rec.out();
+        if o.start_s[r].is_nan() {
+            o.start_s[r] = t;
+            o.batch_id[r] = self.n_started;
+            self.n_started += 1;
+        }
+    }
+
+    /// Closes the batch log's row of this step.
+    pub(crate) fn end_batch(&mut self) {
+        if let Some(l) = self.log.as_mut() {
+            l.offsets.push(l.request_id.len() as i64);
+        }
+    }
+
+    /// The step is over: `blocks_used` now, and how many it preempted and admitted.
+    pub(crate) fn end_step(&mut self, blocks_used: i64, n_preempted: i64, n_admitted: i64) {
+        self.peak_blocks = self.peak_blocks.max(blocks_used);
+        if let Some(x) = self.extra.as_mut() {
+            x.kv_blocks.push(blocks_used);
+            x.n_preempted.push(n_preempted);
+            x.n_admitted.push(n_admitted);
+        }
+    }
+
+    pub(crate) fn finish(self, rec: Recorder<'_>) -> ContinuousOutput {
+        ContinuousOutput {
+            sim: rec.finish(),
+            reject_code: self.reject_code,
+            n_preemptions: self.n_preemptions,
+            preemptions: self.preemptions,
+            trace_extra: self.extra,
+            peak_kv_blocks: self.peak_blocks,
+            batch_log: self.log,
+        }
+    }
+}
+
 /// The live state of one request (one per request: memory stays linear).
 #[derive(Debug, Clone, Copy, Default)]
 struct Live {
@@ -131,10 +204,7 @@ fn run_loop(
     let n = w.len();
     let (a, pl, ol) = (w.arrival_s, w.prompt_len, w.output_len);
     let mut rec = Recorder::new(pricer, n, trace);
-    let mut reject_code = vec![REJECT_NONE; n];
-    let mut n_preemptions = vec![0i64; n];
-    let mut extra = trace.then(StepExtra::default);
-    let mut log = batch_log.then(|| BatchLog { offsets: vec![0], ..Default::default() });
+    let mut books = Books::new(n, trace, batch_log);
     let mut live: Vec<Live> = pl.iter().map(|&p| Live { tokens: p, ..Default::default() }).collect();
     let mut kv = KvCounts::new(params.num_blocks, params.block_size);
     let mut waiting: VecDeque<usize> = VecDeque::new();
@@ -149,12 +219,10 @@ fn run_loop(
         spec_steps: vec![0; n],
         draft_busy_s: 0.0,
     });
-    let (mut preemptions, mut peak_blocks) = (0u64, 0i64);
     let mut next = 0; // first request not arrived yet
-    let mut n_started = 0i64;
     let mut t = 0.0f64;
     loop {
-        arrive(params, w, t, &mut next, &mut waiting, &mut reject_code, &mut rec); // rule 1
+        arrive(params, w, t, &mut next, &mut waiting, &mut books.reject_code, &mut rec); // rule 1
         if waiting.is_empty() && running.is_empty() {
             if next == n {
                 break;
@@ -179,8 +247,7 @@ fn run_loop(
                     kv.free(live[victim].held);
                     live[victim].computed = 0;
                     live[victim].held = 0;
-                    n_preemptions[victim] += 1;
-                    preemptions += 1;
+                    books.preempted(victim);
                     waiting.push_front(victim);
                     n_preempted += 1;
                     if victim == r {
@@ -215,13 +282,7 @@ fn run_loop(
                 running.push(r);
                 live[r].held = tokens;
                 live[r].computed = 0;
-                let o = rec.out();
-                if o.start_s[r].is_nan() {
-                    // a recompute keeps its first start; `batch_id` is the rank of first admission
-                    o.start_s[r] = t;
-                    o.batch_id[r] = n_started;
-                    n_started += 1;
-                }
+                books.admitted(&mut rec, r, t);
                 let nt = if params.chunked_prefill { tokens.min(budget) } else { tokens };
                 batch.push((r, nt, false));
                 n_admitted += 1;
@@ -242,11 +303,9 @@ fn run_loop(
         // rule 5: the step's shape and price
         let mut shape = StepShape::default();
         for &(r, nt, decoding) in &batch {
-            add_entry(&mut shape, log.as_mut(), r, nt, live[r].computed, live[r].held, decoding);
+            add_entry(&mut shape, books.log.as_mut(), r, nt, live[r].computed, live[r].held, decoding);
         }
-        if let Some(l) = log.as_mut() {
-            l.offsets.push(l.request_id.len() as i64);
-        }
+        books.end_batch();
         let end = if draft_s > 0.0 { rec.step_plus(t, shape, draft_s) } else { rec.step(t, shape) };
 
         // rule 6: sampling and leaving
@@ -280,24 +339,10 @@ fn run_loop(
         if finished {
             running.retain(|&r| live[r].generated < ol[r]);
         }
-        peak_blocks = peak_blocks.max(kv.blocks_used());
-        if let Some(x) = extra.as_mut() {
-            x.kv_blocks.push(kv.blocks_used());
-            x.n_preempted.push(n_preempted);
-            x.n_admitted.push(n_admitted);
-        }
+        books.end_step(kv.blocks_used(), n_preempted, n_admitted);
         t = end;
     }
-    let out = ContinuousOutput {
-        sim: rec.finish(),
-        reject_code,
-        n_preemptions,
-        preemptions,
-        trace_extra: extra,
-        peak_kv_blocks: peak_blocks,
-        batch_log: log,
-    };
-    Ok((out, so))
+    Ok((books.finish(rec), so))
 }
 
 fn blocks_for(tokens: i64, block_size: i64) -> i64 {
@@ -360,4 +405,65 @@ fn speculate(
     }
     so.draft_busy_s += total;
     total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::test_util::{price, pricer};
+
+    fn params(budget: i64, bs: i64, blocks: i64) -> ContinuousParams {
+        ContinuousParams { max_num_seqs: 8, max_num_batched_tokens: budget, block_size: bs, num_blocks: blocks, chunked_prefill: false }
+    }
+
+    /// A perfect draft (a = 1) at k = 3: a prefill, then 1 + 3 tokens per step, none guessed at
+    /// the end;
+    /// every step costs the verify forward plus the draft's guesses.
+    #[test]
+    fn a_perfect_draft_by_hand() {
+        let w = Workload::new(&[0.0], &[8], &[10]).unwrap();
+        let pr = pricer();
+        let sp = Speculation { k: 3, acceptance: &[1.0], seed: 0, draft: &pr };
+        let (o, s) = run_speculative(&pr, &w, &params(64, 4, 16), &sp, false, true).unwrap();
+        let l = o.batch_log.unwrap();
+        assert_eq!(l.new_tokens, vec![8, 4, 4, 1]);
+        assert_eq!(l.context_len, vec![0, 8, 12, 16]);
+        assert_eq!((s.spec_proposed[0], s.spec_accepted[0], s.spec_steps[0]), (6, 6, 3));
+        let draft: f64 = [8, 9, 10, 12, 13, 14].iter().map(|&c| price(&[(1, c)])).sum();
+        assert!((s.draft_busy_s - draft).abs() < 1e-12, "{} vs {draft}", s.draft_busy_s);
+    }
+
+    /// k = 0 is the plain loop, bit for bit; a = 0 keeps nothing but pays for the guesses.
+    #[test]
+    fn k_zero_is_the_plain_run() {
+        let (a, p, l) = ([0.0, 0.0, 0.001, 0.002], [30, 5, 17, 9], [12, 40, 3, 25]);
+        let w = Workload::new(&a, &p, &l).unwrap();
+        let pr = pricer();
+        for prm in [params(64, 4, 20), params(40, 1, 60), params(128, 16, 5)] {
+            let want = run_per_step(&pr, &w, &prm, true, true).unwrap();
+            let zero = Speculation { k: 0, acceptance: &[0.5; 4], seed: 3, draft: &pr };
+            let (got, s) = run_speculative(&pr, &w, &prm, &zero, true, true).unwrap();
+            assert_eq!(format!("{got:?}"), format!("{want:?}")); // NaN times: compare the bits as text
+            assert_eq!(s.draft_busy_s, 0.0);
+            let none = Speculation { k: 4, acceptance: &[0.0; 4], seed: 3, draft: &pr };
+            let (got, s) = run_speculative(&pr, &w, &prm, &none, false, false).unwrap();
+            assert_eq!(s.spec_accepted, vec![0; 4]);
+            assert!(got.sim.busy_s > want.sim.busy_s);
+        }
+    }
+
+    #[test]
+    fn bad_options_name_the_value() {
+        let w = Workload::new(&[0.0], &[8], &[10]).unwrap();
+        let pr = pricer();
+        for (k, acc, msg) in [
+            (-1, vec![0.5], "k must be an integer in [0, 65536], got -1"),
+            (2, vec![0.5, 0.5], "acceptance must have one entry per request (1), got 2"),
+            (2, vec![f64::NAN], "acceptance[0] must be a number in [0, 1], got nan"),
+        ] {
+            let sp = Speculation { k, acceptance: &acc, seed: 0, draft: &pr };
+            let e = run_speculative(&pr, &w, &params(64, 4, 16), &sp, false, false).unwrap_err().to_string();
+            assert!(e.starts_with(msg), "{e}");
+        }
+    }
 }

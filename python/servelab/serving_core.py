@@ -217,7 +217,7 @@ class SimResult:
     def tokens_per_target_step(self) -> float:
         """Speculative decoding: output tokens per decoding step (after the first token),
         over the run; the closed form is ``(1 - a^(k+1)) / (1 - a)`` (nan without)."""
-        if self.spec_steps is None or not self.spec_steps.sum():
+        if self.spec_steps is None or self.spec_accepted is None or not self.spec_steps.sum():
             return float("nan")
         return float((self.spec_steps.sum() + self.spec_accepted.sum()) / self.spec_steps.sum())
 
@@ -438,8 +438,8 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     d = _core.sim_continuous_batching(model, gpu, efficiency, requests, seqs, budget, bs, blocks, chunked,
                                       _checks.flag("trace", trace), _checks.flag("batch_log", batch_log),
                                       per_step, caching, *sp, **spec)
-    params = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,
-              "num_blocks": blocks, "chunked_prefill": chunked}
+    params: dict[str, Any] = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,
+                              "num_blocks": blocks, "chunked_prefill": chunked}
     if caching:
         params["prefix_caching"] = True
     if speculative is not None:

@@ -126,7 +126,7 @@ class SpeculativeScheduler:
         if not wants:
             return plan
         guesses, probs = self._propose(wants)
-        draft = [()] * len(plan.batch)
+        draft: list[tuple[int, ...]] = [()] * len(plan.batch)
         draft_probs: list[Any] = [None] * len(plan.batch)
         batch = list(plan.batch)
         for (i, _, _), gs, qs in zip(wants, guesses, probs):
@@ -247,7 +247,7 @@ class VerifyCache:
 
 
 def verify(request: Any, out_index: int, guesses: Sequence[int], rows: np.ndarray,
-           draft_probs: np.ndarray | None, cache: VerifyCache) -> list[int]:
+           draft_probs: np.ndarray | None, cache: Any) -> list[int]:
     """Judge one entry's guesses against the target's ``rows`` of logits (``1 + len(guesses)``
     rows; ``out_index`` is the output index of the first guess), keep the accepted ones in
     ``cache``, and return the tokens the step emits: the kept guesses, then the target's token.
@@ -261,6 +261,9 @@ def verify(request: Any, out_index: int, guesses: Sequence[int], rows: np.ndarra
     if _kind(sampler) == "greedy":
         kept, nxt = accept_greedy(guesses, rows)
     else:
+        if draft_probs is None:
+            raise ValueError(f"draft_probs must hold the draft's probabilities of the guesses when "
+                             f"sampling with {sampler!r}, got None")
         seed, t = sampler.seed, sampler.temperature
         at = range(out_index, out_index + len(guesses))
         p = np.stack([softmax(r, t) for r in rows])

@@ -67,7 +67,8 @@ class Speculation:
     rate for every request, or one per request) by a draw seeded by ``(seed, request, output
     index)``, up to the first rejection: ``(1 - a^(k+1)) / (1 - a)`` tokens per target step on
     average. The verify forward is priced as ``1 + g`` tokens of the target; the draft's ``g``
-    steps as batched decode steps of ``draft`` (a :class:`~servelab.hw_model.ModelSpec`).
+    steps as batched decode steps of ``draft`` (a :class:`~servelab.hw_model.ModelSpec`): in
+    the clock, ``busy_s`` and ``draft_busy_s``, not in ``flops`` (the target's alone).
 
     >>> from servelab.hw_model import LLAMA3_8B
     >>> Speculation(4, LLAMA3_8B, 0.8).acceptance_column(2).tolist()

@@ -228,9 +228,10 @@ def evicts_least_recently_freed():
     a.free(0)  # queue: 4, 5, 3, 2, 1, 0 (tail first)
     a.allocate(2, [9] * 6)  # takes 4, 5, 3: [7, 8] is evicted
     a.allocate(3, [7, 8, 0])  # a miss; takes 2, then 1: [3, 4] is evicted
+    missed = a.num_cached_tokens(3)
     a.free(3)
     a.allocate(4, [1, 2, 3, 4, 6])  # only [1, 2] (block 0) is left
-    return [a.num_cached_tokens(3), a.num_cached_tokens(4)], [0, 2]
+    return [missed, a.num_cached_tokens(4)], [0, 2]
 
 
 def _state(blocks, waiting=(), running=(), budget=64, chunked=True, seats=4, bs=2):

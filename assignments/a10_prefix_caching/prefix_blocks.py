@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from errors import OutOfBlocks  # given: mirrors servelab.blocks.OutOfBlocks
+from prefix_errors import OutOfBlocks  # given: mirrors servelab.blocks.OutOfBlocks
 
 ROOT_KEY = 0  # the parent key of a sequence's first block
 

@@ -5,7 +5,7 @@ Write ``schedule(state) -> Plan``, the interface and rules 2-4 of ``servelab.eng
 (its module docstring numbers them), now with both of milestone 3's features: start from your
 a8 scheduler. ``state.blocks`` is your own :class:`prefix_blocks.PrefixBlocks` (the engine's
 ``BlockAllocator`` in servelab): take and free slots on it as you decide, as the engine's
-``ContinuousBatchingScheduler`` does on its allocator. The tests (``harness.py``) plug your
+``ContinuousBatchingScheduler`` does on its allocator. The tests (``prefix_harness.py``) plug your
 function into servelab's ``Engine`` and apply your plan to servelab's allocator too.
 
 What is new since a8:
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from errors import OutOfBlocks  # what your PrefixBlocks raises when the pool is short
+from prefix_errors import OutOfBlocks  # what your PrefixBlocks raises when the pool is short
 
 
 @dataclass

@@ -46,10 +46,12 @@ def _import(path: Path, name: str):
     try:
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # a dataclass looks its module up while it is defined
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(path.parent))
         sys.path.remove(str(given))
+        sys.modules.pop(name, None)
         for loaded in set(sys.modules) - before:
             if loaded in siblings:
                 del sys.modules[loaded]

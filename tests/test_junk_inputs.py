@@ -195,7 +195,8 @@ CASES = [
     Case("events.EventQueue.push", lambda: queue().push, {"time_s": 2.0, "payload": "x"}),
     # blocks (§2.4)
     Case("blocks.block_key", fn(blocks.block_key), {"parent_key": blocks.ROOT_KEY, "token_ids": [1, 2, 3, 4]}),
-    Case("blocks.BlockAllocator", fn(blocks.BlockAllocator), {"num_blocks": 8, "block_size": 4, "prefix_caching": True}),
+    Case("blocks.BlockAllocator", fn(blocks.BlockAllocator), {"num_blocks": 8, "block_size": 4, "prefix_caching": True,
+                                                             "host_blocks": 2, "host_policy": "hits"}),
     Case("blocks.BlockAllocator.allocate", lambda: allocator().allocate,
          {"seq_id": 1, "token_ids": [1, 2, 3, 4, 9], "num_computed": 0}, also=(KeyError, blocks.OutOfBlocks)),
     Case("blocks.BlockAllocator.mark_computed", lambda: allocator().mark_computed,

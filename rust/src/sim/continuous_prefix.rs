@@ -31,6 +31,16 @@
 //! and when it fills it: the only moments the pool or the cache can tell), writing the slots
 //! in between in one call. `make bench` shows both loops. With prefix caching off it makes the
 //! event-driven loop's batches and clock, bit for bit (the tests below check it).
+//!
+//! # A host tier (§8 milestone 4b)
+//!
+//! [`run_tiered`] gives the allocator a host tier ([`HostTierOption`]): evicted prefix blocks
+//! move to host memory and a prompt that finds them there gets them back by a copy instead of
+//! a recomputation. The recalled tokens count as cached; their copy, `tokens x
+//! kv_bytes_per_token / host_link_bandwidth` (`hw_model.kv_host_transfer_s`), is added to the
+//! step that admits them, serially (the attention of that step reads them). The copy out on
+//! eviction is not priced: it can run in the background as the block is written (as LMCache's
+//! write-through does), where the copy back cannot.
 
 use std::collections::VecDeque;
 
@@ -100,6 +110,19 @@ impl Prefixes<'_> {
     }
 }
 
+/// The host tier of [`run_tiered`]: `host_blocks` blocks (0: none), dropping by `policy`
+/// (`"lru"` or `"hits"`), and the seconds one token's KV takes over the host link.
+#[derive(Debug, Clone, Copy)]
+pub struct HostTierOption<'a> {
+    pub host_blocks: i64,
+    pub policy: &'a str,
+    pub s_per_token: f64,
+}
+
+impl HostTierOption<'_> {
+    pub const NONE: HostTierOption<'static> = HostTierOption { host_blocks: 0, policy: "lru", s_per_token: 0.0 };
+}
+
 /// What prefix caching did, beside [`ContinuousOutput`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct PrefixOutput {
@@ -113,6 +136,9 @@ pub struct PrefixOutput {
     pub prefix_hits: u64,
     pub prefix_lookups: u64,
     pub prefix_evictions: u64,
+    /// Prompt blocks recalled from the host tier, and the seconds their copies added.
+    pub host_hits: u64,
+    pub host_transfer_s: f64,
 }
 
 /// The live state of one request.
@@ -138,7 +164,27 @@ pub fn run(
     trace: bool,
     batch_log: bool,
 ) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
+    run_tiered(pricer, w, params, prefixes, prefix_caching, &HostTierOption::NONE, trace, batch_log)
+}
+
+/// [`run`] with a host tier (module docs, "A host tier").
+#[allow(clippy::too_many_arguments)]
+pub fn run_tiered(
+    pricer: &Pricer,
+    w: &Workload<'_>,
+    params: &ContinuousParams,
+    prefixes: &Prefixes<'_>,
+    prefix_caching: bool,
+    host: &HostTierOption<'_>,
+    trace: bool,
+    batch_log: bool,
+) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
     params.validate()?;
+    if !(host.s_per_token.is_finite() && host.s_per_token >= 0.0) {
+        return Err(CoreError::invalid(format!(
+            "host_s_per_token must be a finite number >= 0, got {}", host.s_per_token
+        )));
+    }
     prefixes.validate(w)?;
     let n = w.len();
     if n > u32::MAX as usize {
@@ -160,9 +206,12 @@ pub fn run(
         prefix_hits: 0,
         prefix_lookups: 0,
         prefix_evictions: 0,
+        host_hits: 0,
+        host_transfer_s: 0.0,
     };
     let mut live = vec![Live::default(); n];
-    let mut kv = BlockAllocator::new(params.num_blocks, params.block_size, prefix_caching)?;
+    let mut kv = BlockAllocator::with_host_tier(params.num_blocks, params.block_size, prefix_caching,
+                                                host.host_blocks, host.policy)?;
     let used = |kv: &BlockAllocator| (kv.num_blocks() - kv.num_free_blocks()) as i64;
     let mut waiting: VecDeque<usize> = VecDeque::new();
     let mut running: Vec<usize> = Vec::new();
@@ -239,6 +288,7 @@ pub fn run(
         }
 
         // rule 4: admission, only in a step that preempted nobody
+        let recalls_before = kv.num_host_hits();
         if n_preempted == 0 {
             while budget > 0 && (running.len() as i64) < params.max_num_seqs {
                 let Some(&r) = waiting.front() else { break };
@@ -292,7 +342,22 @@ pub fn run(
         if let Some(l) = log.as_mut() {
             l.offsets.push(l.request_id.len() as i64);
         }
-        let end = rec.step(t, shape);
+        let mut end = rec.step(t, shape);
+        let recalled = kv.num_host_hits() - recalls_before;
+        if host.host_blocks > 0 {
+            kv.take_transfers(); // counted above; the log must not grow
+            if recalled > 0 {
+                // the copies back precede the step that reads them (module docs)
+                let x = (recalled * params.block_size as u64) as f64 * host.s_per_token;
+                end += x;
+                pre.host_transfer_s += x;
+                let o = rec.out();
+                o.busy_s += x;
+                if let Some(tr) = o.trace.as_mut() {
+                    *tr.step_s.last_mut().expect("a step was recorded") += x;
+                }
+            }
+        }
 
         // rule 6: sampling and leaving
         let mut finished = false;
@@ -330,6 +395,7 @@ pub fn run(
     pre.prefix_hits = kv.num_hits();
     pre.prefix_lookups = kv.num_lookups();
     pre.prefix_evictions = kv.num_evictions();
+    pre.host_hits = kv.num_host_hits();
     let out = ContinuousOutput {
         sim: rec.finish(),
         reject_code,

@@ -272,7 +272,8 @@ CASES = [
     # engine (§8)
     Case("engine.Engine", fn(engine.Engine), {"config": TINY, "num_blocks": 8, "block_size": 4, "max_num_seqs": 2,
                                               "max_num_batched_tokens": 32, "chunked_prefill": True,
-                                              "prefix_caching": True, "cost_model": M, "gpu": G}),
+                                              "prefix_caching": True, "cost_model": M, "gpu": G,
+                                              "host_blocks": 4, "host_policy": "hits"}),
     Case("engine.Engine.add_request", lambda: engine.Engine(num_blocks=8, block_size=4).add_request,
          {"prompt": [1, 2], "max_new_tokens": 2, "sampler": tiny_llm.GREEDY, "arrival_step": 1}),
     Case("engine.Engine.unservable_reason", lambda: engine.Engine(num_blocks=8, block_size=4).unservable_reason,

@@ -140,10 +140,14 @@ class HostTier:
     def rank(self, e: HostEntry) -> tuple[int, int]:
         return (e.hits if self.policy == "hits" else 0, e.stamp)
 
+    def victim(self) -> int:
+        """The key a full tier drops (assignment a14's subject)."""
+        return min(self.entries, key=lambda k: self.rank(self.entries[k]))
+
     def insert(self, key: int, parent_key: int, token_ids: list[int], hits: int) -> int | None:
         victim = None
         if len(self.entries) >= self.capacity:
-            victim = min(self.entries, key=lambda k: self.rank(self.entries[k]))
+            victim = self.victim()
             del self.entries[victim]
         self.entries[key] = HostEntry(parent_key, token_ids, hits, self.clock)
         self.clock += 1

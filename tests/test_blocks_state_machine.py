@@ -212,10 +212,10 @@ class BlocksMachine(RuleBasedStateMachine):
         """The same offloads, recalls and drops, in the same order; each recall lands in a
         block now holding that key, each offload names a key now on the host or dropped later."""
         r = self.both("take_transfers")[1]
-        COUNTS["host_hits"] += sum(kind == "recall" for kind, _, _ in r)
-        gone = {k for kind, _, k in r if kind != "offload"}
+        COUNTS["host_hits"] += sum(kind == "recall" for kind, *_ in r)
+        gone = {k for kind, _, k, _ in r if kind != "offload"}
         host = set(self.rust.host_keys())
-        for kind, b, k in r:
+        for kind, b, k, _ in r:
             if kind == "offload":
                 assert k in host or k in gone, (kind, b, k)
 

@@ -71,8 +71,8 @@ step:
   copy. A full host tier drops one entry first, by ``host_policy``: ``"lru"`` the one offloaded
   longest ago, ``"hits"`` the one with the fewest prefix hits (oldest among equals), so a
   shared system prompt outlives one-off prompts. ``take_transfers()`` returns, in order, each
-  ``("offload", block, key)``, ``("recall", block, key)`` and ``("drop", None, key)`` since
-  its last call: an engine copies KV by it before writing any block (an evicted block's data is
+  ``("offload", block, key, hits)``, ``("recall", block, key, hits)`` and ``("drop", None,
+  key, hits)`` since its last call (``hits``: the moved entry's hit count): an engine copies KV by it before writing any block (an evicted block's data is
   intact until then). ``host_blocks=0`` (the default) is the allocator without the tier, bit
   for bit.
 * ``can_allocate(n_tokens)`` is ``ceil(n_tokens / block_size) <= num_free_blocks``: when it is
@@ -108,11 +108,11 @@ With a host tier, an evicted prefix comes back by copy:
     [0, 1]
     >>> t.allocate(1, [5, 5, 5, 5]); t.free(1)     # evicts [1, 2] from the GPU to the host
     [1, 0]
-    >>> [kind for kind, _, _ in t.take_transfers()]
+    >>> [kind for kind, *_ in t.take_transfers()]
     ['offload']
     >>> t.allocate(2, [1, 2, 9]), t.num_cached_tokens(2), t.num_host_hits
     ([0, 1], 2, 1)
-    >>> [kind for kind, _, _ in t.take_transfers()]   # block 0 is freed of [5, 5] for [1, 2]
+    >>> [kind for kind, *_ in t.take_transfers()]   # block 0 is freed of [5, 5] for [1, 2]
     ['offload', 'recall', 'offload']
 """
 
@@ -406,11 +406,15 @@ class BlockAllocator:
         """The host tier's keys in the order its policy would drop them, next victim first."""
         return self._inner.host_keys()
 
-    def take_transfers(self) -> list[tuple[str, int | None, int]]:
+    def take_transfers(self) -> list[tuple[str, int | None, int, int]]:
         """What crossed the host link since the last call, in order, then forgets it:
-        ``("offload", block_id, key)`` (copy the evicted block's KV to the host),
-        ``("recall", block_id, key)`` (copy the host's KV of ``key`` into the block) and
-        ``("drop", None, key)`` (the host no longer holds ``key``)."""
+        ``("offload", block_id, key, hits)`` (copy the evicted block's KV to the host),
+        ``("recall", block_id, key, hits)`` (copy the host's KV of ``key`` into the block) and
+        ``("drop", None, key, hits)`` (the host no longer holds ``key``); ``hits`` is the
+        moved entry's hit count, what the ``"hits"`` policy ranks by. An ``allocate`` takes its
+        recalled keys off the host before it evicts anything, but lists each recall after the
+        evictions before it: replayed in order, an evicted block is copied out before a recall
+        overwrites it."""
         return self._inner.take_transfers()
 
     def __contains__(self, seq_id: int) -> bool:

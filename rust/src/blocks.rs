@@ -193,6 +193,8 @@ pub struct Transfer {
     /// The GPU block (none for a drop).
     pub block: Option<u32>,
     pub key: u64,
+    /// The hit count of the entry that moved (what the `hits` policy ranks by).
+    pub hits: u32,
 }
 
 /// The host tier and the log of what crossed the host link, borrowed apart from the blocks.
@@ -208,8 +210,8 @@ struct Tier {
 impl Tier {
     /// A key is being registered on the GPU: a host copy of it is now redundant.
     fn supersede(&mut self, key: u64) {
-        if !self.host.is_empty() && self.host.take(key).is_some() {
-            self.log.push(Transfer { kind: TransferKind::Drop, block: None, key });
+        if let Some(e) = if self.host.is_empty() { None } else { self.host.take(key) } {
+            self.log.push(Transfer { kind: TransferKind::Drop, block: None, key, hits: e.hits });
         }
     }
 }
@@ -409,10 +411,10 @@ impl BlockAllocator {
             if t.host.capacity() > 0 {
                 // §8 milestone 4b: the evicted prefix moves to the host instead of vanishing.
                 t.num_offloads += 1;
-                t.log.push(Transfer { kind: TransferKind::Offload, block: Some(b), key: k });
-                if let Some(v) = t.host.insert(k, blk.parent_key, std::mem::take(&mut blk.tokens), blk.hits) {
+                t.log.push(Transfer { kind: TransferKind::Offload, block: Some(b), key: k, hits: blk.hits });
+                if let Some((v, hits)) = t.host.insert(k, blk.parent_key, std::mem::take(&mut blk.tokens), blk.hits) {
                     t.num_host_evictions += 1;
-                    t.log.push(Transfer { kind: TransferKind::Drop, block: None, key: v });
+                    t.log.push(Transfer { kind: TransferKind::Drop, block: None, key: v, hits });
                 }
             }
         }
@@ -527,13 +529,13 @@ impl BlockAllocator {
                 None => {
                     let e = recalled.next().expect("one entry per host hit");
                     let b = self.take_free();
+                    self.tier.log.push(Transfer { kind: TransferKind::Recall, block: Some(b), key: keys[i], hits: e.hits });
                     let blk = &mut self.blocks[b as usize];
                     blk.tokens = e.tokens;
                     blk.hits = e.hits + 1;
                     blk.key = Some(keys[i]);
                     blk.parent_key = e.parent_key;
                     self.cache.insert(keys[i], b);
-                    self.tier.log.push(Transfer { kind: TransferKind::Recall, block: Some(b), key: keys[i] });
                     table.push(b);
                 }
             }
@@ -1124,6 +1126,7 @@ mod tests {
         a.allocate(2, &[9, 9, 9, 9, 9], None).unwrap(); // takes 2, 1, 0: evicts k1 then k0
         let t = a.take_transfers();
         let kinds: Vec<_> = t.iter().map(|x| (x.kind, x.block, x.key)).collect();
+        assert!(t.iter().all(|x| x.hits == 0)); // never reused on the GPU
         assert_eq!(kinds, vec![(TransferKind::Offload, Some(1), k1), (TransferKind::Offload, Some(0), k0)]);
         assert_eq!((a.num_host_cached_blocks(), a.host_keys()), (2, vec![k1, k0]));
         a.free(2).unwrap(); // queue: 0, 1, 2 (tail first); 0 and 1 keyed by seq 2's blocks

@@ -5,13 +5,13 @@ prefix blocks move to host memory and back; it only knows tokens and keys. This 
 the KV data accordingly: :class:`HostKVStore` keeps the K and V of each offloaded key in host
 (NumPy) arrays and replays the allocator's transfers onto the paged pool, in order:
 
-* ``("offload", block, key)``: the GPU block was evicted; its K and V are copied out under
+* ``("offload", block, key, hits)``: the GPU block was evicted; its K and V are copied out under
   ``key``. The pool still holds them: a block is written only by a forward, and the engine
   applies the transfers before each forward.
-* ``("recall", block, key)``: a prompt hit ``key`` on the host; its K and V are copied into the
+* ``("recall", block, key, hits)``: a prompt hit ``key`` on the host; its K and V are copied into the
   fresh GPU block, which the forward then reads as a prefix-cache hit (no recomputation, so the
   tokens are those of a run without the tier).
-* ``("drop", None, key)``: the host tier no longer holds ``key``.
+* ``("drop", None, key, hits)``: the host tier no longer holds ``key``.
 
 >>> from servelab.blocks import BlockAllocator
 >>> from servelab.tiny_llm import TINY
@@ -55,11 +55,11 @@ class HostKVStore:
     def keys(self) -> list[int]:
         return sorted(self._kv)
 
-    def apply(self, transfers: Iterable[tuple[str, int | None, int]], pool: PagedKVPool) -> int:
+    def apply(self, transfers: Iterable[tuple[str, int | None, int, int]], pool: PagedKVPool) -> int:
         """Replays ``transfers`` (from ``BlockAllocator.take_transfers``) onto ``pool`` in order;
         returns how many blocks were recalled (the engine prices their copy)."""
         recalled = 0
-        for kind, block, key in transfers:
+        for kind, block, key, _hits in transfers:
             if kind == "offload":
                 self._kv[key] = (pool.k[:, block].copy(), pool.v[:, block].copy())
             elif kind == "recall":

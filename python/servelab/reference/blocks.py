@@ -129,7 +129,7 @@ class HostTier:
 
     >>> t = HostTier(1, "lru")
     >>> t.insert(5, 0, [1, 2], hits=3), t.insert(6, 0, [3, 4], hits=0)   # 5 dropped for 6
-    (None, 5)
+    (None, (5, 3))
     """
 
     def __init__(self, capacity: int, policy: str):
@@ -144,11 +144,12 @@ class HostTier:
         """The key a full tier drops (assignment a14's subject)."""
         return min(self.entries, key=lambda k: self.rank(self.entries[k]))
 
-    def insert(self, key: int, parent_key: int, token_ids: list[int], hits: int) -> int | None:
+    def insert(self, key: int, parent_key: int, token_ids: list[int], hits: int) -> tuple[int, int] | None:
+        """Stores an evicted block; returns ``(key, hits)`` of the entry dropped to make room."""
         victim = None
         if len(self.entries) >= self.capacity:
-            victim = self.victim()
-            del self.entries[victim]
+            v = self.victim()
+            victim = (v, self.entries.pop(v).hits)
         self.entries[key] = HostEntry(parent_key, token_ids, hits, self.clock)
         self.clock += 1
         return victim
@@ -216,7 +217,7 @@ class BlockAllocator:
         if host_policy not in HOST_POLICIES:
             raise ValueError(f"host_policy must be 'lru' or 'hits', got \"{host_policy}\"")
         self.host = HostTier(host_blocks, host_policy)
-        self.transfers: list[tuple[str, int | None, int]] = []
+        self.transfers: list[tuple[str, int | None, int, int]] = []
         self.num_host_hits = self.num_offloads = self.num_host_evictions = 0
         self.block_size = block_size
         self.prefix_caching = prefix_caching
@@ -237,11 +238,11 @@ class BlockAllocator:
             self.num_evictions += 1
             if self.host.capacity:  # §8 milestone 4b: the prefix moves to the host
                 self.num_offloads += 1
-                self.transfers.append(("offload", block_id, block.key))
+                self.transfers.append(("offload", block_id, block.key, block.hits))
                 victim = self.host.insert(block.key, block.parent_key, block.token_ids, block.hits)
                 if victim is not None:
                     self.num_host_evictions += 1
-                    self.transfers.append(("drop", None, victim))
+                    self.transfers.append(("drop", None, *victim))
             block.key = None
         block.token_ids = []
         block.hits = 0
@@ -255,8 +256,9 @@ class BlockAllocator:
             if key not in self.cache:  # first wins
                 block = self.blocks[seq.block_table[i]]
                 self.cache[key] = block.block_id
-                if self.host.entries.pop(key, None) is not None:  # the GPU copy supersedes it
-                    self.transfers.append(("drop", None, key))
+                old = self.host.entries.pop(key, None)
+                if old is not None:  # the GPU copy supersedes it
+                    self.transfers.append(("drop", None, key, old.hits))
                 block.key, block.parent_key = key, seq.keys[i - 1] if i else ROOT_KEY
         seq.marked = max(seq.marked, upto)
 
@@ -320,7 +322,7 @@ class BlockAllocator:
                 hit.token_ids, hit.hits = entry.token_ids, entry.hits + 1
                 hit.key, hit.parent_key = keys[i], entry.parent_key
                 self.cache[keys[i]] = hit.block_id
-                self.transfers.append(("recall", hit.block_id, keys[i]))
+                self.transfers.append(("recall", hit.block_id, keys[i], entry.hits))
             table.append(hit.block_id)
         for chunk in chunks[len(hits):]:  # take every new block first...
             block = self._take_free()
@@ -468,7 +470,7 @@ class BlockAllocator:
     def host_keys(self) -> list[int]:
         return self.host.keys()
 
-    def take_transfers(self) -> list[tuple[str, int | None, int]]:
+    def take_transfers(self) -> list[tuple[str, int | None, int, int]]:
         out, self.transfers = self.transfers, []
         return out
 

@@ -91,12 +91,11 @@ impl HostTier {
         self.entries.get(&key)
     }
 
-    /// Stores an evicted block (its key is in no tier); returns the key dropped to make room.
-    pub fn insert(&mut self, key: u64, parent_key: u64, tokens: Vec<u32>, hits: u32) -> Option<u64> {
+    /// Stores an evicted block (its key is in no tier); returns the key dropped to make room,
+    /// with its hits.
+    pub fn insert(&mut self, key: u64, parent_key: u64, tokens: Vec<u32>, hits: u32) -> Option<(u64, u32)> {
         let victim = if self.entries.len() >= self.capacity { self.order.first().map(|v| v.2) } else { None };
-        if let Some(v) = victim {
-            self.take(v);
-        }
+        let victim = victim.map(|v| (v, self.take(v).expect("an ordered key has an entry").hits));
         let entry = HostEntry { parent_key, tokens, hits, stamp: self.clock };
         self.clock += 1;
         let (r, s) = self.rank(&entry);

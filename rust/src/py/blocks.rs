@@ -95,9 +95,9 @@ impl PyBlockAllocator {
 
     // ---- the host tier (§8 milestone 4b) ----
 
-    /// `(kind, block_id or None, key)` for each offload, recall and drop since the last call.
-    fn take_transfers(&mut self) -> Vec<(&'static str, Option<u32>, u64)> {
-        self.inner.take_transfers().into_iter().map(|t| (t.kind.name(), t.block, t.key)).collect()
+    /// `(kind, block_id or None, key, hits)` for each offload, recall and drop since the last call.
+    fn take_transfers(&mut self) -> Vec<(&'static str, Option<u32>, u64, u32)> {
+        self.inner.take_transfers().into_iter().map(|t| (t.kind.name(), t.block, t.key, t.hits)).collect()
     }
     fn host_keys(&self) -> Vec<u64> {
         self.inner.host_keys()

@@ -351,7 +351,7 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
                          f"got {len(shared_prefixes)}")
     sp = (None, None) if shared_prefixes is None else (shared_prefixes.parent, shared_prefixes.length)
     host = _checks.integer("host_blocks", host_blocks, 0, _core.MAX_NUM_BLOCKS)
-    if host_policy not in ("lru", "hits"):
+    if not isinstance(host_policy, str) or host_policy not in ("lru", "hits"):
         raise ValueError(f"host_policy must be 'lru' or 'hits', got {host_policy!r}")
     s_per_token = 0.0
     if host:

@@ -49,3 +49,13 @@ def test_bad_tier_arguments_are_named(kw, match):
 def test_a_tier_needs_prefix_caching():
     with pytest.raises(ValueError, match="host_blocks=4 needs prefix_caching=True"):
         sc.run_continuous_batching(REQS, LLAMA3_8B, H100, num_blocks=1500, host_blocks=4)
+
+
+def test_the_copies_are_on_the_clock():
+    # over a link 10,000 times slower than PCIe, recalling costs more than recomputing
+    import dataclasses
+    slow = dataclasses.replace(H100, host_link_bandwidth=H100.host_link_bandwidth / 1e4)
+    off = sc.run_continuous_batching(REQS, LLAMA3_8B, slow, **POOL)
+    on = sc.run_continuous_batching(REQS, LLAMA3_8B, slow, host_blocks=8000, **POOL)
+    assert on.busy_s - off.busy_s > 0.5 * on.host_transfer_s > 0
+    assert np.median(on.finish_s - REQS.arrival_s) > np.median(off.finish_s - REQS.arrival_s)

@@ -33,6 +33,7 @@ __all__ = [
     "sim_batch1_early_reject",
     "sim_fixed_service",
     "sim_continuous_batching",
+    "MAX_SPEC_K",
     "OutOfBlocks",
     "MAX_NUM_BLOCKS",
     "MAX_BLOCK_SIZE",
@@ -149,10 +150,16 @@ def sim_continuous_batching(
     prefix_caching: bool = False,
     prefix_parent: _I64 | None = None,
     prefix_len: _I64 | None = None,
+    spec_k: int | None = None,
+    spec_acceptance: _F64 | None = None,
+    spec_seed: int = 0,
+    draft_model: ModelSpec | None = None,
     host_blocks: int = 0,
     host_policy: str = "lru",
     host_s_per_token: float = 0.0,
 ) -> dict[str, object]: ...
+
+MAX_SPEC_K: int
 
 # ---- paged KV block allocator (rust/src/blocks.rs) -------------------------------------------
 

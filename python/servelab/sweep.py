@@ -17,7 +17,11 @@ rate, only closer together) under one policy and summarises it against an SLO:
 * ``tiered`` — prefix caching on multi-turn conversations (``chat_sessions`` with
   ``TIERED_TURNS_MEAN`` turns on average) in a GPU pool of ``TIERED_GPU_BLOCKS`` blocks, small
   enough that evictions happen; axes ``host_blocks`` (the host tier's size, §8 milestone 4b)
-  and ``host_policy`` (``"lru"``, ``"hits"``).
+  and ``host_policy`` (``"lru"``, ``"hits"``);
+* ``speculative`` — continuous batching (vLLM's defaults) with speculative decoding (§8,
+  milestone 4a; :class:`servelab.serving_core.Speculation`, a Llama-3.2-1B draft priced on the
+  same GPU); axes ``spec_k`` (guesses per step, 0: plain decoding) and ``acceptance`` (the
+  chance each guess is kept).
 
 Prefix rows fill ``cached_share``: prompt tokens served from a cache (GPU or host) over all
 prompt tokens (None for the other policies).
@@ -54,7 +58,7 @@ ValueError: model Llama-3-70B does not fit gpu H100-SXM: its weights (141.1 GB) 
 >>> Grid(policies=("fifo",), rates=(1.0,))
 Traceback (most recent call last):
 ...
-ValueError: policies must be among ['batch1', 'continuous', 'early_reject', 'prefix', 'static', 'tiered'], got 'fifo'
+ValueError: policies must be among ['batch1', 'continuous', 'early_reject', 'prefix', 'speculative', 'static', 'tiered'], got 'fifo'
 
 The host tier on multi-turn conversations (hit rate and TTFT against its size):
 
@@ -85,7 +89,7 @@ from servelab import metrics as mx
 from servelab.admission import EarlyReject, NoisyPredictor
 from servelab.hw_model import H100, LLAMA3_8B, GpuSpec, ModelSpec, kv_capacity_tokens
 from servelab.metrics import SLO
-from servelab.serving_core import run_batch1, run_continuous_batching, run_static_batching
+from servelab.serving_core import Speculation, run_batch1, run_continuous_batching, run_static_batching
 from servelab.spec_files import resolve_gpu, resolve_model
 from servelab.workload import chat_requests, chat_sessions
 
@@ -103,6 +107,7 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "static": ("batch_size", "max_wait_s", "ride_along"),
     "continuous": ("max_num_seqs", "chunked_prefill"),
     "prefix": ("prefix_caching", "shared_fraction"),
+    "speculative": ("spec_k", "acceptance"),
     "tiered": ("host_blocks", "host_policy"),
 }
 # the tiered policy's workload and GPU pool (§8 milestone 4b): long conversations, a pool of
@@ -113,8 +118,8 @@ TIERED_GPU_BLOCKS = 1500
 _DEFAULTS: dict[str, tuple[Any, ...]] = {"batch_size": (32,), "max_wait_s": (lecture.MAX_WAIT_S,), "ride_along": (True,),
                                          "estimator": ("mean",), "max_num_seqs": (256,),
                                          "chunked_prefill": (False,), "prefix_caching": (False, True),
-                                         "shared_fraction": (1.0,), "host_blocks": (0, 2000, 8000),
-                                         "host_policy": ("lru",)}
+                                         "shared_fraction": (1.0,), "spec_k": (4,), "acceptance": (0.8,),
+                                         "host_blocks": (0, 2000, 8000), "host_policy": ("lru",)}
 
 
 def _estimator(spec: str) -> Any:
@@ -156,6 +161,8 @@ class Point:
         if self.policy == "prefix":
             cache = "cache" if p["prefix_caching"] else "no cache"
             return f"shared {p['shared_fraction']:g}, {cache}"
+        if self.policy == "speculative":
+            return f"speculative k={p['spec_k']} a={p['acceptance']:g}"
         if self.policy == "tiered":
             return f"host tier {p['host_blocks']} blocks {p['host_policy']}"
         return "batch 1"
@@ -193,6 +200,8 @@ class Grid:
     chunked_prefill: Sequence[bool] = _DEFAULTS["chunked_prefill"]
     prefix_caching: Sequence[bool] = _DEFAULTS["prefix_caching"]
     shared_fraction: Sequence[float] = _DEFAULTS["shared_fraction"]
+    spec_k: Sequence[int] = _DEFAULTS["spec_k"]
+    acceptance: Sequence[float] = _DEFAULTS["acceptance"]
     host_blocks: Sequence[int] = _DEFAULTS["host_blocks"]
     host_policy: Sequence[str] = _DEFAULTS["host_policy"]
     model: ModelSpec | str | os.PathLike[str] = LLAMA3_8B
@@ -225,6 +234,9 @@ class Grid:
             "prefix_caching": (_checks.is_bool, "True or False"),
             "shared_fraction": (lambda v: _checks.is_real(v) and not _checks.is_bool(v)
                                 and 0.0 <= float(v) <= 1.0, "numbers in [0, 1]"),
+            "spec_k": (lambda v: _checks.is_int(v) and 0 <= int(v) <= 64, "integers in [0, 64]"),
+            "acceptance": (lambda v: _checks.is_real(v) and not _checks.is_bool(v)
+                           and 0.0 <= float(v) <= 1.0, "numbers in [0, 1]"),
             "host_blocks": (lambda v: _checks.is_int(v) and 0 <= int(v) <= MAX_NUM_BLOCKS,
                             f"integers in [0, {MAX_NUM_BLOCKS}]"),
             "host_policy": (lambda v: v in ("lru", "hits"), "'lru' or 'hits'"),
@@ -303,6 +315,10 @@ def run_point(point: Point, n: int, seed: int, slo: SLO, model: ModelSpec = LLAM
     if point.policy == "static":
         r = run_static_batching(reqs, model, gpu, int(p["batch_size"]), float(p["max_wait_s"]),
                                 bool(p["ride_along"]))
+    elif point.policy == "speculative":
+        from servelab.engine.speculative import LLAMA32_1B  # the engine's default draft
+        r = run_continuous_batching(reqs, model, gpu, speculative=Speculation(
+            int(p["spec_k"]), LLAMA32_1B, float(p["acceptance"]), seed))
     elif point.policy == "continuous":
         r = run_continuous_batching(reqs, model, gpu, max_num_seqs=int(p["max_num_seqs"]),
                                     chunked_prefill=bool(p["chunked_prefill"]))

@@ -10,7 +10,7 @@ use crate::error::CoreResult;
 use crate::sim::admission::EarlyReject;
 use crate::sim::batch1::{self, AcceptAll};
 use crate::sim::continuous::{self, BatchLog, ContinuousOutput, ContinuousParams, StepExtra};
-use crate::sim::continuous_per_step;
+use crate::sim::continuous_per_step::{self, SpecOutput, Speculation};
 use crate::sim::continuous_prefix::{self, PrefixOutput, Prefixes};
 use crate::sim::fixed_service::{self, FixedOutput};
 use crate::sim::static_batching::{self, StaticParams};
@@ -24,6 +24,7 @@ dict_of!(FixedOutput { start_s, finish_s, rejected, busy_s });
 dict_of!(PrefixOutput {
     cached_tokens, computed_tokens, prefix_hits, prefix_lookups, prefix_evictions, host_hits, host_transfer_s,
 });
+dict_of!(SpecOutput { spec_proposed, spec_accepted, spec_steps, draft_busy_s });
 
 /// The request columns of a `servelab.workload.Requests`, read by attribute name (its
 /// constructor has checked them; the core checks them again).
@@ -137,14 +138,18 @@ impl ToPy for ContinuousOutput {
     }
 }
 
-/// A continuous-batching run, with prefix caching's columns when it was on (joined into one dict).
-struct ContinuousRun(ContinuousOutput, Option<PrefixOutput>);
+/// A continuous-batching run, with prefix caching's or speculation's columns when it was on
+/// (joined into one dict).
+struct ContinuousRun(ContinuousOutput, Option<PrefixOutput>, Option<SpecOutput>);
 
 impl ToPy for ContinuousRun {
     fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let d = to_dict(py, self.0)?;
         if let Some(p) = self.1 {
             d.update(to_dict(py, p)?.as_mapping())?;
+        }
+        if let Some(s) = self.2 {
+            d.update(to_dict(py, s)?.as_mapping())?;
         }
         Ok(d.into_any())
     }
@@ -157,11 +162,15 @@ impl ToPy for ContinuousRun {
 /// `prefix_len` (None: nothing shared) and adds `cached_tokens`, `computed_tokens` and the
 /// totals `prefix_hits`, `prefix_lookups`, `prefix_evictions`; `host_blocks` > 0 gives it a host
 /// tier (`host_policy`; `host_s_per_token`: one token's KV over the host link) and adds
-/// `host_hits`, `host_transfer_s`.
+/// `host_hits`, `host_transfer_s`. `spec_k` (with `spec_acceptance`,
+/// one rate per request, `spec_seed` and `draft_model`) runs the per-step loop with speculative
+/// decoding (`sim/continuous_per_step.rs`) and adds `spec_proposed`, `spec_accepted`,
+/// `spec_steps` and `draft_busy_s`.
 #[pyfunction]
 #[pyo3(signature = (model, gpu, efficiency, requests, max_num_seqs, max_num_batched_tokens, block_size,
     num_blocks, chunked_prefill, trace, batch_log, per_step=false, prefix_caching=false, prefix_parent=None,
-    prefix_len=None, host_blocks=0, host_policy="lru", host_s_per_token=0.0))]
+    prefix_len=None, spec_k=None, spec_acceptance=None, spec_seed=0, draft_model=None, host_blocks=0,
+    host_policy="lru", host_s_per_token=0.0))]
 #[allow(clippy::too_many_arguments)]
 fn sim_continuous_batching<'py>(
     py: Python<'py>,
@@ -180,6 +189,10 @@ fn sim_continuous_batching<'py>(
     prefix_caching: bool,
     prefix_parent: Option<PyReadonlyArray1<'py, i64>>,
     prefix_len: Option<PyReadonlyArray1<'py, i64>>,
+    spec_k: Option<i64>,
+    spec_acceptance: Option<PyReadonlyArray1<'py, f64>>,
+    spec_seed: u64,
+    draft_model: Option<ModelSpec>,
     host_blocks: i64,
     host_policy: &str,
     host_s_per_token: f64,
@@ -197,22 +210,38 @@ fn sim_continuous_batching<'py>(
     let no_len = if prefix_len.is_some() { Vec::new() } else { vec![0i64; n] };
     let parent = match &prefix_parent { Some(x) => slice("prefix_parent", x)?, None => &no_parent[..] };
     let plen = match &prefix_len { Some(x) => slice("prefix_len", x)?, None => &no_len[..] };
+    let draft = match (&spec_k, &draft_model) {
+        (Some(_), Some(d)) => Some(Pricer::new(d, &gpu, &efficiency)?),
+        (None, None) => None,
+        _ => return Err(pyo3::exceptions::PyValueError::new_err("spec_k and draft_model go together")),
+    };
+    let acceptance = match &spec_acceptance { Some(x) => slice("spec_acceptance", x)?, None => &[][..] };
+    if spec_k.is_some() && prefix_caching {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "speculative decoding runs without prefix caching (the per-step loop)",
+        ));
+    }
     simulate(py, (model, gpu, efficiency), requests, |pr, w| {
-        if prefix_caching {
+        if let (Some(k), Some(d)) = (spec_k, draft.as_ref()) {
+            let sp = Speculation { k, acceptance, seed: spec_seed, draft: d };
+            let (o, s) = continuous_per_step::run_speculative(pr, w, &params, &sp, trace, batch_log)?;
+            Ok(ContinuousRun(o, None, Some(s)))
+        } else if prefix_caching {
             let prefixes = Prefixes { parent, len: plen };
             let host = continuous_prefix::HostTierOption { host_blocks, policy: host_policy, s_per_token: host_s_per_token };
             let (o, p) = continuous_prefix::run_tiered(pr, w, &params, &prefixes, true, &host, trace, batch_log)?;
-            Ok(ContinuousRun(o, Some(p)))
+            Ok(ContinuousRun(o, Some(p), None))
         } else if per_step {
-            Ok(ContinuousRun(continuous_per_step::run_per_step(pr, w, &params, trace, batch_log)?, None))
+            Ok(ContinuousRun(continuous_per_step::run_per_step(pr, w, &params, trace, batch_log)?, None, None))
         } else {
-            Ok(ContinuousRun(continuous::run(pr, w, &params, trace, batch_log)?, None))
+            Ok(ContinuousRun(continuous::run(pr, w, &params, trace, batch_log)?, None, None))
         }
     })
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_REQUEST_TOKENS", crate::sim::MAX_REQUEST_TOKENS)?;
+    m.add("MAX_SPEC_K", continuous_per_step::MAX_SPEC_K)?;
     add_functions!(m, sim_batch1, sim_static_batching, sim_batch1_early_reject, sim_fixed_service, sim_continuous_batching);
     Ok(())
 }

@@ -198,9 +198,9 @@ class Engine:
             cost = hw_model.step_cost(self.cost_model, self.gpu,
                                       [(n, c) for _, n, c in plan.batch]).time_s \
                 + draft_cost_s(plan, self.gpu)
-            if recalled:
-                cost += hw_model.kv_host_transfer_s(self.cost_model, self.gpu,
-                                                    recalled * self.limits.block_size)
+            if recalled:  # tokens x one token's copy, as the simulator prices it (bit for bit)
+                cost += (recalled * self.limits.block_size
+                         * hw_model.kv_host_transfer_s(self.cost_model, self.gpu, 1))
             self.clock_s += cost
             finished, accepted = self._forward_and_sample(batch, s)
             step = EngineStep(s, tuple(plan.batch), tuple(plan.preempted), tuple(plan.admitted),

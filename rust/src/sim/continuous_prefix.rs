@@ -329,22 +329,15 @@ pub fn run_tiered(
             add_entry(&mut shape, books.log.as_mut(), r, nt, live[r].computed, live[r].held, decoding);
         }
         books.end_batch();
-        let mut end = rec.step(t, shape);
         let recalled = kv.num_host_hits() - recalls_before;
+        let mut copies_s = 0.0;
         if host.host_blocks > 0 {
             kv.take_transfers(); // counted above; the log must not grow
-            if recalled > 0 {
-                // the copies back precede the step that reads them (module docs)
-                let x = (recalled * params.block_size as u64) as f64 * host.s_per_token;
-                end += x;
-                pre.host_transfer_s += x;
-                let o = rec.out();
-                o.busy_s += x;
-                if let Some(tr) = o.trace.as_mut() {
-                    *tr.step_s.last_mut().expect("a step was recorded") += x;
-                }
-            }
+            // the copies back precede the step that reads them (module docs)
+            copies_s = (recalled * params.block_size as u64) as f64 * host.s_per_token;
+            pre.host_transfer_s += copies_s;
         }
+        let end = if copies_s > 0.0 { rec.step_plus(t, shape, copies_s) } else { rec.step(t, shape) };
 
         // rule 6: sampling and leaving
         let mut finished = false;

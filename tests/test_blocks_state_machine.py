@@ -15,7 +15,9 @@ cache key, counters) and that the invariants of the issue hold:
   ``mark_computed``, ``append``): a block past what its sequences have computed carries none;
 * ``can_allocate(n)`` true means ``allocate`` of ``n`` tokens succeeds;
 * ``OutOfBlocks`` changes nothing;
-* freeing everything frees every block (checked at the end of every run).
+* freeing everything frees every block (checked at the end of every run);
+* with a host tier (§8 milestone 4b): the same host keys in the same eviction order and the
+  same transfers (offloads, recalls, drops, in order); a key in one tier only.
 
 Under ``make test`` the ``ci`` profile runs a few thousand steps in seconds. For a long soak,
 ``make fuzz`` runs this file as a script (``python tests/test_blocks_state_machine.py``) with
@@ -61,6 +63,7 @@ def snapshot(a) -> tuple:
         a.free_queue().tolist(),
         [(a.block_tokens(b), a.key_of(b)) for b in range(a.num_blocks)],
         [x.tolist() for x in a.block_tables()],
+        (a.host_blocks, a.host_policy, a.host_keys()),
     )
 
 
@@ -119,11 +122,14 @@ class BlocksMachine(RuleBasedStateMachine):
     # ---- rules -------------------------------------------------------------------------------
 
     @initialize(num_blocks=st.integers(1, 24), block_size=st.integers(1, 4),
-                prefix_caching=st.booleans())
-    def setup(self, num_blocks: int, block_size: int, prefix_caching: bool) -> None:
+                prefix_caching=st.booleans(), host_blocks=st.sampled_from([0, 0, 1, 2, 5]),
+                host_policy=st.sampled_from(["lru", "hits"]))
+    def setup(self, num_blocks: int, block_size: int, prefix_caching: bool, host_blocks: int,
+              host_policy: str) -> None:
         COUNTS["examples"] += 1
-        self.rust = BlockAllocator(num_blocks, block_size, prefix_caching)
-        self.ref = ref.BlockAllocator(num_blocks, block_size, prefix_caching)
+        host_blocks *= prefix_caching  # a host tier holds cached prefixes only
+        self.rust = BlockAllocator(num_blocks, block_size, prefix_caching, host_blocks, host_policy)
+        self.ref = ref.BlockAllocator(num_blocks, block_size, prefix_caching, host_blocks, host_policy)
         self.computed = [False] * num_blocks
 
     @rule(data=st.data())
@@ -201,6 +207,18 @@ class BlocksMachine(RuleBasedStateMachine):
         for b in self.rust.block_table(seq_id)[:n // self.rust.block_size]:
             self.computed[b] = True
 
+    @rule()
+    def take_transfers(self) -> None:
+        """The same offloads, recalls and drops, in the same order; each recall lands in a
+        block now holding that key, each offload names a key now on the host or dropped later."""
+        r = self.both("take_transfers")[1]
+        COUNTS["host_hits"] += sum(kind == "recall" for kind, *_ in r)
+        gone = {k for kind, _, k, _ in r if kind != "offload"}
+        host = set(self.rust.host_keys())
+        for kind, b, k, _ in r:
+            if kind == "offload":
+                assert k in host or k in gone, (kind, b, k)
+
     @rule(n=st.integers(0, 100))
     def can_allocate(self, n: int) -> None:
         self.both("can_allocate", n)
@@ -251,7 +269,7 @@ class BlocksMachine(RuleBasedStateMachine):
         assert snap == snapshot(self.ref)
         self.rust.check_invariants()
         self.ref.check_invariants()
-        stats, ids, seqs, refs, queue, blocks, _ = snap
+        stats, ids, seqs, refs, queue, blocks, _, (_, _, host_keys) = snap
         n, bs = stats["num_blocks"], stats["block_size"]
         assert ids == sorted(self.model)
         # free + referenced = total; the queue is exactly the unreferenced blocks.
@@ -273,6 +291,9 @@ class BlocksMachine(RuleBasedStateMachine):
                     assert key is None or key == keys[i], (s, i, b)
             else:
                 assert n_cached == 0 and all(k is None for _, k in blocks)
+        # a key lives in one tier; the host holds at most its capacity
+        assert not set(host_keys) & {k for _, k in blocks if k is not None}
+        assert len(host_keys) == stats["num_host_cached_blocks"] <= stats["host_blocks"]
         if self.rust.prefix_caching:
             # registered when computed: a keyed block (in use or free) holds declared-computed KV
             for b in range(n):

@@ -36,3 +36,12 @@ def test_multi_turn_reuses_the_conversation():
     off, on = demo.compute_multi_turn(n=100)
     assert off.cached_tokens == 0 and on.cached_tokens > 0.7 * off.computed_tokens
     assert on.ttft_p99_s < off.ttft_p99_s
+
+
+def test_a_host_tier_serves_more_from_cache_as_it_grows():
+    rows = demo.compute_host_tier(n=100, tiers=((0, "lru"), (2000, "lru"), (8000, "lru"), (2000, "hits")))
+    (none, h0, _), (small, h1, _), (big, h2, c2), (hits, _, _) = rows
+    assert h0 == 0 < h1 < h2 and c2 > 0
+    assert none.cached_tokens < small.cached_tokens < big.cached_tokens
+    assert big.ttft_p99_s < none.ttft_p99_s
+    assert hits.cached_tokens < small.cached_tokens  # the printed claim: LRU wins on conversations

@@ -199,7 +199,8 @@ CASES = [
     Case("events.EventQueue.push", lambda: queue().push, {"time_s": 2.0, "payload": "x"}),
     # blocks (§2.4)
     Case("blocks.block_key", fn(blocks.block_key), {"parent_key": blocks.ROOT_KEY, "token_ids": [1, 2, 3, 4]}),
-    Case("blocks.BlockAllocator", fn(blocks.BlockAllocator), {"num_blocks": 8, "block_size": 4, "prefix_caching": True}),
+    Case("blocks.BlockAllocator", fn(blocks.BlockAllocator), {"num_blocks": 8, "block_size": 4, "prefix_caching": True,
+                                                             "host_blocks": 2, "host_policy": "hits"}),
     Case("blocks.BlockAllocator.allocate", lambda: allocator().allocate,
          {"seq_id": 1, "token_ids": [1, 2, 3, 4, 9], "num_computed": 0}, also=(KeyError, blocks.OutOfBlocks)),
     Case("blocks.BlockAllocator.mark_computed", lambda: allocator().mark_computed,
@@ -275,7 +276,8 @@ CASES = [
     # engine (§8)
     Case("engine.Engine", fn(engine.Engine), {"config": TINY, "num_blocks": 8, "block_size": 4, "max_num_seqs": 2,
                                               "max_num_batched_tokens": 32, "chunked_prefill": True,
-                                              "prefix_caching": True, "cost_model": M, "gpu": G}),
+                                              "prefix_caching": True, "cost_model": M, "gpu": G,
+                                              "host_blocks": 4, "host_policy": "hits"}),
     Case("engine.Engine.add_request", lambda: engine.Engine(num_blocks=8, block_size=4).add_request,
          {"prompt": [1, 2], "max_new_tokens": 2, "sampler": tiny_llm.GREEDY, "arrival_step": 1}),
     Case("engine.Engine.unservable_reason", lambda: engine.Engine(num_blocks=8, block_size=4).unservable_reason,

@@ -65,6 +65,7 @@ def shared_cases(draw):
 
 
 def assert_engine_parity(reqs: list[Request], sp: SharedPrefixes, eng: dict) -> sc.SimResult:
+    """``eng`` may give a host tier (``host_blocks``, ``host_policy``; §8 milestone 4b) too."""
     res = serve(reqs, prefix_caching=True, model=MODEL, **eng)
     workload = Requests([r.arrival_s for r in res.requests], [len(r.prompt) for r in reqs],
                         [r.max_new_tokens for r in reqs])
@@ -77,8 +78,17 @@ def assert_engine_parity(reqs: list[Request], sp: SharedPrefixes, eng: dict) -> 
     assert sim.cached_tokens.tolist() == [r.num_cached_tokens for r in res.requests]
     assert sim.computed_tokens.tolist() == [r.num_computed_tokens for r in res.requests]
     assert (sim.prefix_hits, sim.prefix_lookups) == (res.stats["num_hits"], res.stats["num_lookups"])
+    assert sim.host_hits == res.stats["num_host_hits"]
     assert np.array_equal(sim.finish_s, [r.finish_s for r in res.requests], equal_nan=True)
     return sim
+
+
+@settings(max_examples=25)
+@given(case=shared_cases(), host_blocks=st.integers(1, 6), policy=st.sampled_from(["lru", "hits"]))
+def test_same_batches_and_host_hits_as_the_engine_with_a_host_tier(case, host_blocks, policy):
+    reqs, sp, eng = case
+    sim = assert_engine_parity(reqs, sp, dict(eng, host_blocks=host_blocks, host_policy=policy))
+    event(f"host hits: {sim.host_hits > 0}")
 
 
 @settings(max_examples=40)

@@ -61,6 +61,20 @@ step:
 * **Counters.** ``num_lookups`` counts the blocks ``allocate`` could have reused (at most
   ``(n - 1) // block_size`` a prompt), ``num_hits`` those it did, ``num_evictions`` cached blocks
   given new content, ``num_copies`` copy-on-writes.
+* **Host tier** (``host_blocks > 0``, lecture §8 milestone 4b: a tiered KV cache). When a
+  cached free block is evicted, its key and tokens move to a host (CPU) tier of ``host_blocks``
+  blocks instead of vanishing; ``allocate`` that misses the GPU cache but finds the key on the
+  host (verified as ever) takes a fresh GPU block for it and registers it at once: a *recall*,
+  a copy over the host link (``hw_model.kv_host_transfer_s``) instead of a recomputation. It
+  counts in ``num_cached_tokens`` and ``num_host_hits`` (not ``num_hits``), and needs a free
+  block like any new one. A key lives in one tier: registering it on the GPU drops its host
+  copy. A full host tier drops one entry first, by ``host_policy``: ``"lru"`` the one offloaded
+  longest ago, ``"hits"`` the one with the fewest prefix hits (oldest among equals), so a
+  shared system prompt outlives one-off prompts. ``take_transfers()`` returns, in order, each
+  ``("offload", block, key, hits)``, ``("recall", block, key, hits)`` and ``("drop", None,
+  key, hits)`` since its last call (``hits``: the moved entry's hit count): an engine copies KV by it before writing any block (an evicted block's data is
+  intact until then). ``host_blocks=0`` (the default) is the allocator without the tier, bit
+  for bit.
 * ``can_allocate(n_tokens)`` is ``ceil(n_tokens / block_size) <= num_free_blocks``: when it is
   true, ``allocate`` of that many tokens cannot fail (prefix hits only lower the need).
 
@@ -86,6 +100,20 @@ Example:
     (None, None)
     >>> a.key_of(4) is not None, a.key_of(6)            # seq 3's was registered first
     (True, None)
+
+With a host tier, an evicted prefix comes back by copy:
+
+    >>> t = BlockAllocator(num_blocks=2, block_size=2, prefix_caching=True, host_blocks=4)
+    >>> t.allocate(0, [1, 2, 3]); t.free(0)
+    [0, 1]
+    >>> t.allocate(1, [5, 5, 5, 5]); t.free(1)     # evicts [1, 2] from the GPU to the host
+    [1, 0]
+    >>> [kind for kind, *_ in t.take_transfers()]
+    ['offload']
+    >>> t.allocate(2, [1, 2, 9]), t.num_cached_tokens(2), t.num_host_hits
+    ([0, 1], 2, 1)
+    >>> [kind for kind, *_ in t.take_transfers()]   # block 0 is freed of [5, 5] for [1, 2]
+    ['offload', 'recall', 'offload']
 """
 
 from __future__ import annotations
@@ -136,11 +164,16 @@ class BlockAllocator:
 
     __slots__ = ("_inner",)
 
-    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False):
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False,
+                 host_blocks: int = 0, host_policy: str = "lru"):
+        if not isinstance(host_policy, str):
+            raise TypeError(f"host_policy must be a str, got {host_policy!r}")
         try:
-            self._inner = _core.BlockAllocator(num_blocks, block_size, prefix_caching)
+            self._inner = _core.BlockAllocator(num_blocks, block_size, prefix_caching,
+                                               host_blocks, host_policy)
         except (TypeError, OverflowError) as exc:
-            _checks.reraise_named(exc, {"num_blocks": num_blocks, "block_size": block_size},
+            _checks.reraise_named(exc, {"num_blocks": num_blocks, "block_size": block_size,
+                                        "host_blocks": host_blocks},
                                   {"prefix_caching": prefix_caching})
 
     # ---- operations --------------------------------------------------------------------------
@@ -346,6 +379,43 @@ class BlockAllocator:
     @property
     def num_copies(self) -> int:
         return self._inner.num_copies
+
+    # ---- the host tier (§8 milestone 4b) -----------------------------------------------------
+
+    @property
+    def host_blocks(self) -> int:
+        """Capacity of the host tier, in blocks (0: no tier)."""
+        return self._inner.host_blocks
+
+    @property
+    def host_policy(self) -> str:
+        """Which entry a full host tier drops: ``"lru"`` or ``"hits"``."""
+        return self._inner.host_policy
+
+    @property
+    def num_host_cached_blocks(self) -> int:
+        """Blocks the host tier holds now."""
+        return self._inner.num_host_cached_blocks
+
+    @property
+    def num_host_hits(self) -> int:
+        """Prompt blocks recalled from the host tier instead of recomputed."""
+        return self._inner.num_host_hits
+
+    def host_keys(self) -> list[int]:
+        """The host tier's keys in the order its policy would drop them, next victim first."""
+        return self._inner.host_keys()
+
+    def take_transfers(self) -> list[tuple[str, int | None, int, int]]:
+        """What crossed the host link since the last call, in order, then forgets it:
+        ``("offload", block_id, key, hits)`` (copy the evicted block's KV to the host),
+        ``("recall", block_id, key, hits)`` (copy the host's KV of ``key`` into the block) and
+        ``("drop", None, key, hits)`` (the host no longer holds ``key``); ``hits`` is the
+        moved entry's hit count, what the ``"hits"`` policy ranks by. An ``allocate`` takes its
+        recalled keys off the host before it evicts anything, but lists each recall after the
+        evictions before it: replayed in order, an evicted block is copied out before a recall
+        overwrites it."""
+        return self._inner.take_transfers()
 
     def __contains__(self, seq_id: int) -> bool:
         try:

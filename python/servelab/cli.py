@@ -210,6 +210,7 @@ _AXES = {"--batch-size": ("batch_size", "static"), "--max-wait": ("max_wait_s", 
          "--ride-along": ("ride_along", "static"), "--estimator": ("estimator", "early_reject"),
          "--max-num-seqs": ("max_num_seqs", "continuous"), "--chunked-prefill": ("chunked_prefill", "continuous"),
          "--prefix-caching": ("prefix_caching", "prefix"), "--shared-fraction": ("shared_fraction", "prefix"),
+         "--host-blocks": ("host_blocks", "tiered"), "--host-policy": ("host_policy", "tiered"),
          "--spec-k": ("spec_k", "speculative"), "--acceptance": ("acceptance", "speculative")}
 
 
@@ -319,6 +320,10 @@ def _add_sweep_parser(sub: Any) -> None:
                    help="prefix: reuse the KV of shared prompt prefixes (no and yes if not given)")
     p.add_argument("--shared-fraction", type=_fraction, nargs="+",
                    help="prefix: share of requests whose system prompt is a shared one (1 if not given)")
+    p.add_argument("--host-blocks", type=_int_at_least(0), nargs="+",
+                   help="tiered: host tier sizes in KV blocks (0 2000 8000 if not given)")
+    p.add_argument("--host-policy", nargs="+", choices=["lru", "hits"],
+                   help="tiered: which entry a full host tier drops (lru if not given)")
     p.add_argument("--spec-k", type=_int_at_least(0), nargs="+",
                    help="speculative: draft guesses per step, at most 64 (4 if not given)")
     p.add_argument("--acceptance", type=_fraction, nargs="+",

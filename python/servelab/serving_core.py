@@ -172,7 +172,8 @@ class SimResult:
     (which batch served it; ``-1`` if rejected). Totals: ``busy_s`` (sum of step times),
     ``flops``, ``n_steps``, ``peak_kv_tokens``. ``trace``: a :class:`StepTrace` when asked for.
     Continuous batching with prefix caching adds ``cached_tokens`` and ``computed_tokens`` per
-    request and the allocator's ``prefix_hits``, ``prefix_lookups``, ``prefix_evictions``.
+    request and the allocator's ``prefix_hits``, ``prefix_lookups``, ``prefix_evictions``; with
+    a host tier, ``host_hits`` (blocks recalled from host memory) and ``host_transfer_s``.
     """
 
     policy: str
@@ -207,6 +208,8 @@ class SimResult:
     prefix_hits: int = 0
     prefix_lookups: int = 0
     prefix_evictions: int = 0
+    host_hits: int = 0
+    host_transfer_s: float = 0.0
     # continuous batching with speculative decoding: per request the guesses proposed and
     # kept and its decoding steps; the draft's seconds (in busy_s and the clock)
     spec_proposed: np.ndarray | None = field(default=None)
@@ -279,7 +282,8 @@ def _result(policy: str, params: dict[str, Any], requests: Requests, model: Mode
         peak_kv_blocks=int(d.get("peak_kv_blocks", 0)), batch_log=None if log is None else BatchLog(**log),
         cached_tokens=d.get("cached_tokens"), computed_tokens=d.get("computed_tokens"),
         prefix_hits=int(d.get("prefix_hits", 0)), prefix_lookups=int(d.get("prefix_lookups", 0)),
-        prefix_evictions=int(d.get("prefix_evictions", 0)), spec_proposed=d.get("spec_proposed"),
+        prefix_evictions=int(d.get("prefix_evictions", 0)), host_hits=int(d.get("host_hits", 0)),
+        host_transfer_s=float(d.get("host_transfer_s", 0.0)), spec_proposed=d.get("spec_proposed"),
         spec_accepted=d.get("spec_accepted"), spec_steps=d.get("spec_steps"),
         draft_busy_s=float(d.get("draft_busy_s", 0.0)))
 
@@ -336,6 +340,7 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
                             mem_util: float = 0.9, efficiency: Efficiency = DEFAULT_EFFICIENCY,
                             trace: bool = False, batch_log: bool = False,
                             prefix_caching: bool = False, shared_prefixes: SharedPrefixes | None = None,
+                            host_blocks: int = 0, host_policy: str = "lru",
                             speculative: Speculation | None = None,
                             _per_step: bool = False) -> SimResult:
     """Continuous batching (§4.5 policy 3: Orca's iteration-level scheduling over vLLM's paged
@@ -359,6 +364,12 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     has ``cached_tokens`` and ``computed_tokens`` per request and ``prefix_hits``. This path
     steps every running request (``rust/src/sim/continuous_prefix.rs``): slower than the
     event-driven one, see ``make bench``.
+
+    ``host_blocks > 0`` (with prefix caching; §8 milestone 4b) adds a host tier of that many
+    blocks: evicted prefix blocks move to host memory (a full tier drops by ``host_policy``,
+    ``"lru"`` or ``"hits"``, see :mod:`servelab.blocks`) and come back by a copy, priced as
+    ``hw_model.kv_host_transfer_s`` of their tokens and added to the step that admits them.
+    The result counts ``host_hits`` and ``host_transfer_s``.
 
     ``speculative`` (a :class:`Speculation`: ``k``, the draft's ModelSpec, the acceptance
     rate) adds speculative decoding (§8, milestone 4a) on the per-step loop
@@ -423,6 +434,16 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
         raise ValueError(f"shared_prefixes must have one entry per request ({len(requests)}), "
                          f"got {len(shared_prefixes)}")
     sp = (None, None) if shared_prefixes is None else (shared_prefixes.parent, shared_prefixes.length)
+    host = _checks.integer("host_blocks", host_blocks, 0, _core.MAX_NUM_BLOCKS)
+    if not isinstance(host_policy, str) or host_policy not in ("lru", "hits"):
+        raise ValueError(f"host_policy must be 'lru' or 'hits', got {host_policy!r}")
+    tier: dict[str, Any] = {}
+    if host:
+        if not caching:
+            raise ValueError(f"host_blocks={host} needs prefix_caching=True (the host tier holds cached prefixes)")
+        from servelab.hw_model import kv_host_transfer_s
+        tier = dict(host_blocks=host, host_policy=host_policy,
+                    host_s_per_token=kv_host_transfer_s(model, gpu, 1))  # linear in tokens
     per_step = _checks.flag("_per_step", _per_step)
     if per_step and caching:  # named here: the core's message says per_step, not _per_step
         raise ValueError("_per_step=True has no prefix caching (the prefix-caching loop is per-step already)")
@@ -438,11 +459,13 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
                     spec_seed=speculative.seed, draft_model=speculative.draft)
     d = _core.sim_continuous_batching(model, gpu, efficiency, requests, seqs, budget, bs, blocks, chunked,
                                       _checks.flag("trace", trace), _checks.flag("batch_log", batch_log),
-                                      per_step, caching, *sp, **spec)
+                                      per_step, caching, *sp, **spec, **tier)
     params: dict[str, Any] = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,
                               "num_blocks": blocks, "chunked_prefill": chunked}
     if caching:
         params["prefix_caching"] = True
+    if host:
+        params["host_blocks"], params["host_policy"] = host, host_policy
     if speculative is not None:
         params["speculative"] = speculative
     return _result("continuous", params, requests, model, gpu, efficiency, d)

@@ -14,10 +14,17 @@ rate, only closer together) under one policy and summarises it against an SLO:
   (:func:`servelab.workload.chat_sessions`: ``n`` single-turn requests, each opening with a
   1024-token system prompt, one of 4 shared ones with probability ``shared_fraction``, else its
   own); axes ``prefix_caching`` (§3.5) and ``shared_fraction``;
+* ``tiered`` — prefix caching on multi-turn conversations (``chat_sessions`` with
+  ``TIERED_TURNS_MEAN`` turns on average) in a GPU pool of ``TIERED_GPU_BLOCKS`` blocks, small
+  enough that evictions happen; axes ``host_blocks`` (the host tier's size, §8 milestone 4b)
+  and ``host_policy`` (``"lru"``, ``"hits"``);
 * ``speculative`` — continuous batching (vLLM's defaults) with speculative decoding (§8,
   milestone 4a; :class:`servelab.serving_core.Speculation`, a Llama-3.2-1B draft priced on the
   same GPU); axes ``spec_k`` (guesses per step, 0: plain decoding) and ``acceptance`` (the
   chance each guess is kept).
+
+Prefix rows fill ``cached_share``: prompt tokens served from a cache (GPU or host) over all
+prompt tokens (None for the other policies).
 
 The model and GPU are demo 03's (Llama-3-8B on an H100) unless ``Grid(model=..., gpu=...)``
 names another: a :mod:`servelab.hw_model` preset (``"LLAMA3_70B"``, ``"A100_80GB"``), a spec, or
@@ -51,7 +58,13 @@ ValueError: model Llama-3-70B does not fit gpu H100-SXM: its weights (141.1 GB) 
 >>> Grid(policies=("fifo",), rates=(1.0,))
 Traceback (most recent call last):
 ...
-ValueError: policies must be among ['batch1', 'continuous', 'early_reject', 'prefix', 'speculative', 'static'], got 'fifo'
+ValueError: policies must be among ['batch1', 'continuous', 'early_reject', 'prefix', 'speculative', 'static', 'tiered'], got 'fifo'
+
+The host tier on multi-turn conversations (hit rate and TTFT against its size):
+
+>>> t = sweep(Grid(policies=("tiered",), rates=(1.0,), host_blocks=(0, 8000)), n=60)
+>>> [(r.config, round(r.cached_share, 2)) for r in t.rows]
+[('host tier 0 blocks lru', 0.68), ('host tier 8000 blocks lru', 0.92)]
 """
 
 from __future__ import annotations
@@ -71,6 +84,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from servelab import _checks, lecture
+from servelab._core import MAX_NUM_BLOCKS
 from servelab import metrics as mx
 from servelab.admission import EarlyReject, NoisyPredictor
 from servelab.hw_model import H100, LLAMA3_8B, GpuSpec, ModelSpec, kv_capacity_tokens
@@ -94,12 +108,18 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "continuous": ("max_num_seqs", "chunked_prefill"),
     "prefix": ("prefix_caching", "shared_fraction"),
     "speculative": ("spec_k", "acceptance"),
+    "tiered": ("host_blocks", "host_policy"),
 }
+# the tiered policy's workload and GPU pool (§8 milestone 4b): long conversations, a pool of
+# 1500 blocks x 16 tokens (24k tokens: a few dozen conversations), so prefixes get evicted
+TIERED_TURNS_MEAN = 4.0
+TIERED_GPU_BLOCKS = 1500
 # continuous batching takes vLLM's defaults (serving_core.run_continuous_batching)
 _DEFAULTS: dict[str, tuple[Any, ...]] = {"batch_size": (32,), "max_wait_s": (lecture.MAX_WAIT_S,), "ride_along": (True,),
                                          "estimator": ("mean",), "max_num_seqs": (256,),
                                          "chunked_prefill": (False,), "prefix_caching": (False, True),
-                                         "shared_fraction": (1.0,), "spec_k": (4,), "acceptance": (0.8,)}
+                                         "shared_fraction": (1.0,), "spec_k": (4,), "acceptance": (0.8,),
+                                         "host_blocks": (0, 2000, 8000), "host_policy": ("lru",)}
 
 
 def _estimator(spec: str) -> Any:
@@ -143,6 +163,8 @@ class Point:
             return f"shared {p['shared_fraction']:g}, {cache}"
         if self.policy == "speculative":
             return f"speculative k={p['spec_k']} a={p['acceptance']:g}"
+        if self.policy == "tiered":
+            return f"host tier {p['host_blocks']} blocks {p['host_policy']}"
         return "batch 1"
 
 
@@ -180,6 +202,8 @@ class Grid:
     shared_fraction: Sequence[float] = _DEFAULTS["shared_fraction"]
     spec_k: Sequence[int] = _DEFAULTS["spec_k"]
     acceptance: Sequence[float] = _DEFAULTS["acceptance"]
+    host_blocks: Sequence[int] = _DEFAULTS["host_blocks"]
+    host_policy: Sequence[str] = _DEFAULTS["host_policy"]
     model: ModelSpec | str | os.PathLike[str] = LLAMA3_8B
     gpu: GpuSpec | str | os.PathLike[str] = H100
 
@@ -213,6 +237,9 @@ class Grid:
             "spec_k": (lambda v: _checks.is_int(v) and 0 <= int(v) <= 64, "integers in [0, 64]"),
             "acceptance": (lambda v: _checks.is_real(v) and not _checks.is_bool(v)
                            and 0.0 <= float(v) <= 1.0, "numbers in [0, 1]"),
+            "host_blocks": (lambda v: _checks.is_int(v) and 0 <= int(v) <= MAX_NUM_BLOCKS,
+                            f"integers in [0, {MAX_NUM_BLOCKS}]"),
+            "host_policy": (lambda v: v in ("lru", "hits"), "'lru' or 'hits'"),
         }
         used = {axis for p in pols for axis in POLICIES[p]}
         for axis, (ok, what) in checks.items():
@@ -266,6 +293,7 @@ class Row:
     utilisation: float
     seat_waste: float
     params: dict[str, Any] = field(default_factory=dict)
+    cached_share: float | None = None
 
 
 def run_point(point: Point, n: int, seed: int, slo: SLO, model: ModelSpec = LLAMA3_8B,
@@ -276,6 +304,12 @@ def run_point(point: Point, n: int, seed: int, slo: SLO, model: ModelSpec = LLAM
         reqs, shared = chat_sessions(n, point.rate, seed, shared_fraction=float(p["shared_fraction"]))
         r = run_continuous_batching(reqs, model, gpu, prefix_caching=bool(p["prefix_caching"]),
                                     shared_prefixes=shared)
+        return _row(point, r, slo, p)
+    if point.policy == "tiered":  # multi-turn conversations, a GPU pool that must evict
+        reqs, shared = chat_sessions(n, point.rate, seed, turns_mean=TIERED_TURNS_MEAN)
+        r = run_continuous_batching(reqs, model, gpu, num_blocks=TIERED_GPU_BLOCKS, prefix_caching=True,
+                                    shared_prefixes=shared, host_blocks=int(p["host_blocks"]),
+                                    host_policy=str(p["host_policy"]))
         return _row(point, r, slo, p)
     reqs = chat_requests(n, point.rate, seed)
     if point.policy == "static":
@@ -297,9 +331,10 @@ def run_point(point: Point, n: int, seed: int, slo: SLO, model: ModelSpec = LLAM
 
 def _row(point: Point, r: Any, slo: SLO, p: dict[str, Any]) -> Row:
     s = mx.summarize(r, slo)
+    cached = None if r.cached_tokens is None else float(r.cached_tokens.sum() / r.requests.prompt_len.sum())
     return Row(point.policy, point.config, point.rate, s.n, s.n_rejected, s.attainment, s.goodput_req_s,
                s.throughput_tok_s, s.throughput_req_s, s.ttft.p50, s.ttft.p99, s.tpot.p50, s.utilisation,
-               s.seat_waste, p)
+               s.seat_waste, p, cached)
 
 
 @dataclass(frozen=True)

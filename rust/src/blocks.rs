@@ -47,6 +47,10 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::error::{CoreError, CoreResult};
 
+mod host_tier;
+pub use host_tier::HostPolicy;
+use host_tier::HostTier;
+
 /// Largest pool, in blocks (16 Mi: far beyond any GPU's KV pool at 16 tokens a block).
 pub const MAX_NUM_BLOCKS: i64 = 1 << 24;
 /// Largest block, in tokens.
@@ -121,6 +125,9 @@ struct Block {
     /// The parent key this block's key was made with (meaningful when `key` is `Some`).
     parent_key: u64,
     tokens: Vec<u32>,
+    /// Prefix hits on this content (GPU hits, plus one per recall from the host tier): the
+    /// host tier's `hits` policy keeps the most used.
+    hits: u32,
     // Free queue links (valid while ref_count == 0).
     prev: u32,
     next: u32,
@@ -151,6 +158,62 @@ pub struct Stats {
     pub num_lookups: u64,
     pub num_evictions: u64,
     pub num_copies: u64,
+    pub host_blocks: usize,
+    pub num_host_cached_blocks: usize,
+    pub num_host_hits: u64,
+    pub num_offloads: u64,
+    pub num_host_evictions: u64,
+}
+
+/// What moved between the tiers (see [`BlockAllocator::take_transfers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransferKind {
+    /// A cached GPU block was evicted: copy its KV to the host under `key` before the block is
+    /// written again.
+    Offload,
+    /// A prompt hit `key` on the host: copy its KV into the fresh GPU block.
+    Recall,
+    /// The host dropped `key` (tier full, or a GPU copy of the same prefix was registered).
+    Drop,
+}
+
+impl TransferKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            TransferKind::Offload => "offload",
+            TransferKind::Recall => "recall",
+            TransferKind::Drop => "drop",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transfer {
+    pub kind: TransferKind,
+    /// The GPU block (none for a drop).
+    pub block: Option<u32>,
+    pub key: u64,
+    /// The hit count of the entry that moved (what the `hits` policy ranks by).
+    pub hits: u32,
+}
+
+/// The host tier and the log of what crossed the host link, borrowed apart from the blocks.
+#[derive(Debug, Clone)]
+struct Tier {
+    host: HostTier,
+    log: Vec<Transfer>,
+    num_host_hits: u64,
+    num_offloads: u64,
+    num_host_evictions: u64,
+}
+
+impl Tier {
+    /// A key is being registered on the GPU: a host copy of it is now redundant.
+    fn supersede(&mut self, key: u64) {
+        if let Some(e) = if self.host.is_empty() { None } else { self.host.take(key) } {
+            self.log.push(Transfer { kind: TransferKind::Drop, block: None, key, hits: e.hits });
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -167,6 +230,7 @@ pub struct BlockAllocator {
     num_lookups: u64,
     num_evictions: u64,
     num_copies: u64,
+    tier: Tier,
 }
 
 fn check_token(name: &str, t: i64) -> CoreResult<u32> {
@@ -247,6 +311,18 @@ pub struct AppendMany {
 
 impl BlockAllocator {
     pub fn new(num_blocks: i64, block_size: i64, prefix_caching: bool) -> CoreResult<Self> {
+        Self::with_host_tier(num_blocks, block_size, prefix_caching, 0, "lru")
+    }
+
+    /// An allocator whose evicted prefix blocks move to a host tier of `host_blocks` blocks
+    /// (0: none, exactly [`BlockAllocator::new`]) dropping by `host_policy` (`"lru"`, `"hits"`).
+    pub fn with_host_tier(
+        num_blocks: i64,
+        block_size: i64,
+        prefix_caching: bool,
+        host_blocks: i64,
+        host_policy: &str,
+    ) -> CoreResult<Self> {
         if !(1..=MAX_NUM_BLOCKS).contains(&num_blocks) {
             return Err(CoreError::invalid(format!(
                 "num_blocks must be an integer in [1, {MAX_NUM_BLOCKS}], got {num_blocks}"
@@ -257,6 +333,17 @@ impl BlockAllocator {
                 "block_size must be an integer in [1, {MAX_BLOCK_SIZE}], got {block_size}"
             )));
         }
+        if !(0..=MAX_NUM_BLOCKS).contains(&host_blocks) {
+            return Err(CoreError::invalid(format!(
+                "host_blocks must be an integer in [0, {MAX_NUM_BLOCKS}], got {host_blocks}"
+            )));
+        }
+        if host_blocks > 0 && !prefix_caching {
+            return Err(CoreError::invalid(format!(
+                "host_blocks={host_blocks} needs prefix_caching=True (the host tier holds cached prefixes)"
+            )));
+        }
+        let policy = HostPolicy::parse(host_policy)?;
         let n = num_blocks as u32;
         let blocks = (0..n)
             .map(|i| Block {
@@ -264,6 +351,7 @@ impl BlockAllocator {
                 key: None,
                 parent_key: ROOT_KEY,
                 tokens: Vec::new(),
+                hits: 0,
                 prev: if i == 0 { NIL } else { i - 1 },
                 next: if i + 1 == n { NIL } else { i + 1 },
             })
@@ -281,6 +369,13 @@ impl BlockAllocator {
             num_lookups: 0,
             num_evictions: 0,
             num_copies: 0,
+            tier: Tier {
+                host: HostTier::new(host_blocks as usize, policy),
+                log: Vec::new(),
+                num_host_hits: 0,
+                num_offloads: 0,
+                num_host_evictions: 0,
+            },
         })
     }
 
@@ -312,8 +407,19 @@ impl BlockAllocator {
         if let Some(k) = blk.key.take() {
             self.cache.remove(&k);
             self.num_evictions += 1;
+            let t = &mut self.tier;
+            if t.host.capacity() > 0 {
+                // §8 milestone 4b: the evicted prefix moves to the host instead of vanishing.
+                t.num_offloads += 1;
+                t.log.push(Transfer { kind: TransferKind::Offload, block: Some(b), key: k, hits: blk.hits });
+                if let Some((v, hits)) = t.host.insert(k, blk.parent_key, std::mem::take(&mut blk.tokens), blk.hits) {
+                    t.num_host_evictions += 1;
+                    t.log.push(Transfer { kind: TransferKind::Drop, block: None, key: v, hits });
+                }
+            }
         }
         blk.tokens.clear();
+        blk.hits = 0;
         blk.ref_count = 1;
         b
     }
@@ -321,12 +427,13 @@ impl BlockAllocator {
     /// Offers `seq`'s full blocks `seq.marked..upto` to the cache, in order: each becomes the
     /// cached block of its key unless another block already is (first wins).
     /// A free function over the fields it needs, so that a sequence can be borrowed meanwhile.
-    fn mark_blocks(cache: &mut Map<u64, u32>, blocks: &mut [Block], seq: &mut Seq, upto: usize) {
+    fn mark_blocks(cache: &mut Map<u64, u32>, blocks: &mut [Block], tier: &mut Tier, seq: &mut Seq, upto: usize) {
         for i in seq.marked..upto {
             let key = seq.keys[i];
             if let std::collections::hash_map::Entry::Vacant(e) = cache.entry(key) {
                 let b = seq.table[i];
                 e.insert(b);
+                tier.supersede(key);
                 let blk = &mut blocks[b as usize];
                 blk.key = Some(key);
                 blk.parent_key = if i == 0 { ROOT_KEY } else { seq.keys[i - 1] };
@@ -370,37 +477,69 @@ impl BlockAllocator {
         let keys = if self.prefix_caching { self.chain_keys(tokens) } else { Vec::new() };
         // Longest verified cached prefix, leaving at least one token to compute.
         let max_hits = if self.prefix_caching { (n - 1) / bs } else { 0 };
-        let mut hits: Vec<u32> = Vec::new();
+        // A hit is `Some(b)` (GPU block b) or `None` (a key found on the host tier).
+        let mut hits: Vec<Option<u32>> = Vec::new();
         let mut hits_free = 0;
         for i in 0..max_hits {
             let parent = if i == 0 { ROOT_KEY } else { keys[i - 1] };
-            match self.cache.get(&keys[i]) {
-                Some(&b) => {
-                    let blk = &self.blocks[b as usize];
-                    if blk.parent_key != parent || blk.tokens[..] != tokens[i * bs..(i + 1) * bs] {
-                        break;
-                    }
-                    hits.push(b);
-                    hits_free += (blk.ref_count == 0) as usize;
+            let chunk = &tokens[i * bs..(i + 1) * bs];
+            if let Some(&b) = self.cache.get(&keys[i]) {
+                let blk = &self.blocks[b as usize];
+                if blk.parent_key != parent || blk.tokens[..] != *chunk {
+                    break;
                 }
-                None => break,
+                hits.push(Some(b));
+                hits_free += (blk.ref_count == 0) as usize;
+            } else {
+                match self.tier.host.get(keys[i]) {
+                    Some(e) if e.parent_key == parent && e.tokens[..] == *chunk => hits.push(None),
+                    _ => break,
+                }
             }
         }
-        let need = n_blocks - hits.len();
+        let n_host = hits.iter().filter(|h| h.is_none()).count();
+        let need = n_blocks - (hits.len() - n_host); // a recalled block needs a fresh GPU block
         let free = self.num_free - hits_free;
         if need > free {
             return Err(OpError::OutOfBlocks { seq_id, need, free });
         }
         // Commit: nothing below can fail.
         self.num_lookups += max_hits as u64;
-        self.num_hits += hits.len() as u64;
-        for &b in &hits {
-            if self.blocks[b as usize].ref_count == 0 {
+        self.num_hits += (hits.len() - n_host) as u64;
+        self.tier.num_host_hits += n_host as u64;
+        for &b in hits.iter().flatten() {
+            let blk = &mut self.blocks[b as usize];
+            if blk.ref_count == 0 {
                 self.unlink(b);
             }
-            self.blocks[b as usize].ref_count += 1;
+            let blk = &mut self.blocks[b as usize];
+            blk.ref_count += 1;
+            blk.hits += 1;
         }
-        let mut table = hits.clone();
+        // Out of the host tier before any eviction below could push it out.
+        let recalled: Vec<_> = (0..hits.len())
+            .filter(|&i| hits[i].is_none())
+            .map(|i| self.tier.host.take(keys[i]).expect("looked up above"))
+            .collect();
+        let mut recalled = recalled.into_iter();
+        let mut table = Vec::with_capacity(n_blocks);
+        for (i, h) in hits.iter().enumerate() {
+            match h {
+                Some(b) => table.push(*b),
+                None => {
+                    let e = recalled.next().expect("one entry per host hit");
+                    let b = self.take_free();
+                    self.tier.log.push(Transfer { kind: TransferKind::Recall, block: Some(b), key: keys[i], hits: e.hits });
+                    let blk = &mut self.blocks[b as usize];
+                    blk.tokens = e.tokens;
+                    blk.hits = e.hits + 1;
+                    blk.key = Some(keys[i]);
+                    blk.parent_key = e.parent_key;
+                    self.cache.insert(keys[i], b);
+                    table.push(b);
+                }
+            }
+        }
         for i in hits.len()..n_blocks {
             let b = self.take_free();
             self.blocks[b as usize].tokens.extend_from_slice(&tokens[i * bs..n.min((i + 1) * bs)]);
@@ -408,7 +547,7 @@ impl BlockAllocator {
         }
         let mut seq = Seq { table, keys, marked: hits.len(), num_tokens: n, num_cached_tokens: hits.len() * bs };
         let upto = (computed / bs).min(seq.keys.len());
-        Self::mark_blocks(&mut self.cache, &mut self.blocks, &mut seq, upto);
+        Self::mark_blocks(&mut self.cache, &mut self.blocks, &mut self.tier, &mut seq, upto);
         Ok(&self.seqs.entry(seq_id).or_insert(seq).table)
     }
 
@@ -419,7 +558,7 @@ impl BlockAllocator {
         let seq = self.seqs.get_mut(&seq_id).ok_or_else(|| unknown(seq_id))?;
         let c = check_num_computed(Some(num_computed), seq.num_tokens)?;
         let upto = (c / self.block_size).min(seq.keys.len());
-        Self::mark_blocks(&mut self.cache, &mut self.blocks, seq, upto);
+        Self::mark_blocks(&mut self.cache, &mut self.blocks, &mut self.tier, seq, upto);
         Ok(())
     }
 
@@ -464,7 +603,7 @@ impl BlockAllocator {
             seq.keys.push(block_key(parent, &self.blocks[dst as usize].tokens));
             // the new token's predecessors are computed: offer every block up to this one
             let upto = seq.keys.len();
-            Self::mark_blocks(&mut self.cache, &mut self.blocks, seq, upto);
+            Self::mark_blocks(&mut self.cache, &mut self.blocks, &mut self.tier, seq, upto);
         }
         Ok(copy)
     }
@@ -496,7 +635,7 @@ impl BlockAllocator {
                 let parent = seq.keys.last().copied().unwrap_or(ROOT_KEY);
                 seq.keys.push(block_key(parent, &self.blocks[last as usize].tokens));
                 let upto = seq.keys.len();
-                Self::mark_blocks(&mut self.cache, &mut self.blocks, seq, upto);
+                Self::mark_blocks(&mut self.cache, &mut self.blocks, &mut self.tier, seq, upto);
             }
         }
         Ok(())
@@ -655,6 +794,32 @@ impl BlockAllocator {
         self.num_copies
     }
 
+    /// Host tier capacity, in blocks (0: no tier).
+    pub fn host_blocks(&self) -> usize {
+        self.tier.host.capacity()
+    }
+    pub fn host_policy(&self) -> HostPolicy {
+        self.tier.host.policy()
+    }
+    /// Blocks the host tier holds now.
+    pub fn num_host_cached_blocks(&self) -> usize {
+        self.tier.host.len()
+    }
+    pub fn num_host_hits(&self) -> u64 {
+        self.tier.num_host_hits
+    }
+    /// The host tier's keys in the order its policy would drop them, the next victim first.
+    pub fn host_keys(&self) -> Vec<u64> {
+        self.tier.host.keys()
+    }
+
+    /// Everything that crossed the host link since the last call, in order, and forgets it:
+    /// an engine copies KV accordingly before it writes into any block (an offloaded block's
+    /// data is intact until then), a simulator prices it.
+    pub fn take_transfers(&mut self) -> Vec<Transfer> {
+        std::mem::take(&mut self.tier.log)
+    }
+
     pub fn stats(&self) -> Stats {
         Stats {
             num_blocks: self.blocks.len(),
@@ -666,6 +831,11 @@ impl BlockAllocator {
             num_lookups: self.num_lookups,
             num_evictions: self.num_evictions,
             num_copies: self.num_copies,
+            host_blocks: self.tier.host.capacity(),
+            num_host_cached_blocks: self.tier.host.len(),
+            num_host_hits: self.tier.num_host_hits,
+            num_offloads: self.tier.num_offloads,
+            num_host_evictions: self.tier.num_host_evictions,
         }
     }
 
@@ -827,7 +997,11 @@ impl BlockAllocator {
                 }
             }
         }
+        self.tier.host.check()?;
         for (&k, &b) in &self.cache {
+            if self.tier.host.get(k).is_some() {
+                return Err(format!("key {k} is in both tiers"));
+            }
             if self.blocks[b as usize].key != Some(k) {
                 return Err(format!("cache key {k} points to block {b} that has another key"));
             }
@@ -941,6 +1115,60 @@ mod tests {
         assert_eq!(b.num_cached_blocks(), 0);
     }
 
+    /// §8 milestone 4b: an evicted cached block moves to the host tier; a prompt that misses
+    /// the GPU but hits the host gets it back in a fresh block, reported as a recall.
+    #[test]
+    fn host_tier_offloads_and_recalls() {
+        let mut a = BlockAllocator::with_host_tier(3, 2, true, 2, "lru").unwrap();
+        a.allocate(1, &[1, 2, 3, 4, 5], None).unwrap(); // blocks 0, 1 keyed; 2 partial
+        a.free(1).unwrap(); // queue: 2, 1, 0
+        let (k0, k1) = (a.block_key_of(0).unwrap().unwrap(), a.block_key_of(1).unwrap().unwrap());
+        a.allocate(2, &[9, 9, 9, 9, 9], None).unwrap(); // takes 2, 1, 0: evicts k1 then k0
+        let t = a.take_transfers();
+        let kinds: Vec<_> = t.iter().map(|x| (x.kind, x.block, x.key)).collect();
+        assert!(t.iter().all(|x| x.hits == 0)); // never reused on the GPU
+        assert_eq!(kinds, vec![(TransferKind::Offload, Some(1), k1), (TransferKind::Offload, Some(0), k0)]);
+        assert_eq!((a.num_host_cached_blocks(), a.host_keys()), (2, vec![k1, k0]));
+        a.free(2).unwrap(); // queue: 0, 1, 2 (tail first); 0 and 1 keyed by seq 2's blocks
+        // [1, 2, 3, 4] misses the GPU and hits the host twice: two fresh blocks, no compute
+        assert_eq!(a.allocate(3, &[1, 2, 3, 4, 7], Some(0)).unwrap(), &[0, 1, 2]);
+        assert_eq!((a.num_cached_tokens(3).unwrap(), a.num_host_hits(), a.num_hits()), (4, 2, 0));
+        let t: Vec<_> = a.take_transfers().iter().map(|x| (x.kind, x.block, x.key)).collect();
+        // taking block 0 offloads seq 2's first block, which drops the oldest host entry (k1)
+        // only after k0 and k1 left the host for the GPU: nothing is dropped
+        assert_eq!(t.iter().filter(|x| x.0 == TransferKind::Recall).map(|x| (x.1, x.2)).collect::<Vec<_>>(),
+                   vec![(Some(0), k0), (Some(1), k1)]);
+        assert_eq!(a.block_key_of(0).unwrap(), Some(k0));
+        assert_eq!(a.stats().num_offloads, 4);
+        a.check_invariants().unwrap();
+        // the hits policy drops the least hit entry, LRU the oldest
+        let e = BlockAllocator::with_host_tier(3, 2, false, 1, "lru").unwrap_err();
+        assert!(e.to_string().contains("needs prefix_caching=True"), "{e}");
+        let e = BlockAllocator::with_host_tier(3, 2, true, 1, "lfu").unwrap_err();
+        assert_eq!(e.to_string(), "host_policy must be 'lru' or 'hits', got \"lfu\"");
+        assert!(BlockAllocator::with_host_tier(3, 2, true, -1, "lru").is_err());
+    }
+
+    /// With `hits`, a hot prefix survives a stream of one-off prompts on a full host tier.
+    #[test]
+    fn hits_policy_keeps_the_hot_prefix() {
+        let run = |policy: &str| {
+            let mut a = BlockAllocator::with_host_tier(2, 2, true, 2, policy).unwrap();
+            let hot = [7, 7, 1];
+            for r in 0..3 {
+                a.allocate(100 + r, &hot, None).unwrap(); // hit twice on the GPU
+                a.free(100 + r).unwrap();
+            }
+            for i in 0..4 {
+                a.allocate(i, &[i, i, i], None).unwrap(); // one-off prompts evict
+                a.free(i).unwrap();
+            }
+            a.allocate(50, &hot, None).unwrap();
+            a.num_host_hits()
+        };
+        assert_eq!((run("lru"), run("hits")), (0, 1));
+    }
+
     #[test]
     fn out_of_blocks_changes_nothing() {
         let mut a = BlockAllocator::new(3, 2, true).unwrap();
@@ -966,7 +1194,11 @@ mod tests {
             state % n
         };
         for trial in 0..40 {
-            let mut a = BlockAllocator::new(1 + rnd(12) as i64, 1 + rnd(4) as i64, trial % 2 == 0).unwrap();
+            let (nb, bs) = (1 + rnd(12) as i64, 1 + rnd(4) as i64);
+            let mut a = match trial % 4 {
+                0 => BlockAllocator::with_host_tier(nb, bs, true, 1 + rnd(6) as i64, ["lru", "hits"][trial / 4 % 2]).unwrap(),
+                t => BlockAllocator::new(nb, bs, t % 2 == 0).unwrap(),
+            };
             let mut next_id = 0i64;
             for _ in 0..300 {
                 let ids = a.seq_ids();

@@ -8,6 +8,10 @@ Two parts, each a ``compute_*`` function (what the tests assert) and a ``part*``
    throughput, and the tokens the GPU computed against those served from the cache.
 2. **Multi-turn conversations.** Conversations of 4 turns on average, each turn's prompt the
    whole previous turn plus a new message, without and with prefix caching.
+3. **A host tier** (§8 milestone 4b). The same kind of conversations in a GPU pool of
+   ``sweep.TIERED_GPU_BLOCKS`` blocks, too small to keep every conversation: evicted blocks
+   move to a host tier of growing size (LRU, and the ``hits`` policy at one size) and come
+   back by a PCIe copy (``hw_model.kv_host_transfer_s``) instead of a recomputation.
 
 Continuous batching with vLLM's defaults (``serving_core.run_continuous_batching``), priced
 for Llama-3-8B on an H100. Prefix caching follows the engine's allocator exactly: hits only on
@@ -30,6 +34,7 @@ from rich.table import Table
 from servelab import metrics as mx
 from servelab.hw_model import H100, LLAMA3_8B
 from servelab.serving_core import SimResult, run_continuous_batching
+from servelab.sweep import TIERED_GPU_BLOCKS
 from servelab.workload import chat_sessions
 
 TITLE = "Demo prefix: what a shared system prompt and multi-turn chat buy with prefix caching (§3.5)"
@@ -85,6 +90,23 @@ def compute_multi_turn(rate: float = TURNS_RATE, n: int = N_CONVERSATIONS) -> li
             for label, caching in (("no cache", False), ("cache", True))]
 
 
+HOST_RATE = 1.0  # conversations/s: a load the small pool serves, so the tier is what differs
+HOST_TIERS = ((0, "lru"), (2000, "lru"), (8000, "lru"), (32000, "lru"), (8000, "hits"))
+
+
+def compute_host_tier(rate: float = HOST_RATE, n: int = 200,
+                      tiers: tuple[tuple[int, str], ...] = HOST_TIERS) -> list[tuple[Row, int, float]]:
+    """Per host tier ``(blocks, policy)``: the row, the blocks recalled, their copy seconds."""
+    reqs, sp = chat_sessions(n, rate, SEED, turns_mean=TURNS_MEAN)
+    out = []
+    for blocks, policy in tiers:
+        r = run_continuous_batching(reqs, LLAMA3_8B, H100, num_blocks=TIERED_GPU_BLOCKS, prefix_caching=True,
+                                    shared_prefixes=sp, host_blocks=blocks, host_policy=policy, trace=True)
+        label = f"host tier {blocks:,} blocks, {policy}" if blocks else "no host tier"
+        out.append((_row(label, rate, r), r.host_hits, r.host_transfer_s))
+    return out
+
+
 def _table(title: str, rows: list[Row]) -> Table:
     t = Table(title=title)
     for col in ("rate", "configuration", "requests", "TTFT P50", "TTFT P99", "throughput",
@@ -113,6 +135,18 @@ def part2_multi_turn(console: Console, rows: list[Row]) -> None:
     console.print(_table("Multi-turn chat, continuous batching, Llama-3-8B on H100", rows))
 
 
+def part3_host_tier(console: Console, rows: list[tuple[Row, int, float]]) -> None:
+    console.print(f"3. A host tier (§8 milestone 4b): {TURNS_MEAN:g}-turn conversations at {HOST_RATE:g}/s in "
+                  f"a GPU pool of {TIERED_GPU_BLOCKS} blocks; evicted blocks wait in host memory.")
+    console.print(_table("Multi-turn chat, small GPU pool, host tier of growing size", [r for r, _, _ in rows]))
+    for r, hits, copy_s in rows:
+        if hits:
+            console.print(f"   {r.label}: {hits:,} blocks copied back over PCIe, {copy_s:.2f} s of copies in all")
+    console.print("   LRU is the better policy here: a conversation's next turn needs its newest blocks, "
+                  "which 'hits' (fewest prefix hits dropped first) evicts before stale, often-hit ones.")
+
+
 def run(out_dir: Path, console: Console) -> None:
     part1_system_prompt(console, compute_system_prompt())
     part2_multi_turn(console, compute_multi_turn())
+    part3_host_tier(console, compute_host_tier())

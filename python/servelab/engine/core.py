@@ -22,10 +22,11 @@ from typing import Any, Sequence
 
 from servelab import _checks, hw_model
 from servelab.blocks import BlockAllocator
+from servelab.engine.offload import HostKVStore
 from servelab.engine.records import EngineResult, EngineStep, Request, RequestResult
 from servelab.engine.scheduler import (ContinuousBatchingScheduler, Plan, Scheduler,
                                        SchedulerConfig, SchedulerState, Seq)
-from servelab.engine.speculative import VerifyCache, draft_cost_s, verify
+from servelab.engine.speculative import SpeculativeScheduler, VerifyCache, draft_cost_s, verify
 from servelab.tiny_llm import TINY, ModelConfig, TinyLLM, as_token_ids, generate, model_for
 from servelab.tiny_llm.paged import PagedKVCache, PagedKVPool
 from servelab.tiny_llm.sampling import GREEDY, Sampler, sampled_token
@@ -63,7 +64,10 @@ class Engine:
     ``chunked_prefill`` and ``prefix_caching`` go to the scheduler (:class:`SchedulerConfig`).
     ``scheduler``: any object with ``schedule(state) -> Plan`` (default: a fresh
     :class:`ContinuousBatchingScheduler`). ``cost_model`` on ``gpu`` prices each step
-    (``hw_model.step_cost``) for the simulated clock.
+    (``hw_model.step_cost``) for the simulated clock. ``host_blocks``/``host_policy`` give the
+    prefix cache a host tier (§8 milestone 4b, :mod:`servelab.engine.offload`): evicted blocks'
+    KV is kept host-side and copied back on a hit, each copy priced with
+    ``hw_model.kv_host_transfer_s`` on top of its step; the tokens stay the same.
 
     >>> Engine(num_blocks=0)
     Traceback (most recent call last):
@@ -76,7 +80,8 @@ class Engine:
                  chunked_prefill: bool = False, prefix_caching: bool = False,
                  cost_model: hw_model.ModelSpec = hw_model.LLAMA3_8B,
                  gpu: hw_model.GpuSpec = hw_model.H100, model: TinyLLM | None = None,
-                 scheduler: Scheduler | None = None) -> None:
+                 scheduler: Scheduler | None = None, host_blocks: int = 0,
+                 host_policy: str = "lru") -> None:
         _checks.instance("config", config, ModelConfig, "a ModelConfig")
         self.limits = SchedulerConfig(block_size, num_blocks, max_num_seqs, max_num_batched_tokens,
                                       chunked_prefill, prefix_caching)
@@ -92,7 +97,12 @@ class Engine:
         # the pool first: it refuses a size past tiny_llm's memory limit before anything is built
         self.pool = PagedKVPool(config, self.limits.num_blocks, self.limits.block_size)
         self.allocator = BlockAllocator(self.limits.num_blocks, self.limits.block_size,
-                                        self.limits.prefix_caching)
+                                        self.limits.prefix_caching, host_blocks, host_policy)
+        self.host_store = HostKVStore()
+        if self.allocator.host_blocks and isinstance(self.scheduler, SpeculativeScheduler):
+            # a kept guess's append can evict a cached block and write into it at once, before
+            # the host tier's copy-out runs (servelab.engine.offload)
+            raise ValueError("host_blocks > 0 does not work with a SpeculativeScheduler yet")
         self._live: list[_Live] = []
         self._results: dict[int, RequestResult] = {}
         self._arrivals: deque[_Live] = deque()  # sorted by arrival at run()
@@ -182,10 +192,15 @@ class Engine:
             state = SchedulerState(s, list(self.waiting), list(self.running),
                                    self.allocator.num_free_blocks, self.limits, self.allocator)
             plan = self.scheduler.schedule(state)
+            # KV to and from the host tier first: nothing has written the pool since schedule()
+            recalled = self.host_store.apply(self.allocator.take_transfers(), self.pool)
             batch = self._carry_out(plan, s)
             cost = hw_model.step_cost(self.cost_model, self.gpu,
                                       [(n, c) for _, n, c in plan.batch]).time_s \
                 + draft_cost_s(plan, self.gpu)
+            if recalled:  # tokens x one token's copy, as the simulator prices it (bit for bit)
+                cost += (recalled * self.limits.block_size
+                         * hw_model.kv_host_transfer_s(self.cost_model, self.gpu, 1))
             self.clock_s += cost
             finished, accepted = self._forward_and_sample(batch, s)
             step = EngineStep(s, tuple(plan.batch), tuple(plan.preempted), tuple(plan.admitted),

@@ -22,7 +22,11 @@ The semantics, in short (the module docstring of :mod:`servelab.blocks` has the 
 * a key is registered once its block is computed: ``allocate(.., num_computed=c)`` registers
   the new full blocks inside the first ``c`` tokens (``None``: all), ``mark_computed`` the
   later ones, ``append`` every one up to the block it fills;
-* ``allocate`` and ``append`` check first and raise :class:`OutOfBlocks` with nothing changed.
+* ``allocate`` and ``append`` check first and raise :class:`OutOfBlocks` with nothing changed;
+* with a host tier (``host_blocks > 0``, lecture §8 milestone 4b) an evicted cached block moves
+  to the host (:class:`HostTier`) instead of vanishing, and a prompt that misses the GPU but
+  finds the key there gets it back in a fresh block (a *recall*, not a recomputation);
+  ``take_transfers`` lists the offloads, recalls and drops since its last call.
 
 >>> a = BlockAllocator(num_blocks=4, block_size=2, prefix_caching=True)
 >>> a.allocate(1, [7, 8, 9])
@@ -107,11 +111,60 @@ def _out_of_blocks(seq_id: int, need: int, free: int) -> OutOfBlocks:
 
 # ---- the allocator ---------------------------------------------------------------------------
 
+HOST_POLICIES = ("lru", "hits")
+
+
+class HostEntry:
+    __slots__ = ("parent_key", "token_ids", "hits", "stamp")
+
+    def __init__(self, parent_key: int, token_ids: list[int], hits: int, stamp: int):
+        self.parent_key, self.token_ids, self.hits, self.stamp = parent_key, token_ids, hits, stamp
+
+
+class HostTier:
+    """The host (CPU) tier: evicted prefix blocks by key, at most ``capacity`` of them.
+
+    When full, it drops the entry that ranks first: ``"lru"`` the one offloaded longest ago
+    (an entry is never touched on the host: a hit moves it back to the GPU), ``"hits"`` the one
+    with the fewest hits, the oldest among equals.
+
+    >>> t = HostTier(1, "lru")
+    >>> t.insert(5, 0, [1, 2], hits=3), t.insert(6, 0, [3, 4], hits=0)   # 5 dropped for 6
+    (None, (5, 3))
+    """
+
+    def __init__(self, capacity: int, policy: str):
+        self.capacity, self.policy = capacity, policy
+        self.entries: dict[int, HostEntry] = {}
+        self.clock = 0
+
+    def rank(self, e: HostEntry) -> tuple[int, int]:
+        return (e.hits if self.policy == "hits" else 0, e.stamp)
+
+    def victim(self) -> int:
+        """The key a full tier drops (assignment a14's subject)."""
+        return min(self.entries, key=lambda k: self.rank(self.entries[k]))
+
+    def insert(self, key: int, parent_key: int, token_ids: list[int], hits: int) -> tuple[int, int] | None:
+        """Stores an evicted block; returns ``(key, hits)`` of the entry dropped to make room."""
+        victim = None
+        if len(self.entries) >= self.capacity:
+            v = self.victim()
+            victim = (v, self.entries.pop(v).hits)
+        self.entries[key] = HostEntry(parent_key, token_ids, hits, self.clock)
+        self.clock += 1
+        return victim
+
+    def keys(self) -> list[int]:
+        return sorted(self.entries, key=lambda k: self.rank(self.entries[k]))
+
+
 class Block:
-    __slots__ = ("block_id", "ref_count", "key", "parent_key", "token_ids")
+    __slots__ = ("block_id", "ref_count", "key", "parent_key", "token_ids", "hits")
 
     def __init__(self, block_id: int):
         self.block_id = block_id
+        self.hits = 0  # prefix hits on this content (the host tier's "hits" policy)
         self.ref_count = 0
         self.key: int | None = None  # set iff the cache maps this key to this block
         self.parent_key = ROOT_KEY  # what the key was made with, checked on a hit
@@ -146,13 +199,27 @@ def _num_computed(num_computed: Any, num_tokens: int) -> int:
 class BlockAllocator:
     """Same interface as :class:`servelab.blocks.BlockAllocator`."""
 
-    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False):
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = False,
+                 host_blocks: int = 0, host_policy: str = "lru"):
         num_blocks, block_size = operator.index(num_blocks), operator.index(block_size)
+        host_blocks = operator.index(host_blocks)
         for name, v, hi in (("num_blocks", num_blocks, MAX_NUM_BLOCKS), ("block_size", block_size, MAX_BLOCK_SIZE)):
             if not 1 <= v <= hi:
                 raise ValueError(f"{name} must be an integer in [1, {hi}], got {v}")
         if not isinstance(prefix_caching, bool):
             raise TypeError(f"prefix_caching must be a bool, got {prefix_caching!r}")
+        if not 0 <= host_blocks <= MAX_NUM_BLOCKS:
+            raise ValueError(f"host_blocks must be an integer in [0, {MAX_NUM_BLOCKS}], got {host_blocks}")
+        if host_blocks and not prefix_caching:
+            raise ValueError(f"host_blocks={host_blocks} needs prefix_caching=True "
+                             "(the host tier holds cached prefixes)")
+        if not isinstance(host_policy, str):
+            raise TypeError(f"host_policy must be a str, got {host_policy!r}")
+        if host_policy not in HOST_POLICIES:
+            raise ValueError(f"host_policy must be 'lru' or 'hits', got \"{host_policy}\"")
+        self.host = HostTier(host_blocks, host_policy)
+        self.transfers: list[tuple[str, int | None, int, int]] = []
+        self.num_host_hits = self.num_offloads = self.num_host_evictions = 0
         self.block_size = block_size
         self.prefix_caching = prefix_caching
         self.blocks = [Block(i) for i in range(num_blocks)]
@@ -169,9 +236,17 @@ class BlockAllocator:
         block = self.blocks[block_id]
         if block.key is not None:
             del self.cache[block.key]
-            block.key = None
             self.num_evictions += 1
+            if self.host.capacity:  # §8 milestone 4b: the prefix moves to the host
+                self.num_offloads += 1
+                self.transfers.append(("offload", block_id, block.key, block.hits))
+                victim = self.host.insert(block.key, block.parent_key, block.token_ids, block.hits)
+                if victim is not None:
+                    self.num_host_evictions += 1
+                    self.transfers.append(("drop", None, *victim))
+            block.key = None
         block.token_ids = []
+        block.hits = 0
         block.ref_count = 1
         return block
 
@@ -182,6 +257,9 @@ class BlockAllocator:
             if key not in self.cache:  # first wins
                 block = self.blocks[seq.block_table[i]]
                 self.cache[key] = block.block_id
+                old = self.host.entries.pop(key, None)
+                if old is not None:  # the GPU copy supersedes it
+                    self.transfers.append(("drop", None, key, old.hits))
                 block.key, block.parent_key = key, seq.keys[i - 1] if i else ROOT_KEY
         seq.marked = max(seq.marked, upto)
 
@@ -207,28 +285,46 @@ class BlockAllocator:
                 keys.append(block_key(keys[-1] if keys else ROOT_KEY, chunk))
         # Longest cached prefix, verified on parent key and tokens; one token left to compute.
         max_hits = (n - 1) // bs if self.prefix_caching else 0
-        hits: list[Block] = []
+        hits: list[Block | None] = []  # a GPU block, or None for a key found on the host
         for i in range(max_hits):
             block_id = self.cache.get(keys[i])
             parent = keys[i - 1] if i else ROOT_KEY
             if block_id is None:
-                break
+                entry = self.host.entries.get(keys[i])
+                if entry is None or entry.parent_key != parent or entry.token_ids != chunks[i]:
+                    break
+                hits.append(None)
+                continue
             block = self.blocks[block_id]
             if block.parent_key != parent or block.token_ids != chunks[i]:
                 break
             hits.append(block)
-        need = len(chunks) - len(hits)
-        free = len(self.free_ids) - sum(b.ref_count == 0 for b in hits)
+        gpu_hits = [b for b in hits if b is not None]
+        need = len(chunks) - len(gpu_hits)  # a recalled block needs a fresh GPU block
+        free = len(self.free_ids) - sum(b.ref_count == 0 for b in gpu_hits)
         if need > free:
             raise _out_of_blocks(seq_id, need, free)
         # Commit: nothing below can fail.
         self.num_lookups += max_hits
-        self.num_hits += len(hits)
-        for block in hits:
+        self.num_hits += len(gpu_hits)
+        self.num_host_hits += len(hits) - len(gpu_hits)
+        for block in gpu_hits:
             if block.ref_count == 0:
                 del self.free_ids[block.block_id]
             block.ref_count += 1
-        table = [b.block_id for b in hits]
+            block.hits += 1
+        # out of the host before an eviction below could push them out
+        recalled = [self.host.entries.pop(keys[i]) for i, b in enumerate(hits) if b is None]
+        table = []
+        for i, hit in enumerate(hits):
+            if hit is None:
+                entry = recalled.pop(0)
+                hit = self._take_free()
+                hit.token_ids, hit.hits = entry.token_ids, entry.hits + 1
+                hit.key, hit.parent_key = keys[i], entry.parent_key
+                self.cache[keys[i]] = hit.block_id
+                self.transfers.append(("recall", hit.block_id, keys[i], entry.hits))
+            table.append(hit.block_id)
         for chunk in chunks[len(hits):]:  # take every new block first...
             block = self._take_free()
             block.token_ids = list(chunk)
@@ -360,11 +456,33 @@ class BlockAllocator:
     def num_cached_blocks(self) -> int:
         return len(self.cache)
 
+    @property
+    def host_blocks(self) -> int:
+        return self.host.capacity
+
+    @property
+    def host_policy(self) -> str:
+        return self.host.policy
+
+    @property
+    def num_host_cached_blocks(self) -> int:
+        return len(self.host.entries)
+
+    def host_keys(self) -> list[int]:
+        return self.host.keys()
+
+    def take_transfers(self) -> list[tuple[str, int | None, int, int]]:
+        out, self.transfers = self.transfers, []
+        return out
+
     def stats(self) -> dict[str, int]:
         return {"num_blocks": self.num_blocks, "block_size": self.block_size,
                 "num_free_blocks": self.num_free_blocks, "num_cached_blocks": self.num_cached_blocks,
                 "num_seqs": len(self.seqs), "num_hits": self.num_hits, "num_lookups": self.num_lookups,
-                "num_evictions": self.num_evictions, "num_copies": self.num_copies}
+                "num_evictions": self.num_evictions, "num_copies": self.num_copies,
+                "host_blocks": self.host.capacity, "num_host_cached_blocks": len(self.host.entries),
+                "num_host_hits": self.num_host_hits, "num_offloads": self.num_offloads,
+                "num_host_evictions": self.num_host_evictions}
 
     def replay(self, op: np.ndarray, seq: np.ndarray, arg: np.ndarray,
                tokens: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -416,6 +534,10 @@ class BlockAllocator:
                 assert len(block.token_ids) == self.block_size
                 assert block_key(block.parent_key, block.token_ids) == block.key
         assert all(self.blocks[b].key == k for k, b in self.cache.items())
+        assert len(self.host.entries) <= self.host.capacity, "host tier over capacity"
+        for k, e in self.host.entries.items():
+            assert k not in self.cache, f"key {k} in both tiers"
+            assert block_key(e.parent_key, e.token_ids) == k, f"host key {k}: content"
 
     def __repr__(self) -> str:
         return (f"BlockAllocator(num_blocks={self.num_blocks}, block_size={self.block_size}, "

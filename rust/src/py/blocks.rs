@@ -15,6 +15,7 @@ use crate::blocks::{self, BlockAllocator, Stats};
 
 dict_of!(Stats {
     num_blocks, block_size, num_free_blocks, num_cached_blocks, num_seqs, num_hits, num_lookups, num_evictions, num_copies,
+    host_blocks, num_host_cached_blocks, num_host_hits, num_offloads, num_host_evictions,
 });
 
 // Named after its public home, `servelab.blocks` (which re-exports it), so tracebacks and
@@ -86,9 +87,36 @@ pub struct PyBlockAllocator {
 #[pymethods]
 impl PyBlockAllocator {
     #[new]
-    #[pyo3(signature = (num_blocks, block_size, prefix_caching = false))]
-    fn new(num_blocks: i64, block_size: i64, prefix_caching: bool) -> PyResult<Self> {
-        Ok(PyBlockAllocator { inner: BlockAllocator::new(num_blocks, block_size, prefix_caching)? })
+    #[pyo3(signature = (num_blocks, block_size, prefix_caching = false, host_blocks = 0, host_policy = "lru"))]
+    fn new(num_blocks: i64, block_size: i64, prefix_caching: bool, host_blocks: i64, host_policy: &str) -> PyResult<Self> {
+        let inner = BlockAllocator::with_host_tier(num_blocks, block_size, prefix_caching, host_blocks, host_policy)?;
+        Ok(PyBlockAllocator { inner })
+    }
+
+    // ---- the host tier (§8 milestone 4b) ----
+
+    /// `(kind, block_id or None, key, hits)` for each offload, recall and drop since the last call.
+    fn take_transfers(&mut self) -> Vec<(&'static str, Option<u32>, u64, u32)> {
+        self.inner.take_transfers().into_iter().map(|t| (t.kind.name(), t.block, t.key, t.hits)).collect()
+    }
+    fn host_keys(&self) -> Vec<u64> {
+        self.inner.host_keys()
+    }
+    #[getter]
+    fn host_blocks(&self) -> usize {
+        self.inner.host_blocks()
+    }
+    #[getter]
+    fn host_policy(&self) -> &'static str {
+        self.inner.host_policy().name()
+    }
+    #[getter]
+    fn num_host_cached_blocks(&self) -> usize {
+        self.inner.num_host_cached_blocks()
+    }
+    #[getter]
+    fn num_host_hits(&self) -> u64 {
+        self.inner.num_host_hits()
     }
 
     #[pyo3(signature = (seq_id, token_ids, num_computed = None))]

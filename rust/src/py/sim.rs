@@ -21,7 +21,9 @@ dict_of!(StepTrace { start_s, step_s, batch_size, tokens, n_prefill, n_decode, k
 dict_of!(StepExtra { kv_blocks, n_preempted, n_admitted });
 dict_of!(BatchLog { offsets, request_id, new_tokens, context_len });
 dict_of!(FixedOutput { start_s, finish_s, rejected, busy_s });
-dict_of!(PrefixOutput { cached_tokens, computed_tokens, prefix_hits, prefix_lookups, prefix_evictions });
+dict_of!(PrefixOutput {
+    cached_tokens, computed_tokens, prefix_hits, prefix_lookups, prefix_evictions, host_hits, host_transfer_s,
+});
 dict_of!(SpecOutput { spec_proposed, spec_accepted, spec_steps, draft_busy_s });
 
 /// The request columns of a `servelab.workload.Requests`, read by attribute name (its
@@ -158,14 +160,17 @@ impl ToPy for ContinuousRun {
 /// engine replaced (`sim/continuous_per_step.rs`): the same output, bit for bit, slower.
 /// `prefix_caching` runs `sim/continuous_prefix.rs` over the shared prefixes `prefix_parent` /
 /// `prefix_len` (None: nothing shared) and adds `cached_tokens`, `computed_tokens` and the
-/// totals `prefix_hits`, `prefix_lookups`, `prefix_evictions`. `spec_k` (with `spec_acceptance`,
+/// totals `prefix_hits`, `prefix_lookups`, `prefix_evictions`; `host_blocks` > 0 gives it a host
+/// tier (`host_policy`; `host_s_per_token`: one token's KV over the host link) and adds
+/// `host_hits`, `host_transfer_s`. `spec_k` (with `spec_acceptance`,
 /// one rate per request, `spec_seed` and `draft_model`) runs the per-step loop with speculative
 /// decoding (`sim/continuous_per_step.rs`) and adds `spec_proposed`, `spec_accepted`,
 /// `spec_steps` and `draft_busy_s`.
 #[pyfunction]
 #[pyo3(signature = (model, gpu, efficiency, requests, max_num_seqs, max_num_batched_tokens, block_size,
     num_blocks, chunked_prefill, trace, batch_log, per_step=false, prefix_caching=false, prefix_parent=None,
-    prefix_len=None, spec_k=None, spec_acceptance=None, spec_seed=0, draft_model=None))]
+    prefix_len=None, spec_k=None, spec_acceptance=None, spec_seed=0, draft_model=None, host_blocks=0,
+    host_policy="lru", host_s_per_token=0.0))]
 #[allow(clippy::too_many_arguments)]
 fn sim_continuous_batching<'py>(
     py: Python<'py>,
@@ -188,6 +193,9 @@ fn sim_continuous_batching<'py>(
     spec_acceptance: Option<PyReadonlyArray1<'py, f64>>,
     spec_seed: u64,
     draft_model: Option<ModelSpec>,
+    host_blocks: i64,
+    host_policy: &str,
+    host_s_per_token: f64,
 ) -> PyResult<Bound<'py, PyDict>> {
     let params = ContinuousParams { max_num_seqs, max_num_batched_tokens, block_size, num_blocks, chunked_prefill };
     params.validate()?;
@@ -220,7 +228,8 @@ fn sim_continuous_batching<'py>(
             Ok(ContinuousRun(o, None, Some(s)))
         } else if prefix_caching {
             let prefixes = Prefixes { parent, len: plen };
-            let (o, p) = continuous_prefix::run(pr, w, &params, &prefixes, true, trace, batch_log)?;
+            let host = continuous_prefix::HostTierOption { host_blocks, policy: host_policy, s_per_token: host_s_per_token };
+            let (o, p) = continuous_prefix::run_tiered(pr, w, &params, &prefixes, true, &host, trace, batch_log)?;
             Ok(ContinuousRun(o, Some(p), None))
         } else if per_step {
             Ok(ContinuousRun(continuous_per_step::run_per_step(pr, w, &params, trace, batch_log)?, None, None))

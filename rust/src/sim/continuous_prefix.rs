@@ -31,6 +31,16 @@
 //! and when it fills it: the only moments the pool or the cache can tell), writing the slots
 //! in between in one call. `make bench` shows both loops. With prefix caching off it makes the
 //! event-driven loop's batches and clock, bit for bit (the tests below check it).
+//!
+//! # A host tier (§8 milestone 4b)
+//!
+//! [`run_tiered`] gives the allocator a host tier ([`HostTierOption`]): evicted prefix blocks
+//! move to host memory and a prompt that finds them there gets them back by a copy instead of
+//! a recomputation. The recalled tokens count as cached; their copy, `tokens x
+//! kv_bytes_per_token / host_link_bandwidth` (`hw_model.kv_host_transfer_s`), is added to the
+//! step that admits them, serially (the attention of that step reads them). The copy out on
+//! eviction is not priced: it can run in the background as the block is written (as LMCache's
+//! write-through does), where the copy back cannot.
 
 use std::collections::VecDeque;
 
@@ -101,6 +111,19 @@ impl Prefixes<'_> {
     }
 }
 
+/// The host tier of [`run_tiered`]: `host_blocks` blocks (0: none), dropping by `policy`
+/// (`"lru"` or `"hits"`), and the seconds one token's KV takes over the host link.
+#[derive(Debug, Clone, Copy)]
+pub struct HostTierOption<'a> {
+    pub host_blocks: i64,
+    pub policy: &'a str,
+    pub s_per_token: f64,
+}
+
+impl HostTierOption<'_> {
+    pub const NONE: HostTierOption<'static> = HostTierOption { host_blocks: 0, policy: "lru", s_per_token: 0.0 };
+}
+
 /// What prefix caching did, beside [`ContinuousOutput`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct PrefixOutput {
@@ -114,6 +137,9 @@ pub struct PrefixOutput {
     pub prefix_hits: u64,
     pub prefix_lookups: u64,
     pub prefix_evictions: u64,
+    /// Prompt blocks recalled from the host tier, and the seconds their copies added.
+    pub host_hits: u64,
+    pub host_transfer_s: f64,
 }
 
 /// The live state of one request.
@@ -139,7 +165,27 @@ pub fn run(
     trace: bool,
     batch_log: bool,
 ) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
+    run_tiered(pricer, w, params, prefixes, prefix_caching, &HostTierOption::NONE, trace, batch_log)
+}
+
+/// [`run`] with a host tier (module docs, "A host tier").
+#[allow(clippy::too_many_arguments)]
+pub fn run_tiered(
+    pricer: &Pricer,
+    w: &Workload<'_>,
+    params: &ContinuousParams,
+    prefixes: &Prefixes<'_>,
+    prefix_caching: bool,
+    host: &HostTierOption<'_>,
+    trace: bool,
+    batch_log: bool,
+) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
     params.validate()?;
+    if !(host.s_per_token.is_finite() && host.s_per_token >= 0.0) {
+        return Err(CoreError::invalid(format!(
+            "host_s_per_token must be a finite number >= 0, got {}", host.s_per_token
+        )));
+    }
     prefixes.validate(w)?;
     let n = w.len();
     if n > u32::MAX as usize {
@@ -158,9 +204,12 @@ pub fn run(
         prefix_hits: 0,
         prefix_lookups: 0,
         prefix_evictions: 0,
+        host_hits: 0,
+        host_transfer_s: 0.0,
     };
     let mut live = vec![Live::default(); n];
-    let mut kv = BlockAllocator::new(params.num_blocks, params.block_size, prefix_caching)?;
+    let mut kv = BlockAllocator::with_host_tier(params.num_blocks, params.block_size, prefix_caching,
+                                                host.host_blocks, host.policy)?;
     let used = |kv: &BlockAllocator| (kv.num_blocks() - kv.num_free_blocks()) as i64;
     let mut waiting: VecDeque<usize> = VecDeque::new();
     let mut running: Vec<usize> = Vec::new();
@@ -234,6 +283,7 @@ pub fn run(
         }
 
         // rule 4: admission, only in a step that preempted nobody
+        let recalls_before = kv.num_host_hits();
         if n_preempted == 0 {
             while budget > 0 && (running.len() as i64) < params.max_num_seqs {
                 let Some(&r) = waiting.front() else { break };
@@ -279,7 +329,15 @@ pub fn run(
             add_entry(&mut shape, books.log.as_mut(), r, nt, live[r].computed, live[r].held, decoding);
         }
         books.end_batch();
-        let end = rec.step(t, shape);
+        let recalled = kv.num_host_hits() - recalls_before;
+        let mut copies_s = 0.0;
+        if host.host_blocks > 0 {
+            kv.take_transfers(); // counted above; the log must not grow
+            // the copies back precede the step that reads them (module docs)
+            copies_s = (recalled * params.block_size as u64) as f64 * host.s_per_token;
+            pre.host_transfer_s += copies_s;
+        }
+        let end = if copies_s > 0.0 { rec.step_plus(t, shape, copies_s) } else { rec.step(t, shape) };
 
         // rule 6: sampling and leaving
         let mut finished = false;
@@ -312,6 +370,7 @@ pub fn run(
     pre.prefix_hits = kv.num_hits();
     pre.prefix_lookups = kv.num_lookups();
     pre.prefix_evictions = kv.num_evictions();
+    pre.host_hits = kv.num_host_hits();
     Ok((books.finish(rec), pre))
 }
 

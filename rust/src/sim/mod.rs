@@ -279,34 +279,31 @@ impl<'p> Recorder<'p> {
 
     /// Executes one step starting at `now`; returns when it ends.
     pub(crate) fn step(&mut self, now: f64, shape: StepShape) -> f64 {
+        self.step_plus(now, shape, 0.0) // + 0.0 changes no bit of a step's time
+    }
+
+    /// [`Self::step`] plus `extra_s` seconds of other work in the step (a speculative step's
+    /// draft model, a tiered cache's copies back from the host): one step time `priced +
+    /// extra_s` in the clock, `busy_s` and the trace's `step_s`, as the engine adds them.
+    pub(crate) fn step_plus(&mut self, now: f64, shape: StepShape, extra_s: f64) -> f64 {
         let cost: StepCost = price_shape(self.pricer, &shape);
+        let step_s = cost.time_s + extra_s;
         let o = &mut self.out;
-        o.busy_s += cost.time_s;
+        o.busy_s += step_s;
         o.flops += cost.flops;
         o.n_steps += 1;
         let kv = (shape.ctx_tokens + shape.tokens as i128).min(i64::MAX as i128) as i64;
         o.peak_kv_tokens = o.peak_kv_tokens.max(kv);
         if let Some(t) = o.trace.as_mut() {
             t.start_s.push(now);
-            t.step_s.push(cost.time_s);
+            t.step_s.push(step_s);
             t.batch_size.push(shape.seqs);
             t.tokens.push(shape.tokens);
             t.n_prefill.push(shape.n_prefill);
             t.n_decode.push(shape.n_decode);
             t.kv_tokens.push(kv);
         }
-        now + cost.time_s
-    }
-
-    /// [`Self::step`] plus `extra_s` seconds of other work in the step (a speculative step's
-    /// draft model): in the clock, `busy_s` and the trace's `step_s`.
-    pub(crate) fn step_plus(&mut self, now: f64, shape: StepShape, extra_s: f64) -> f64 {
-        let end = self.step(now, shape) + extra_s;
-        self.out.busy_s += extra_s;
-        if let Some(t) = self.out.trace.as_mut() {
-            *t.step_s.last_mut().expect("step pushed a row") += extra_s;
-        }
-        end
+        now + step_s
     }
 
     pub(crate) fn out(&mut self) -> &mut SimOutput {

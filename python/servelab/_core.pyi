@@ -22,9 +22,7 @@ __all__ = [
     "kv_bytes_per_token",
     "kv_capacity_tokens",
     "max_batch",
-    "step_cost",
     "step_cost_columns",
-    "step_cost_many",
     "step_cost_many_into",
     "step_cost_uniform_many",
     "MAX_REQUEST_TOKENS",
@@ -68,21 +66,9 @@ def weight_bytes(model: ModelSpec) -> float: ...
 def kv_bytes_per_token(model: ModelSpec) -> float: ...
 def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, mem_util: float) -> int: ...
 def max_batch(model: ModelSpec, gpu: GpuSpec, context_len: int, mem_util: float) -> int: ...
-def step_cost(
-    model: ModelSpec, gpu: GpuSpec, efficiency: Efficiency, batch: list[tuple[int, int]]
-) -> _StepDict: ...
 def step_cost_columns(
     model: ModelSpec, gpu: GpuSpec, efficiency: Efficiency, new_tokens: _I64, context_len: _I64
 ) -> _StepDict: ...
-def step_cost_many(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    new_tokens: _I64,
-    context_len: _I64,
-    offsets: _I64,
-    columns: list[str] | None = None,
-) -> dict[str, np.ndarray]: ...
 def step_cost_many_into(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -211,17 +197,16 @@ class BlockAllocator:
 # disaggregated one adds ready_s, decode_start_s, decode_card, decode_busy_s, decode_steps,
 # decode_peak_kv_blocks
 MAX_CARDS: int
+# one card's parameters: max_num_seqs, max_num_batched_tokens, block_size, num_blocks (ints),
+# chunked_prefill (a bool)
+_Card = dict[str, int | bool]
 
 def sim_data_parallel(
     model: ModelSpec,
     gpu: GpuSpec,
     efficiency: Efficiency,
     requests: Requests,
-    max_num_seqs: int,
-    max_num_batched_tokens: int,
-    block_size: int,
-    num_blocks: int,
-    chunked_prefill: bool,
+    card: _Card,
     n_replicas: int,
     router: str,
 ) -> dict[str, object]: ...
@@ -230,11 +215,7 @@ def sim_disaggregated(
     gpu: GpuSpec,
     efficiency: Efficiency,
     requests: Requests,
-    max_num_seqs: int,
-    max_num_batched_tokens: int,
-    block_size: int,
-    num_blocks: int,
-    chunked_prefill: bool,
+    card: _Card,
     n_prefill: int,
     n_decode: int,
     router: str,

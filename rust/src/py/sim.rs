@@ -4,7 +4,7 @@ use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::{add_functions, dict_of, slice, to_dict, ToPy};
+use super::{add_functions, dict_of, merge, slice, to_dict, ToPy};
 use crate::cost::{Efficiency, GpuSpec, ModelSpec, Pricer};
 use crate::error::CoreResult;
 use crate::sim::admission::EarlyReject;
@@ -116,33 +116,24 @@ fn sim_static_batching<'py>(
     simulate(py, (model, gpu, efficiency), requests, |pr, w| static_batching::run(pr, w, &params, trace))
 }
 
-/// `SimOutput`'s keys, then `reject_code` (int8, see `continuous::REJECT_*`), `n_preemptions`,
-/// the totals `preemptions` and `peak_kv_blocks`, and `batch_log` (a dict of CSR columns, or
-/// None); with the trace, this policy's columns join the common ones.
-impl ToPy for ContinuousOutput {
-    fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let d = to_dict(py, self.sim)?;
-        d.set_item("reject_code", self.reject_code.to_py(py)?)?;
-        d.set_item("n_preemptions", self.n_preemptions.to_py(py)?)?;
-        d.set_item("preemptions", self.preemptions)?;
-        d.set_item("peak_kv_blocks", self.peak_kv_blocks)?;
-        if let Some(x) = self.trace_extra {
-            let trace = d.get_item("trace")?.expect("set by to_dict").cast_into::<PyDict>()?;
-            trace.update(to_dict(py, x)?.as_mapping())?;
-        }
-        d.set_item("batch_log", self.batch_log.to_py(py)?)?;
-        Ok(d.into_any())
-    }
-}
+// `SimOutput`'s keys, then `reject_code` (int8, see `continuous::REJECT_*`), `n_preemptions`,
+// the totals `preemptions` and `peak_kv_blocks`, and `batch_log` (a dict of CSR columns, or
+// None); with the trace, this policy's columns join the common ones (in `ContinuousRun`).
+dict_of!(ContinuousOutput { ..sim, reject_code, n_preemptions, preemptions, peak_kv_blocks, batch_log });
 
 /// A continuous-batching run, with prefix caching's columns when it was on (joined into one dict).
 struct ContinuousRun(ContinuousOutput, Option<PrefixOutput>);
 
 impl ToPy for ContinuousRun {
     fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let d = to_dict(py, self.0)?;
-        if let Some(p) = self.1 {
-            d.update(to_dict(py, p)?.as_mapping())?;
+        let ContinuousRun(mut out, prefix) = self;
+        let extra = out.trace_extra.take();
+        let d = to_dict(py, out)?;
+        if let Some(x) = extra {
+            merge(&d.get_item("trace")?.expect("set by to_dict").cast_into::<PyDict>()?, x)?;
+        }
+        if let Some(p) = prefix {
+            merge(&d, p)?;
         }
         Ok(d.into_any())
     }

@@ -28,7 +28,6 @@ __all__ = [
     "MAX_REQUEST_TOKENS",
     "sim_batch1",
     "sim_static_batching",
-    "sim_batch1_early_reject",
     "sim_fixed_service",
     "sim_continuous_batching",
     "OutOfBlocks",
@@ -98,6 +97,8 @@ def sim_batch1(
     efficiency: Efficiency,
     requests: Requests,
     trace: bool,
+    slo_ttft_s: float = 0.0,
+    predicted_len: _I64 | None = None,
 ) -> dict[str, object]: ...
 def sim_static_batching(
     model: ModelSpec,
@@ -107,15 +108,6 @@ def sim_static_batching(
     batch_size: int,
     max_wait_s: float,
     ride_along: bool,
-    trace: bool,
-) -> dict[str, object]: ...
-def sim_batch1_early_reject(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    requests: Requests,
-    slo_ttft_s: float,
-    predicted_len: _I64,
     trace: bool,
 ) -> dict[str, object]: ...
 def sim_fixed_service(arrival_s: _F64, service_s: float, slo_s: float | None) -> dict[str, object]: ...

@@ -225,8 +225,7 @@ def run_batch1(requests: Requests, model: ModelSpec, gpu: GpuSpec, admission: Ea
     if not isinstance(admission, EarlyReject):
         raise TypeError(f"admission must be None or a servelab.admission.EarlyReject, got {admission!r}")
     pred = admission.predicted_len(requests)
-    d = _core.sim_batch1_early_reject(model, gpu, efficiency, requests, admission.slo_ttft_s, pred,
-                                      _checks.flag("trace", trace))
+    d = _core.sim_batch1(model, gpu, efficiency, requests, _checks.flag("trace", trace), admission.slo_ttft_s, pred)
     params = {"admission": admission.label, "slo_ttft_s": admission.slo_ttft_s, "predicted_len": pred}
     return _result("batch1", params, requests, model, gpu, efficiency, d)
 

@@ -43,47 +43,44 @@ impl<'py> Fields<'_, 'py> {
         })
     }
 
+    /// The TypeError naming field `name` (after the prefix), what it must be and its value.
+    fn wrong(&self, name: &str, what: &str, v: &Bound<'py, PyAny>) -> PyErr {
+        PyTypeError::new_err(format!("{}{name} must be {what}, got {}", self.prefix, repr(v)))
+    }
+
     /// A model dimension: an integer (numpy's too, never a bool); one past i64 gets the range
     /// message of `cost.rs`.
     fn dim(&self, name: &str) -> PyResult<i64> {
         let v = self.get(name)?;
         if is_bool(&v) {
-            return Err(PyTypeError::new_err(format!("{name} must be an integer, got {}", repr(&v))));
+            return Err(self.wrong(name, "an integer", &v));
         }
-        v.extract::<i64>().map_err(|e| {
-            if e.is_instance_of::<PyOverflowError>(v.py()) {
+        v.extract::<i64>().map_err(|e| match e.is_instance_of::<PyOverflowError>(v.py()) {
+            true => {
                 let shown = v.str().map(|s| s.to_string()).unwrap_or_else(|_| "?".into());
-                PyValueError::new_err(format!(
-                    "{name} must be a positive integer at most {}, got {shown}",
-                    cost::MAX_DIM
-                ))
-            } else {
-                PyTypeError::new_err(format!("{name} must be an integer, got {}", repr(&v)))
+                PyValueError::new_err(format!("{name} must be a positive integer at most {}, got {shown}", cost::MAX_DIM))
             }
+            false => self.wrong(name, "an integer", &v),
         })
     }
 
     /// A real number (int or float, numpy's too, never a bool); its range is `cost.rs`'s check.
     fn real(&self, name: &str) -> PyResult<f64> {
         let v = self.get(name)?;
-        let p = self.prefix;
         // complex numbers have __float__ in numpy (dropping the imaginary part): not reals here
         if is_bool(&v) || v.is_instance_of::<PyString>() || type_name(&v).starts_with("complex") {
-            return Err(PyTypeError::new_err(format!("{p}{name} must be a real number, got {}", repr(&v))));
+            return Err(self.wrong(name, "a real number", &v));
         }
-        v.extract::<f64>().map_err(|e| {
-            if e.is_instance_of::<PyOverflowError>(v.py()) {
-                PyValueError::new_err(format!("{p}{name} must be a finite number, got {}", repr(&v)))
-            } else {
-                PyTypeError::new_err(format!("{p}{name} must be a real number, got {}", repr(&v)))
-            }
+        v.extract::<f64>().map_err(|e| match e.is_instance_of::<PyOverflowError>(v.py()) {
+            true => PyValueError::new_err(format!("{}{name} must be a finite number, got {}", self.prefix, repr(&v))),
+            false => self.wrong(name, "a real number", &v),
         })
     }
 
     fn flag(&self, name: &str) -> PyResult<bool> {
         let v = self.get(name)?;
         if !is_bool(&v) {
-            return Err(PyTypeError::new_err(format!("{name} must be True or False, got {}", repr(&v))));
+            return Err(self.wrong(name, "True or False", &v));
         }
         v.is_truthy()
     }

@@ -48,7 +48,12 @@ pub(super) fn simulate<'py, O: ToPy + Send>(
     to_dict(py, out)
 }
 
+/// Batch 1 (`sim/batch1.rs`). With `predicted_len`, the controller's guess of each output
+/// length, early rejection against `slo_ttft_s` (§5.3): the dict then has one more column,
+/// `would_first_token_s` (see `sim/admission.rs`).
 #[pyfunction]
+#[pyo3(signature = (model, gpu, efficiency, requests, trace, slo_ttft_s=0.0, predicted_len=None))]
+#[allow(clippy::too_many_arguments)]
 fn sim_batch1<'py>(
     py: Python<'py>,
     model: ModelSpec,
@@ -56,24 +61,12 @@ fn sim_batch1<'py>(
     efficiency: Efficiency,
     requests: Requests<'py>,
     trace: bool,
-) -> PyResult<Bound<'py, PyDict>> {
-    simulate(py, (model, gpu, efficiency), requests, |pr, w| Ok(batch1::run(pr, w, &mut AcceptAll, trace)))
-}
-
-/// Batch 1 with early rejection (§5.3): `predicted_len` is the controller's guess of each
-/// output length. The dict has one more column, `would_first_token_s` (see `sim/admission.rs`).
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-fn sim_batch1_early_reject<'py>(
-    py: Python<'py>,
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    requests: Requests<'py>,
     slo_ttft_s: f64,
-    predicted_len: PyReadonlyArray1<'py, i64>,
-    trace: bool,
+    predicted_len: Option<PyReadonlyArray1<'py, i64>>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let Some(predicted_len) = predicted_len else {
+        return simulate(py, (model, gpu, efficiency), requests, |pr, w| Ok(batch1::run(pr, w, &mut AcceptAll, trace)));
+    };
     let pred = slice("predicted_len", &predicted_len)?;
     let mut would: Vec<f64> = Vec::new();
     let d = simulate(py, (model, gpu, efficiency), requests, |pr, w| {
@@ -196,6 +189,6 @@ fn sim_continuous_batching<'py>(
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_REQUEST_TOKENS", crate::sim::MAX_REQUEST_TOKENS)?;
-    add_functions!(m, sim_batch1, sim_static_batching, sim_batch1_early_reject, sim_fixed_service, sim_continuous_batching);
+    add_functions!(m, sim_batch1, sim_static_batching, sim_fixed_service, sim_continuous_batching);
     Ok(())
 }

@@ -24,7 +24,7 @@ __all__ = [
     "max_batch",
     "step_cost_columns",
     "step_cost_many_into",
-    "step_cost_uniform_many_into",
+    "step_cost_uniform_many",
     "MAX_REQUEST_TOKENS",
     "sim_batch1",
     "sim_static_batching",
@@ -77,15 +77,14 @@ def step_cost_many_into(
     offsets: _I64,
     out: dict[str, np.ndarray],
 ) -> None: ...
-def step_cost_uniform_many_into(
+def step_cost_uniform_many(
     model: ModelSpec,
     gpu: GpuSpec,
     efficiency: Efficiency,
     batch_size: _I64,
     new_tokens: _I64,
     context_len: _I64,
-    out: dict[str, np.ndarray],
-) -> None: ...
+) -> dict[str, np.ndarray]: ...
 
 # ---- serving simulator (rust/src/sim/) -------------------------------------------------------
 

@@ -411,7 +411,9 @@ def step_cost_many(model: ModelSpec, gpu: GpuSpec, new_tokens: Sequence[int] | n
         raise ValueError(f"columns must be a list of column names, got {columns!r}")
     n, c, o = (_int_array("new_tokens", new_tokens), _int_array("context_len", context_len),
                _int_array("offsets", offsets))
-    d = out if out is not None else _fresh(len(o) - 1, _step_columns(names))
+    # without out, fresh arrays of the columns asked for (in StepCosts' order)
+    d = out if out is not None else {k: np.empty(max(len(o) - 1, 0), bool if k == "compute_bound" else np.float64)
+                                     for k in _step_columns(names)}
     _core.step_cost_many_into(model, gpu, efficiency, n, c, o, d)
     return _costs(d) if out is None and columns is None else d
 
@@ -429,12 +431,6 @@ def _step_columns(names: list[str] | None) -> list[str]:
     return [k for k in every if k in names]
 
 
-def _fresh(n_steps: int, names: list[str]) -> dict[str, np.ndarray]:
-    """Arrays of ``n_steps`` elements for the core to fill, one per column named (float64, bool
-    for ``compute_bound``): the core computes the columns it is given."""
-    return {k: np.empty(max(n_steps, 0), bool if k == "compute_bound" else np.float64) for k in names}
-
-
 def decode_step_costs(model: ModelSpec, gpu: GpuSpec, batch_size: Sequence[int] | np.ndarray,
                       context_len: Sequence[int] | np.ndarray, new_tokens: Sequence[int] | np.ndarray | None = None,
                       efficiency: Efficiency = DEFAULT_EFFICIENCY) -> StepCosts:
@@ -447,9 +443,8 @@ def decode_step_costs(model: ModelSpec, gpu: GpuSpec, batch_size: Sequence[int] 
     """
     b = _int_array("batch_size", batch_size)
     n = np.ones_like(b) if new_tokens is None else _int_array("new_tokens", new_tokens)
-    d = _fresh(len(b), _step_columns(None))
-    _core.step_cost_uniform_many_into(model, gpu, efficiency, b, n, _int_array("context_len", context_len), d)
-    return _costs(d)
+    return _costs(_core.step_cost_uniform_many(model, gpu, efficiency, b, n,
+                                               _int_array("context_len", context_len)))
 
 
 def decode_step_cost(model: ModelSpec, gpu: GpuSpec, batch_size: int, context_len: int,
@@ -464,8 +459,7 @@ def decode_step_cost(model: ModelSpec, gpu: GpuSpec, batch_size: int, context_le
     if not 0 <= c <= _core.MAX_TOKENS:
         raise ValueError(f"context_len must be an integer in [0, {_core.MAX_TOKENS}], got {c}")
     # one group of b identical sequences: no list of b pairs (b may be millions)
-    cols = _fresh(1, _step_columns(None))
-    _core.step_cost_uniform_many_into(model, gpu, efficiency, np.array([b]), np.array([1]), np.array([c]), cols)
+    cols = _core.step_cost_uniform_many(model, gpu, efficiency, np.array([b]), np.array([1]), np.array([c]))
     return StepCost(**{k: float(v[0]) for k, v in cols.items() if k != "compute_bound"},
                     bound="compute" if cols["compute_bound"][0] else "memory", n_tokens=b, n_seqs=b)
 

@@ -461,15 +461,74 @@ pub fn step_cost_columns(
     )
 }
 
-/// The columns a many-step sweep returns: the fields of [`StepCost`] but the two counts.
-pub const COLUMNS: [&str; 10] = [
-    "time_s", "flops", "bytes_moved", "weight_bytes", "kv_bytes", "compute_s", "memory_s", "compute_bound", "mfu",
-    "intensity",
-];
+/// Column-wise results of many steps, for sweeps.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepCosts {
+    pub time_s: Vec<f64>,
+    pub flops: Vec<f64>,
+    pub bytes_moved: Vec<f64>,
+    pub weight_bytes: Vec<f64>,
+    pub kv_bytes: Vec<f64>,
+    pub compute_s: Vec<f64>,
+    pub memory_s: Vec<f64>,
+    pub compute_bound: Vec<bool>,
+    pub mfu: Vec<f64>,
+    pub intensity: Vec<f64>,
+}
 
-/// Many steps at once, in compressed form: step `s` holds sequences `offsets[s] .. offsets[s+1]`
-/// of the `new_tokens` / `context_len` columns. Each step is handed to `each(step, cost)` in
-/// order (to write into the caller's arrays, say); on an error, those before it have been.
+impl StepCosts {
+    /// The names of the columns, in order (those of [`StepCost`] but the two counts).
+    pub const NAMES: [&'static str; 10] = [
+        "time_s", "flops", "bytes_moved", "weight_bytes", "kv_bytes", "compute_s", "memory_s", "compute_bound",
+        "mfu", "intensity",
+    ];
+
+    fn with_capacity(n: usize) -> Self {
+        StepCosts {
+            time_s: Vec::with_capacity(n),
+            flops: Vec::with_capacity(n),
+            bytes_moved: Vec::with_capacity(n),
+            weight_bytes: Vec::with_capacity(n),
+            kv_bytes: Vec::with_capacity(n),
+            compute_s: Vec::with_capacity(n),
+            memory_s: Vec::with_capacity(n),
+            compute_bound: Vec::with_capacity(n),
+            mfu: Vec::with_capacity(n),
+            intensity: Vec::with_capacity(n),
+        }
+    }
+
+    fn push(&mut self, c: StepCost) {
+        self.time_s.push(c.time_s);
+        self.flops.push(c.flops);
+        self.bytes_moved.push(c.bytes_moved);
+        self.weight_bytes.push(c.weight_bytes);
+        self.kv_bytes.push(c.kv_bytes);
+        self.compute_s.push(c.compute_s);
+        self.memory_s.push(c.memory_s);
+        self.compute_bound.push(c.compute_bound);
+        self.mfu.push(c.mfu);
+        self.intensity.push(c.intensity);
+    }
+}
+
+/// Many steps at once, in compressed form: step `s` holds sequences
+/// `offsets[s] .. offsets[s+1]` of the `new_tokens` / `context_len` columns.
+pub fn step_cost_many(
+    model: &ModelSpec,
+    gpu: &GpuSpec,
+    eff: &Efficiency,
+    new_tokens: &[i64],
+    context_len: &[i64],
+    offsets: &[i64],
+) -> CoreResult<StepCosts> {
+    let mut out = StepCosts::with_capacity(offsets.len().saturating_sub(1));
+    step_cost_many_each(model, gpu, eff, new_tokens, context_len, offsets, |_, cost| out.push(cost))?;
+    Ok(out)
+}
+
+/// The steps of [`step_cost_many`], each handed to `each(step, cost)` in order (to write into
+/// the caller's arrays, say); on an error the steps before it have been handed over.
 pub fn step_cost_many_each<F: FnMut(usize, StepCost)>(
     model: &ModelSpec,
     gpu: &GpuSpec,
@@ -525,17 +584,15 @@ pub fn step_cost_many_each<F: FnMut(usize, StepCost)>(
 }
 
 /// Many uniform steps: step `s` is `batch_size[s]` identical sequences of
-/// `(new_tokens[s], context_len[s])`, the form decode sweeps take; handed over as in
-/// [`step_cost_many_each`].
-pub fn step_cost_uniform_each<F: FnMut(usize, StepCost)>(
+/// `(new_tokens[s], context_len[s])`. The form decode sweeps take.
+pub fn step_cost_uniform_many(
     model: &ModelSpec,
     gpu: &GpuSpec,
     eff: &Efficiency,
     batch_size: &[i64],
     new_tokens: &[i64],
     context_len: &[i64],
-    mut each: F,
-) -> CoreResult<()> {
+) -> CoreResult<StepCosts> {
     let pricer = Pricer::new(model, gpu, eff)?;
     let n = batch_size.len();
     if new_tokens.len() != n || context_len.len() != n {
@@ -546,11 +603,12 @@ pub fn step_cost_uniform_each<F: FnMut(usize, StepCost)>(
             context_len.len()
         )));
     }
+    let mut out = StepCosts::with_capacity(n);
     for s in 0..n {
         let g = SeqGroup { new_tokens: new_tokens[s], context_len: context_len[s], count: batch_size[s] };
-        each(s, pricer.price(std::iter::once(g), |_| format!("step {s}: "))?);
+        out.push(pricer.price(std::iter::once(g), |_| format!("step {s}: "))?);
     }
-    Ok(())
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -582,11 +640,6 @@ pub(crate) mod tests {
     fn decode(model: &ModelSpec, gpu: &GpuSpec, b: i64, ctx: i64) -> StepCost {
         let batch = vec![(1, ctx); b as usize];
         step_cost(model, gpu, &Efficiency::default(), &batch).unwrap()
-    }
-
-    /// The error of `step_cost_many_each` on Llama-3-8B / H100, if any.
-    fn many(new_tokens: &[i64], context_len: &[i64], offsets: &[i64]) -> CoreResult<()> {
-        step_cost_many_each(&llama3_8b(), &h100(), &Efficiency::default(), new_tokens, context_len, offsets, |_, _| {})
     }
 
     fn ms(x: f64) -> f64 {
@@ -661,9 +714,9 @@ pub(crate) mod tests {
         let gpu = GpuSpec { peak_flops: f64::NAN, ..h100() };
         let e = step_cost(&llama3_8b(), &gpu, &Efficiency::default(), &[(1, 0)]).unwrap_err();
         assert_eq!(e.to_string(), "peak_flops must be a positive finite number, got nan");
-        let e = many(&[1], &[0], &[0, 2]).unwrap_err();
+        let e = step_cost_many(&llama3_8b(), &h100(), &Efficiency::default(), &[1], &[0], &[0, 2]).unwrap_err();
         assert!(e.to_string().starts_with("offsets must"));
-        let e = many(&[1, 1], &[0, 0], &[0, 5, 2]).unwrap_err();
+        let e = step_cost_many(&llama3_8b(), &h100(), &Efficiency::default(), &[1, 1], &[0, 0], &[0, 5, 2]).unwrap_err();
         assert!(e.to_string().starts_with("step 0 must hold"), "{e}");
     }
 
@@ -671,7 +724,7 @@ pub(crate) mod tests {
     fn totals_past_the_limit_are_errors_not_wrapped() {
         let (m, g, e) = (llama3_8b(), h100(), Efficiency::default());
         // the case: 2^32 sequences of 2^31 new tokens wrapped to weight_bytes = -7.6e22
-        let err = step_cost_uniform_each(&m, &g, &e, &[1 << 32], &[1 << 31], &[0], |_, _| {}).unwrap_err();
+        let err = step_cost_uniform_many(&m, &g, &e, &[1 << 32], &[1 << 31], &[0]).unwrap_err();
         assert_eq!(
             err.to_string(),
             format!(
@@ -705,9 +758,10 @@ pub(crate) mod tests {
 
     #[test]
     fn offsets_errors_show_the_offsets() {
-        let err = many(&[1], &[0], &[0, 5]).unwrap_err();
+        let (m, g, e) = (llama3_8b(), h100(), Efficiency::default());
+        let err = step_cost_many(&m, &g, &e, &[1], &[0], &[0, 5]).unwrap_err();
         assert_eq!(err.to_string(), "offsets must start at 0 and end at len(new_tokens)=1, got offsets[0]=0 and offsets[-1]=5");
-        let err = many(&[1], &[0], &[]).unwrap_err();
+        let err = step_cost_many(&m, &g, &e, &[1], &[0], &[]).unwrap_err();
         assert_eq!(err.to_string(), "offsets must start at 0 and end at len(new_tokens)=1, got an empty array");
     }
 

@@ -10,7 +10,7 @@ use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyString};
 
-use crate::cost::{self, Efficiency, GpuSpec, ModelSpec, StepCost};
+use crate::cost::{self, Efficiency, GpuSpec, ModelSpec, StepCost, StepCosts};
 use crate::error::CoreResult;
 
 // The three specs are read by attribute name with our own checks, so that a bad field gives a
@@ -112,6 +112,9 @@ dict_of!(StepCost {
     time_s, flops, bytes_moved, weight_bytes, kv_bytes, compute_s, memory_s, compute_bound, mfu, intensity,
     n_tokens, n_seqs,
 });
+dict_of!(StepCosts {
+    time_s, flops, bytes_moved, weight_bytes, kv_bytes, compute_s, memory_s, compute_bound, mfu, intensity,
+});
 
 /// `validate_model(model)` and its two twins: `validate()` of the spec (None or a ValueError).
 macro_rules! validators {
@@ -161,6 +164,20 @@ fn step_cost_columns<'py>(
     py.detach(|| cost::step_cost_columns(&model, &gpu, &efficiency, n, c))?.to_py(py)
 }
 
+#[pyfunction]
+fn step_cost_uniform_many<'py>(
+    py: Python<'py>,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    efficiency: Efficiency,
+    batch_size: PyReadonlyArray1<'py, i64>,
+    new_tokens: PyReadonlyArray1<'py, i64>,
+    context_len: PyReadonlyArray1<'py, i64>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let (b, n, c) = (slice("batch_size", &batch_size)?, slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?);
+    py.detach(|| cost::step_cost_uniform_many(&model, &gpu, &efficiency, b, n, c))?.to_py(py)
+}
+
 /// `out[name]` as a writable 1-D array of `n_steps` elements of `T`.
 fn writable<'py, T: Element>(name: &str, value: &Bound<'py, PyAny>, n: usize) -> PyResult<PyReadwriteArray1<'py, T>> {
     let dtype = if name == "compute_bound" { "bool" } else { "float64" };
@@ -175,70 +192,10 @@ fn writable<'py, T: Element>(name: &str, value: &Bound<'py, PyAny>, n: usize) ->
     Ok(w)
 }
 
-/// The caller's arrays that a many-step sweep fills, by index in `cost::COLUMNS`.
-struct Columns<'a> {
-    floats: Vec<(usize, &'a mut [f64])>,
-    bools: Option<&'a mut [bool]>,
-}
-
-impl Columns<'_> {
-    /// Step `s`'s cost into the columns asked for (the others' arithmetic is never used, so the
-    /// optimizer may skip it: two of a step's four divisions are `mfu` and `intensity`).
-    fn write(&mut self, s: usize, cost: StepCost) {
-        for (k, col) in self.floats.iter_mut() {
-            col[s] = match *k {
-                0 => cost.time_s,
-                1 => cost.flops,
-                2 => cost.bytes_moved,
-                3 => cost.weight_bytes,
-                4 => cost.kv_bytes,
-                5 => cost.compute_s,
-                6 => cost.memory_s,
-                8 => cost.mfu,
-                _ => cost.intensity,
-            };
-        }
-        if let Some(b) = self.bools.as_mut() {
-            b[s] = cost.compute_bound;
-        }
-    }
-}
-
-/// Checks `out` (column names of `cost::COLUMNS` to writable 1-D arrays of `n_steps` elements,
-/// float64, or bool for `compute_bound`), then runs `sweep` into its arrays without the GIL.
-fn fill<'py>(
-    py: Python<'py>,
-    out: &Bound<'py, PyDict>,
-    n_steps: usize,
-    sweep: impl FnOnce(&mut Columns<'_>) -> CoreResult<()> + Send,
-) -> PyResult<()> {
-    if out.is_empty() {
-        return Err(PyValueError::new_err("out must name at least one column, got an empty dict"));
-    }
-    let mut floats: Vec<(usize, PyReadwriteArray1<'py, f64>)> = Vec::new();
-    let mut bools: Option<PyReadwriteArray1<'py, bool>> = None;
-    for (key, value) in out.iter() {
-        let name: String = key.extract().map_err(|_| PyValueError::new_err(format!("out keys must be column names, got {}", repr(&key))))?;
-        let Some(k) = cost::COLUMNS.iter().position(|&x| x == name) else {
-            return Err(PyValueError::new_err(format!("out['{name}']: the key must be one of {}", cost::COLUMNS.join(", "))));
-        };
-        if name == "compute_bound" {
-            bools = Some(writable(&name, &value, n_steps)?);
-        } else {
-            floats.push((k, writable(&name, &value, n_steps)?));
-        }
-    }
-    let mut cols = Columns {
-        floats: floats.iter_mut().map(|(k, w)| (*k, w.as_slice_mut().expect("checked contiguous above"))).collect(),
-        bools: bools.as_mut().map(|w| w.as_slice_mut().expect("checked contiguous above")),
-    };
-    // A sweep of a million steps takes milliseconds to seconds: let other Python threads run.
-    Ok(py.detach(|| sweep(&mut cols))?)
-}
-
-/// Many steps' costs (`cost::step_cost_many_each`) into the caller's arrays `out` (see [`fill`]):
-/// only those columns are computed, and reusing the same arrays over many calls costs no fresh
-/// memory page (issue 17); `hw_model.step_cost_many` passes fresh ones otherwise.
+/// Many steps' costs (`cost::step_cost_many_each`) into the caller's arrays: `out` maps column
+/// names (`StepCosts::NAMES`) to writable 1-D arrays of one element per step (float64; bool for
+/// `compute_bound`). Only those columns are computed, and reusing the same arrays over many calls
+/// costs no fresh memory page (issue 17); `hw_model.step_cost_many` passes fresh ones otherwise.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 fn step_cost_many_into<'py>(
@@ -252,26 +209,47 @@ fn step_cost_many_into<'py>(
     out: &Bound<'py, PyDict>,
 ) -> PyResult<()> {
     let (n, c, o) = (slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?, slice("offsets", &offsets)?);
-    fill(py, out, o.len().saturating_sub(1), |cols| {
-        cost::step_cost_many_each(&model, &gpu, &efficiency, n, c, o, |s, x| cols.write(s, x))
-    })
-}
-
-/// Uniform steps (`cost::step_cost_uniform_each`) into `out`, as [`step_cost_many_into`].
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-fn step_cost_uniform_many_into<'py>(
-    py: Python<'py>,
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    batch_size: PyReadonlyArray1<'py, i64>,
-    new_tokens: PyReadonlyArray1<'py, i64>,
-    context_len: PyReadonlyArray1<'py, i64>,
-    out: &Bound<'py, PyDict>,
-) -> PyResult<()> {
-    let (b, n, c) = (slice("batch_size", &batch_size)?, slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?);
-    fill(py, out, b.len(), |cols| cost::step_cost_uniform_each(&model, &gpu, &efficiency, b, n, c, |s, x| cols.write(s, x)))
+    let n_steps = o.len().saturating_sub(1);
+    if out.is_empty() {
+        return Err(PyValueError::new_err("out must name at least one column, got an empty dict"));
+    }
+    let mut floats: Vec<(usize, PyReadwriteArray1<'py, f64>)> = Vec::new();
+    let mut bools: Option<PyReadwriteArray1<'py, bool>> = None;
+    for (key, value) in out.iter() {
+        let name: String = key.extract().map_err(|_| PyValueError::new_err(format!("out keys must be column names, got {}", repr(&key))))?;
+        let Some(k) = StepCosts::NAMES.iter().position(|&x| x == name) else {
+            return Err(PyValueError::new_err(format!("out['{name}']: the key must be one of {}", StepCosts::NAMES.join(", "))));
+        };
+        if name == "compute_bound" {
+            bools = Some(writable(&name, &value, n_steps)?);
+        } else {
+            floats.push((k, writable(&name, &value, n_steps)?));
+        }
+    }
+    let mut float_cols: Vec<(usize, &mut [f64])> =
+        floats.iter_mut().map(|(k, w)| (*k, w.as_slice_mut().expect("checked contiguous above"))).collect();
+    let mut bool_col: Option<&mut [bool]> = bools.as_mut().map(|w| w.as_slice_mut().expect("checked contiguous above"));
+    py.detach(|| {
+        cost::step_cost_many_each(&model, &gpu, &efficiency, n, c, o, |s, cost| {
+            for (k, col) in float_cols.iter_mut() {
+                col[s] = match *k {
+                    0 => cost.time_s,
+                    1 => cost.flops,
+                    2 => cost.bytes_moved,
+                    3 => cost.weight_bytes,
+                    4 => cost.kv_bytes,
+                    5 => cost.compute_s,
+                    6 => cost.memory_s,
+                    8 => cost.mfu,
+                    _ => cost.intensity,
+                };
+            }
+            if let Some(b) = bool_col.as_mut() {
+                b[s] = cost.compute_bound;
+            }
+        })
+    })?;
+    Ok(())
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -279,6 +257,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_TOKENS", cost::MAX_TOKENS)?;
     m.add("MAX_STEP_TOKENS", cost::MAX_STEP_TOKENS)?;
     add_functions!(m, validate_model, validate_gpu, validate_efficiency, param_count, weight_bytes, kv_bytes_per_token,
-        kv_capacity_tokens, max_batch, step_cost_columns, step_cost_many_into, step_cost_uniform_many_into);
+        kv_capacity_tokens, max_batch, step_cost_columns, step_cost_many_into, step_cost_uniform_many);
     Ok(())
 }

@@ -295,6 +295,9 @@ class StepCosts:
         return len(self.time_s)
 
 
+_STEP_COLUMNS = [f.name for f in dataclasses.fields(StepCosts)]  # the core's order (StepCosts::NAMES)
+
+
 def _int_array(name: str, values: Iterable[int] | np.ndarray) -> np.ndarray:
     return _checks.int64_array(name, values)
 
@@ -420,15 +423,14 @@ def step_cost_many(model: ModelSpec, gpu: GpuSpec, new_tokens: Sequence[int] | n
 
 def _step_columns(names: list[str] | None) -> list[str]:
     """The fields of :class:`StepCosts` named in ``names`` (None: all), in their order."""
-    every = [f.name for f in dataclasses.fields(StepCosts)]
     if names is None:
-        return every
+        return _STEP_COLUMNS
     if not names:
         raise ValueError("columns must name at least one column, got an empty list")
     for i, name in enumerate(names):
-        if name not in every:
-            raise ValueError(f"columns[{i}] must be one of {', '.join(every)}, got '{name}'")
-    return [k for k in every if k in names]
+        if name not in _STEP_COLUMNS:
+            raise ValueError(f"columns[{i}] must be one of {', '.join(_STEP_COLUMNS)}, got '{name}'")
+    return [k for k in _STEP_COLUMNS if k in names]
 
 
 def decode_step_costs(model: ModelSpec, gpu: GpuSpec, batch_size: Sequence[int] | np.ndarray,

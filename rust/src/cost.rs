@@ -512,23 +512,9 @@ impl StepCosts {
     }
 }
 
-/// Many steps at once, in compressed form: step `s` holds sequences
-/// `offsets[s] .. offsets[s+1]` of the `new_tokens` / `context_len` columns.
-pub fn step_cost_many(
-    model: &ModelSpec,
-    gpu: &GpuSpec,
-    eff: &Efficiency,
-    new_tokens: &[i64],
-    context_len: &[i64],
-    offsets: &[i64],
-) -> CoreResult<StepCosts> {
-    let mut out = StepCosts::with_capacity(offsets.len().saturating_sub(1));
-    step_cost_many_each(model, gpu, eff, new_tokens, context_len, offsets, |_, cost| out.push(cost))?;
-    Ok(out)
-}
-
-/// The steps of [`step_cost_many`], each handed to `each(step, cost)` in order (to write into
-/// the caller's arrays, say); on an error the steps before it have been handed over.
+/// Many steps at once, in compressed form: step `s` holds sequences `offsets[s] .. offsets[s+1]`
+/// of the `new_tokens` / `context_len` columns. Each step is handed to `each(step, cost)` in
+/// order (to write into the caller's arrays, say); on an error, those before it have been.
 pub fn step_cost_many_each<F: FnMut(usize, StepCost)>(
     model: &ModelSpec,
     gpu: &GpuSpec,
@@ -642,6 +628,11 @@ pub(crate) mod tests {
         step_cost(model, gpu, &Efficiency::default(), &batch).unwrap()
     }
 
+    /// The error of `step_cost_many_each` on Llama-3-8B / H100, if any.
+    fn many(new_tokens: &[i64], context_len: &[i64], offsets: &[i64]) -> CoreResult<()> {
+        step_cost_many_each(&llama3_8b(), &h100(), &Efficiency::default(), new_tokens, context_len, offsets, |_, _| {})
+    }
+
     fn ms(x: f64) -> f64 {
         (x * 1e5).round() / 100.0
     }
@@ -714,9 +705,9 @@ pub(crate) mod tests {
         let gpu = GpuSpec { peak_flops: f64::NAN, ..h100() };
         let e = step_cost(&llama3_8b(), &gpu, &Efficiency::default(), &[(1, 0)]).unwrap_err();
         assert_eq!(e.to_string(), "peak_flops must be a positive finite number, got nan");
-        let e = step_cost_many(&llama3_8b(), &h100(), &Efficiency::default(), &[1], &[0], &[0, 2]).unwrap_err();
+        let e = many(&[1], &[0], &[0, 2]).unwrap_err();
         assert!(e.to_string().starts_with("offsets must"));
-        let e = step_cost_many(&llama3_8b(), &h100(), &Efficiency::default(), &[1, 1], &[0, 0], &[0, 5, 2]).unwrap_err();
+        let e = many(&[1, 1], &[0, 0], &[0, 5, 2]).unwrap_err();
         assert!(e.to_string().starts_with("step 0 must hold"), "{e}");
     }
 
@@ -758,10 +749,9 @@ pub(crate) mod tests {
 
     #[test]
     fn offsets_errors_show_the_offsets() {
-        let (m, g, e) = (llama3_8b(), h100(), Efficiency::default());
-        let err = step_cost_many(&m, &g, &e, &[1], &[0], &[0, 5]).unwrap_err();
+        let err = many(&[1], &[0], &[0, 5]).unwrap_err();
         assert_eq!(err.to_string(), "offsets must start at 0 and end at len(new_tokens)=1, got offsets[0]=0 and offsets[-1]=5");
-        let err = step_cost_many(&m, &g, &e, &[1], &[0], &[]).unwrap_err();
+        let err = many(&[1], &[0], &[]).unwrap_err();
         assert_eq!(err.to_string(), "offsets must start at 0 and end at len(new_tokens)=1, got an empty array");
     }
 

@@ -96,7 +96,7 @@ fuzz: $(STAMP_BUILD)
 venv: $(STAMP_VENV)
 build: $(STAMP_BUILD)
 
-# ---- nbgrader notebooks (assignments/notebooks/, autograder/notebooks.py) --------------------
+# ---- nbgrader notebooks (assignments/notebooks/, autograder/notebooks/) ---------------------------
 # nbgrader and Jupyter are the `notebooks` extra of pyproject.toml, installed on their own (no
 # rebuild of the extension) by the targets that grade or release notebooks, and by `make
 # notebooks` for students (then: .venv/bin/jupyter lab assignments/notebooks).

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from autograder.remote import Limits
+from autograder.sandbox.remote import Limits
 
 
 def _limits(args) -> Limits:
@@ -24,7 +24,7 @@ class HELP(argparse.ArgumentDefaultsHelpFormatter):
 
 TIMEOUT_HELP = ("per test: the seconds of wall-clock time, and of CPU time, that the student's process may use "
                 "(a notebook: per cell wall-clock, 4x the CPU time for the whole kernel); each grading first "
-                "scales both up, never down, to this machine's speed and load (autograder/calibrate.py)")
+                "scales both up, never down, to this machine's speed and load (autograder/grading/calibrate.py)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,25 +80,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("grade", "grade-all"):
         import os
 
-        from autograder import sandbox
+        from autograder.sandbox import os_boundary
         if getattr(args, "trust_submission", False):
-            os.environ[sandbox.TRUST_VARIABLE] = "1"
+            os.environ[os_boundary.TRUST_VARIABLE] = "1"
         try:
-            sandbox.require()
-        except sandbox.Refused as exc:
+            os_boundary.require()
+        except os_boundary.Refused as exc:
             print(f"autograder: {exc}", file=sys.stderr)
             return 2
     if args.command == "release":
-        from autograder.grade import ROOT
-        from autograder.release import release
+        from autograder.grading.grade import ROOT
+        from autograder.release.repository import release
         files = release(ROOT, args.out, force=args.force)
         print(f"wrote {len(files)} files to {args.out}")
         return 0
     if args.command == "grade":
         import json
 
-        from autograder import grading_secret
-        from autograder.grade import ROOT, grade
+        from autograder.grading import grading_secret
+        from autograder.grading.grade import ROOT, grade
         data = grade(args.submission, root=args.root or ROOT, out=args.out, limits=_limits(args),
                      report=lambda line: print(line, file=sys.stderr),
                      secret=grading_secret.resolve(args.secret_file))
@@ -109,18 +109,18 @@ def main(argv: list[str] | None = None) -> int:
             print()
         return 0
     if args.command == "grade-all":
-        from autograder.grade import ROOT
-        from autograder.gradebook import grade_all
+        from autograder.grading.grade import ROOT
+        from autograder.grading.gradebook import grade_all
         if args.secret_file is not None:  # the worker processes read it from the environment
             import os
             os.environ["SERVELAB_GRADING_SECRET_FILE"] = str(args.secret_file.resolve())
         grade_all(args.dir, args.out, root=args.root or ROOT, limits=_limits(args), jobs=args.jobs)
         return 0
     if args.command == "regenerate":
-        from autograder.answers import regenerate
+        from autograder.release.answer_key import regenerate
         return regenerate(check=args.check)
     if args.command == "feedback":
-        from autograder.feedback import publish
+        from autograder.grading.feedback import publish
         try:
             publish(args.gradebook, args.out, after_due_date=args.after_due_date)
         except (FileNotFoundError, ValueError) as exc:

@@ -19,7 +19,7 @@
 Each check grades one submission (or runs the release's pytest once) and returns a
 :class:`Result`: its problems (empty: it holds), how long it took, and what the mutant checks
 need. :func:`run_all` runs them in parallel, one check per worker process (``--jobs``); each
-grading scales its time limits to the machine's load (:mod:`autograder.calibrate`), so a busy
+grading scales its time limits to the machine's load (:mod:`autograder.grading.calibrate`), so a busy
 machine makes the self-check slower, never wrong. ``python -m autograder selfcheck`` prints
 them as a table; ``autograder/tests/test_selfcheck.py`` runs them all once per pytest session
 and asserts on each.
@@ -44,10 +44,11 @@ from pathlib import Path
 
 from servelab.grading.manifest import tomllib  # tomli on Python 3.10
 
-from autograder import calibrate, notebooks
-from autograder.grade import ROOT, grade, manifest_of
-from autograder.release import release
-from autograder.remote import Limits
+from autograder.grading import calibrate
+from autograder.notebooks import nbgrader
+from autograder.grading.grade import ROOT, grade, manifest_of
+from autograder.release.repository import release
+from autograder.sandbox.remote import Limits
 
 HOSTILE = ROOT / "autograder" / "tests" / "hostile"
 MUTANTS = ROOT / "autograder" / "mutants"
@@ -76,7 +77,7 @@ class Result:
 
 
 class _Factor:
-    """The ``report`` callback of :func:`~autograder.grade.grade`: keeps the largest
+    """The ``report`` callback of :func:`~autograder.grading.grade.grade`: keeps the largest
     calibration factor it was told of."""
 
     def __init__(self) -> None:
@@ -104,7 +105,7 @@ def reference_submission(into: Path, with_notebooks: bool = False) -> Path:
     with ``with_notebooks`` the source notebooks (solutions in place) too."""
     rels = [rel for task in manifest_of(ROOT).tasks for rel in task.edit]
     if with_notebooks:
-        rels += [nb.file for nb in notebooks.notebooks_of(ROOT)]
+        rels += [nb.file for nb in nbgrader.notebooks_of(ROOT)]
     for rel in rels:
         dst = into / "assignments" / rel
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -115,8 +116,8 @@ def reference_submission(into: Path, with_notebooks: bool = False) -> Path:
 def notebook_full_marks() -> dict[str, int]:
     """What the source notebooks earn when graded: their autograded points (manually graded
     cells wait for the instructor, so they add nothing yet)."""
-    return {nb.id: sum(c.points for c in notebooks.cell_points(ROOT / "assignments" / nb.file) if c.kind == "auto")
-            for nb in notebooks.notebooks_of(ROOT)}
+    return {nb.id: sum(c.points for c in nbgrader.cell_points(ROOT / "assignments" / nb.file) if c.kind == "auto")
+            for nb in nbgrader.notebooks_of(ROOT)}
 
 
 def mutants() -> list[dict]:
@@ -302,7 +303,7 @@ def checks() -> list[Check]:
     out = [Check("reference: full marks", "reference"),
            Check("release: grades to zero", "release-grade"),
            Check("release: pytest assignments/ shows 0", "release-pytest")]
-    if notebooks.notebooks_of(ROOT):
+    if nbgrader.notebooks_of(ROOT):
         out.append(Check("notebooks: edited test cells gain nothing", "notebook-tampering"))
     out += [Check(f"hostile: {h.name}", "hostile", h.name) for h in hostiles()]
     out += [Check(f"release + reference {task.id}: that task only", "paste-back", task.id)
@@ -346,7 +347,7 @@ def run_one(check: Check, tmp: Path, release_dir: Path, pristine: Path | None = 
 
 def _worker_init(nb_course: str | None) -> None:
     if nb_course is not None:  # nbgrader's generate step ran once, in the parent
-        notebooks.adopt(ROOT, Path(nb_course))
+        nbgrader.adopt(ROOT, Path(nb_course))
 
 
 def default_jobs() -> int:
@@ -370,7 +371,7 @@ def run_all(tmp: Path, jobs: int | None = None, only: list[Check] | None = None,
     tmp = Path(tmp)
     release_dir = make_release(tmp)
     pristine = Path(shutil.copytree(release_dir, tmp / "release-pristine", symlinks=True))
-    nb_course = str(notebooks.generated(ROOT)) if notebooks.notebooks_of(ROOT) else None
+    nb_course = str(nbgrader.generated(ROOT)) if nbgrader.notebooks_of(ROOT) else None
     results: dict[str, Result] = {}
     # spawn, not fork: a forked copy of a process that runs threads (rich, pytest) is unsafe
     context = multiprocessing.get_context("spawn")
@@ -444,7 +445,7 @@ def main(jobs: int | None = None) -> int:
     return 1 if failed else 0
 
 
-# ---- notebooks (autograder/notebooks.py) ---------------------------------------------------------
+# ---- notebooks (autograder/notebooks/nbgrader.py) ---------------------------------------------------------
 
 def tamper(text: str, delete: frozenset[str] = frozenset()) -> str:
     """A notebook whose autograded test cells were edited to pass (``pass``, hidden tests gone)
@@ -455,7 +456,7 @@ def tamper(text: str, delete: frozenset[str] = frozenset()) -> str:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if meta.get("grade_id") in delete:
             continue
-        if notebooks.cell_kind(meta, cell["cell_type"]) == "auto":
+        if nbgrader.cell_kind(meta, cell["cell_type"]) == "auto":
             cell["source"] = "assert True  # edited by the student\n"
         cells.append(cell)
     nb["cells"] = cells
@@ -468,9 +469,9 @@ def check_notebook_tampering(release_dir: Path, tmp: Path, report: Callable[[str
     problems = []
     sub = tmp / "tampered"
     deleted: set[str] = set()
-    for i, nb in enumerate(notebooks.notebooks_of(ROOT)):
+    for i, nb in enumerate(nbgrader.notebooks_of(ROOT)):
         text = (release_dir / "assignments" / nb.file).read_text(encoding="utf-8")
-        auto = [c.grade_id for c in notebooks.cell_points(ROOT / "assignments" / nb.file) if c.kind == "auto"]
+        auto = [c.grade_id for c in nbgrader.cell_points(ROOT / "assignments" / nb.file) if c.kind == "auto"]
         dst = sub / "assignments" / nb.file
         dst.parent.mkdir(parents=True, exist_ok=True)
         gone = frozenset(auto[:1]) if i == 0 else frozenset()  # a deleted test cell earns nothing either
@@ -483,10 +484,10 @@ def check_notebook_tampering(release_dir: Path, tmp: Path, report: Callable[[str
     if not any("notebook" in t["extra_data"] for t in data["tests"]):
         problems.append("no notebook was graded")
     # the executed notebooks hold the source's test cells (hidden tests included), not the edits
-    for nb in notebooks.notebooks_of(ROOT):
+    for nb in nbgrader.notebooks_of(ROOT):
         source = {c["metadata"]["nbgrader"]["grade_id"]: c["source"] for c in
                   json.loads((ROOT / "assignments" / nb.file).read_text(encoding="utf-8"))["cells"]
-                  if notebooks.cell_kind(c["metadata"].get("nbgrader", {}), c["cell_type"]) == "auto"}
+                  if nbgrader.cell_kind(c["metadata"].get("nbgrader", {}), c["cell_type"]) == "auto"}
         executed = tmp / "executed" / Path(nb.file).name
         if not executed.is_file():
             problems.append(f"{nb.id}: nbgrader left no executed notebook")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from servelab.grading.manifest import Manifest, tomllib  # tomli on Python 3.10
-from servelab.grading.solutions import count_regions, strip_solutions
+from autograder.markers import count_regions, strip_solutions
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = ROOT / "assignments"

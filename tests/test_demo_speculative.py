@@ -86,6 +86,29 @@ def test_the_plot_and_the_tables(rows, tmp_path):
     assert "(1-a^(k+1))/(1-a)" in text and f"{_row(rows, 'noise 0', 4).speedup:.2f}x" in text
 
 
+def test_engine_part_same_tokens_and_speedup_against_predicted(target, drafts):
+    rows = demo.compute_engine(target, drafts, k=4, new_tokens=NEW_TOKENS)
+    by = {r.draft: r for r in rows}
+    assert all(r.equal for r in rows)
+    perfect, useless = by["noise 0"], by["unrelated model"]
+    assert perfect.acceptance_rate == 1.0 and perfect.tokens_per_step == 5.0
+    assert perfect.speedup > 1.5 and perfect.speedup == pytest.approx(perfect.predicted_speedup, rel=0.1)
+    assert useless.speedup < 1.0 and useless.speedup == pytest.approx(useless.predicted_speedup, rel=0.1)
+    assert perfect.speedup > by["noise 0.2"].speedup > useless.speedup
+
+
+def test_simulator_part_follows_the_closed_form():
+    rows = demo.compute_sim(acceptances=(0.6, 0.9), ks=(2, 6), n=40)
+    for r in rows:
+        # low load, long outputs: the closed form and the one-request price hold within 4%
+        assert r.tokens_per_step == pytest.approx(r.predicted_tokens_per_step, rel=0.04), r
+        assert r.speedup == pytest.approx(r.predicted_speedup, rel=0.04), r
+    assert rows[3].speedup > rows[1].speedup  # a = 0.9 at k = 6 beats a = 0.6 at k = 6
+    buf = io.StringIO()
+    demo.part4_sim(Console(file=buf, width=200), rows)
+    assert f"{rows[3].speedup:.2f}x" in buf.getvalue()
+
+
 def test_the_cli_finds_it():
     assert "speculative" in demos.available()
     assert demos.load("speculative") is demo

@@ -93,5 +93,5 @@ def test_the_workloads_reach_the_rare_paths():
 
 def test_per_step_switch_is_checked():
     reqs = Requests([0.0], [4], [2])
-    with pytest.raises(ValueError, match="_per_step"):
+    with pytest.raises(TypeError, match="_per_step"):
         sc.run_continuous_batching(reqs, LLAMA3_8B, H100, _per_step="yes")

@@ -13,7 +13,8 @@ from servelab import sweep as sw
 from servelab.demos import demo03
 from servelab import metrics as mx
 from servelab.hw_model import H100, LLAMA3_8B
-from servelab.serving_core import run_continuous_batching
+from servelab.engine.speculative import LLAMA32_1B
+from servelab.serving_core import Speculation, run_continuous_batching
 from servelab.workload import chat_requests, chat_sessions
 
 GRID = sw.Grid(policies=("batch1", "static", "early_reject"), rates=(0.2, 0.6), batch_size=(4, 16),
@@ -92,6 +93,23 @@ def test_a_prefix_point_is_run_continuous_batching_on_chat_sessions():
     off, on = res.rows[1], res.rows[3]  # a shared system prompt, without and with the cache
     assert on.ttft_p50_s < 0.5 * off.ttft_p50_s
     assert res.rows[0].ttft_p50_s == res.rows[2].ttft_p50_s  # nothing shared: nothing to gain
+
+
+def test_a_speculative_point_is_continuous_batching_with_speculation():
+    grid = sw.Grid(policies=("speculative",), rates=(4.0,), spec_k=(0, 4), acceptance=(0.3, 0.9))
+    assert [p.config for p in grid.points()] == ["speculative k=0 a=0.3", "speculative k=0 a=0.9",
+                                                 "speculative k=4 a=0.3", "speculative k=4 a=0.9"]
+    res = sw.sweep(grid, n=60)
+    plain = sw.sweep(sw.Grid(policies=("continuous",), rates=(4.0,)), n=60).rows[0]
+    assert res.rows[0].tpot_p50_s == res.rows[1].tpot_p50_s == plain.tpot_p50_s  # k = 0: plain
+    # the better the draft, the faster each token; a poor one at k = 4 costs more than it saves
+    assert res.rows[3].tpot_p50_s < plain.tpot_p50_s < res.rows[2].tpot_p50_s
+    for point, row in zip(grid.points()[2:], res.rows[2:]):
+        p = dict(point.params)
+        want = mx.summarize(run_continuous_batching(
+            chat_requests(60, 4.0, 0), LLAMA3_8B, H100,
+            speculative=Speculation(p["spec_k"], LLAMA32_1B, p["acceptance"], 0)), sw.SLO(1.0, 0.05))
+        assert row.tpot_p50_s == want.tpot.p50, point
 
 
 def test_progress_is_reported():

@@ -1,12 +1,13 @@
 """Assignment 5: batch-1 and static batching on an event queue (lecture §4.5; exercise 5).
 
 Write two small discrete-event simulators on an event queue with the API of
-``servelab.events.EventQueue`` (given in ``event_queue.py``: ``push(time_s,
-payload)``, ``pop() -> (time_s, payload)``, ``peek()``, ``len()``; events at equal times come
-out in the order they were pushed). Requests are numpy arrays in arrival order: ``arrival_s``,
-``prompt_len``, ``output_len`` (``L_o`` output tokens, the first made by the prefill).
-``step_time(batch, price)`` (given in ``pricing.py``) gives the seconds of one forward over
-``batch = [(new_tokens, context_len), ...]`` on the paper GPU whose constants ``price`` holds.
+``servelab.events.EventQueue`` (given in ``assignments/given/event_queue.py``, which the
+grader copies beside your file: ``push(time_s, payload)``, ``pop() -> (time_s, payload)``, ``peek()``, ``len()``; events at equal times come
+out in the order they were pushed). Requests are numpy arrays in arrival
+order: ``arrival_s``, ``prompt_len``, ``output_len`` (``L_o`` output tokens, the first made by
+the prefill). ``step_time(batch, price)`` (given in ``given/pricing.py``) gives the seconds of
+one forward over ``batch = [(new_tokens, context_len), ...]`` on the paper GPU whose constants
+``price`` holds.
 
 The rules (the same as ``servelab.serving_core``):
 

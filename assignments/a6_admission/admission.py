@@ -12,8 +12,8 @@ every prompt (so every prefill time) but not the output lengths: it works with *
 lengths, one per request. Requests are numpy arrays in arrival order: ``arrival_s``,
 ``prompt_len``, ``output_len`` (``L_o`` output tokens, the first made by the prefill) and
 ``predicted_len`` (the controller's guess of ``output_len``). ``step_time(batch, price)``
-(given in ``pricing.py``) gives the seconds of one forward over ``batch = [(new_tokens,
-context_len), ...]``; the event queue in ``event_queue.py`` has the API of
+(given in ``assignments/given/pricing.py``) gives the seconds of one forward over ``batch = [(new_tokens,
+context_len), ...]``; the event queue in ``given/event_queue.py`` has the API of
 ``servelab.events.EventQueue``.
 
 The serving rules (batch 1, first come first served, as ``servelab.serving_core.run_batch1``):

@@ -4,9 +4,9 @@ The self-check (``test_selfcheck.py``) grades about a hundred submissions. It st
 the tests are collected, in a background thread that keeps ``SELFCHECK_JOBS`` worker processes
 busy (default: the cores), while the other test files run here; its tests then only wait for
 the results (:func:`selfcheck_run`). Each grading scales its time limits to the load
-(``autograder/calibrate.py``), so running side by side changes no verdict.
+(``autograder/grading/calibrate.py``), so running side by side changes no verdict.
 
-The grader's tests grade with a fixed, public secret (:mod:`autograder.grading_secret`), so that
+The grader's tests grade with a fixed, public secret (:mod:`autograder.grading.grading_secret`), so that
 a run draws the same inputs as the last (a test that needs no secret removes it itself).
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grading_secret import ENV_SECRET, ENV_SECRET_FILE
+from autograder.grading.grading_secret import ENV_SECRET, ENV_SECRET_FILE
 
 collect_ignore = ["hostile"]
 
@@ -83,7 +83,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     results = future.result()
     terminalreporter.write_sep("-", "autograder self-check")
     terminalreporter.write_line(f"{len(results)} checks; time limits scaled up to x{max(r.factor for r in results.values()):.2f} "
-                                "for the machine's load (autograder/calibrate.py)")
+                                "for the machine's load (autograder/grading/calibrate.py)")
     if all(name in results for name in (c.name for c in selfcheck.checks() if c.kind == "mutant")):
         survivors = selfcheck.survivors_of(results)
         terminalreporter.write_line(f"{len(survivors)} graded tests no mutant fails" + (":" if survivors else ""))

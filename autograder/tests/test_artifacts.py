@@ -20,18 +20,21 @@ from pathlib import Path
 
 import pytest
 
-from autograder import notebooks, selfcheck
+from autograder.notebooks import nbgrader
+from autograder import selfcheck
 from autograder.ci import workflow
-from autograder.grade import ROOT, manifest_of
+from autograder.grading.grade import ROOT, manifest_of
 from servelab.grading.manifest import Manifest
-from servelab.grading.solutions import BEGIN as SOLUTION_BEGIN
+from autograder.markers import HIDDEN, SOLUTION
 
 # path fragments that must never be in an archive: the answer key, mutants, hostile submissions,
-# the exercise scripts, the references (they double as solutions), and the whole assignments,
-# autograder and tests folders (a package needs none of them)
+# the exercise scripts, and the whole assignments, autograder and tests folders (a package needs
+# none of them). The readable twins (servelab/reference/) do ship: they are no solution
+# (autograder/tests/test_reference_is_no_solution.py).
 SECRET_PATHS = ("autograder/", "answers/", "answer_key", "mutants/", "hostile/", "exercises/",
-                "servelab/reference/", "assignments/", "tests/")
-REGION_MARKERS = (SOLUTION_BEGIN, "### BEGIN HIDDEN TESTS")
+                "assignments/", "tests/")
+SOLUTION_BEGIN = SOLUTION.begin
+REGION_MARKERS = (SOLUTION.begin, HIDDEN.begin)
 STUDENT_PYTHONS = ("3.10", "3.12")
 # the reference solutions, pasted back into the release, earn full marks on each of them
 FULL_MARKS_PYTHONS = STUDENT_PYTHONS
@@ -99,21 +102,23 @@ def release_dir(tmp_path_factory) -> Path:
 
 def test_secrets_in_finds_each_kind_of_leak():
     members = {"servelab/reference/step_cost.py": b"", "autograder/answers/answer_key.json": b"{}",
-               "a.py": f"def f():\n    {SOLUTION_BEGIN}\n    return 1\n".encode(),
-               "servelab/grading/solutions.py": f'""">>> strip("{SOLUTION_BEGIN}")"""\n'.encode(),
+               "mutants/a1_ledger.toml": b"", "a.py": f"def f():\n    {SOLUTION_BEGIN}\n    return 1\n".encode(),
+               "servelab/grading/doc.py": f'""">>> strip("{SOLUTION_BEGIN}")"""\n'.encode(),
                "servelab/_core.abi3.so": b"\x7fELF\xff\xfe"}
-    assert secrets_in(members) == ["servelab/reference/step_cost.py", "autograder/answers/answer_key.json",
+    assert secrets_in(members) == ["autograder/answers/answer_key.json", "mutants/a1_ledger.toml",
                                    f"a.py: {SOLUTION_BEGIN}"]
 
 
 @pytest.mark.parametrize("kind", ["sdist", "wheel"])
-def test_archive_holds_no_answer_key_mutant_hostile_reference_or_solution(dist, kind):
+def test_archive_holds_no_answer_key_mutant_hostile_or_solution_but_the_references(dist, kind):
     members = sdist_members(dist[kind]) if kind == "sdist" else wheel_members(dist[kind])
     assert secrets_in(members) == []
     # and it is a package all the same: the library, and what builds it (sdist) or the extension
-    must = (["pyproject.toml", "Cargo.toml", "Cargo.lock", "LICENSE", "rust/src/lib.rs", "python/servelab/hw_model.py"]
+    # (the readable twins included: students read them)
+    must = (["pyproject.toml", "Cargo.toml", "Cargo.lock", "LICENSE", "rust/src/lib.rs", "python/servelab/hw_model.py",
+             "python/servelab/reference/step_cost.py"]
             if kind == "sdist" else ["servelab/_core.abi3.so", "servelab/hw_model.py", "servelab/_core.pyi",
-                                     "servelab/py.typed"])
+                                     "servelab/py.typed", "servelab/reference/step_cost.py"])
     assert [m for m in must if m not in members] == []
 
 
@@ -191,7 +196,7 @@ def test_the_release_workflow_has_one_classroom_step_per_released_task_with_its_
     got = {re.search(r"\bid: (\S+)", s).group(1): int(re.search(r"max-score: (\d+)", s).group(1))  # type: ignore[union-attr]
            for s in steps}
     released = Manifest.load(release_dir / "assignments" / "manifest.toml")
-    notebook_auto = {nb.id: sum(c.points for c in notebooks.cell_points(release_dir / "assignments" / nb.file)
-                                if c.kind == "auto") for nb in notebooks.notebooks_of(release_dir)}
+    notebook_auto = {nb.id: sum(c.points for c in nbgrader.cell_points(release_dir / "assignments" / nb.file)
+                                if c.kind == "auto") for nb in nbgrader.notebooks_of(release_dir)}
     assert got == {t.id: t.points for t in released.tasks} | {k: v for k, v in notebook_auto.items() if v}
     assert f"runners: {','.join(got)}" in text

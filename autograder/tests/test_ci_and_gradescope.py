@@ -16,9 +16,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from autograder import notebooks, results
+from autograder.notebooks import nbgrader
+from autograder.grading import results
 from autograder.ci import workflow
-from autograder.grade import ROOT, manifest_of
+from autograder.grading.grade import ROOT, manifest_of
 
 TASK_PASSED = ROOT / "autograder" / "ci" / "task_passed.py"
 MAKE_ZIP = ROOT / "autograder" / "gradescope" / "make_zip.sh"
@@ -48,15 +49,15 @@ def classroom_steps(text: str) -> tuple[list[dict[str, str]], dict[str, str]]:
 
 
 def autograded_notebook_points() -> dict[str, int]:
-    return {nb.id: sum(c.points for c in notebooks.cell_points(ROOT / "assignments" / nb.file) if c.kind == "auto")
-            for nb in notebooks.notebooks_of(ROOT)}
+    return {nb.id: sum(c.points for c in nbgrader.cell_points(ROOT / "assignments" / nb.file) if c.kind == "auto")
+            for nb in nbgrader.notebooks_of(ROOT)}
 
 
 def test_workflow_has_one_step_per_task_with_its_points_and_reports_them_all():
     manifest = manifest_of(ROOT)
     nb_points = autograded_notebook_points()
     text = workflow.classroom_workflow(manifest, {nb.id: (nb.title, nb_points[nb.id])
-                                                  for nb in notebooks.notebooks_of(ROOT)})
+                                                  for nb in nbgrader.notebooks_of(ROOT)})
     graders, reporter = classroom_steps(text)
     want = {t.id: t.points for t in manifest.tasks} | {k: v for k, v in nb_points.items() if v > 0}
     assert {g["id"]: int(g["max-score"]) for g in graders} == want

@@ -7,8 +7,8 @@ import json
 import subprocess
 import sys
 
-from autograder import calibrate
-from autograder.grade import ROOT, manifest_of
+from autograder.grading import calibrate
+from autograder.grading.grade import ROOT, manifest_of
 from autograder.selfcheck import reference_submission
 
 

@@ -7,11 +7,11 @@ import shutil
 
 import pytest
 
-from autograder.grade import ROOT, manifest_of
-from autograder.feedback import publish
-from autograder.gradebook import grade_all
-from autograder.remote import Limits
-from autograder.notebooks import cell_points, notebooks_of
+from autograder.grading.grade import ROOT, manifest_of
+from autograder.grading.feedback import publish
+from autograder.grading.gradebook import grade_all
+from autograder.sandbox.remote import Limits
+from autograder.notebooks.nbgrader import cell_points, notebooks_of
 from autograder.selfcheck import notebook_full_marks, reference_submission
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grade import grade
-from autograder.release import plan
-from autograder.remote import Limits
+from autograder.grading.grade import grade
+from autograder.release.repository import plan
+from autograder.sandbox.remote import Limits
 
 MANIFEST = '''
 [[task]]

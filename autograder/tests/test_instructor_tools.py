@@ -5,8 +5,6 @@ permissions."""
 from __future__ import annotations
 
 import argparse
-import doctest
-import importlib
 import json
 import os
 import subprocess
@@ -15,22 +13,17 @@ import sys
 import jsonschema
 import pytest
 
-from autograder import calibrate, feedback, files, notebooks, results
+from autograder.grading import calibrate, feedback, results
+from autograder import files
+from autograder.notebooks import nbgrader
 from autograder.__main__ import HELP, build_parser
-from autograder.grade import ROOT, grade, manifest_of
-from autograder.remote import Limits
+from autograder.grading.grade import ROOT, grade, manifest_of
+from autograder.sandbox.remote import Limits
 
 SCHEMA = json.loads((ROOT / "autograder" / "tests" / "gradescope_results.schema.json").read_text())
 
 
-@pytest.mark.parametrize("name", ["autograder.calibrate", "autograder.files", "autograder.feedback",
-                                  "autograder.results", "autograder.selfcheck"])
-def test_docstring_examples(name):
-    result = doctest.testmod(importlib.import_module(name))
-    assert result.attempted > 0 and result.failed == 0
-
-
-# ---- calibration (autograder/calibrate.py) --------------------------------------------------------
+# ---- calibration (autograder/grading/calibrate.py) --------------------------------------------------------
 
 @pytest.mark.parametrize("seconds", [0.0, 0.05, 0.2, 0.21, 0.5, 1.7, 3.0, 50.0])
 def test_the_factor_follows_the_time_within_its_bounds(seconds):
@@ -64,7 +57,7 @@ def test_the_calibration_runs_the_workload_in_a_child():
 
 
 def test_grade_hands_the_scaled_limits_to_every_task_and_says_so(tmp_path, monkeypatch):
-    from autograder import grade as grade_module
+    from autograder.grading import grade as grade_module
 
     seen = []
     real = grade_module.run_task
@@ -90,7 +83,7 @@ def test_the_factor_changes_no_byte_of_results_json(tmp_path):
     assert a.read_bytes() == b.read_bytes()
 
 
-# ---- pending manual cells (autograder/notebooks.py merge, autograder/results.py) -------------------
+# ---- pending manual cells (autograder/notebooks/nbgrader.py merge, autograder/grading/results.py) -------------------
 
 def _graded_notebooks(message_for_manual: str) -> dict:
     """results.json of no Python task, with every notebook cell scored by hand-made outcomes:
@@ -98,11 +91,11 @@ def _graded_notebooks(message_for_manual: str) -> dict:
     data = results.build(manifest_of(ROOT), {t.id: {test: _Outcome() for test in t.tests} for t in manifest_of(ROOT).tasks},
                          set(), 0.0)
     scores = {}
-    for nb in notebooks.notebooks_of(ROOT):
-        cells = notebooks.cell_points(ROOT / "assignments" / nb.file)
+    for nb in nbgrader.notebooks_of(ROOT):
+        cells = nbgrader.cell_points(ROOT / "assignments" / nb.file)
         scores[nb.id] = {c.grade_id: ((c.points, "passed") if c.kind == "auto" else
                                       (0, message_for_manual.format(points=c.points))) for c in cells}
-    return notebooks.merge(data, ROOT, scores)
+    return nbgrader.merge(data, ROOT, scores)
 
 
 class _Outcome:
@@ -110,7 +103,7 @@ class _Outcome:
 
 
 def test_manual_cells_are_pending_not_failed():
-    data = _graded_notebooks(notebooks.PENDING)
+    data = _graded_notebooks(nbgrader.PENDING)
     jsonschema.validate(data, SCHEMA)
     manual = [t for t in data["tests"] if t["extra_data"].get("kind") == "manual"]
     assert manual and all("status" not in t and t["score"] == 0 and "pending" in t["output"] for t in manual)
@@ -126,18 +119,18 @@ def test_a_manual_cell_that_could_not_be_graded_has_failed():
 
 
 def test_feedback_shows_pending_cells_as_pending(tmp_path):
-    data = _graded_notebooks(notebooks.PENDING)
+    data = _graded_notebooks(nbgrader.PENDING)
     text = feedback.page("ada", data, after_due_date=True)
     rows = [line for line in text.splitlines() if "(manually graded)" in line and line.startswith("|")]
     assert rows and all(line.endswith("| pending |") for line in rows)
     assert "failed" not in text  # and no failure section for them
 
 
-# ---- feedback on a single grade (autograder/feedback.py) ------------------------------------------
+# ---- feedback on a single grade (autograder/grading/feedback.py) ------------------------------------------
 
 @pytest.fixture()
 def one_grade(tmp_path):
-    data = _graded_notebooks(notebooks.PENDING)
+    data = _graded_notebooks(nbgrader.PENDING)
     out = tmp_path / "ada" / "results.json"
     results.write_json_atomic(data, out)
     return out
@@ -223,7 +216,7 @@ def test_atomic_writes_follow_the_umask(tmp_path):
     assert path.stat().st_mode & 0o777 == 0o600
 
 
-# ---- `grade .` on the instructors' checkout (autograder/grade.py) ---------------------------------
+# ---- `grade .` on the instructors' checkout (autograder/grading/grade.py) ---------------------------------
 
 def test_grading_the_course_copy_grades_a_copy_of_its_answers(monkeypatch):
     """``grade .`` in the instructors' checkout: the tasks and notebooks get copies of its edit
@@ -231,8 +224,8 @@ def test_grading_the_course_copy_grades_a_copy_of_its_answers(monkeypatch):
     (it lies inside the checkout when it is the in-repo .venv: every kernel died of that)."""
     from pathlib import Path
 
-    from autograder import grade as grade_module
-    from autograder.judge import Outcome
+    from autograder.grading import grade as grade_module
+    from autograder.grading.judge import Outcome
 
     seen = {}
 
@@ -245,10 +238,10 @@ def test_grading_the_course_copy_grades_a_copy_of_its_answers(monkeypatch):
 
     def fake_notebooks(root, files, work, limits, forbidden, keep=None):
         record("notebooks", files, forbidden)
-        return notebooks.not_graded(root, "not graded here")
+        return nbgrader.not_graded(root, "not graded here")
 
     monkeypatch.setattr(grade_module, "run_task", fake_task)
-    monkeypatch.setattr(notebooks, "autograde", fake_notebooks)
+    monkeypatch.setattr(nbgrader, "autograde", fake_notebooks)
     said = []
     grade(ROOT, time_factor=1.0, report=said.append)
     venv = Path(sys.prefix).resolve()

@@ -14,15 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from autograder import notebooks, release
-from autograder.grade import ROOT, grade
-from autograder.remote import Limits
+from autograder.notebooks import nbgrader, recheck
+from autograder.release import repository
+from autograder.grading.grade import ROOT, grade
+from autograder.sandbox.remote import Limits
 from autograder.selfcheck import course_fingerprint
 
-NOTEBOOKS = notebooks.notebooks_of(ROOT)
+NOTEBOOKS = nbgrader.notebooks_of(ROOT)
 
 
-def source(nb: notebooks.Notebook) -> dict:
+def source(nb: nbgrader.Notebook) -> dict:
     return json.loads((ROOT / "assignments" / nb.file).read_text(encoding="utf-8"))
 
 
@@ -43,28 +44,28 @@ def test_sources_are_clean_and_carry_nbgrader_metadata(nb):
         assert cell["cell_type"] == "markdown" or cell["outputs"] == [], f"{nb.file}: {meta['grade_id']} has outputs"
         if meta["solution"]:
             assert "### BEGIN SOLUTION" in "".join(cell["source"]), f"{meta['grade_id']}: no solution region"
-        if notebooks.cell_kind(meta, cell["cell_type"]) == "auto":
+        if recheck.cell_kind(meta, cell["cell_type"]) == "auto":
             assert meta["locked"] and "assert" in "".join(cell["source"]), f"{meta['grade_id']}: not a locked test"
-    kinds = {c.kind for c in notebooks.cell_points(ROOT / "assignments" / nb.file)}
+    kinds = {c.kind for c in nbgrader.cell_points(ROOT / "assignments" / nb.file)}
     assert kinds == {"ex01_ledger_70b": {"auto"}, "ex06_tail_fanout": {"auto", "manual"},
                      "ex08_orca_card": {"manual"}, "ex10_batch_invariance": {"auto", "manual"}}[nb.name]
 
 
 def test_cell_points_reads_the_metadata_and_refuses_bad_points(tmp_path):
     nb = source(NOTEBOOKS[0])
-    cells = notebooks.cell_points(ROOT / "assignments" / NOTEBOOKS[0].file)
+    cells = nbgrader.cell_points(ROOT / "assignments" / NOTEBOOKS[0].file)
     assert sum(c.points for c in cells) == sum(c["metadata"]["nbgrader"].get("points", 0) for c in nb["cells"])
     first = next(c for c in nb["cells"] if c["metadata"]["nbgrader"]["grade"])
     first["metadata"]["nbgrader"]["points"] = 0
     bad = tmp_path / "bad.ipynb"
     bad.write_text(json.dumps(nb))
     with pytest.raises(ValueError, match="must have positive whole points, got 0"):
-        notebooks.cell_points(bad)
+        nbgrader.cell_points(bad)
 
 
 @pytest.fixture(scope="module")
 def generated():
-    return notebooks.generated(ROOT)
+    return nbgrader.generated(ROOT)
 
 
 def test_points_equal_what_nbgrader_stores(generated, monkeypatch):
@@ -74,18 +75,18 @@ def test_points_equal_what_nbgrader_stores(generated, monkeypatch):
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")  # alembic
     with Gradebook(f"sqlite:///{generated / 'gradebook.db'}") as gb:
         stored = {(nb.name, cell.name): (cell.max_score, cell.cell_type)
-                  for nb in gb.find_assignment(notebooks.ASSIGNMENT).notebooks for cell in nb.grade_cells}
+                  for nb in gb.find_assignment(nbgrader.ASSIGNMENT).notebooks for cell in nb.grade_cells}
     ours = {(nb.name, c.grade_id): c.points for nb in NOTEBOOKS
-            for c in notebooks.cell_points(ROOT / "assignments" / nb.file)}
+            for c in nbgrader.cell_points(ROOT / "assignments" / nb.file)}
     assert {k: v[0] for k, v in stored.items()} == ours
     # 18 autograded + 19 by hand: a change here is a change of the course, say so in the README
-    kinds = [c.kind for nb in NOTEBOOKS for c in notebooks.cell_points(ROOT / "assignments" / nb.file)
+    kinds = [c.kind for nb in NOTEBOOKS for c in nbgrader.cell_points(ROOT / "assignments" / nb.file)
              for _ in range(c.points)]
     assert (kinds.count("auto"), kinds.count("manual")) == (18, 19)
 
 
 def test_student_versions_come_from_nbgrader_without_solutions_or_hidden_tests(generated):
-    versions = notebooks.student_versions(ROOT)
+    versions = nbgrader.student_versions(ROOT)
     assert sorted(versions) == sorted(f"assignments/{nb.file}" for nb in NOTEBOOKS)
     for nb in NOTEBOOKS:
         text = versions[f"assignments/{nb.file}"]
@@ -106,7 +107,7 @@ def test_student_versions_come_from_nbgrader_without_solutions_or_hidden_tests(g
 
 def test_release_refuses_a_notebook_the_manifest_does_not_list():
     with pytest.raises(ValueError, match="no \\[\\[notebook\\]\\] of the manifest lists"):
-        release.stub_notebook("assignments/notebooks/extra.ipynb", {})
+        repository.stub_notebook("assignments/notebooks/extra.ipynb", {})
 
 
 def test_kernel_sandbox_refuses_the_course_copy_and_processes(tmp_path):
@@ -205,7 +206,7 @@ def test_a_hanging_a_memory_hungry_and_a_dying_notebook_are_contained(tmp_path):
 
 def test_a_notebook_that_patches_its_kernel_gains_nothing(tmp_path):
     """nbgrader's test cells share the student's kernel: a notebook that makes ``math.isclose``
-    always true passes them with a wrong answer. The grader's own check (nb_recheck) runs the
+    always true passes them with a wrong answer. The grader's own check (notebooks.recheck) runs the
     source test cells in its process on the values the child hands back, and refuses it; the
     honest cells of the same notebook keep their points."""
     nb = next(n for n in NOTEBOOKS if n.name == "ex06_tail_fanout")
@@ -231,8 +232,6 @@ def test_a_notebook_that_patches_its_kernel_gains_nothing(tmp_path):
 def test_the_recheck_takes_no_builtin_and_no_object_from_the_notebook(tmp_path):
     """A notebook's ``all`` or ``abs`` never replaces the builtin in a test cell, and an object
     that is not plain data (an always-equal one) passes no comparison or truth test."""
-    from autograder import nb_recheck
-
     def test(grade_id, code):
         return {"cell_type": "code", "source": code,
                 "metadata": {"nbgrader": {"grade": True, "solution": False, "points": 1, "grade_id": grade_id}}}
@@ -248,7 +247,7 @@ def test_the_recheck_takes_no_builtin_and_no_object_from_the_notebook(tmp_path):
     for i, cell in enumerate((honest, forged)):
         sub = tmp_path / f"sub{i}.ipynb"
         sub.write_text(json.dumps({"cells": [cell, *tests], "nbformat": 4}))
-        outcomes.append(nb_recheck.recheck(src, sub, tmp_path / f"scratch{i}", [], Limits(wall_s=20, cpu_s=20)))
+        outcomes.append(recheck.recheck(src, sub, tmp_path / f"scratch{i}", [], Limits(wall_s=20, cpu_s=20)))
     assert outcomes[0] == {"uses_all": (True, "passed"), "truth": (True, "passed")}
     assert outcomes[1]["uses_all"][0] is False, outcomes[1]
     assert outcomes[1]["truth"][0] is False and "Yes object from your notebook" in outcomes[1]["truth"][1], outcomes[1]

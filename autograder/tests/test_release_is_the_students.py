@@ -1,5 +1,5 @@
 """The release speaks to students about what they have (issue 12): no docstring, README, Makefile
-or message in it names what a release leaves out (the pure-Python references, the mutants, the
+or message in it names what a release leaves out (the mutants, the
 answer key, the solution markers, the instructors' make targets), and its README is the
 students' own, with every task and its points.
 
@@ -12,12 +12,12 @@ import re
 
 import pytest
 
-from autograder.grade import ROOT, hidden_tests, manifest_of
-from autograder.release import INSTRUCTOR_TARGETS, plan
+from autograder.grading.grade import ROOT, hidden_tests, manifest_of
+from autograder.release.repository import INSTRUCTOR_TARGETS, plan
 
 # what a release leaves out, as a student would meet it in the text. ("answers" alone is plain
 # English, "your answers": the answer key is searched for as its folder, module and name.)
-LEFT_OUT = re.compile(r"reference/|servelab\.reference|mutants|answers/|autograder\.answers|answer key|"
+LEFT_OUT = re.compile(r"mutants|answers/|autograder\.answers|answer key|"
                       r"SOLUTION markers|make release|make grade|selfcheck|release-check|test-autograder|"
                       r"tests/hostile", re.I)
 
@@ -72,13 +72,13 @@ def test_the_release_readme_is_the_students(release_texts):
     assert "Hidden checks in the notebooks" in readme  # ex01, ex06 and ex10 hold some
     for nb_file in ("ex01_ledger_70b", "ex06_tail_fanout", "ex08_orca_card", "ex10_batch_invariance"):
         assert f"assignments/notebooks/{nb_file}.ipynb" in readme
-    assert "autograder/README.student.md" not in release_texts
+    assert "autograder/release/README.student.md" not in release_texts
 
 
 def test_an_untouched_notebook_answer_is_reported_as_not_answered(release_texts, tmp_path):
     # the release's own ex10: its answer cells still raise, so nbgrader's test cells fail with
     # NameError; the message must say which cell was not answered, not just "name 'a' ..."
-    from autograder.notebooks import not_answered
+    from autograder.notebooks.nbgrader import not_answered
     nb = tmp_path / "ex10_batch_invariance.ipynb"
     nb.write_text(release_texts["assignments/notebooks/ex10_batch_invariance.ipynb"], encoding="utf-8")
     got = not_answered(nb, "ex10_a_test", "NameError: name 'a' is not defined")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grade import grade
-from autograder.remote import Limits
+from autograder.grading.grade import grade
+from autograder.sandbox.remote import Limits
 
 MANIFEST = '''
 [[task]]

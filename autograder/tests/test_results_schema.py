@@ -10,9 +10,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from autograder.grade import grade, manifest_of, ROOT
-from autograder.notebooks import cell_points, notebooks_of
-from autograder.remote import Limits
+from autograder.grading.grade import grade, manifest_of, ROOT
+from autograder.notebooks.nbgrader import cell_points, notebooks_of
+from autograder.sandbox.remote import Limits
 from autograder.selfcheck import reference_submission
 
 SCHEMA = json.loads((Path(__file__).with_name("gradescope_results.schema.json")).read_text())
@@ -20,7 +20,7 @@ MANIFEST = manifest_of(ROOT)
 QUICK = Limits(wall_s=30.0, cpu_s=30)  # generous: a loaded CI machine must not turn a pass into a timeout
 
 
-# the nbgrader notebooks: one test per graded cell, after the tasks' tests (autograder/notebooks.py)
+# the nbgrader notebooks: one test per graded cell, after the tasks' tests (autograder/notebooks/nbgrader.py)
 NB_CELLS = [(nb.file, c) for nb in notebooks_of(ROOT) for c in cell_points(ROOT / "assignments" / nb.file)]
 
 

@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from autograder import grade as grade_module
-from autograder import grading_secret, notebooks, results, testload, wire
-from autograder.grade import ROOT, grade
-from autograder.judge import Outcome, settings
-from autograder.remote import Limits
+from autograder.grading import grade as grade_module
+from autograder.grading import grading_secret, results, testload
+from autograder.notebooks import nbgrader
+from autograder.sandbox import wire
+from autograder.grading.grade import ROOT, grade
+from autograder.grading.judge import Outcome, settings
+from autograder.sandbox.remote import Limits
 from autograder.selfcheck import HOSTILE, points_by_task, reference_submission
 
 QUICK = Limits(wall_s=30.0, cpu_s=30)
@@ -123,7 +125,7 @@ def test_a_configured_secret_is_never_written_and_a_bad_one_is_refused(tmp_path,
 def test_the_release_reveals_nothing_of_the_secret(tmp_path, monkeypatch):
     """Not from the environment, not from a secret file an instructor left in the course copy,
     not from a random secret recorded there beside a results.json."""
-    from autograder.release import release
+    from autograder.release.repository import release
 
     token = "s3cr3t-" + "9f2c" * 8
     careless = [ROOT / "instructors-secret.txt", ROOT / f"results.json{grading_secret.SIDECAR_SUFFIX}"]
@@ -142,7 +144,7 @@ def test_the_release_reveals_nothing_of_the_secret(tmp_path, monkeypatch):
         if path.is_file():
             assert token.encode() not in path.read_bytes(), path
     # the released grader seeds from a secret it must be given: it holds no default one
-    shipped = (tmp_path / "release" / "autograder" / "grading_secret.py").read_text()
+    shipped = (tmp_path / "release" / "autograder" / "grading" / "grading_secret.py").read_text()
     assert "secrets.token_hex" in shipped and not re.search(r"ENV_SECRET\s*,\s*\"", shipped)
 
 
@@ -165,13 +167,13 @@ def test_regrading_is_byte_identical_notebooks_included(tmp_path):
     task raises with a path and a surrogate in its message), graded twice into two folders: the
     the same bytes, no absolute path, no surrogate."""
     sub = tmp_path / "sub"
-    for rel, text in notebooks.student_versions(ROOT).items():
+    for rel, text in nbgrader.student_versions(ROOT).items():
         (sub / rel).parent.mkdir(parents=True, exist_ok=True)
         (sub / rel).write_text(text, encoding="utf-8")
     (sub / "assignments" / "a1_ledger").mkdir(parents=True)
     (sub / "assignments" / "a1_ledger" / "ledger.py").write_bytes(
         (HOSTILE / "surrogate_message" / "a1_ledger" / "ledger.py").read_bytes())
-    only = frozenset({"a1_ledger", *(nb.id for nb in notebooks.notebooks_of(ROOT))})
+    only = frozenset({"a1_ledger", *(nb.id for nb in nbgrader.notebooks_of(ROOT))})
     texts = []
     for run in ("first", "second"):
         out = tmp_path / run / "results.json"

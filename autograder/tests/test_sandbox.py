@@ -1,4 +1,4 @@
-"""The OS boundary (autograder/sandbox.py): the child really is another user in other
+"""The OS boundary (autograder/sandbox/os_boundary.py): the child really is another user in other
 namespaces, and the hostile submissions that walk past the audit hook are stopped by it (with
 the boundary off, the same files do gain points)."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder import sandbox
-from autograder.grade import ROOT, grade
-from autograder.remote import Child, Limits
+from autograder.sandbox import os_boundary
+from autograder.grading.grade import ROOT, grade
+from autograder.sandbox.remote import Child, Limits
 from autograder.selfcheck import HOSTILE, HOSTILE_LIMITS, points_by_task
 
 # hostile submissions the audit hook alone does not stop (README: threat model)
@@ -40,7 +40,7 @@ open('listing.txt', 'w').write(found)
 def test_the_child_is_another_user_in_other_namespaces_and_cannot_list_the_course(tmp_path):
     """Even from a subinterpreter (no audit hook), the course copy (its assignments, with the
     solutions and hidden tests) cannot be listed."""
-    boundary = sandbox.boundary()
+    boundary = os_boundary.boundary()
     assert boundary.mode != "none"  # this machine runs as root with bubblewrap (.ci/run installs it)
     (tmp_path / "mods").mkdir()
     (tmp_path / "mods" / "probe.py").write_text(PROBE)
@@ -53,7 +53,7 @@ def test_the_child_is_another_user_in_other_namespaces_and_cannot_list_the_cours
     assert listing in ("FileNotFoundError", "PermissionError"), listing
     assert uid != os.getuid() or pid_ns != os.readlink("/proc/self/ns/pid")
     if os.geteuid() == 0:
-        assert uid == boundary.uid and uid >= sandbox.ID_RANGE[0]
+        assert uid == boundary.uid and uid >= os_boundary.ID_RANGE[0]
     if boundary.bwrap:
         assert pid_ns != os.readlink("/proc/self/ns/pid")
 
@@ -81,44 +81,44 @@ def test_with_the_boundary_off_the_trick_gains_points(name, leftovers, monkeypat
     self-check grades them behind the boundary (0 points). So it is the boundary that stops them."""
     boxed = grade(HOSTILE / name, limits=HOSTILE_LIMITS, only_tasks=frozenset({"a1_ledger"}))
     assert points_by_task(boxed)["a1_ledger"] == 0
-    monkeypatch.setenv(sandbox.MODE_VARIABLE, "none")
+    monkeypatch.setenv(os_boundary.MODE_VARIABLE, "none")
     exposed = grade(HOSTILE / name, limits=HOSTILE_LIMITS, only_tasks=frozenset({"a1_ledger"}))
     failing = [t["output"][:200] for t in exposed["tests"] if t["status"] != "passed"][:2]
     assert points_by_task(exposed)["a1_ledger"] > 0, failing
 
 
 def test_without_root_or_bubblewrap_grade_refuses_unless_trusted(monkeypatch):
-    monkeypatch.setattr(sandbox, "BWRAP", None)
-    monkeypatch.setattr(sandbox, "_CHOSEN", {})
-    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
-    monkeypatch.delenv(sandbox.TRUST_VARIABLE, raising=False)
-    monkeypatch.delenv(sandbox.MODE_VARIABLE, raising=False)
-    with pytest.raises(sandbox.Refused, match="--trust-submission"):
-        sandbox.require()
-    monkeypatch.setenv(sandbox.TRUST_VARIABLE, "1")
-    assert sandbox.require() == sandbox.NONE
+    monkeypatch.setattr(os_boundary, "BWRAP", None)
+    monkeypatch.setattr(os_boundary, "_CHOSEN", {})
+    monkeypatch.setattr(os_boundary.os, "geteuid", lambda: 1000)
+    monkeypatch.delenv(os_boundary.TRUST_VARIABLE, raising=False)
+    monkeypatch.delenv(os_boundary.MODE_VARIABLE, raising=False)
+    with pytest.raises(os_boundary.Refused, match="--trust-submission"):
+        os_boundary.require()
+    monkeypatch.setenv(os_boundary.TRUST_VARIABLE, "1")
+    assert os_boundary.require() == os_boundary.NONE
 
 
 def test_the_cli_refuses_in_one_line(monkeypatch, capsys):
     from autograder.__main__ import main
 
-    monkeypatch.setattr(sandbox, "BWRAP", None)
-    monkeypatch.setattr(sandbox, "_CHOSEN", {})
-    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
-    monkeypatch.delenv(sandbox.TRUST_VARIABLE, raising=False)
-    monkeypatch.delenv(sandbox.MODE_VARIABLE, raising=False)
+    monkeypatch.setattr(os_boundary, "BWRAP", None)
+    monkeypatch.setattr(os_boundary, "_CHOSEN", {})
+    monkeypatch.setattr(os_boundary.os, "geteuid", lambda: 1000)
+    monkeypatch.delenv(os_boundary.TRUST_VARIABLE, raising=False)
+    monkeypatch.delenv(os_boundary.MODE_VARIABLE, raising=False)
     assert main(["grade", str(HOSTILE / "sys_exit_at_import")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("autograder: refusing") and "\n" not in err
 
 
 def test_a_free_id_is_used_by_no_process_and_no_account():
-    n = sandbox.free_id()
-    assert n not in sandbox._ids_in_use() and n >= sandbox.ID_RANGE[0]
+    n = os_boundary.free_id()
+    assert n not in os_boundary._ids_in_use() and n >= os_boundary.ID_RANGE[0]
 
 
 def test_the_command_line_binds_only_what_the_child_needs(tmp_path):
-    b = sandbox.Boundary(bwrap=True, uid=300000, gid=300000)
+    b = os_boundary.Boundary(bwrap=True, uid=300000, gid=300000)
     secret = tmp_path / "mods" / "answers"
     secret.mkdir(parents=True)
     cmd = b.command(["python", "child.py"], readable=[tmp_path / "mods"], writable=[tmp_path / "scratch"],
@@ -132,10 +132,10 @@ def test_the_command_line_binds_only_what_the_child_needs(tmp_path):
 def test_with_the_boundary_off_a_notebook_runs_nbgraders_source_solutions(monkeypatch):
     """The notebook control: nbgrader's source folder (solutions inside) is readable to a
     notebook that only the audit hook guards; behind the boundary the self-check gives it 0."""
-    from autograder import notebooks
+    from autograder.notebooks import nbgrader
 
-    nb = next(n for n in notebooks.notebooks_of(ROOT) if n.name == "ex06_tail_fanout")
-    monkeypatch.setenv(sandbox.MODE_VARIABLE, "none")
+    nb = next(n for n in nbgrader.notebooks_of(ROOT) if n.name == "ex06_tail_fanout")
+    monkeypatch.setenv(os_boundary.MODE_VARIABLE, "none")
     exposed = grade(HOSTILE / "nbgrader_source_folder", limits=Limits(wall_s=30, cpu_s=30),
                     only_tasks=frozenset({nb.id}))
     assert points_by_task(exposed)[nb.id] > 0, [t["output"][:200] for t in exposed["tests"]][-4:]
@@ -148,14 +148,14 @@ def test_without_namespaces_the_course_copy_is_locked_but_servelab_stays(tmp_pat
     for sub in ("assignments/a1_ledger", "autograder/answers", "python/servelab"):
         (course / sub).mkdir(parents=True)
         os.chmod(course / sub.split("/")[0], 0o755)
-    b = sandbox.Boundary(bwrap=False, uid=300001, gid=300001)
+    b = os_boundary.Boundary(bwrap=False, uid=300001, gid=300001)
     b.lock([course / "assignments", course / "autograder", course / "python"], keep=[course / "python" / "servelab"])
     modes = {p: (course / p).stat().st_mode & 0o777 for p in ("assignments", "autograder", "python")}
     assert modes == {"assignments": 0o700, "autograder": 0o700, "python": 0o755}
 
 
 def test_locking_keeps_the_launchers_readable(tmp_path, monkeypatch):
-    """child.py, nb_kernel.py and sandbox.py must stay readable: their folder stays open, and
+    """child.py, nb_kernel.py and os_boundary.py must stay readable: their folder stays open, and
     everything else in it (the answer key) is closed."""
     course = tmp_path / "course"
     (course / "autograder" / "answers").mkdir(parents=True)
@@ -163,8 +163,8 @@ def test_locking_keeps_the_launchers_readable(tmp_path, monkeypatch):
     launcher = course / "autograder" / "child.py"
     launcher.write_text("")
     os.chmod(launcher, 0o644)
-    b = sandbox.Boundary(bwrap=False, uid=300001, gid=300001)
-    monkeypatch.setattr(sandbox, "LAUNCHERS", (launcher,))
+    b = os_boundary.Boundary(bwrap=False, uid=300001, gid=300001)
+    monkeypatch.setattr(os_boundary, "LAUNCHERS", (launcher,))
     b.lock([course / "autograder"])
     assert launcher.stat().st_mode & 0o777 == 0o644
     assert (course / "autograder" / "answers").stat().st_mode & 0o777 == 0o700

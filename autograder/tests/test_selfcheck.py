@@ -15,7 +15,7 @@ import pytest
 
 from autograder import selfcheck
 from autograder.files import normal_mode
-from autograder.grade import manifest_of, ROOT
+from autograder.grading.grade import manifest_of, ROOT
 
 MUTANTS = selfcheck.mutants()
 HOSTILES = selfcheck.hostiles()
@@ -105,7 +105,7 @@ def test_the_trick_works_outside_the_sandbox(tmp_path, name, func, expected):
     import subprocess
     import sys
 
-    code = CONTROL.format(child=str(ROOT / "autograder" / "child.py"), func=func,
+    code = CONTROL.format(child=str(ROOT / "autograder" / "sandbox" / "child.py"), func=func,
                           path=str(selfcheck.HOSTILE / name / "a1_ledger" / "ledger.py"))
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert run.stdout.strip().splitlines()[-1:] == [expected], run.stderr[-2000:]

@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from autograder.submission import SubmissionError, collect, find_file, unpack
+from autograder.grading.submission import SubmissionError, collect, find_file, unpack
 
 
 def test_layouts_in_order_of_preference(tmp_path):
@@ -87,7 +87,7 @@ def test_grading_the_checkout_itself_leaves_its_venv_readable():
     import sys
     from pathlib import Path
 
-    from autograder.grade import ROOT, forbidden_paths
+    from autograder.grading.grade import ROOT, forbidden_paths
     venv = Path(sys.prefix).resolve()
     forbidden = forbidden_paths(ROOT, [ROOT])
     assert not [p for p in forbidden if p == venv or p in venv.parents], "the venv (or a folder above it) is forbidden"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autograder.testload import call_test, cases, find_test
+from autograder.grading.testload import call_test, cases, find_test
 
 
 @pytest.mark.parametrize("a, b", [(1, 2), pytest.param(3, 4, id="second")])

@@ -30,6 +30,7 @@ __all__ = [
     "sim_static_batching",
     "sim_fixed_service",
     "sim_continuous_batching",
+    "MAX_SPEC_K",
     "OutOfBlocks",
     "MAX_NUM_BLOCKS",
     "MAX_BLOCK_SIZE",
@@ -127,7 +128,13 @@ def sim_continuous_batching(
     prefix_caching: bool = False,
     prefix_parent: _I64 | None = None,
     prefix_len: _I64 | None = None,
+    spec_k: int | None = None,
+    spec_acceptance: _F64 | None = None,
+    spec_seed: int = 0,
+    draft_model: ModelSpec | None = None,
 ) -> dict[str, object]: ...
+
+MAX_SPEC_K: int
 
 # ---- paged KV block allocator (rust/src/blocks.rs) -------------------------------------------
 

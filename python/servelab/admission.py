@@ -43,15 +43,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
+from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from servelab import _checks
 from servelab.workload import MAX_REQUEST_TOKENS, Requests
-
-if TYPE_CHECKING:
-    from servelab.serving_core import SimResult
 
 __all__ = [
     "Estimator",
@@ -233,12 +230,22 @@ class AdmissionReport:
         return self.false_rejections / self.rejected if self.rejected else 0.0
 
 
-def admission_report(result: SimResult, slo_ttft_s: float) -> AdmissionReport:
+@runtime_checkable
+class RunColumns(Protocol):
+    """What :func:`admission_report` reads of a run: a :class:`servelab.serving_core.SimResult`
+    has it all. (A protocol, not that class: the simulator imports this module for
+    :class:`EarlyReject`, and the arrow runs one way.)"""
+
+    requests: Requests
+    rejected: np.ndarray
+    first_token_s: np.ndarray
+    would_first_token_s: np.ndarray | None
+
+
+def admission_report(result: RunColumns, slo_ttft_s: float) -> AdmissionReport:
     """Counts on-time, accepted-but-late and falsely rejected requests of a batch-1 run (with or
     without admission control), judging TTFT only against ``slo_ttft_s``."""
-    from servelab.serving_core import SimResult
-
-    _checks.instance("result", result, SimResult, "a servelab.serving_core.SimResult")
+    _checks.instance("result", result, RunColumns, "a servelab.serving_core.SimResult")
     if not _checks.real("slo_ttft_s", slo_ttft_s, finite=False) > 0:
         raise ValueError(f"slo_ttft_s must be a positive number, got {slo_ttft_s!r}")
     a = result.requests.arrival_s

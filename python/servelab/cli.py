@@ -209,7 +209,8 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
 _AXES = {"--batch-size": ("batch_size", "static"), "--max-wait": ("max_wait_s", "static"),
          "--ride-along": ("ride_along", "static"), "--estimator": ("estimator", "early_reject"),
          "--max-num-seqs": ("max_num_seqs", "continuous"), "--chunked-prefill": ("chunked_prefill", "continuous"),
-         "--prefix-caching": ("prefix_caching", "prefix"), "--shared-fraction": ("shared_fraction", "prefix")}
+         "--prefix-caching": ("prefix_caching", "prefix"), "--shared-fraction": ("shared_fraction", "prefix"),
+         "--spec-k": ("spec_k", "speculative"), "--acceptance": ("acceptance", "speculative")}
 
 
 def _grid(args: argparse.Namespace) -> Any:
@@ -318,6 +319,10 @@ def _add_sweep_parser(sub: Any) -> None:
                    help="prefix: reuse the KV of shared prompt prefixes (no and yes if not given)")
     p.add_argument("--shared-fraction", type=_fraction, nargs="+",
                    help="prefix: share of requests whose system prompt is a shared one (1 if not given)")
+    p.add_argument("--spec-k", type=_int_at_least(0), nargs="+",
+                   help="speculative: draft guesses per step, at most 64 (4 if not given)")
+    p.add_argument("--acceptance", type=_fraction, nargs="+",
+                   help="speculative: chance each guess is kept (0.8 if not given)")
     p.add_argument("--n", type=_int_at_least(1), default=lecture.N_REQUESTS, help="requests per point")
     p.add_argument("--seed", type=_int_at_least(0), default=lecture.SEED, help="workload seed")
     p.add_argument("--slo-ttft", type=_seconds(positive=True, allow_inf=True), default=lecture.LECTURE_SLO.ttft_s, help="SLO on TTFT, s")

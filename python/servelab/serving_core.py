@@ -46,7 +46,7 @@ from servelab.admission import EarlyReject
 from servelab.hw_model import DEFAULT_EFFICIENCY, Efficiency, GpuSpec, ModelSpec
 from servelab.workload import Requests, SharedPrefixes
 
-__all__ = ["SimResult", "StepTrace", "BatchLog", "run_batch1", "run_static_batching",
+__all__ = ["SimResult", "StepTrace", "BatchLog", "Speculation", "run_batch1", "run_static_batching",
            "run_continuous_batching", "REJECT_REASONS"]
 
 # SimResult.reject_code of continuous batching (rule 1 of servelab.engine.scheduler): why a
@@ -56,6 +56,65 @@ REJECT_REASONS = {
     2: "without chunked prefill, a (re)prefill of its prompt + output - 1 tokens exceeds "
        "max_num_batched_tokens",
 }
+
+
+@dataclass(frozen=True, eq=False)
+class Speculation:
+    """Speculative decoding in the simulator (§8, milestone 4a; the engine's is
+    :class:`servelab.engine.SpeculativeScheduler`): each decoding request gets up to ``k``
+    guesses of a ``draft`` model per step, within the token budget and the free blocks left.
+    The simulator has no tokens, so each guess is kept with probability ``acceptance`` (one
+    rate for every request, or one per request) by a draw seeded by ``(seed, request, output
+    index)``, up to the first rejection: ``(1 - a^(k+1)) / (1 - a)`` tokens per target step on
+    average. The verify forward is priced as ``1 + g`` tokens of the target; the draft's ``g``
+    steps as batched decode steps of ``draft`` (a :class:`~servelab.hw_model.ModelSpec`): in
+    the clock, ``busy_s`` and ``draft_busy_s``, not in ``flops`` (the target's alone).
+
+    >>> from servelab.hw_model import LLAMA3_8B
+    >>> Speculation(4, LLAMA3_8B, 0.8).acceptance_column(2).tolist()
+    [0.8, 0.8]
+    >>> Speculation(4, LLAMA3_8B, 1.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: acceptance must be a number in [0, 1] or one per request, got 1.5
+    """
+
+    k: int
+    draft: ModelSpec
+    acceptance: Any = 0.8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "k", _checks.integer("k", self.k, 0, _core.MAX_SPEC_K))
+        if not isinstance(self.draft, ModelSpec):
+            raise TypeError(f"draft must be a servelab.hw_model.ModelSpec, got {self.draft!r:.80}")
+        a = self.acceptance
+        bad = ValueError(f"acceptance must be a number in [0, 1] or one per request, got {a!r:.80}")
+        if _checks.is_real(a):
+            if not 0.0 <= float(a) <= 1.0:
+                raise bad
+            a = float(a)
+        else:
+            try:
+                a = np.array(a, dtype=np.float64, ndmin=1)
+            except (TypeError, ValueError, OverflowError):
+                raise bad from None
+            if a.ndim != 1 or a.size == 0 or not np.all((a >= 0.0) & (a <= 1.0)) \
+                    or isinstance(self.acceptance, (str, bytes)):
+                raise bad
+            a.flags.writeable = False
+        object.__setattr__(self, "acceptance", a)
+        object.__setattr__(self, "seed", _checks.integer("seed", self.seed, 0, 2**64 - 1))
+
+    def acceptance_column(self, n: int) -> np.ndarray:
+        """One rate per request for ``n`` requests."""
+        n = _checks.integer("n", n, 0, None)
+        if isinstance(self.acceptance, float):
+            return np.full(n, self.acceptance)
+        if len(self.acceptance) != n:
+            raise ValueError(f"speculative.acceptance must have one rate per request ({n}), "
+                             f"got {len(self.acceptance)}")
+        return np.ascontiguousarray(self.acceptance, dtype=np.float64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -148,6 +207,20 @@ class SimResult:
     prefix_hits: int = 0
     prefix_lookups: int = 0
     prefix_evictions: int = 0
+    # continuous batching with speculative decoding: per request the guesses proposed and
+    # kept and its decoding steps; the draft's seconds (in busy_s and the clock)
+    spec_proposed: np.ndarray | None = field(default=None)
+    spec_accepted: np.ndarray | None = field(default=None)
+    spec_steps: np.ndarray | None = field(default=None)
+    draft_busy_s: float = 0.0
+
+    @property
+    def tokens_per_target_step(self) -> float:
+        """Speculative decoding: output tokens per decoding step (after the first token),
+        over the run; the closed form is ``(1 - a^(k+1)) / (1 - a)`` (nan without)."""
+        if self.spec_steps is None or self.spec_accepted is None or not self.spec_steps.sum():
+            return float("nan")
+        return float((self.spec_steps.sum() + self.spec_accepted.sum()) / self.spec_steps.sum())
 
     def reject_reason(self, i: int) -> str:
         """Why request ``i`` was rejected, in words (``""`` if it was not)."""
@@ -167,7 +240,9 @@ class SimResult:
             return f"static B={self.params['batch_size']}{extra}"
         if self.policy == "continuous":
             return ("continuous" + (" chunked" if self.params["chunked_prefill"] else "")
-                    + (" prefix" if self.params.get("prefix_caching") else ""))
+                    + (" prefix" if self.params.get("prefix_caching") else "")
+                    + (f" spec k={self.params['speculative'].k}" if self.params.get("speculative")
+                       else ""))
         if "admission" in self.params:
             return f"batch 1, {self.params['admission']}"
         return "batch 1"
@@ -204,7 +279,9 @@ def _result(policy: str, params: dict[str, Any], requests: Requests, model: Mode
         peak_kv_blocks=int(d.get("peak_kv_blocks", 0)), batch_log=None if log is None else BatchLog(**log),
         cached_tokens=d.get("cached_tokens"), computed_tokens=d.get("computed_tokens"),
         prefix_hits=int(d.get("prefix_hits", 0)), prefix_lookups=int(d.get("prefix_lookups", 0)),
-        prefix_evictions=int(d.get("prefix_evictions", 0)))
+        prefix_evictions=int(d.get("prefix_evictions", 0)), spec_proposed=d.get("spec_proposed"),
+        spec_accepted=d.get("spec_accepted"), spec_steps=d.get("spec_steps"),
+        draft_busy_s=float(d.get("draft_busy_s", 0.0)))
 
 
 def run_batch1(requests: Requests, model: ModelSpec, gpu: GpuSpec, admission: EarlyReject | None = None, *,
@@ -258,6 +335,7 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
                             mem_util: float = 0.9, efficiency: Efficiency = DEFAULT_EFFICIENCY,
                             trace: bool = False, batch_log: bool = False,
                             prefix_caching: bool = False, shared_prefixes: SharedPrefixes | None = None,
+                            speculative: Speculation | None = None,
                             _per_step: bool = False) -> SimResult:
     """Continuous batching (§4.5 policy 3: Orca's iteration-level scheduling over vLLM's paged
     KV blocks, §2.4): the batch is chosen anew at every step, with the rules of
@@ -280,6 +358,12 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     has ``cached_tokens`` and ``computed_tokens`` per request and ``prefix_hits``. This path
     steps every running request (``rust/src/sim/continuous_prefix.rs``): slower than the
     event-driven one, see ``make bench``.
+
+    ``speculative`` (a :class:`Speculation`: ``k``, the draft's ModelSpec, the acceptance
+    rate) adds speculative decoding (§8, milestone 4a) on the per-step loop
+    (``rust/src/sim/continuous_per_step.rs``; not with prefix caching). The result then has
+    ``spec_proposed``, ``spec_accepted``, ``spec_steps`` per request, ``draft_busy_s`` and
+    :attr:`SimResult.tokens_per_target_step`; with ``k = 0`` it is the plain run.
 
     A request that can never run (rule 1: more blocks than the pool, or without chunked prefill
     more tokens than the budget) is rejected at arrival: ``rejected[i]`` is True and
@@ -338,11 +422,26 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
         raise ValueError(f"shared_prefixes must have one entry per request ({len(requests)}), "
                          f"got {len(shared_prefixes)}")
     sp = (None, None) if shared_prefixes is None else (shared_prefixes.parent, shared_prefixes.length)
+    per_step = _checks.flag("_per_step", _per_step)
+    if per_step and caching:  # named here: the core's message says per_step, not _per_step
+        raise ValueError("_per_step=True has no prefix caching (the prefix-caching loop is per-step already)")
+    spec: dict[str, Any] = {}
+    if speculative is not None:
+        if not isinstance(speculative, Speculation):
+            raise TypeError("speculative must be None or a servelab.serving_core.Speculation, "
+                            f"got {type(speculative).__name__}")
+        if caching:
+            raise ValueError("speculative decoding runs without prefix caching: pass "
+                             "prefix_caching=False or speculative=None")
+        spec = dict(spec_k=speculative.k, spec_acceptance=speculative.acceptance_column(len(requests)),
+                    spec_seed=speculative.seed, draft_model=speculative.draft)
     d = _core.sim_continuous_batching(model, gpu, efficiency, requests, seqs, budget, bs, blocks, chunked,
                                       _checks.flag("trace", trace), _checks.flag("batch_log", batch_log),
-                                      _checks.flag("_per_step", _per_step), caching, *sp)
-    params = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,
-              "num_blocks": blocks, "chunked_prefill": chunked}
+                                      per_step, caching, *sp, **spec)
+    params: dict[str, Any] = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,
+                              "num_blocks": blocks, "chunked_prefill": chunked}
     if caching:
         params["prefix_caching"] = True
+    if speculative is not None:
+        params["speculative"] = speculative
     return _result("continuous", params, requests, model, gpu, efficiency, d)

@@ -13,7 +13,11 @@ rate, only closer together) under one policy and summarises it against an SLO:
 * ``prefix`` — continuous batching on a chat service's workload instead
   (:func:`servelab.workload.chat_sessions`: ``n`` single-turn requests, each opening with a
   1024-token system prompt, one of 4 shared ones with probability ``shared_fraction``, else its
-  own); axes ``prefix_caching`` (§3.5) and ``shared_fraction``.
+  own); axes ``prefix_caching`` (§3.5) and ``shared_fraction``;
+* ``speculative`` — continuous batching (vLLM's defaults) with speculative decoding (§8,
+  milestone 4a; :class:`servelab.serving_core.Speculation`, a Llama-3.2-1B draft priced on the
+  same GPU); axes ``spec_k`` (guesses per step, 0: plain decoding) and ``acceptance`` (the
+  chance each guess is kept).
 
 The model and GPU are demo 03's (Llama-3-8B on an H100) unless ``Grid(model=..., gpu=...)``
 names another: a :mod:`servelab.hw_model` preset (``"LLAMA3_70B"``, ``"A100_80GB"``), a spec, or
@@ -47,7 +51,7 @@ ValueError: model Llama-3-70B does not fit gpu H100-SXM: its weights (141.1 GB) 
 >>> Grid(policies=("fifo",), rates=(1.0,))
 Traceback (most recent call last):
 ...
-ValueError: policies must be among ['batch1', 'continuous', 'early_reject', 'prefix', 'static'], got 'fifo'
+ValueError: policies must be among ['batch1', 'continuous', 'early_reject', 'prefix', 'speculative', 'static'], got 'fifo'
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ from servelab import metrics as mx
 from servelab.admission import EarlyReject, NoisyPredictor
 from servelab.hw_model import H100, LLAMA3_8B, GpuSpec, ModelSpec, kv_capacity_tokens
 from servelab.metrics import SLO
-from servelab.serving_core import run_batch1, run_continuous_batching, run_static_batching
+from servelab.serving_core import Speculation, run_batch1, run_continuous_batching, run_static_batching
 from servelab.spec_files import resolve_gpu, resolve_model
 from servelab.workload import chat_requests, chat_sessions
 
@@ -89,12 +93,13 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "static": ("batch_size", "max_wait_s", "ride_along"),
     "continuous": ("max_num_seqs", "chunked_prefill"),
     "prefix": ("prefix_caching", "shared_fraction"),
+    "speculative": ("spec_k", "acceptance"),
 }
 # continuous batching takes vLLM's defaults (serving_core.run_continuous_batching)
 _DEFAULTS: dict[str, tuple[Any, ...]] = {"batch_size": (32,), "max_wait_s": (lecture.MAX_WAIT_S,), "ride_along": (True,),
                                          "estimator": ("mean",), "max_num_seqs": (256,),
                                          "chunked_prefill": (False,), "prefix_caching": (False, True),
-                                         "shared_fraction": (1.0,)}
+                                         "shared_fraction": (1.0,), "spec_k": (4,), "acceptance": (0.8,)}
 
 
 def _estimator(spec: str) -> Any:
@@ -136,6 +141,8 @@ class Point:
         if self.policy == "prefix":
             cache = "cache" if p["prefix_caching"] else "no cache"
             return f"shared {p['shared_fraction']:g}, {cache}"
+        if self.policy == "speculative":
+            return f"speculative k={p['spec_k']} a={p['acceptance']:g}"
         return "batch 1"
 
 
@@ -171,6 +178,8 @@ class Grid:
     chunked_prefill: Sequence[bool] = _DEFAULTS["chunked_prefill"]
     prefix_caching: Sequence[bool] = _DEFAULTS["prefix_caching"]
     shared_fraction: Sequence[float] = _DEFAULTS["shared_fraction"]
+    spec_k: Sequence[int] = _DEFAULTS["spec_k"]
+    acceptance: Sequence[float] = _DEFAULTS["acceptance"]
     model: ModelSpec | str | os.PathLike[str] = LLAMA3_8B
     gpu: GpuSpec | str | os.PathLike[str] = H100
 
@@ -201,6 +210,9 @@ class Grid:
             "prefix_caching": (_checks.is_bool, "True or False"),
             "shared_fraction": (lambda v: _checks.is_real(v) and not _checks.is_bool(v)
                                 and 0.0 <= float(v) <= 1.0, "numbers in [0, 1]"),
+            "spec_k": (lambda v: _checks.is_int(v) and 0 <= int(v) <= 64, "integers in [0, 64]"),
+            "acceptance": (lambda v: _checks.is_real(v) and not _checks.is_bool(v)
+                           and 0.0 <= float(v) <= 1.0, "numbers in [0, 1]"),
         }
         used = {axis for p in pols for axis in POLICIES[p]}
         for axis, (ok, what) in checks.items():
@@ -269,6 +281,10 @@ def run_point(point: Point, n: int, seed: int, slo: SLO, model: ModelSpec = LLAM
     if point.policy == "static":
         r = run_static_batching(reqs, model, gpu, int(p["batch_size"]), float(p["max_wait_s"]),
                                 bool(p["ride_along"]))
+    elif point.policy == "speculative":
+        from servelab.engine.speculative import LLAMA32_1B  # the engine's default draft
+        r = run_continuous_batching(reqs, model, gpu, speculative=Speculation(
+            int(p["spec_k"]), LLAMA32_1B, float(p["acceptance"]), seed))
     elif point.policy == "continuous":
         r = run_continuous_batching(reqs, model, gpu, max_num_seqs=int(p["max_num_seqs"]),
                                     chunked_prefill=bool(p["chunked_prefill"]))

@@ -8,6 +8,8 @@ index)``). The tokens are real; the time is paper time, each batch ``[(new_token
 context_len), ...]`` priced by ``hw_model.step_cost`` (default Llama-3-8B on an H100, §8.3).
 
 - :mod:`servelab.engine.scheduler`: ``schedule(state) -> Plan``, and the rules, numbered once;
+- :mod:`servelab.engine.speculative`: :class:`SpeculativeScheduler`, a draft guesses and the
+  target verifies (§8, milestone 4a): ``Engine(scheduler=SpeculativeScheduler(draft, k))``;
 - :mod:`servelab.engine.core`: :class:`Engine` carries plans out; :func:`serve`;
 - :mod:`servelab.engine.records`: what goes in and comes out. ``EngineResult.batch_log()``
   is the plain record to compare: one list per step of ``(request_id, new_tokens, context_len)``.
@@ -28,7 +30,8 @@ from servelab.engine.records import (BatchEntry, EngineResult, EngineStep, Reque
                                      RequestResult)
 from servelab.engine.scheduler import (ContinuousBatchingScheduler, Plan, Scheduler,
                                        SchedulerConfig, SchedulerState, Seq, schedule)
+from servelab.engine.speculative import SpeculativeScheduler
 
 __all__ = ["Engine", "serve", "Request", "RequestResult", "EngineStep", "EngineResult",
            "BatchEntry", "Scheduler", "SchedulerState", "SchedulerConfig", "Seq", "Plan",
-           "ContinuousBatchingScheduler", "schedule"]
+           "ContinuousBatchingScheduler", "schedule", "SpeculativeScheduler"]

@@ -25,6 +25,7 @@ from servelab.blocks import BlockAllocator
 from servelab.engine.records import EngineResult, EngineStep, Request, RequestResult
 from servelab.engine.scheduler import (ContinuousBatchingScheduler, Plan, Scheduler,
                                        SchedulerConfig, SchedulerState, Seq)
+from servelab.engine.speculative import VerifyCache, draft_cost_s, verify
 from servelab.tiny_llm import TINY, ModelConfig, TinyLLM, as_token_ids, generate, model_for
 from servelab.tiny_llm.paged import PagedKVCache, PagedKVPool
 from servelab.tiny_llm.sampling import GREEDY, Sampler, sampled_token
@@ -183,11 +184,14 @@ class Engine:
             plan = self.scheduler.schedule(state)
             batch = self._carry_out(plan, s)
             cost = hw_model.step_cost(self.cost_model, self.gpu,
-                                      [(n, c) for _, n, c in plan.batch]).time_s
+                                      [(n, c) for _, n, c in plan.batch]).time_s \
+                + draft_cost_s(plan, self.gpu)
             self.clock_s += cost
-            finished = self._forward_and_sample(batch, s)
+            finished, accepted = self._forward_and_sample(batch, s)
             step = EngineStep(s, tuple(plan.batch), tuple(plan.preempted), tuple(plan.admitted),
-                              tuple(finished), cost, self.clock_s, self._blocks_used())
+                              tuple(finished), cost, self.clock_s, self._blocks_used(),
+                              tuple(len(g) for g in plan.draft),
+                              tuple(accepted) if plan.draft else ())
         self.steps.append(step)
         return step
 
@@ -207,7 +211,7 @@ class Engine:
             else:
                 self.waiting.append(r)
 
-    def _carry_out(self, plan: Plan, s: int) -> list[tuple[_Live, int]]:
+    def _carry_out(self, plan: Plan, s: int) -> list[tuple[_Live, int, tuple[int, ...], Any]]:
         """Move requests as ``plan`` says (rules 3-4), copy its blocks; returns the batch."""
         by_id = {r.request_id: r for r in (*self.running, *self.waiting)}
         for rid in plan.preempted:  # rule 3: forget the computed KV, front of the queue
@@ -224,7 +228,8 @@ class Engine:
             self.running.append(r)
         admitted = set(plan.admitted)
         batch = []
-        for rid, n, start in plan.batch:
+        for i, (rid, n, start) in enumerate(plan.batch):
+            guesses = tuple(plan.draft[i]) if plan.draft else ()  # slots only once kept
             live = by_id.get(rid)
             slots = self.allocator.num_tokens(rid) if rid in self.allocator else 0
             if live is not None and rid in admitted and slots:
@@ -232,30 +237,40 @@ class Engine:
                 live.cached_tokens += start
                 live.cache = PagedKVCache(self.pool, self.allocator, rid, start)
             if live is None or live.cache is None or start != live.num_computed \
-                    or not 0 < n <= slots - start:
+                    or not 0 < n - len(guesses) <= slots - start:
                 raise RuntimeError(f"step {s}: the scheduler's entry {(rid, n, start)} does not "
                                    f"match request {rid} (running: {live in self.running}, "
                                    f"{getattr(live, 'num_computed', 0)} computed, {slots} slots)")
             live.num_slots = slots
-            batch.append((live, n))
+            batch.append((live, n, guesses, plan.draft_probs[i] if guesses else None))
         if not batch:
             raise RuntimeError(f"step {s}: work is left but the scheduler planned nothing")
         return batch
 
-    def _forward_and_sample(self, batch: list[tuple[_Live, int]], s: int) -> list[int]:
-        """Rules 5 and 6: one forward over the batch, then sampling; returns the finished ids."""
+    def _forward_and_sample(self, batch: list[tuple[_Live, int, tuple[int, ...], Any]],
+                            s: int) -> tuple[list[int], list[int]]:
+        """Rules 5 and 6: one forward over the batch, then sampling (or, for an entry with
+        draft guesses, verifying them: :mod:`servelab.engine.speculative`); returns the
+        finished ids and each entry's kept guesses."""
+        spec = any(g for _, _, g, _ in batch)
+        caches = [VerifyCache(r.cache, len(g)) if g else r.cache for r, _, g, _ in batch]
         logits = self.model.forward_batch(
-            [r.tokens[r.num_computed:r.num_computed + n] for r, n in batch],
-            [r.cache for r, _ in batch])
+            [r.tokens[r.num_computed:r.num_computed + n - len(g)] + list(g) for r, n, g, _ in batch],
+            caches, all_logits=spec)
         finished: list[int] = []
-        for (r, n), lg in zip(batch, logits):
-            r.num_computed += n
+        accepted: list[int] = []
+        for (r, n, g, q), cache, lg in zip(batch, caches, logits):
+            new = verify(r.request, len(r.out), g, lg, q, cache) if g else []
+            accepted.append(max(len(new) - 1, 0))
+            r.num_computed += n - len(g) + accepted[-1]
+            r.num_slots += accepted[-1]
             r.computed_tokens += n
             if r.num_computed < len(r.tokens):
                 continue  # a chunk that is not the prompt's last: its logits are not used
-            token = sampled_token(r.request.sampler, lg, len(r.out))  # seeded by (seed, output index)
-            r.out.append(token)
-            r.tokens.append(token)
+            # seeded by (seed, output index)
+            new = new or [sampled_token(r.request.sampler, lg[-1] if spec else lg, len(r.out))]
+            r.out += new
+            r.tokens += new
             if r.first_step is None:
                 r.first_step, r.first_s = s, self.clock_s
             if len(r.out) == r.request.max_new_tokens:  # leave at once: blocks back to the pool
@@ -264,7 +279,7 @@ class Engine:
                 r.cache = None
                 self._results[r.request_id] = self._finish(r, "finished", s)
                 finished.append(r.request_id)
-        return finished
+        return finished, accepted
 
     # ---- helpers -----------------------------------------------------------------------------
 

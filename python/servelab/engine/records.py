@@ -86,6 +86,10 @@ class EngineStep:
     cost_s: float  # hw_model.step_cost of the batch (0 for an empty step)
     clock_s: float  # simulated clock at the end of the step
     blocks_used: int = 0  # KV blocks held by requests at the end of the step
+    # speculative decoding: per batch entry, the draft's guesses (the entry's last tokens) and
+    # those the target kept (both () in a step without guesses)
+    proposed: tuple[int, ...] = ()
+    accepted: tuple[int, ...] = ()
 
     @property
     def num_tokens(self) -> int:

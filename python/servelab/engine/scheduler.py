@@ -128,6 +128,9 @@ class Seq:
     tokens: list[int]  # prompt + generated so far
     num_computed: int = 0  # leading tokens whose KV is in the pool (0 while waiting)
     num_slots: int = 0  # tokens the allocator holds slots for (0 while waiting)
+    # the request as added (prompt, max_new_tokens, sampler), for a policy that needs more
+    # than lengths (a speculative step's cap and sampler); None outside the engine
+    request: Any = None
 
 
 @dataclass(frozen=True)
@@ -145,12 +148,21 @@ class SchedulerState:
 @dataclass(frozen=True)
 class Plan:
     """One step's decisions: the batch in forward order (rule 5), the requests preempted (in
-    order) and admitted (in queue order), and copy-on-write block copies ``(src, dst)``."""
+    order) and admitted (in queue order), and copy-on-write block copies ``(src, dst)``.
+
+    Speculative decoding (:mod:`servelab.engine.speculative`) adds, per batch entry, the
+    draft's guesses ``draft[i]`` (the entry's last ``len(draft[i])`` new tokens: they get no
+    slot until the target keeps them), the draft's probabilities of them ``draft_probs[i]``
+    (a ``(guesses, vocab)`` array when sampling, else None), and ``draft_spec``, the
+    ``hw_model.ModelSpec`` that prices the draft's steps. Empty: no speculation."""
 
     batch: tuple[BatchEntry, ...] = ()
     preempted: tuple[int, ...] = ()
     admitted: tuple[int, ...] = ()
     copies: tuple[tuple[int, int], ...] = ()
+    draft: tuple[tuple[int, ...], ...] = ()
+    draft_probs: tuple[Any, ...] = ()
+    draft_spec: Any = None
 
 
 class Scheduler(Protocol):

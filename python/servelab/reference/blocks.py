@@ -1,8 +1,9 @@
 """Pure-Python reference of the paged KV block allocator (lecture §2.4, §3.5; PagedAttention).
 
 Small and readable on purpose (nano-vllm's block manager is its model): this is what
-``servelab.blocks.BlockAllocator`` (Rust, ``rust/src/blocks.rs``) computes, and it doubles as the
-solution of the paged-KV assignment. The Rust path must make the same choice of block at every
+``servelab.blocks.BlockAllocator`` (Rust, ``rust/src/blocks.rs``) computes. It is not the
+solution of the paged-KV assignment (a7 builds a smaller allocator of its own, with another
+interface). The Rust path must make the same choice of block at every
 step, report the same copies and counters, and raise the same errors with the same messages
 (``tests/test_blocks_state_machine.py`` drives both with the same operations).
 

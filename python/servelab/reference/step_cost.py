@@ -1,8 +1,11 @@
 """Pure-Python reference of the paper GPU's step cost (lecture §2.3, §3.2-§3.5).
 
 Small and readable on purpose: this is what ``servelab._core`` (Rust) computes, written the way
-a student would on paper, and it doubles as the solution of the roofline assignment. The Rust
-path must agree with it to 1e-9 relative and raise the same errors (tests/test_cost_parity.py).
+a student would on paper. It is not the solution of an assignment (the roofline task asks for
+other functions, other arguments and plain dicts; a submission that forwards every call to
+``servelab.reference`` passes no task: ``autograder/tests/test_reference_is_no_solution.py``).
+The Rust path must agree with it to 1e-9 relative and raise the same errors
+(tests/test_cost_parity.py).
 
 It accepts any object with the right attributes (``servelab.hw_model.ModelSpec`` and friends,
 or a ``types.SimpleNamespace``), and does not validate on construction, so it can be handed

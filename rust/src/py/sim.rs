@@ -10,7 +10,7 @@ use crate::error::CoreResult;
 use crate::sim::admission::EarlyReject;
 use crate::sim::batch1::{self, AcceptAll};
 use crate::sim::continuous::{self, BatchLog, ContinuousOutput, ContinuousParams, StepExtra};
-use crate::sim::continuous_per_step;
+use crate::sim::continuous_per_step::{self, SpecOutput, Speculation};
 use crate::sim::continuous_prefix::{self, PrefixOutput, Prefixes};
 use crate::sim::fixed_service::{self, FixedOutput};
 use crate::sim::static_batching::{self, StaticParams};
@@ -22,6 +22,7 @@ dict_of!(StepExtra { kv_blocks, n_preempted, n_admitted });
 dict_of!(BatchLog { offsets, request_id, new_tokens, context_len });
 dict_of!(FixedOutput { start_s, finish_s, rejected, busy_s });
 dict_of!(PrefixOutput { cached_tokens, computed_tokens, prefix_hits, prefix_lookups, prefix_evictions });
+dict_of!(SpecOutput { spec_proposed, spec_accepted, spec_steps, draft_busy_s });
 
 /// The request columns of a `servelab.workload.Requests`, read by attribute name (its
 /// constructor has checked them; the core checks them again).
@@ -114,12 +115,13 @@ fn sim_static_batching<'py>(
 // None); with the trace, this policy's columns join the common ones (in `ContinuousRun`).
 dict_of!(ContinuousOutput { ..sim, reject_code, n_preemptions, preemptions, peak_kv_blocks, batch_log });
 
-/// A continuous-batching run, with prefix caching's columns when it was on (joined into one dict).
-struct ContinuousRun(ContinuousOutput, Option<PrefixOutput>);
+/// A continuous-batching run, with prefix caching's or speculation's columns when it was on
+/// (joined into one dict).
+struct ContinuousRun(ContinuousOutput, Option<PrefixOutput>, Option<SpecOutput>);
 
 impl ToPy for ContinuousRun {
     fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let ContinuousRun(mut out, prefix) = self;
+        let ContinuousRun(mut out, prefix, spec) = self;
         let extra = out.trace_extra.take();
         let d = to_dict(py, out)?;
         if let Some(x) = extra {
@@ -127,6 +129,9 @@ impl ToPy for ContinuousRun {
         }
         if let Some(p) = prefix {
             merge(&d, p)?;
+        }
+        if let Some(s) = spec {
+            merge(&d, s)?;
         }
         Ok(d.into_any())
     }
@@ -137,11 +142,14 @@ impl ToPy for ContinuousRun {
 /// engine replaced (`sim/continuous_per_step.rs`): the same output, bit for bit, slower.
 /// `prefix_caching` runs `sim/continuous_prefix.rs` over the shared prefixes `prefix_parent` /
 /// `prefix_len` (None: nothing shared) and adds `cached_tokens`, `computed_tokens` and the
-/// totals `prefix_hits`, `prefix_lookups`, `prefix_evictions`.
+/// totals `prefix_hits`, `prefix_lookups`, `prefix_evictions`. `spec_k` (with `spec_acceptance`,
+/// one rate per request, `spec_seed` and `draft_model`) runs the per-step loop with speculative
+/// decoding (`sim/continuous_per_step.rs`) and adds `spec_proposed`, `spec_accepted`,
+/// `spec_steps` and `draft_busy_s`.
 #[pyfunction]
 #[pyo3(signature = (model, gpu, efficiency, requests, max_num_seqs, max_num_batched_tokens, block_size,
     num_blocks, chunked_prefill, trace, batch_log, per_step=false, prefix_caching=false, prefix_parent=None,
-    prefix_len=None))]
+    prefix_len=None, spec_k=None, spec_acceptance=None, spec_seed=0, draft_model=None))]
 #[allow(clippy::too_many_arguments)]
 fn sim_continuous_batching<'py>(
     py: Python<'py>,
@@ -160,6 +168,10 @@ fn sim_continuous_batching<'py>(
     prefix_caching: bool,
     prefix_parent: Option<PyReadonlyArray1<'py, i64>>,
     prefix_len: Option<PyReadonlyArray1<'py, i64>>,
+    spec_k: Option<i64>,
+    spec_acceptance: Option<PyReadonlyArray1<'py, f64>>,
+    spec_seed: u64,
+    draft_model: Option<ModelSpec>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let params = ContinuousParams { max_num_seqs, max_num_batched_tokens, block_size, num_blocks, chunked_prefill };
     params.validate()?;
@@ -174,21 +186,37 @@ fn sim_continuous_batching<'py>(
     let no_len = if prefix_len.is_some() { Vec::new() } else { vec![0i64; n] };
     let parent = match &prefix_parent { Some(x) => slice("prefix_parent", x)?, None => &no_parent[..] };
     let plen = match &prefix_len { Some(x) => slice("prefix_len", x)?, None => &no_len[..] };
+    let draft = match (&spec_k, &draft_model) {
+        (Some(_), Some(d)) => Some(Pricer::new(d, &gpu, &efficiency)?),
+        (None, None) => None,
+        _ => return Err(pyo3::exceptions::PyValueError::new_err("spec_k and draft_model go together")),
+    };
+    let acceptance = match &spec_acceptance { Some(x) => slice("spec_acceptance", x)?, None => &[][..] };
+    if spec_k.is_some() && prefix_caching {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "speculative decoding runs without prefix caching (the per-step loop)",
+        ));
+    }
     simulate(py, (model, gpu, efficiency), requests, |pr, w| {
-        if prefix_caching {
+        if let (Some(k), Some(d)) = (spec_k, draft.as_ref()) {
+            let sp = Speculation { k, acceptance, seed: spec_seed, draft: d };
+            let (o, s) = continuous_per_step::run_speculative(pr, w, &params, &sp, trace, batch_log)?;
+            Ok(ContinuousRun(o, None, Some(s)))
+        } else if prefix_caching {
             let prefixes = Prefixes { parent, len: plen };
             let (o, p) = continuous_prefix::run(pr, w, &params, &prefixes, true, trace, batch_log)?;
-            Ok(ContinuousRun(o, Some(p)))
+            Ok(ContinuousRun(o, Some(p), None))
         } else if per_step {
-            Ok(ContinuousRun(continuous_per_step::run_per_step(pr, w, &params, trace, batch_log)?, None))
+            Ok(ContinuousRun(continuous_per_step::run_per_step(pr, w, &params, trace, batch_log)?, None, None))
         } else {
-            Ok(ContinuousRun(continuous::run(pr, w, &params, trace, batch_log)?, None))
+            Ok(ContinuousRun(continuous::run(pr, w, &params, trace, batch_log)?, None, None))
         }
     })
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_REQUEST_TOKENS", crate::sim::MAX_REQUEST_TOKENS)?;
+    m.add("MAX_SPEC_K", continuous_per_step::MAX_SPEC_K)?;
     add_functions!(m, sim_batch1, sim_static_batching, sim_fixed_service, sim_continuous_batching);
     Ok(())
 }

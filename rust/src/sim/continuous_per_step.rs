@@ -3,13 +3,99 @@
 //! share of the step's totals, its sampling). Bench- and test-only: `benchmarks/` times the
 //! event-driven engine against it, and `tests/test_sim_events.py` checks the two agree bit for
 //! bit. The rules are those of `continuous.rs`'s module docs.
+//!
+//! # Speculative decoding (§8, milestone 4a)
+//!
+//! [`run_speculative`] adds the engine's speculative step (`servelab.engine.speculative`): once
+//! rules 2-4 have planned the step, each decoding entry gets up to `k` draft guesses, within
+//! the token budget and the free blocks left (the blocks every guess being kept would need are
+//! reserved, so speculation never preempts anyone), never past the request's last token. The
+//! simulator has no tokens: guess `j` of a step is kept with the request's acceptance rate `a`,
+//! by a seeded uniform draw per (request, output index), and the guesses after the first
+//! rejection are thrown away, so a step emits `1 + kept` tokens, `(1 - a^(k+1)) / (1 - a)` on
+//! average. The target's forward is priced as an entry of `1 + g` tokens; the draft's `g`
+//! steps as batched decode steps of the draft model at contexts `c, c + 1, ..` (the engine's
+//! `draft_cost_s`). Kept guesses take their slots after the step, as in the engine.
 
 use std::collections::VecDeque;
 
 use super::continuous::{add_entry, arrive, BatchLog, ContinuousOutput, ContinuousParams, KvCounts, StepExtra, REJECT_NONE};
-use super::{Recorder, StepShape, Workload};
-use crate::cost::Pricer;
+use super::{price_shape, Recorder, StepShape, Workload};
+use crate::cost::{fmt_f64, Pricer};
 use crate::error::{CoreError, CoreResult};
+
+/// What the per-step loops (this file's and `continuous_prefix.rs`) record beside the clock:
+/// rejections, preemptions, the trace's extra columns, the batch log, the peak of blocks used,
+/// and the rank of each request's first admission.
+pub(crate) struct Books {
+    pub(crate) reject_code: Vec<i8>,
+    n_preemptions: Vec<i64>,
+    preemptions: u64,
+    extra: Option<StepExtra>,
+    pub(crate) log: Option<BatchLog>,
+    peak_blocks: i64,
+    n_started: i64,
+}
+
+impl Books {
+    pub(crate) fn new(n: usize, trace: bool, batch_log: bool) -> Self {
+        Books {
+            reject_code: vec![REJECT_NONE; n],
+            n_preemptions: vec![0; n],
+            preemptions: 0,
+            extra: trace.then(StepExtra::default),
+            log: batch_log.then(|| BatchLog { offsets: vec![0], ..Default::default() }),
+            peak_blocks: 0,
+            n_started: 0,
+        }
+    }
+
+    /// Rule 3 preempted request `r`.
+    pub(crate) fn preempted(&mut self, r: usize) {
+        self.n_preemptions[r] += 1;
+        self.preemptions += 1;
+    }
+
+    /// Rule 4 admitted request `r` at `t`: a recompute keeps its first start, and `batch_id`
+    /// is the rank of first admission.
+    pub(crate) fn admitted(&mut self, rec: &mut Recorder<'_>, r: usize, t: f64) {
+        let o = rec.out();
+        if o.start_s[r].is_nan() {
+            o.start_s[r] = t;
+            o.batch_id[r] = self.n_started;
+            self.n_started += 1;
+        }
+    }
+
+    /// Closes the batch log's row of this step.
+    pub(crate) fn end_batch(&mut self) {
+        if let Some(l) = self.log.as_mut() {
+            l.offsets.push(l.request_id.len() as i64);
+        }
+    }
+
+    /// The step is over: `blocks_used` now, and how many it preempted and admitted.
+    pub(crate) fn end_step(&mut self, blocks_used: i64, n_preempted: i64, n_admitted: i64) {
+        self.peak_blocks = self.peak_blocks.max(blocks_used);
+        if let Some(x) = self.extra.as_mut() {
+            x.kv_blocks.push(blocks_used);
+            x.n_preempted.push(n_preempted);
+            x.n_admitted.push(n_admitted);
+        }
+    }
+
+    pub(crate) fn finish(self, rec: Recorder<'_>) -> ContinuousOutput {
+        ContinuousOutput {
+            sim: rec.finish(),
+            reject_code: self.reject_code,
+            n_preemptions: self.n_preemptions,
+            preemptions: self.preemptions,
+            trace_extra: self.extra,
+            peak_kv_blocks: self.peak_blocks,
+            batch_log: self.log,
+        }
+    }
+}
 
 /// The live state of one request (one per request: memory stays linear).
 #[derive(Debug, Clone, Copy, Default)]
@@ -23,6 +109,65 @@ struct Live {
     generated: i64,
 }
 
+/// The speculative option (see the module docs).
+#[derive(Clone, Copy)]
+pub struct Speculation<'a> {
+    /// Draft guesses per decoding request and step, `>= 0`.
+    pub k: i64,
+    /// Per request: the chance that each guess is kept, in `[0, 1]`.
+    pub acceptance: &'a [f64],
+    /// Seeds the acceptance draws.
+    pub seed: u64,
+    /// Prices the draft's steps.
+    pub draft: &'a Pricer,
+}
+
+/// Largest `k`: far beyond any useful draft length, small enough to keep a step's work bounded.
+pub const MAX_SPEC_K: i64 = 1 << 16;
+
+impl Speculation<'_> {
+    /// Checks `k` and the acceptance column; the error names the first bad value.
+    pub fn validate(&self, n: usize) -> CoreResult<()> {
+        if !(0..=MAX_SPEC_K).contains(&self.k) {
+            return Err(CoreError::invalid(format!("k must be an integer in [0, {MAX_SPEC_K}], got {}", self.k)));
+        }
+        if self.acceptance.len() != n {
+            return Err(CoreError::invalid(format!(
+                "acceptance must have one entry per request ({n}), got {}",
+                self.acceptance.len()
+            )));
+        }
+        if let Some((i, &a)) = self.acceptance.iter().enumerate().find(|(_, &a)| !(0.0..=1.0).contains(&a)) {
+            return Err(CoreError::invalid(format!("acceptance[{i}] must be a number in [0, 1], got {}", fmt_f64(a))));
+        }
+        Ok(())
+    }
+
+    /// The uniform in `[0, 1)` that judges request `r`'s guess at output index `index`:
+    /// SplitMix64 of the three, so it does not depend on the batch it falls in.
+    fn uniform(&self, r: usize, index: i64) -> f64 {
+        let mut x = self.seed ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (index as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        x ^= x >> 31;
+        (x >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+}
+
+/// What speculation did, per request (summed over its decoding steps).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpecOutput {
+    /// Guesses proposed.
+    pub spec_proposed: Vec<i64>,
+    /// Guesses kept.
+    pub spec_accepted: Vec<i64>,
+    /// Decoding steps (target steps after the one that produced the first token).
+    pub spec_steps: Vec<i64>,
+    /// Seconds the draft's steps took, over the run (included in the clock and `busy_s`).
+    pub draft_busy_s: f64,
+}
+
 /// Runs continuous batching over a validated workload, one sequence-step at a time.
 pub fn run_per_step(
     pricer: &Pricer,
@@ -31,26 +176,53 @@ pub fn run_per_step(
     trace: bool,
     batch_log: bool,
 ) -> CoreResult<ContinuousOutput> {
+    run_loop(pricer, w, params, None, trace, batch_log).map(|(o, _)| o)
+}
+
+/// [`run_per_step`] with speculative decoding (see the module docs).
+pub fn run_speculative(
+    pricer: &Pricer,
+    w: &Workload<'_>,
+    params: &ContinuousParams,
+    spec: &Speculation<'_>,
+    trace: bool,
+    batch_log: bool,
+) -> CoreResult<(ContinuousOutput, SpecOutput)> {
+    spec.validate(w.len())?;
+    run_loop(pricer, w, params, Some(spec), trace, batch_log).map(|(o, s)| (o, s.expect("speculation was on")))
+}
+
+fn run_loop(
+    pricer: &Pricer,
+    w: &Workload<'_>,
+    params: &ContinuousParams,
+    spec: Option<&Speculation<'_>>,
+    trace: bool,
+    batch_log: bool,
+) -> CoreResult<(ContinuousOutput, Option<SpecOutput>)> {
     params.validate()?;
     let n = w.len();
     let (a, pl, ol) = (w.arrival_s, w.prompt_len, w.output_len);
     let mut rec = Recorder::new(pricer, n, trace);
-    let mut reject_code = vec![REJECT_NONE; n];
-    let mut n_preemptions = vec![0i64; n];
-    let mut extra = trace.then(StepExtra::default);
-    let mut log = batch_log.then(|| BatchLog { offsets: vec![0], ..Default::default() });
+    let mut books = Books::new(n, trace, batch_log);
     let mut live: Vec<Live> = pl.iter().map(|&p| Live { tokens: p, ..Default::default() }).collect();
     let mut kv = KvCounts::new(params.num_blocks, params.block_size);
     let mut waiting: VecDeque<usize> = VecDeque::new();
     let mut running: Vec<usize> = Vec::new();
     // (request, new tokens, decoding?) in batch order
     let mut batch: Vec<(usize, i64, bool)> = Vec::new();
-    let (mut preemptions, mut peak_blocks) = (0u64, 0i64);
+    // per batch entry with speculation: (guesses, kept)
+    let mut guessed: Vec<(i64, i64)> = Vec::new();
+    let mut so = spec.map(|_| SpecOutput {
+        spec_proposed: vec![0; n],
+        spec_accepted: vec![0; n],
+        spec_steps: vec![0; n],
+        draft_busy_s: 0.0,
+    });
     let mut next = 0; // first request not arrived yet
-    let mut n_started = 0i64;
     let mut t = 0.0f64;
     loop {
-        arrive(params, w, t, &mut next, &mut waiting, &mut reject_code, &mut rec); // rule 1
+        arrive(params, w, t, &mut next, &mut waiting, &mut books.reject_code, &mut rec); // rule 1
         if waiting.is_empty() && running.is_empty() {
             if next == n {
                 break;
@@ -75,8 +247,7 @@ pub fn run_per_step(
                     kv.free(live[victim].held);
                     live[victim].computed = 0;
                     live[victim].held = 0;
-                    n_preemptions[victim] += 1;
-                    preemptions += 1;
+                    books.preempted(victim);
                     waiting.push_front(victim);
                     n_preempted += 1;
                     if victim == r {
@@ -111,18 +282,16 @@ pub fn run_per_step(
                 running.push(r);
                 live[r].held = tokens;
                 live[r].computed = 0;
-                let o = rec.out();
-                if o.start_s[r].is_nan() {
-                    // a recompute keeps its first start; `batch_id` is the rank of first admission
-                    o.start_s[r] = t;
-                    o.batch_id[r] = n_started;
-                    n_started += 1;
-                }
+                books.admitted(&mut rec, r, t);
                 let nt = if params.chunked_prefill { tokens.min(budget) } else { tokens };
                 batch.push((r, nt, false));
                 n_admitted += 1;
                 budget -= nt;
             }
+        }
+        let mut draft_s = 0.0;
+        if let (Some(sp), Some(so)) = (spec, so.as_mut()) {
+            draft_s = speculate(sp, params, &kv, &live, ol, budget, &mut batch, &mut guessed, so);
         }
         if batch.is_empty() {
             // rules 1-4 rule this out (see the engine's docstring); an error, never a hang
@@ -134,23 +303,28 @@ pub fn run_per_step(
         // rule 5: the step's shape and price
         let mut shape = StepShape::default();
         for &(r, nt, decoding) in &batch {
-            add_entry(&mut shape, log.as_mut(), r, nt, live[r].computed, live[r].held, decoding);
+            add_entry(&mut shape, books.log.as_mut(), r, nt, live[r].computed, live[r].held, decoding);
         }
-        if let Some(l) = log.as_mut() {
-            l.offsets.push(l.request_id.len() as i64);
-        }
-        let end = rec.step(t, shape);
+        books.end_batch();
+        let end = if draft_s > 0.0 { rec.step_plus(t, shape, draft_s) } else { rec.step(t, shape) };
 
         // rule 6: sampling and leaving
         let mut finished = false;
-        for &(r, nt, _) in &batch {
+        for (e, &(r, nt, _)) in batch.iter().enumerate() {
             let s = &mut live[r];
+            // kept guesses: their slots now (reserved by `speculate`), their KV computed
+            let kept = guessed.get(e).map_or(0, |&(g, kept)| {
+                kv.take(blocks_for(s.held + kept, params.block_size) - blocks_for(s.held, params.block_size));
+                s.held += kept;
+                s.computed -= g - kept;
+                kept
+            });
             s.computed += nt;
             if s.computed < s.held {
                 continue; // a chunk that is not the prompt's last
             }
-            s.generated += 1;
-            s.tokens += 1;
+            s.generated += 1 + kept;
+            s.tokens += 1 + kept;
             let o = rec.out();
             if o.first_token_s[r].is_nan() {
                 o.first_token_s[r] = end;
@@ -165,21 +339,131 @@ pub fn run_per_step(
         if finished {
             running.retain(|&r| live[r].generated < ol[r]);
         }
-        peak_blocks = peak_blocks.max(kv.blocks_used());
-        if let Some(x) = extra.as_mut() {
-            x.kv_blocks.push(kv.blocks_used());
-            x.n_preempted.push(n_preempted);
-            x.n_admitted.push(n_admitted);
-        }
+        books.end_step(kv.blocks_used(), n_preempted, n_admitted);
         t = end;
     }
-    Ok(ContinuousOutput {
-        sim: rec.finish(),
-        reject_code,
-        n_preemptions,
-        preemptions,
-        trace_extra: extra,
-        peak_kv_blocks: peak_blocks,
-        batch_log: log,
-    })
+    Ok((books.finish(rec), so))
+}
+
+fn blocks_for(tokens: i64, block_size: i64) -> i64 {
+    (tokens + block_size - 1) / block_size
+}
+
+/// The speculative step on a planned batch: guesses for its decoding entries (widening them
+/// to `1 + g` tokens), their verdicts into `guessed` (one per entry), and the draft's price.
+#[allow(clippy::too_many_arguments)]
+fn speculate(
+    sp: &Speculation<'_>,
+    params: &ContinuousParams,
+    kv: &KvCounts,
+    live: &[Live],
+    ol: &[i64],
+    mut budget: i64,
+    batch: &mut [(usize, i64, bool)],
+    guessed: &mut Vec<(i64, i64)>,
+    so: &mut SpecOutput,
+) -> f64 {
+    guessed.clear();
+    let mut spare = kv.num_free_blocks();
+    let bs = params.block_size;
+    // (context, guesses) of the entries that guess, for the draft's price
+    let mut draft: Vec<(i64, i64)> = Vec::new();
+    for (r, nt, decoding) in batch.iter_mut() {
+        let s = &live[*r];
+        let mut g = 0;
+        if *decoding {
+            g = sp.k.min(budget).min(ol[*r] - s.generated - 1).max(0);
+            // `held` counts the slot rule 2 appended for this step's token
+            while g > 0 && blocks_for(s.held + g, bs) - blocks_for(s.held, bs) > spare {
+                g -= 1;
+            }
+            spare -= blocks_for(s.held + g, bs) - blocks_for(s.held, bs);
+            budget -= g;
+            so.spec_steps[*r] += 1;
+        }
+        let a = sp.acceptance[*r];
+        let kept = (0..g).take_while(|&j| sp.uniform(*r, s.generated + j) < a).count() as i64;
+        if g > 0 {
+            draft.push((s.computed, g));
+            so.spec_proposed[*r] += g;
+            so.spec_accepted[*r] += kept;
+        }
+        *nt += g;
+        guessed.push((g, kept));
+    }
+    let mut total = 0.0;
+    let most = draft.iter().map(|&(_, g)| g).max().unwrap_or(0);
+    for j in 0..most {
+        let (mut count, mut ctx) = (0i64, 0i128);
+        for &(c, g) in &draft {
+            if g > j {
+                count += 1;
+                ctx += (c + j) as i128;
+            }
+        }
+        total += price_shape(sp.draft, &StepShape::decode(count, ctx, count)).time_s;
+    }
+    so.draft_busy_s += total;
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::test_util::{price, pricer};
+
+    fn params(budget: i64, bs: i64, blocks: i64) -> ContinuousParams {
+        ContinuousParams { max_num_seqs: 8, max_num_batched_tokens: budget, block_size: bs, num_blocks: blocks, chunked_prefill: false }
+    }
+
+    /// A perfect draft (a = 1) at k = 3: a prefill, then 1 + 3 tokens per step, none guessed at
+    /// the end;
+    /// every step costs the verify forward plus the draft's guesses.
+    #[test]
+    fn a_perfect_draft_by_hand() {
+        let w = Workload::new(&[0.0], &[8], &[10]).unwrap();
+        let pr = pricer();
+        let sp = Speculation { k: 3, acceptance: &[1.0], seed: 0, draft: &pr };
+        let (o, s) = run_speculative(&pr, &w, &params(64, 4, 16), &sp, false, true).unwrap();
+        let l = o.batch_log.unwrap();
+        assert_eq!(l.new_tokens, vec![8, 4, 4, 1]);
+        assert_eq!(l.context_len, vec![0, 8, 12, 16]);
+        assert_eq!((s.spec_proposed[0], s.spec_accepted[0], s.spec_steps[0]), (6, 6, 3));
+        let draft: f64 = [8, 9, 10, 12, 13, 14].iter().map(|&c| price(&[(1, c)])).sum();
+        assert!((s.draft_busy_s - draft).abs() < 1e-12, "{} vs {draft}", s.draft_busy_s);
+    }
+
+    /// k = 0 is the plain loop, bit for bit; a = 0 keeps nothing but pays for the guesses.
+    #[test]
+    fn k_zero_is_the_plain_run() {
+        let (a, p, l) = ([0.0, 0.0, 0.001, 0.002], [30, 5, 17, 9], [12, 40, 3, 25]);
+        let w = Workload::new(&a, &p, &l).unwrap();
+        let pr = pricer();
+        for prm in [params(64, 4, 20), params(40, 1, 60), params(128, 16, 5)] {
+            let want = run_per_step(&pr, &w, &prm, true, true).unwrap();
+            let zero = Speculation { k: 0, acceptance: &[0.5; 4], seed: 3, draft: &pr };
+            let (got, s) = run_speculative(&pr, &w, &prm, &zero, true, true).unwrap();
+            assert_eq!(format!("{got:?}"), format!("{want:?}")); // NaN times: compare the bits as text
+            assert_eq!(s.draft_busy_s, 0.0);
+            let none = Speculation { k: 4, acceptance: &[0.0; 4], seed: 3, draft: &pr };
+            let (got, s) = run_speculative(&pr, &w, &prm, &none, false, false).unwrap();
+            assert_eq!(s.spec_accepted, vec![0; 4]);
+            assert!(got.sim.busy_s > want.sim.busy_s);
+        }
+    }
+
+    #[test]
+    fn bad_options_name_the_value() {
+        let w = Workload::new(&[0.0], &[8], &[10]).unwrap();
+        let pr = pricer();
+        for (k, acc, msg) in [
+            (-1, vec![0.5], "k must be an integer in [0, 65536], got -1"),
+            (2, vec![0.5, 0.5], "acceptance must have one entry per request (1), got 2"),
+            (2, vec![f64::NAN], "acceptance[0] must be a number in [0, 1], got nan"),
+        ] {
+            let sp = Speculation { k, acceptance: &acc, seed: 0, draft: &pr };
+            let e = run_speculative(&pr, &w, &params(64, 4, 16), &sp, false, false).unwrap_err().to_string();
+            assert!(e.starts_with(msg), "{e}");
+        }
+    }
 }

@@ -34,7 +34,8 @@
 
 use std::collections::VecDeque;
 
-use super::continuous::{add_entry, arrive, BatchLog, ContinuousOutput, ContinuousParams, StepExtra, REJECT_NONE};
+use super::continuous::{add_entry, arrive, ContinuousOutput, ContinuousParams};
+use super::continuous_per_step::Books;
 use super::{Recorder, StepShape, Workload};
 use crate::blocks::BlockAllocator;
 use crate::cost::Pricer;
@@ -150,10 +151,7 @@ pub fn run(
     }
     let (a, pl, ol) = (w.arrival_s, w.prompt_len, w.output_len);
     let mut rec = Recorder::new(pricer, n, trace);
-    let mut reject_code = vec![REJECT_NONE; n];
-    let mut n_preemptions = vec![0i64; n];
-    let mut extra = trace.then(StepExtra::default);
-    let mut log = batch_log.then(|| BatchLog { offsets: vec![0], ..Default::default() });
+    let mut books = Books::new(n, trace, batch_log);
     let mut pre = PrefixOutput {
         cached_tokens: vec![0; n],
         computed_tokens: vec![0; n],
@@ -169,14 +167,12 @@ pub fn run(
     // (request, new tokens, decoding?) in batch order
     let mut batch: Vec<(usize, i64, bool)> = Vec::new();
     let (mut chain, mut toks) = (Vec::new(), Vec::new());
-    let (mut preemptions, mut peak_blocks) = (0u64, 0i64);
     let mut next = 0; // first request not arrived yet
-    let mut n_started = 0i64;
     let mut t = 0.0f64;
     // An allocator error other than OutOfBlocks would be a bug here: report it, never panic.
     let internal = |e: CoreError| CoreError::invalid(format!("internal error: {e}"));
     loop {
-        arrive(params, w, t, &mut next, &mut waiting, &mut reject_code, &mut rec); // rule 1
+        arrive(params, w, t, &mut next, &mut waiting, &mut books.reject_code, &mut rec); // rule 1
         if waiting.is_empty() && running.is_empty() {
             if next == n {
                 break;
@@ -211,8 +207,7 @@ pub fn run(
                     live[victim].computed = 0;
                     live[victim].held = 0;
                     live[victim].pending = 0;
-                    n_preemptions[victim] += 1;
-                    preemptions += 1;
+                    books.preempted(victim);
                     waiting.push_front(victim);
                     n_preempted += 1;
                     if victim == r {
@@ -258,13 +253,7 @@ pub fn run(
                 pre.cached_tokens[r] += cached;
                 live[r].held = tokens;
                 live[r].computed = cached;
-                let o = rec.out();
-                if o.start_s[r].is_nan() {
-                    // a recompute keeps its first start; `batch_id` is the rank of first admission
-                    o.start_s[r] = t;
-                    o.batch_id[r] = n_started;
-                    n_started += 1;
-                }
+                books.admitted(&mut rec, r, t);
                 let mut nt = tokens - cached;
                 if params.chunked_prefill {
                     nt = nt.min(budget);
@@ -287,11 +276,9 @@ pub fn run(
         // rule 5: the step's shape and price
         let mut shape = StepShape::default();
         for &(r, nt, decoding) in &batch {
-            add_entry(&mut shape, log.as_mut(), r, nt, live[r].computed, live[r].held, decoding);
+            add_entry(&mut shape, books.log.as_mut(), r, nt, live[r].computed, live[r].held, decoding);
         }
-        if let Some(l) = log.as_mut() {
-            l.offsets.push(l.request_id.len() as i64);
-        }
+        books.end_batch();
         let end = rec.step(t, shape);
 
         // rule 6: sampling and leaving
@@ -319,27 +306,13 @@ pub fn run(
         if finished {
             running.retain(|&r| live[r].generated < ol[r]);
         }
-        peak_blocks = peak_blocks.max(used(&kv));
-        if let Some(x) = extra.as_mut() {
-            x.kv_blocks.push(used(&kv));
-            x.n_preempted.push(n_preempted);
-            x.n_admitted.push(n_admitted);
-        }
+        books.end_step(used(&kv), n_preempted, n_admitted);
         t = end;
     }
     pre.prefix_hits = kv.num_hits();
     pre.prefix_lookups = kv.num_lookups();
     pre.prefix_evictions = kv.num_evictions();
-    let out = ContinuousOutput {
-        sim: rec.finish(),
-        reject_code,
-        n_preemptions,
-        preemptions,
-        trace_extra: extra,
-        peak_kv_blocks: peak_blocks,
-        batch_log: log,
-    };
-    Ok((out, pre))
+    Ok((books.finish(rec), pre))
 }
 
 #[cfg(test)]

@@ -256,6 +256,17 @@ impl<'p> Recorder<'p> {
         now + cost.time_s
     }
 
+    /// [`Self::step`] plus `extra_s` seconds of other work in the step (a speculative step's
+    /// draft model): in the clock, `busy_s` and the trace's `step_s`.
+    pub(crate) fn step_plus(&mut self, now: f64, shape: StepShape, extra_s: f64) -> f64 {
+        let end = self.step(now, shape) + extra_s;
+        self.out.busy_s += extra_s;
+        if let Some(t) = self.out.trace.as_mut() {
+            *t.step_s.last_mut().expect("step pushed a row") += extra_s;
+        }
+        end
+    }
+
     pub(crate) fn out(&mut self) -> &mut SimOutput {
         &mut self.out
     }

@@ -6,8 +6,9 @@ from pathlib import Path
 from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT))
-from autograder import testload, wire
-from autograder.judge import settings  # registers the "autograder" profile
+from autograder.grading import testload
+from autograder.sandbox import wire
+from autograder.grading.judge import settings  # registers the "autograder" profile
 settings.load_profile("autograder")
 spec = importlib.util.spec_from_file_location("ref_ledger", ROOT / "assignments/a1_ledger/ledger.py")
 ref = importlib.util.module_from_spec(spec); spec.loader.exec_module(ref)
@@ -32,7 +33,7 @@ class Recorder(types.ModuleType):
             table[h] = value
             return value
         return call
-from autograder import grading_secret
+from autograder.grading import grading_secret
 LAPTOP = grading_secret.Secret(b"the secret a student would need to know", "replay")
 with testload.seeded(lambda tid: grading_secret.seed_for(LAPTOP, "replay", f"a1_ledger\0{tid}")):
   mod = testload.import_test_module(ROOT / "assignments/a1_ledger/test_a1_ledger.py", {"ledger": Recorder("ledger")}, "rec")

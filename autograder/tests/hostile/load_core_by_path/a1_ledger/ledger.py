@@ -6,7 +6,7 @@ import os
 import sys
 
 _core = None
-_root = os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[0] or ".")))
+_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[0] or "."))))
 # no directory listing needed: the file name follows from the interpreter's extension suffix
 _candidates = [os.path.join(_where, "servelab", "_core" + _suffix)
                for _where in [os.path.join(_root, "python"), *sys.path]

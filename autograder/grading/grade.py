@@ -2,8 +2,8 @@
 
 The course copy this grader runs from (``root``) is the pristine copy: its tests, its manifest,
 its helpers. From the submission only the manifest's ``edit`` files are taken (see
-:mod:`autograder.submission`); every task runs in its own sandbox folder and child processes
-(:mod:`autograder.judge`).
+:mod:`autograder.grading.submission`); every task runs in its own sandbox folder and child processes
+(:mod:`autograder.grading.judge`).
 """
 
 from __future__ import annotations
@@ -16,15 +16,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import servelab
-from autograder import calibrate, grading_secret, results, testload
-from autograder.hidden import hidden_test_names
-from autograder.judge import Outcome, run_task
-from autograder.remote import Limits
-from autograder import notebooks, sandbox
-from autograder.submission import SubmissionError, collect, find_file, unpack
+from autograder.grading import calibrate, grading_secret, results, testload
+from autograder.markers import hidden_test_names
+from autograder.grading.judge import Outcome, run_task
+from autograder.sandbox.remote import Limits
+from autograder.notebooks import nbgrader
+from autograder.sandbox import os_boundary
+from autograder.grading.submission import SubmissionError, collect, find_file, unpack
 from servelab.grading.manifest import Manifest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # autograder/grading/grade.py
 
 
 def manifest_of(root: Path) -> Manifest:
@@ -76,15 +77,15 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
     own folder, so the other tasks cannot be affected. A notebook counts as a task here (its
     manifest id). ``notebooks_out``: where to keep the autograded notebooks (for manual grading).
     ``time_factor`` multiplies the limits' seconds; None: this machine's, measured first
-    (:mod:`autograder.calibrate`), so that no grade depends on the load. ``report`` receives one
+    (:mod:`autograder.grading.calibrate`), so that no grade depends on the load. ``report`` receives one
     line saying what the limits became (results.json does not record it).
-    ``secret``: seeds the generated inputs (default :func:`autograder.grading_secret.resolve`);
+    ``secret``: seeds the generated inputs (default :func:`autograder.grading.grading_secret.resolve`);
     a random one is recorded beside ``out``, never inside it.
 
     Whatever the submission does, a results.json comes out: a failure inside one task (or the
     notebooks) gives it 0 with a message, and the others are still graded."""
     start = time.monotonic()
-    sandbox.require()  # no OS boundary and no --trust-submission: refuse (autograder/sandbox.py)
+    os_boundary.require()  # no OS boundary and no --trust-submission: refuse (autograder/sandbox/os_boundary.py)
     limits = calibrate.apply(limits, time_factor, report)
     root = Path(root).resolve()
     manifest = manifest_of(root)
@@ -116,21 +117,21 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
             outcomes[task.id] = _contained(task, lambda task=task: _grade_task(root, task, folder, broken, work,
                                                                                 limits, forbidden, secret))
         data = results.build(manifest, outcomes, hidden_tests(root, manifest))
-        # ---- nbgrader notebooks (autograder/notebooks.py): autograded, merged after the tasks
-        if notebooks.notebooks_of(root):
+        # ---- nbgrader notebooks (autograder/notebooks/nbgrader.py): autograded, merged after the tasks
+        if nbgrader.notebooks_of(root):
             try:
-                if only_tasks is not None and not {nb.id for nb in notebooks.notebooks_of(root)} & only_tasks:
-                    scores = notebooks.not_graded(root, "not graded in this run")
+                if only_tasks is not None and not {nb.id for nb in nbgrader.notebooks_of(root)} & only_tasks:
+                    scores = nbgrader.not_graded(root, "not graded in this run")
                 elif broken:
-                    scores = notebooks.not_graded(root, broken)
+                    scores = nbgrader.not_graded(root, broken)
                 else:
-                    nb_files = {nb.file: find_file(folder, nb.file) for nb in notebooks.notebooks_of(root)}
-                    scores = notebooks.autograde(root, nb_files, work / "nb", limits,
-                                                 notebooks.kernel_forbidden(root, keep_out), keep=notebooks_out)
+                    nb_files = {nb.file: find_file(folder, nb.file) for nb in nbgrader.notebooks_of(root)}
+                    scores = nbgrader.autograde(root, nb_files, work / "nb", limits,
+                                                 nbgrader.kernel_forbidden(root, keep_out), keep=notebooks_out)
             except Exception as exc:  # nbgrader or the recheck fell over: the notebooks score 0, say why
-                scores = notebooks.not_graded(root, f"the grader could not grade the notebooks: "
+                scores = nbgrader.not_graded(root, f"the grader could not grade the notebooks: "
                                                     f"{type(exc).__name__}: {results.describe(exc)}")
-            data = notebooks.merge(data, root, scores)
+            data = nbgrader.merge(data, root, scores)
         data = results.make_safe(data, paths)
         if report is not None:  # not in results.json: a regrade writes the same bytes
             report(f"graded in {time.monotonic() - start:.1f} s")
@@ -146,7 +147,7 @@ def _answers_of(root: Path, into: Path, report: Callable[[str], None] | None) ->
     notebooks (what grading takes from any folder). Graded in place, the submission would be
     the course copy, its virtual environment included, which the sandboxes must not read."""
     rels = [rel for task in manifest_of(root).tasks for rel in task.edit]
-    rels += [nb.file for nb in notebooks.notebooks_of(root)]
+    rels += [nb.file for nb in nbgrader.notebooks_of(root)]
     for rel in rels:
         if (root / "assignments" / rel).is_file():
             (into / "assignments" / rel).parent.mkdir(parents=True, exist_ok=True)

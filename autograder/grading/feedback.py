@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 
 from autograder.files import write_text_atomic
-from autograder.results import status_of
+from autograder.grading.results import status_of
 
 SHOWN = {False: {"visible"}, True: {"visible", "after_due_date", "after_published"}}
 

@@ -1,16 +1,17 @@
 """Runs one task's pristine tests *in the grader's process*, with the student's modules replaced
-by :class:`~autograder.remote.RemoteModule` proxies: the tests choose the inputs (Hypothesis,
+by :class:`~autograder.sandbox.remote.RemoteModule` proxies: the tests choose the inputs (Hypothesis,
 derandomized), the child only computes the student's outputs, and the oracle, the comparison
 and the pass/fail decision stay here.
 
 A test earns its manifest points when every case of it passes (a parametrised test: every
 parameter set). Tests may use ``@given``, ``@pytest.mark.parametrize``, ``tmp_path`` and test
-classes (:mod:`autograder.testload`); a test asking for other pytest fixtures fails with a
+classes (:mod:`autograder.grading.testload`); a test asking for other pytest fixtures fails with a
 message saying so (the self-check's "reference scores full marks" catches that early).
 """
 
 from __future__ import annotations
 
+import ast
 import builtins
 import itertools
 import shutil
@@ -20,8 +21,8 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 
-from autograder.remote import Child, Limits, RemoteModule, SubmissionFailed
-from autograder.testload import call_test, cases, find_test, import_test_module
+from autograder.sandbox.remote import Child, Limits, RemoteModule, SubmissionFailed
+from autograder.grading.testload import call_test, cases, find_test, import_test_module
 from servelab.grading.hypothesis_profiles import PROFILES
 from servelab.grading.manifest import Task
 
@@ -36,6 +37,7 @@ settings.register_profile("autograder", **{**PROFILES["grading"], "database": No
 MAX_MESSAGE = 3000
 GROUP = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11+
 TEST_FILE_PREFIXES = ("test_", "conftest")
+GIVEN = "given"  # assignments/given/: helpers several tasks use, each kept once (a5's and a6's event queue and step price)
 # modules the child refuses to import while it runs student code: the Rust oracle and the
 # pure-Python references would answer for the student (a task that needs part of servelab in
 # the child would have to allow it explicitly here, and then test something it cannot answer)
@@ -48,16 +50,40 @@ class Outcome:
     message: str
 
 
+def imported_names(path: Path) -> set[str]:
+    """Top-level names of the modules ``path`` imports (none when it does not parse: the import
+    of a broken file fails in the child, with the student's own error)."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (SyntaxError, ValueError):
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
 def build_sandbox(root: Path, task: Task, files: dict[str, Path], sandbox: Path) -> list[tuple[str, Path]]:
-    """The child's folder: the task folders' non-test helpers from the pristine copy, then the
-    student's edited files. Returns (module name, path) of each edited file."""
+    """The child's folder: the task folders' non-test helpers from the pristine copy, the
+    helpers of ``assignments/given/`` (one copy each in the repository, shared by tasks) that
+    these files import, then the student's edited files. Returns (module name, path) of each
+    edited file."""
     assignments = root / "assignments"
+    given = {p.stem: p for p in sorted((assignments / GIVEN).glob("*.py"))}
     for folder in sorted({Path(rel).parent for rel in task.edit}):
         dst = sandbox / folder
         dst.mkdir(parents=True, exist_ok=True)
+        sources = [files[rel] for rel in task.edit if Path(rel).parent == folder]
         for helper in sorted((assignments / folder).glob("*.py")):
             if not helper.name.startswith(TEST_FILE_PREFIXES) and f"{folder.as_posix()}/{helper.name}" not in task.edit:
                 shutil.copyfile(helper, dst / helper.name)
+                sources.append(helper)
+        wanted = set().union(*map(imported_names, sources)) if sources else set()
+        for name in sorted(wanted & given.keys() - {p.stem for p in dst.glob("*.py")}):
+            shutil.copyfile(given[name], dst / f"{name}.py")
     modules = []
     for rel in task.edit:
         dst = sandbox / rel

@@ -1,6 +1,6 @@
 """The only process in which student code runs: import the student's modules, then answer calls.
 
-Started by :mod:`autograder.remote` as ``python -s child.py CONFIG_JSON``. Standard library only
+Started by :mod:`autograder.sandbox.remote` as ``python -s child.py CONFIG_JSON``. Standard library only
 (numpy only if an argument or a result is an array), so nothing the grader trusts is loaded here.
 
 Order matters: resource limits and the audit hook are installed *before* the first line of
@@ -25,7 +25,7 @@ import sys
 import traceback
 from types import SimpleNamespace
 
-# ---- values on the wire (the parent's autograder.wire decodes them strictly) -------------------
+# ---- values on the wire (the parent's autograder.sandbox.wire decodes them strictly) -------------------
 
 
 HANDLES: dict = {}  # id -> an object that stays here; the grader holds only its id

@@ -6,22 +6,16 @@ manifest's ``[[notebook]]`` entries say which notebooks are graded (id, title, l
 visibility) but hold no points; :func:`cell_points` reads them from the notebook, so the points
 nbgrader awards and the points the grader reports cannot drift apart.
 
-Every nbgrader run happens in its own process (:mod:`autograder.nb_runner`) on a temporary
+Every nbgrader run happens in its own process (:mod:`autograder.notebooks.runner`) on a temporary
 course folder (``source/notebooks/`` from the pristine copy, ``submitted/student/notebooks/``
 from the submission), with a fresh HOME, a wall-clock timeout on the whole run and a per-cell
-timeout; the notebook's code runs in a sandboxed kernel (:mod:`autograder.nb_kernel`: the
+timeout; the notebook's code runs in a sandboxed kernel (:mod:`autograder.sandbox.kernel`: the
 child's resource limits and audit hook). Nothing is written into the course copy.
 
 A cell's lines in results.json: an autograded test cell scores its points when nbgrader gave
 them (the cell ran without an error after nbgrader restored it from the source); a manually
 graded cell is listed with score 0 and the message that it awaits the instructor's grade.
 
->>> cell_kind({"grade": True, "solution": False, "points": 2}, "code")
-'auto'
->>> cell_kind({"grade": True, "solution": True, "points": 3}, "markdown")
-'manual'
->>> cell_kind({"grade": False, "solution": True}, "code") is None
-True
 """
 
 from __future__ import annotations
@@ -41,14 +35,16 @@ from pathlib import Path
 import servelab
 from servelab.grading.manifest import tomllib  # tomli on Python 3.10
 
-from autograder import nb_recheck, results, sandbox
-from autograder.remote import Limits
+from autograder import markers
+from autograder.notebooks import recheck
+from autograder.notebooks.recheck import cell_kind
+from autograder.grading import results
+from autograder.sandbox import os_boundary
+from autograder.sandbox.remote import Limits
 
 ASSIGNMENT = "notebooks"  # the nbgrader assignment: the folder assignments/notebooks/
 STUDENT = "student"
-RUNNER = Path(__file__).with_name("nb_runner.py")
-KERNEL = Path(__file__).with_name("nb_kernel.py")
-SANDBOX = Path(__file__).with_name("sandbox.py")
+RUNNER = Path(__file__).with_name("runner.py")
 KERNEL_NAME = "servelab-sandbox"
 KERNEL_CPU_FACTOR = 4  # the kernel's CPU limit, in per-test CPU limits (see _kernel_spec)
 MAX_NOTEBOOK = 1 << 20  # bytes, as for any submitted file
@@ -94,16 +90,6 @@ def notebooks_of(root: Path) -> tuple[Notebook, ...]:
     return tuple(out)
 
 
-def cell_kind(meta: dict, cell_type: str) -> str | None:
-    """``auto`` for a graded code cell that is not a solution (nbgrader runs and scores it),
-    ``manual`` for a graded answer or a task cell, None for a cell worth nothing."""
-    if meta.get("task"):
-        return "manual"
-    if not meta.get("grade"):
-        return None
-    return "auto" if cell_type == "code" and not meta.get("solution") else "manual"
-
-
 def cell_points(path: Path) -> list[Cell]:
     """The graded cells of a source notebook, in order, with their points (nbgrader metadata)."""
     nb = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -115,7 +101,7 @@ def cell_points(path: Path) -> list[Cell]:
             points = meta.get("points")
             if not isinstance(points, (int, float)) or points <= 0 or int(points) != points:
                 raise ValueError(f"{path}: cell {meta.get('grade_id')!r} must have positive whole points, got {points!r}")
-            hidden = any(line.strip() == "### BEGIN HIDDEN TESTS" for line in "".join(c["source"]).splitlines())
+            hidden = markers.count_regions("".join(c["source"]), markers.HIDDEN) > 0
             cells.append(Cell(meta["grade_id"], int(points), kind, hidden))
     return cells
 
@@ -169,36 +155,33 @@ def not_answered(path: Path, test_id: str, error: str) -> str:
 
 def kernel_forbidden(root: Path, extra: list[Path] = ()) -> list[Path]:
     """What a notebook's kernel may not read or list: the course copy except the virtual
-    environment and ``python/`` (the test cells import servelab from there), the pure-Python
-    references (they double as other tasks' solutions), and ``extra``."""
+    environment and ``python/`` (the test cells import servelab from there; its references ship
+    to students anyway), and ``extra``."""
     root = Path(root).resolve()
     venv = Path(sys.prefix).resolve()
     keep = {venv, *venv.parents, (root / "python").resolve()}
     out = [p.resolve() for p in sorted(root.iterdir()) if p.resolve() not in keep]
-    out.append((root / "python" / "servelab" / "reference").resolve())
     out.extend(Path(p).resolve() for p in extra)
     return out
 
 
 def _kernel_spec(course: Path, forbidden: list[Path], writable: list[Path], limits: Limits,
-                 boundary: sandbox.Boundary) -> Path:
+                 boundary: os_boundary.Boundary) -> Path:
     """A Jupyter data folder holding the sandboxed kernel's spec; returns it (for JUPYTER_PATH).
 
-    The kernel runs behind the OS boundary (:mod:`autograder.sandbox`): it sees the interpreter,
+    The kernel runs behind the OS boundary (:mod:`autograder.sandbox.os_boundary`): it sees the interpreter,
     the venv and servelab (read-only: the test cells import it), its writable folders (its own
     uid's, Jupyter's runtime folder among them), and nothing else of the course; no network
     (nbgrader talks to it over Unix sockets in the runtime folder: ``transport = "ipc"`` in
-    :mod:`autograder.nb_runner`). It drops to the grading's uid itself, after reading its
+    :mod:`autograder.notebooks.runner`). It drops to the grading's uid itself, after reading its
     connection file (Jupyter writes it mode 0600 as root)."""
-    from autograder.remote import CHILD, _user_processes
-
     data = course / "jupyter"
     spec = data / "kernels" / KERNEL_NAME
     spec.mkdir(parents=True)
     (course / "home" / "runtime").mkdir(parents=True, exist_ok=True)  # the kernel's sockets: its own
     for folder in writable:
         boundary.give(folder)
-    nproc = int(limits.nproc) + (_user_processes() if boundary.uid is None else 0)
+    nproc = boundary.nproc_limit(limits.nproc)
     cfg = {"forbidden": [str(p) for p in forbidden], "writable": [str(p) for p in writable],
            # CPU seconds for the whole kernel (every cell, the imports): an endless cell must meet
            # its per-cell wall-clock timeout first, and the cells after it must still run
@@ -210,8 +193,8 @@ def _kernel_spec(course: Path, forbidden: list[Path], writable: list[Path], limi
     for folder in (*writable, servelab_home):
         boundary.reach(folder)
     boundary.lock(forbidden, keep=[servelab_home / "servelab"])  # only without namespaces
-    argv = boundary.command([sys.executable, "-s", str(KERNEL), "-f", "{connection_file}"],
-                            readable=[servelab_home, KERNEL, CHILD, SANDBOX], writable=writable,
+    argv = boundary.command([sys.executable, "-s", str(os_boundary.KERNEL), "-f", "{connection_file}"],
+                            readable=[servelab_home, *os_boundary.LAUNCHERS], writable=writable,
                             hidden=forbidden, ignore_sigint=True, drop_here=False)
     (spec / "kernel.json").write_text(json.dumps({
         "argv": argv,
@@ -229,7 +212,7 @@ def _run(course: Path, action: str, limits: Limits, timeout_s: float, forbidden:
     jupyter = _kernel_spec(course, forbidden + [course / p for p in ("gradebook.db", "source", "release",
                                                                      "autograded", "jupyter")],
                            # generate runs no notebook: no boundary needed (a release is no grading)
-                           writable, limits, sandbox.boundary() if action == "autograde" else sandbox.NONE,
+                           writable, limits, os_boundary.boundary() if action == "autograde" else os_boundary.NONE,
                            ) if not (course / "jupyter").exists() else course / "jupyter"
     out = course / f"{action}.json"
     cfg = {"action": action, "course": str(course), "assignment": ASSIGNMENT, "student": STUDENT,
@@ -404,7 +387,7 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
                 keep.mkdir(parents=True, exist_ok=True)
                 for path in sorted(done.glob("*.ipynb")):
                     shutil.copyfile(path, keep / path.name)
-    # the grader's own verdict on the autograded cells (autograder/nb_recheck.py): nbgrader's
+    # the grader's own verdict on the autograded cells (autograder/notebooks/recheck.py): nbgrader's
     # test cells share the student's kernel, these run here on values the child hands back
     rechecked: dict[str, dict[str, tuple[bool, str]]] = {}
     for nb in notebooks:
@@ -412,7 +395,7 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
         if nb.id not in problems and any(c.kind == "auto" for c in cell_points(source)):
             # servelab's folder too (the kernel needs it for the test cells, the child does not):
             # its compiled core loaded by path would answer for the notebook
-            rechecked[nb.id] = nb_recheck.recheck(source, files[nb.file], Path(work) / "recheck" / nb.id,
+            rechecked[nb.id] = recheck.recheck(source, files[nb.file], Path(work) / "recheck" / nb.id,
                                                   [*forbidden, Path(servelab.__file__).resolve().parent],
                                                   limits, KERNEL_CPU_FACTOR)
     for nb in notebooks:

@@ -24,9 +24,10 @@ import hypothesis
 import numpy as np
 
 import servelab
-from autograder.grade import ROOT, manifest_of
+from autograder.grading.grade import ROOT, manifest_of
+from autograder.grading.judge import GIVEN
 from servelab import lecture_key
-from autograder.results import write_json_atomic
+from autograder.grading.results import write_json_atomic
 from servelab.grading.hypothesis_profiles import PROFILES
 
 ANSWERS = ROOT / "autograder" / "answers"
@@ -34,19 +35,21 @@ EXERCISES = ROOT / "autograder" / "exercises"
 
 
 def _import(path: Path, name: str):
-    """Imports ``path`` as ``name``, with its folder on ``sys.path`` meanwhile: a task module
-    imports the helpers beside it (a5's and a6's ``from pricing import step_time``). Helpers it
-    loads are dropped from ``sys.modules`` afterwards, so another task's same-named helper is
-    its own."""
-    siblings = {p.stem for p in path.parent.glob("*.py")}
+    """Imports ``path`` as ``name``, with its folder and ``assignments/given/`` on ``sys.path``
+    meanwhile, as in the sandbox: a task module imports the helpers beside it and the given ones
+    (a5's and a6's ``from pricing import step_time``). Helpers it loads are dropped from
+    ``sys.modules`` afterwards, so another task's same-named helper is its own."""
+    given = path.parents[1] / GIVEN
+    siblings = {p.stem for folder in (path.parent, given) for p in folder.glob("*.py")}
     before = set(sys.modules)
-    sys.path.insert(0, str(path.parent))
+    sys.path[:0] = [str(path.parent), str(given)]
     try:
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(path.parent))
+        sys.path.remove(str(given))
         for loaded in set(sys.modules) - before:
             if loaded in siblings:
                 del sys.modules[loaded]

@@ -1,8 +1,8 @@
 """The kernel in which a student's notebook runs: ipykernel behind the same sandbox as
-:mod:`autograder.child` (resource limits, then the audit hook), installed before the first cell.
+:mod:`autograder.sandbox.child` (resource limits, then the audit hook), installed before the first cell.
 
-nbgrader starts it through a kernel spec that :mod:`autograder.notebooks` writes into the
-temporary course folder (``python -s nb_kernel.py -f CONNECTION_FILE``, the sandbox settings
+nbgrader starts it through a kernel spec that :mod:`autograder.notebooks.nbgrader` writes into the
+temporary course folder (``python -s kernel.py -f CONNECTION_FILE``, the sandbox settings
 in the environment variable ``SERVELAB_SANDBOX``). The kernel's own machinery (ipykernel, zmq,
 asyncio) is imported first, so that the hook only ever judges what the notebook does.
 
@@ -35,7 +35,7 @@ def _load(name: str):
 def _become_the_sandbox_user(cfg: dict) -> None:
     """Started as root (behind bubblewrap, or not): Jupyter wrote the connection file mode 0600
     as root, so copy it into the kernel's own folder, then drop to the grading's uid for good
-    (autograder/sandbox.py) before anything of the notebook's runs."""
+    (autograder/sandbox/os_boundary.py) before anything of the notebook's runs."""
     uid, gid = cfg.get("uid"), cfg.get("gid")
     if uid is None:
         return
@@ -46,7 +46,7 @@ def _become_the_sandbox_user(cfg: dict) -> None:
     os.chown(own, uid, gid)
     os.chmod(own, 0o600)
     sys.argv[at] = own
-    _load("sandbox").drop_privileges(uid, gid)
+    _load("os_boundary").drop_privileges(uid, gid)
 
 
 def main() -> None:

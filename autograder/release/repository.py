@@ -3,7 +3,7 @@
 What changes on the way (each rule is here, nowhere else):
 
 * every file a task lists under ``edit``: ``### BEGIN SOLUTION`` regions become
-  ``raise NotImplementedError(...)`` (:func:`servelab.grading.solutions.strip_solutions`);
+  ``raise NotImplementedError(...)`` (:func:`autograder.markers.strip_solutions`);
   notebooks (the manifest's ``[[notebook]]`` entries) are replaced by the student versions that
   nbgrader's ``generate_assignment`` writes (:func:`stub_notebook`): solutions stubbed, hidden
   tests removed, cells locked and checksummed;
@@ -11,9 +11,10 @@ What changes on the way (each rule is here, nowhere else):
   manifest forgets the tests that were in them;
 * tasks whose visibility is not ``visible``: their test files are left out, and their tests too;
 * left out entirely (:data:`PRIVATE`): the autograder's mutants, hostile submissions, answer key
-  and its exercise scripts, the pure-Python references (they double as solutions, e.g.
-  ``reference/step_cost.py`` is the roofline task's answer) together with every test and
-  benchmark that imports them, and the tests that grade the reference solutions;
+  and its exercise scripts, and the tests that grade the reference solutions (with any test or
+  benchmark importing one of those). The pure-Python references (``servelab.reference``, the
+  readable twins of the Rust core) ship: none is a task's solution
+  (``autograder/tests/test_reference_is_no_solution.py``);
 * the Makefile learns that failing assignments are expected (``ASSIGNMENTS_MAY_FAIL = 1``), that
   ``make build WHEEL=...`` installs a wheel (``make wheel``) instead of compiling, loses
   the instructors' targets (:data:`INSTRUCTOR_TARGETS`) and gains ``make check``, the students'
@@ -37,21 +38,18 @@ import tempfile
 from pathlib import Path
 
 from autograder.files import normal_mode
-from autograder import grading_secret, notebooks
+from autograder.grading import grading_secret
+from autograder.notebooks import nbgrader
 from autograder.ci.workflow import classroom_workflow
-from autograder.grade import hidden_tests, manifest_of
-from autograder.hidden import strip_hidden
+from autograder.grading.grade import hidden_tests, manifest_of
+from autograder.markers import SOLUTION, count_regions, strip_hidden, strip_solutions
 from servelab.grading.manifest import Manifest
-from servelab.grading.solutions import BEGIN as SOLUTION_BEGIN
-from servelab.grading.solutions import strip_solutions
 
 PRIVATE = (
     "autograder/mutants/", "autograder/tests/", "autograder/answers/", "autograder/exercises/",
-    "python/servelab/reference/", "tests/test_assignments_grading.py",
+    "tests/test_assignments_grading.py",
 )
-IMPORTS_REFERENCE = re.compile(r"^\s*(from\s+servelab\.reference\b|import\s+servelab\.reference\b|"
-                               r"from\s+servelab\s+import\s+[^\n]*\breference\b)", re.M)
-STUDENT_README = "autograder/README.student.md"  # in the course copy; read from the grader's folder, like CLASSROOM
+STUDENT_README = "autograder/release/README.student.md"  # in the course copy; read from the grader's folder, like CLASSROOM
 STUDENT_README_TEMPLATE = Path(__file__).with_name("README.student.md")
 MAKEFILE_FLAG = "ASSIGNMENTS_MAY_FAIL ?="
 # make targets that need what a release leaves out (the autograder's tests, mutants, answer key)
@@ -75,7 +73,7 @@ def course_files(root: Path) -> list[str]:
 def _secret(root: Path, rel: str) -> bool:
     """A grading secret never ships: a recorded one (``*.grading-secret``, written beside a
     results.json) or the file ``$SERVELAB_GRADING_SECRET_FILE`` names, should either sit in the
-    course copy (:mod:`autograder.grading_secret`)."""
+    course copy (:mod:`autograder.grading.grading_secret`)."""
     named = os.environ.get(grading_secret.ENV_SECRET_FILE)
     return rel.endswith(grading_secret.SIDECAR_SUFFIX) or bool(
         named and Path(named).resolve() == (root / rel).resolve())
@@ -83,7 +81,7 @@ def _secret(root: Path, rel: str) -> bool:
 
 def stub_notebook(path: str, versions: dict[str, str]) -> str:
     """A notebook's student version, as nbgrader's ``generate_assignment`` wrote it
-    (:func:`autograder.notebooks.student_versions`); a notebook under ``assignments/`` that the
+    (:func:`autograder.notebooks.nbgrader.student_versions`); a notebook under ``assignments/`` that the
     manifest does not list stops the release rather than ship its solutions."""
     if path not in versions:
         raise ValueError(f"{path} is a notebook under assignments/ that no [[notebook]] of the manifest lists: "
@@ -107,20 +105,16 @@ def plan(root: Path) -> dict[str, str | None]:
             continue
         if rel.endswith(".ipynb") and rel.startswith("assignments/"):
             if versions is None:  # nbgrader runs once, for every notebook
-                versions = notebooks.student_versions(root) if notebooks.notebooks_of(root) else {}
+                versions = nbgrader.student_versions(root) if nbgrader.notebooks_of(root) else {}
             out[rel] = stub_notebook(rel, versions)
             continue
         if not rel.endswith((".py", ".toml", ".md", ".txt", ".cfg", ".yml", ".yaml", ".ipynb")) and rel != "Makefile":
             out[rel] = None
             continue
         text = path.read_text(encoding="utf-8")
-        if rel.endswith(".py") and IMPORTS_REFERENCE.search(text):
-            if rel.startswith(("tests/", "benchmarks/")):
-                continue  # parity tests and benchmarks of the references go with them
-            raise ValueError(f"{rel} imports servelab.reference, which a release leaves out: it would not run")
         if rel in edit:
             text = strip_solutions(text, rel.removeprefix("assignments/"))
-        elif any(line.strip() == SOLUTION_BEGIN for line in text.splitlines()):
+        elif count_regions(text, SOLUTION):
             raise ValueError(f"{rel} holds a solution region but is not an edit file of any task: it would leak")
         if rel.startswith("assignments/"):
             text = strip_hidden(text, rel)
@@ -142,16 +136,13 @@ def plan(root: Path) -> dict[str, str | None]:
 
 
 def student_pyproject(text: str) -> str:
-    """The course's pyproject.toml without what only the instructors' copy needs: the packages'
-    exclusion of the pure-Python twins (a release has none) and mypy's of the hostile
-    submissions (a release has none either).
+    """The course's pyproject.toml without what only the instructors' copy needs: mypy's
+    exclusion of the hostile submissions (a release has none).
 
-    >>> course = 'features = ["python"]\n# The twins go nowhere:\nexclude = [\n    "x/**",\n]\n\n[tool.mypy]\n'
-    >>> course += 'exclude = ["^autograder/tests/hostile/"]\n'
+    >>> course = 'features = ["python"]\\n\\n[tool.mypy]\\nexclude = ["^autograder/tests/hostile/"]\\n'
     >>> student_pyproject(course)
-    'features = ["python"]\n\n[tool.mypy]\n'
+    'features = ["python"]\\n\\n[tool.mypy]\\n'
     """
-    text = re.sub(r"(?:^#[^\n]*\n)*^exclude = \[\n(?:^ [^\n]*\n)*^\]\n", "", text, flags=re.M)
     return re.sub(r"^exclude = \[\"\^autograder/tests/hostile/\"\]\n", "", text, flags=re.M)
 
 
@@ -206,8 +197,8 @@ def student_readme(root: Path, manifest, hidden: set[str]) -> str:
     rows.append(f"| total | | | {visible} | |")
     nb_rows = ["| notebook | exercise | autograded points | written answers (by hand) |", "|---|---|---|---|"]
     nb_hidden = 0
-    for nb in notebooks.notebooks_of(root):
-        cells = notebooks.cell_points(root / "assignments" / nb.file)
+    for nb in nbgrader.notebooks_of(root):
+        cells = nbgrader.cell_points(root / "assignments" / nb.file)
         nb_hidden += sum(c.hidden for c in cells)
         auto = sum(c.points for c in cells if c.kind == "auto")
         manual = sum(c.points for c in cells if c.kind == "manual")
@@ -232,9 +223,9 @@ def _classroom(root: Path, out: dict[str, str | None]) -> str:
     autograded points (the same in source and released notebooks: nbgrader keeps the cells)."""
     released = out["assignments/manifest.toml"]
     assert released is not None  # the manifest is text, always rewritten above
-    notebook_points = {nb.id: (nb.title, sum(c.points for c in notebooks.cell_points(root / "assignments" / nb.file)
+    notebook_points = {nb.id: (nb.title, sum(c.points for c in nbgrader.cell_points(root / "assignments" / nb.file)
                                             if c.kind == "auto"))
-                       for nb in notebooks.notebooks_of(root)}
+                       for nb in nbgrader.notebooks_of(root)}
     return classroom_workflow(Manifest.from_toml(released, "released manifest"), notebook_points)
 
 
@@ -256,7 +247,7 @@ def _imported(text: str) -> set[str]:
 
 def _drop_dependents(root: Path, out: dict[str, str | None]) -> None:
     """Leaves out the tests and benchmarks that import a test or benchmark module the release
-    already left out (a benchmark of the references, say), until none is left: a release whose
+    already left out (one that grades the reference solutions, say), until none is left: a release whose
     own ``make test`` fails to collect would be no release."""
     kept = lambda rel: rel.startswith(("tests/", "benchmarks/")) and rel.endswith(".py")  # noqa: E731
     gone = {_module_of(rel) for rel in course_files(root) if kept(rel) and rel not in out}

@@ -5,7 +5,7 @@ standing in for the student's modules (and pytest's assertion rewriting, so that
 
 Seeds: inside :func:`seeded`, every Hypothesis test (and state machine) of a test file imported
 here takes the seed ``seed_of(test_id)`` instead of the one derandomization derives from its
-code (:mod:`autograder.grading_secret`: a secret the student cannot know).
+code (:mod:`autograder.grading.grading_secret`: a secret the student cannot know).
 """
 
 from __future__ import annotations

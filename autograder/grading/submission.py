@@ -42,7 +42,7 @@ def unpack(submission: Path, into: Path) -> Path:
     ...     f.writestr("notes", "x"); f.writestr("notes/a1_ledger/ledger.py", "y")
     >>> unpack(z, z.parent / "out")
     Traceback (most recent call last):
-    autograder.submission.SubmissionError: submission zip: entry 'notes/a1_ledger/ledger.py' lies inside 'notes', which is a file in the same zip
+    autograder.grading.submission.SubmissionError: submission zip: entry 'notes/a1_ledger/ledger.py' lies inside 'notes', which is a file in the same zip
     """
     if submission.is_dir():
         return submission

@@ -4,11 +4,11 @@ grader's process, from values the sandboxed child hands back.
 Why: nbgrader runs a notebook's test cells in the same kernel as the student's cells, so a
 notebook that patches ``math.isclose``, ``builtins.abs`` or an imported module can make a
 restored test cell pass with wrong answers (README: threat model). Python tasks never had that
-hole (:mod:`autograder.judge` runs the tests in the grader); this module closes it for notebooks
+hole (:mod:`autograder.grading.judge` runs the tests in the grader); this module closes it for notebooks
 the same way:
 
 1. the submitted notebook's code cells, except the test cells, become one module
-   (:func:`student_module`) that a :class:`autograder.remote.Child` imports under the usual
+   (:func:`student_module`) that a :class:`autograder.sandbox.remote.Child` imports under the usual
    limits and audit hook (servelab refused: these exercises are done by hand);
 2. each autograded test cell of the *source* notebook (hidden tests included) runs here, in
    order, in one namespace; a name it reads but does not bind is taken from the student's
@@ -24,6 +24,12 @@ state (every cell run once, top to bottom), which is what an honest notebook hol
 True
 >>> sorted(free_names("import math\\nassert math.isclose(y, f(2))\\nz = y"))
 ['f', 'y']
+>>> cell_kind({"grade": True, "solution": False, "points": 2}, "code")
+'auto'
+>>> cell_kind({"grade": True, "solution": True, "points": 3}, "markdown")
+'manual'
+>>> cell_kind({"grade": False, "solution": True}, "code") is None
+True
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import json
 import time
 from pathlib import Path
 
-from autograder.remote import Child, Limits, RemoteObject, SubmissionFailed
+from autograder.sandbox.remote import Child, Limits, RemoteObject, SubmissionFailed, kind_of
 
 MODULE = "notebook_answers"  # the name the student's cells run under in the child
 BLOCKED = ("servelab",)  # the ledger is done by hand; the oracle stays out of the child
@@ -64,7 +70,7 @@ def _plain(value):
     """``value`` with every handle (an object that lives in the child) made :class:`Opaque`,
     except functions, which stay callable and whose results are made plain in turn."""
     if isinstance(value, RemoteObject):
-        kind = object.__getattribute__(value, "_kind")
+        kind = kind_of(value)
         if kind in ("builtins.function", "builtins.method"):
             def call(*args, **kwargs):
                 return _plain(value(*args, **kwargs))
@@ -84,9 +90,17 @@ def _source(cell: dict) -> str:
     return "".join(src) if isinstance(src, list) else str(src)
 
 
-def _is_test_cell(cell: dict) -> bool:
-    from autograder.notebooks import cell_kind
+def cell_kind(meta: dict, cell_type: str) -> str | None:
+    """``auto`` for a graded code cell that is not a solution (nbgrader runs and scores it),
+    ``manual`` for a graded answer or a task cell, None for a cell worth nothing."""
+    if meta.get("task"):
+        return "manual"
+    if not meta.get("grade"):
+        return None
+    return "auto" if cell_type == "code" and not meta.get("solution") else "manual"
 
+
+def _is_test_cell(cell: dict) -> bool:
     return cell_kind(cell.get("metadata", {}).get("nbgrader", {}), cell.get("cell_type", "")) == "auto"
 
 
@@ -150,7 +164,7 @@ def recheck(source_nb: Path, submitted_nb: Path, scratch: Path, forbidden: list[
     """``{grade_id: (passed, message)}`` for every autograded test cell of ``source_nb``, judged
     in this process on the answers ``submitted_nb`` computes in a sandboxed child. Each cell
     has ``limits.wall_s``; the whole notebook ``cells_factor`` times the wall and CPU limits
-    (as the kernel has, :data:`autograder.notebooks.KERNEL_CPU_FACTOR`)."""
+    (as the kernel has, :data:`autograder.notebooks.nbgrader.KERNEL_CPU_FACTOR`)."""
     source = json.loads(Path(source_nb).read_text(encoding="utf-8"))
     tests = [c for c in source["cells"] if _is_test_cell(c)]
     ids = [c["metadata"]["nbgrader"]["grade_id"] for c in tests]

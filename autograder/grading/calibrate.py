@@ -7,13 +7,13 @@ process (:func:`measure`: the child's start included, as a test's limit includes
 compares the time with :data:`REFERENCE_S`, the same workload on a quiet machine. The ratio,
 never below 1 (a fast machine keeps the limits it was given) and at most :data:`MAX_FACTOR`
 (a stalled calibration must not make hostile code run for an hour), multiplies the wall-clock
-and CPU seconds of :class:`~autograder.remote.Limits` (:func:`scaled`).
+and CPU seconds of :class:`~autograder.sandbox.remote.Limits` (:func:`scaled`).
 
 The factor changes how long the grader waits, never what it decides: results.json does not
 record it (a regrade stays byte-identical); ``grade`` prints it on stderr, ``grade-all`` writes
 it to ``OUT/timing.csv``, the self-check shows it in its table.
 
->>> from autograder.remote import Limits
+>>> from autograder.sandbox.remote import Limits
 >>> big = scaled(Limits(wall_s=4.0, cpu_s=4), 2.5)
 >>> big.wall_s, big.cpu_s
 (10.0, 10)
@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from autograder.remote import Limits
+from autograder.sandbox.remote import Limits
 
 # the workload: a chain of multiply-add-modulo steps, pure interpreted Python as most of a
 # grading is (Hypothesis, the wire, the tests), with no memory or I/O to speak of
@@ -49,7 +49,7 @@ print('{{"x": %d, "cpu_s": %.6f}}' % (x, time.process_time() - cpu))
 """
 EXPECTED_X = 235197  # the workload's answer: a child that printed anything else did not run it
 # seconds the child takes, start to exit, on a quiet 2-core machine (CPython 3.11; its CPU time
-# alone is 0.17 s): measured by `python -c "from autograder.calibrate import measure; print(measure())"`
+# alone is 0.17 s): measured by `python -c "from autograder.grading.calibrate import measure; print(measure())"`
 REFERENCE_S = 0.2
 MAX_FACTOR = 10.0
 TIMEOUT_S = 120.0  # a calibration child slower than this is a machine not fit to grade on

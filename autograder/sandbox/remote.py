@@ -3,7 +3,7 @@ and stand in for the student's modules inside the (pristine, trusted) tests.
 
 A test does ``import ledger`` and then ``ledger.param_count(x)``: the grader puts a
 :class:`RemoteModule` named ``ledger`` in ``sys.modules`` while it imports the test, so the call
-goes over a pipe to the child, and what comes back is plain data (:mod:`autograder.wire`).
+goes over a pipe to the child, and what comes back is plain data (:mod:`autograder.sandbox.wire`).
 Everything the test does with that value (comparisons, the oracle, Hypothesis) happens here.
 """
 
@@ -21,11 +21,11 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import sandbox, wire
+from autograder.sandbox import os_boundary, wire
 
-CHILD = Path(__file__).with_name("child.py")
+CHILD = os_boundary.CHILD
 # servelab's folder: a notebook's kernel imports it, so the uid drop alone cannot close it (README)
-SERVELAB = Path(__file__).resolve().parents[1] / "python" / "servelab"
+SERVELAB = Path(__file__).resolve().parents[2] / "python" / "servelab"
 MAX_REPLY = 16 << 20  # bytes; a longer line is a protocol error, not a reason to run out of memory
 
 
@@ -81,23 +81,6 @@ def _describe_exit(code: int | None, limits: Limits) -> str:
     return f"was killed by {signal.Signals(sig).name}{why}"
 
 
-def _user_processes() -> int:
-    """Processes (and threads) this user already runs: RLIMIT_NPROC counts them all, so the
-    child's allowance is this plus ``Limits.nproc`` (root ignores the limit altogether)."""
-    uid, count = os.getuid(), 0
-    try:
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                try:
-                    if entry.stat().st_uid == uid:
-                        count += len(os.listdir(f"/proc/{entry.name}/task"))
-                except OSError:
-                    pass
-    except OSError:
-        return 0
-    return count
-
-
 class Child:
     """One child process with the student's modules imported; call :meth:`call` on it."""
 
@@ -108,9 +91,8 @@ class Child:
         self.limits, self.deadline = limits, deadline
         self._buffer = b""
         self._reply: int | None = None
-        self.boundary = sandbox.boundary()  # the OS boundary (autograder/sandbox.py)
-        # a fresh uid runs nothing else, so RLIMIT_NPROC counts only this child's processes
-        nproc = int(limits.nproc) + (_user_processes() if self.boundary.uid is None else 0)
+        self.boundary = os_boundary.boundary()  # the OS boundary (autograder/sandbox/os_boundary.py)
+        nproc = self.boundary.nproc_limit(limits.nproc)
         home, tmp = scratch / "home", scratch / "tmp"
         home.mkdir(parents=True)
         tmp.mkdir()
@@ -255,7 +237,7 @@ class RemoteObject:
     runs in the grader."""
 
     __slots__ = ("_child", "_id", "_kind")
-    _remote_handle = True  # how autograder.wire recognises it
+    _remote_handle = True  # how autograder.sandbox.wire recognises it
 
     def __init__(self, child: Child, hid: int, kind: str) -> None:
         object.__setattr__(self, "_child", child)
@@ -292,6 +274,12 @@ class RemoteObject:
 
     def __repr__(self) -> str:
         return f"<{self._kind} object from your code>"
+
+
+def kind_of(obj: RemoteObject) -> str:
+    """The qualified type name of the object a handle stands for (``"builtins.function"``),
+    read without asking the child (the name came with the handle)."""
+    return object.__getattribute__(obj, "_kind")
 
 
 def _checked(value, kind: type):

@@ -1,7 +1,7 @@
 """The OS boundary around student code: one place builds the command line of every process that
-runs a submission (the Python tasks' child, a notebook's kernel, ``nb_recheck``'s child).
+runs a submission (the Python tasks' child, a notebook's kernel, the notebook recheck's child).
 
-The audit hook in :mod:`autograder.child` is not a security boundary (PEP 578: a subinterpreter,
+The audit hook in :mod:`autograder.sandbox.child` is not a security boundary (PEP 578: a subinterpreter,
 a compiled extension or a ``dir_fd`` walks past it). The boundary is the operating system:
 
 * **another user.** As root, each grading process picks a numeric uid (and the same gid) that
@@ -58,7 +58,9 @@ SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so
 
 
 # the grader's files a child runs (by path): they stay readable when the course copy is locked
-LAUNCHERS = tuple(Path(__file__).resolve().with_name(n) for n in ("child.py", "nb_kernel.py", "sandbox.py"))
+CHILD = Path(__file__).resolve().with_name("child.py")  # a Python task's child, and the recheck's
+KERNEL = Path(__file__).resolve().with_name("kernel.py")  # a notebook's kernel (loads this file and CHILD)
+LAUNCHERS = (CHILD, KERNEL, Path(__file__).resolve())
 
 
 class Refused(RuntimeError):
@@ -188,6 +190,12 @@ class Boundary:
         for path in paths:
             close(Path(path))
 
+    def nproc_limit(self, allowance: int) -> int:
+        """``RLIMIT_NPROC`` for a child allowed ``allowance`` processes (and threads) of its own:
+        the limit counts every process of the child's uid, so when the child stays this user it
+        is the allowance plus what this user already runs; a fresh uid runs nothing else."""
+        return int(allowance) + (_user_processes() if self.uid is None else 0)
+
     def reap(self) -> None:
         """Kills every process still running as the child's uid (one that left its process
         group). Nothing else runs as that uid: it was chosen free."""
@@ -206,7 +214,7 @@ NONE = Boundary(bwrap=False, uid=None, gid=None)
 def drop_privileges(uid: int, gid: int) -> None:
     """In a process started as root: become ``uid``/``gid`` for good (real, effective and saved
     ids, no supplementary groups; the kernel then clears every capability). Standard library
-    only: :mod:`autograder.nb_kernel` loads this file by path."""
+    only: :mod:`autograder.sandbox.kernel` loads this file by path."""
     os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
@@ -223,6 +231,22 @@ def interpreter_paths() -> list[str]:
         if not any(real == s or real.startswith(s + os.sep) for s in ("/usr", *out)):
             out = [o for o in out if not o.startswith(real + os.sep)] + [real]
     return out
+
+
+def _user_processes() -> int:
+    """Processes (and threads) this user already runs (root ignores RLIMIT_NPROC altogether)."""
+    uid, count = os.getuid(), 0
+    try:
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    if entry.stat().st_uid == uid:
+                        count += len(os.listdir(f"/proc/{entry.name}/task"))
+                except OSError:
+                    pass
+    except OSError:
+        return 0
+    return count
 
 
 def _pids_of(uid: int) -> list[int]:

@@ -28,7 +28,7 @@ MAX_DEPTH = 50
 
 def encode(x, depth: int = 0, handle=None):
     """A JSON-ready form of a value the grader passes to student code. ``handle(obj)`` gives
-    the id of an object that lives in the child (:class:`autograder.remote.RemoteObject`)."""
+    the id of an object that lives in the child (:class:`autograder.sandbox.remote.RemoteObject`)."""
     if handle is not None and getattr(type(x), "_remote_handle", False):
         return {"__handle__": handle(x)}
     if depth > MAX_DEPTH:

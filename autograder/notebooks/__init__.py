@@ -1,0 +1,12 @@
+"""The nbgrader notebooks (``assignments/notebooks/``).
+
+* :mod:`.nbgrader`: the manifest's notebooks and their cells' points, nbgrader's
+  ``generate_assignment`` (student versions) and ``autograde``, and the cells' lines in
+  results.json;
+* :mod:`.runner`: the process that runs nbgrader (started by :mod:`.nbgrader`);
+* :mod:`.recheck`: the grader's own, second check of every autograded cell, on values the
+  sandboxed child hands back (nbgrader's test cells share the student's kernel).
+
+The notebook's code runs in :mod:`autograder.sandbox.kernel` (a kernel) and
+:mod:`autograder.sandbox.child` (the recheck), behind the same OS boundary as Python tasks.
+"""

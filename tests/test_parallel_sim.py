@@ -163,8 +163,8 @@ def test_bad_arguments_name_themselves():
 
 @pytest.mark.parametrize("rate", [2.0, 24.0])
 def test_least_tokens_equals_the_reference_across_busy_periods(rate):
-    """Long enough for cards to go idle and fill again (the Rust router replays a card only
-    from its last idle point; the reference replays it from the start every time)."""
+    """Long enough for cards to go idle and fill again (the Rust router pauses each card at
+    every arrival and resumes it; the reference replays it from the start every time)."""
     reqs = chat_requests(n=60, rate=rate, seed=5, prompt_mean=300, output_mean=60)
     p = dict(max_num_seqs=8, max_num_batched_tokens=2048, block_size=16, num_blocks=400, chunked_prefill=False)
     py = ref.run_data_parallel(reqs, LLAMA3_8B, H100, DEFAULT_EFFICIENCY, n_replicas=3, router="least_tokens", **p)

@@ -118,8 +118,8 @@ def compute_dp(per_card: int = DP_REQUESTS_PER_CARD) -> list[DpRow]:
         rates = tuple(r * k for r in DP_PER_CARD_RATES)
         best: dict[str, float] = {}
         for router in ps.ROUTERS:
-            # least-tokens starts where round robin ended: its router replays busy cards, so
-            # its overloaded runs cost the most (rust/src/sim/router.rs)
+            # least-tokens starts its search where round robin ended (it walks down if that
+            # rate already misses): fewer runs, the same answer
             start = rates.index(best["round_robin"]) if best.get("round_robin") else 0
             best[router] = _max_rate(lambda rate: ps.run_data_parallel(base.with_arrivals(base.arrival_s / rate),
                                                                        MODEL, GPU, k, router).overall,

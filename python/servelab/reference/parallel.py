@@ -11,7 +11,8 @@ Routers: ``round_robin`` (request ``k`` to card ``k mod n``) and ``least_tokens`
 whose unfinished requests hold the fewest ``prompt + output`` tokens when the request arrives,
 ties to the lowest card). To know which requests of a card have finished by a time ``t``, the
 router simulates the card from its start on the requests routed to it so far (again each time
-it got a new one): those finishing by ``t`` do not depend on later arrivals.
+it got a new one): those finishing by ``t`` do not depend on later arrivals. (The Rust router
+gets the same answer from resumable cards, each run once and paused at every arrival.)
 
 >>> from servelab.hw_model import LLAMA3_8B, H100, DEFAULT_EFFICIENCY
 >>> from servelab.workload import Requests

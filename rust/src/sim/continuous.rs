@@ -366,218 +366,345 @@ pub fn run(
     trace: bool,
     batch_log: bool,
 ) -> CoreResult<ContinuousOutput> {
-    params.validate()?;
-    let n = w.len();
+    let mut card = Card::new(pricer, params, w.len(), trace, batch_log)?;
+    card.advance(w, f64::INFINITY)?;
+    Ok(card.finish())
+}
+
+/// One card running [`run`]'s loop, resumable: it can stop at any time `t`, be handed more
+/// requests (arriving at `t` or later), and go on. Several cards behind a router
+/// (`router.rs`) advance this way side by side, so the router sees what each card has
+/// finished by each arrival without running any card twice.
+///
+/// Why stopping changes nothing: [`Card::advance`] runs exactly the steps that *start* before
+/// `until`, and a step starting at `s` only sees requests that arrived by `s`; requests handed
+/// over later arrive at `until` or after, so no step already run could have seen them. The card
+/// stops at the top of the loop (before rule 1 admits the requests of the next step), which is
+/// where the uninterrupted run would be at that time too; so any sequence of `advance` calls on
+/// growing prefixes of a workload gives [`run`]'s output on the whole of it, bit for bit
+/// (`stopping_anywhere_changes_nothing` checks it).
+pub struct Card<'p> {
+    params: ContinuousParams,
+    rec: Recorder<'p>,
+    reject_code: Vec<i8>,
+    n_preemptions: Vec<i64>,
+    extra: Option<StepExtra>,
+    log: Option<BatchLog>,
+    req: Vec<Req>,
+    state: Vec<u8>,
+    kv: KvCounts,
+    waiting: VecDeque<usize>,
+    dec: Decoders,
+    /// the running requests that are not decoding, in admission order: they always come after
+    /// every decoding one in the rules' `running` order (see `prefilling_is_a_suffix`)
+    prefilling: Vec<usize>,
+    /// (request, new tokens, context) of the step's prefill pieces
+    pieces: Vec<(usize, i64, i64)>,
+    scratch: Scratch,
+    preemptions: u64,
+    peak_blocks: i64,
+    /// first request not arrived yet
+    next: usize,
+    n_started: i64,
+    /// steps run so far
+    step: i64,
+    /// the clock: when the next step may start
+    t: f64,
+}
+
+impl<'p> Card<'p> {
+    /// An empty card; `n` requests' worth of columns are allocated up front (more grow as
+    /// needed).
+    pub fn new(pricer: &'p Pricer, params: &ContinuousParams, n: usize, trace: bool, batch_log: bool) -> CoreResult<Self> {
+        params.validate()?;
+        check_count(n)?;
+        Ok(Card {
+            params: *params,
+            rec: Recorder::new(pricer, n, trace),
+            reject_code: vec![REJECT_NONE; n],
+            n_preemptions: vec![0; n],
+            extra: trace.then(StepExtra::default),
+            log: batch_log.then(|| BatchLog { offsets: vec![0], ..Default::default() }),
+            req: vec![Req::default(); n],
+            state: vec![WAITING; n],
+            kv: KvCounts::new(params.num_blocks, params.block_size),
+            waiting: VecDeque::new(),
+            dec: Decoders::new(params.block_size),
+            prefilling: Vec::new(),
+            pieces: Vec::new(),
+            scratch: Scratch::default(),
+            preemptions: 0,
+            peak_blocks: 0,
+            next: 0,
+            n_started: 0,
+            step: 0,
+            t: 0.0,
+        })
+    }
+
+    pub fn params(&self) -> &ContinuousParams {
+        &self.params
+    }
+
+    /// From now on, list the requests that finish, for [`Card::drain_finished`].
+    pub fn track_finished(&mut self) {
+        self.rec.track_finished();
+    }
+
+    /// Calls `f(request, finish_s)` for each request finished since the last call, in the
+    /// order they finished.
+    pub fn drain_finished(&mut self, f: impl FnMut(usize, f64)) {
+        self.rec.drain_finished(f);
+    }
+
+    /// Runs every step that starts before `until` (`f64::INFINITY`: to the end) over `w`, a
+    /// workload of which every earlier call saw a prefix; the requests it adds must arrive no
+    /// earlier than any earlier call's `until` (the type's docs say why then nothing changes).
+    pub fn advance(&mut self, w: &Workload<'_>, until: f64) -> CoreResult<()> {
+        let n = w.len();
+        if n > self.state.len() {
+            check_count(n)?;
+            self.rec.grow(n);
+            self.reject_code.resize(n, REJECT_NONE);
+            self.n_preemptions.resize(n, 0);
+            self.req.resize(n, Req::default());
+            self.state.resize(n, WAITING);
+        }
+        let (a, pl, ol) = (w.arrival_s, w.prompt_len, w.output_len);
+        let Card {
+            params,
+            rec,
+            reject_code,
+            n_preemptions,
+            extra,
+            log,
+            req,
+            state,
+            kv,
+            waiting,
+            dec,
+            prefilling,
+            pieces,
+            scratch,
+            ..
+        } = self;
+        let params = &*params;
+        // the counters live in locals while the loop runs (registers, not memory)
+        let (mut preemptions, mut peak_blocks) = (self.preemptions, self.peak_blocks);
+        let (mut next, mut n_started, mut step, mut t) = (self.next, self.n_started, self.step, self.t);
+        loop {
+            arrive(params, w, t, &mut next, waiting, reject_code, rec); // rule 1
+            if waiting.is_empty() && dec.live == 0 && prefilling.is_empty() {
+                if next == n {
+                    break; // done, unless more requests come
+                }
+                t = a[next]; // idle: jump to the next arrival
+                continue;
+            }
+            if t >= until {
+                break;
+            }
+
+            let budget = params.max_num_batched_tokens;
+            let crossing = dec.crossing(step);
+            if dec.live > budget || crossing > kv.num_free_blocks() {
+                // Rare: the pool runs out of blocks mid-step (rule 3 preempts). Run this step the
+                // per-step way. (The budget never cuts the decoding requests short: every running
+                // request took at least one token of the budget in the step that admitted or ran
+                // it, so at most `max_num_batched_tokens` run; the test is a guard.)
+                let mut ctx = SlowStep {
+                    params,
+                    pl,
+                    ol,
+                    rec: &mut *rec,
+                    req: &mut *req,
+                    state: &mut *state,
+                    kv: &mut *kv,
+                    waiting: &mut *waiting,
+                    dec: &mut *dec,
+                    prefilling: &mut *prefilling,
+                    n_preemptions: &mut *n_preemptions,
+                    log: log.as_mut(),
+                    scratch: &mut *scratch,
+                };
+                let (end, n_preempted, n_admitted) = ctx.run(t, step, &mut n_started)?;
+                preemptions = preemptions.checked_add(n_preempted as u64).ok_or_else(counter_overflow)?;
+                peak_blocks = peak_blocks.max(kv.blocks_used());
+                if let Some(x) = extra.as_mut() {
+                    x.kv_blocks.push(kv.blocks_used());
+                    x.n_preempted.push(n_preempted);
+                    x.n_admitted.push(n_admitted);
+                }
+                step = step.checked_add(1).ok_or_else(counter_overflow)?;
+                t = end;
+                continue;
+            }
+
+            // rule 2, decoding requests: all of them, one token each; `crossing` of them take a
+            // new block (enough are free: nobody is preempted, so rule 3 does not apply)
+            let mut left = budget - dec.live;
+            kv.take(crossing);
+            let ctx_dec = dec.sum_c + (dec.live as i128) * (step as i128);
+            let mut shape = StepShape {
+                seqs: dec.live,
+                tokens: dec.live,
+                keys: ctx_dec + dec.live as i128,
+                ctx_tokens: ctx_dec,
+                n_prefill: 0,
+                n_decode: dec.live,
+            };
+            if let Some(l) = log.as_mut() {
+                for &r in &dec.order {
+                    if state[r as usize] == DECODING {
+                        l.request_id.push(r as i64);
+                        l.new_tokens.push(1);
+                        l.context_len.push(req[r as usize].c + step);
+                    }
+                }
+            }
+            // rule 2, prefilling requests: the rest of their prompt, while the budget lasts
+            pieces.clear();
+            for &r in prefilling.iter() {
+                if left == 0 {
+                    break;
+                }
+                let s = req[r];
+                let nt = (s.held as i64 - s.c).min(left);
+                pieces.push((r, nt, s.c));
+                left -= nt;
+            }
+            // rule 4: admission (nobody was preempted)
+            let mut n_admitted = 0i64;
+            while left > 0 && dec.live + (prefilling.len() as i64) < params.max_num_seqs {
+                let Some(&r) = waiting.front() else { break };
+                let tokens = pl[r] + req[r].generated as i64;
+                if !params.chunked_prefill && tokens > left {
+                    break;
+                }
+                if !kv.allocate(tokens) {
+                    break;
+                }
+                waiting.pop_front();
+                prefilling.push(r);
+                state[r] = PREFILLING;
+                req[r].held = tokens as i32; // <= prompt + output (both <= MAX_REQUEST_TOKENS)
+                req[r].c = 0;
+                let o = rec.out();
+                if o.start_s[r].is_nan() {
+                    o.start_s[r] = t;
+                    o.batch_id[r] = n_started;
+                    n_started += 1;
+                }
+                let nt = if params.chunked_prefill { tokens.min(left) } else { tokens };
+                pieces.push((r, nt, 0));
+                n_admitted += 1;
+                left -= nt;
+            }
+            if shape.seqs == 0 && pieces.is_empty() {
+                return Err(CoreError::invalid(format!(
+                    "internal error: at t={t} work is left but nothing could be scheduled"
+                )));
+            }
+
+            // rule 5: the step's shape (integer totals, as the per-step loop sums them) and price
+            for &(r, nt, c) in pieces.iter() {
+                add_entry(&mut shape, log.as_mut(), r, nt, c, req[r].held as i64, false);
+            }
+            if let Some(l) = log.as_mut() {
+                l.offsets.push(l.request_id.len() as i64);
+            }
+            let end = rec.step(t, shape);
+
+            // rule 6, decoding requests: those whose last token this step samples leave
+            while let Some(&Reverse((last, r))) = dec.finish.peek() {
+                if last > step {
+                    break;
+                }
+                debug_assert_eq!(last, step, "a decoding request outlived its last token");
+                dec.finish.pop();
+                let r = r as usize;
+                let c = req[r].c;
+                dec.remove(c);
+                kv.free(c + step + 1); // it held every computed token
+                state[r] = DONE;
+                rec.set_finish(r, end);
+            }
+            step = step.checked_add(1).ok_or_else(counter_overflow)?;
+            // rule 6, prefill pieces: a completed prefill samples a token; the completed ones are
+            // the first pieces (only the last piece can be a partial chunk)
+            let mut completed = 0;
+            for &(r, nt, _) in pieces.iter() {
+                let s = &mut req[r];
+                s.c += nt;
+                if s.c < s.held as i64 {
+                    break;
+                }
+                completed += 1;
+                if !sample_token(rec, kv, s, &mut state[r], r, ol[r], end) {
+                    state[r] = DECODING;
+                    dec.push(r, s, pl[r], ol[r], step);
+                }
+            }
+            prefilling.drain(..completed);
+            if dec.order.len() > 2 * dec.live as usize + 64 {
+                dec.order.retain(|&r| state[r as usize] == DECODING);
+            }
+            peak_blocks = peak_blocks.max(kv.blocks_used());
+            if let Some(x) = extra.as_mut() {
+                x.kv_blocks.push(kv.blocks_used());
+                x.n_preempted.push(0);
+                x.n_admitted.push(n_admitted);
+            }
+            t = end;
+        }
+        (self.preemptions, self.peak_blocks) = (preemptions, peak_blocks);
+        (self.next, self.n_started, self.step, self.t) = (next, n_started, step, t);
+        Ok(())
+    }
+
+    /// The run so far (after `advance(.., f64::INFINITY)`: the whole run).
+    pub fn finish(self) -> ContinuousOutput {
+        ContinuousOutput {
+            sim: self.rec.finish(),
+            reject_code: self.reject_code,
+            n_preemptions: self.n_preemptions,
+            preemptions: self.preemptions,
+            trace_extra: self.extra,
+            peak_kv_blocks: self.peak_blocks,
+            batch_log: self.log,
+        }
+    }
+}
+
+/// Rule 6 for request `r`, all of whose tokens are computed at `end`: it samples one (the first
+/// sets `first_token_s`); the last (`output` of them) finishes it and frees its blocks. Returns
+/// whether it finished.
+#[inline]
+fn sample_token(rec: &mut Recorder<'_>, kv: &mut KvCounts, s: &mut Req, state: &mut u8, r: usize, output: i64, end: f64) -> bool {
+    s.generated += 1;
+    let o = rec.out();
+    if o.first_token_s[r].is_nan() {
+        o.first_token_s[r] = end;
+    }
+    if s.generated as i64 != output {
+        return false;
+    }
+    kv.free(s.held as i64);
+    s.held = 0;
+    *state = DONE;
+    rec.set_finish(r, end);
+    true
+}
+
+/// Requests are kept as u32 indices (and counted in u32 per block residue).
+fn check_count(n: usize) -> CoreResult<()> {
     if n > u32::MAX as usize {
-        // requests are kept as u32 indices (and counted in u32 per block residue)
         return Err(CoreError::invalid(format!(
             "arrival_s must hold at most {} requests for continuous batching, got {n} (split the workload)",
             u32::MAX
         )));
     }
-    let (a, pl, ol) = (w.arrival_s, w.prompt_len, w.output_len);
-    let mut rec = Recorder::new(pricer, n, trace);
-    let mut reject_code = vec![REJECT_NONE; n];
-    let mut n_preemptions = vec![0i64; n];
-    let mut extra = trace.then(StepExtra::default);
-    let mut log = batch_log.then(|| BatchLog { offsets: vec![0], ..Default::default() });
-    let mut req = vec![Req::default(); n];
-    let mut state = vec![WAITING; n];
-    let mut kv = KvCounts::new(params.num_blocks, params.block_size);
-    let mut waiting: VecDeque<usize> = VecDeque::new();
-    let mut dec = Decoders::new(params.block_size);
-    // the running requests that are not decoding, in admission order: they always come after
-    // every decoding one in the rules' `running` order (see `prefilling_is_a_suffix`)
-    let mut prefilling: Vec<usize> = Vec::new();
-    // (request, new tokens, context) of the step's prefill pieces
-    let mut pieces: Vec<(usize, i64, i64)> = Vec::new();
-    let mut scratch = Scratch::default();
-    let (mut preemptions, mut peak_blocks) = (0u64, 0i64);
-    let mut next = 0; // first request not arrived yet
-    let mut n_started = 0i64;
-    let mut step = 0i64; // steps run so far
-    let mut t = 0.0f64;
-    loop {
-        arrive(params, w, t, &mut next, &mut waiting, &mut reject_code, &mut rec); // rule 1
-        if waiting.is_empty() && dec.live == 0 && prefilling.is_empty() {
-            if next == n {
-                break;
-            }
-            t = a[next]; // idle: jump to the next arrival
-            continue;
-        }
-
-        let budget = params.max_num_batched_tokens;
-        let crossing = dec.crossing(step);
-        if dec.live > budget || crossing > kv.num_free_blocks() {
-            // Rare: the pool runs out of blocks mid-step (rule 3 preempts). Run this step the
-            // per-step way. (The budget never cuts the decoding requests short: every running
-            // request took at least one token of the budget in the step that admitted or ran
-            // it, so at most `max_num_batched_tokens` run; the test is a guard.)
-            let mut ctx = SlowStep {
-                params,
-                pl,
-                ol,
-                rec: &mut rec,
-                req: &mut req,
-                state: &mut state,
-                kv: &mut kv,
-                waiting: &mut waiting,
-                dec: &mut dec,
-                prefilling: &mut prefilling,
-                n_preemptions: &mut n_preemptions,
-                log: log.as_mut(),
-                scratch: &mut scratch,
-            };
-            let (end, n_preempted, n_admitted) = ctx.run(t, step, &mut n_started)?;
-            preemptions = preemptions.checked_add(n_preempted as u64).ok_or_else(counter_overflow)?;
-            peak_blocks = peak_blocks.max(kv.blocks_used());
-            if let Some(x) = extra.as_mut() {
-                x.kv_blocks.push(kv.blocks_used());
-                x.n_preempted.push(n_preempted);
-                x.n_admitted.push(n_admitted);
-            }
-            step = step.checked_add(1).ok_or_else(counter_overflow)?;
-            t = end;
-            continue;
-        }
-
-        // rule 2, decoding requests: all of them, one token each; `crossing` of them take a
-        // new block (enough are free: nobody is preempted, so rule 3 does not apply)
-        let mut left = budget - dec.live;
-        kv.take(crossing);
-        let ctx_dec = dec.sum_c + (dec.live as i128) * (step as i128);
-        let mut shape = StepShape {
-            seqs: dec.live,
-            tokens: dec.live,
-            keys: ctx_dec + dec.live as i128,
-            ctx_tokens: ctx_dec,
-            n_prefill: 0,
-            n_decode: dec.live,
-        };
-        if let Some(l) = log.as_mut() {
-            for &r in &dec.order {
-                if state[r as usize] == DECODING {
-                    l.request_id.push(r as i64);
-                    l.new_tokens.push(1);
-                    l.context_len.push(req[r as usize].c + step);
-                }
-            }
-        }
-        // rule 2, prefilling requests: the rest of their prompt, while the budget lasts
-        pieces.clear();
-        for &r in &prefilling {
-            if left == 0 {
-                break;
-            }
-            let s = req[r];
-            let nt = (s.held as i64 - s.c).min(left);
-            pieces.push((r, nt, s.c));
-            left -= nt;
-        }
-        // rule 4: admission (nobody was preempted)
-        let mut n_admitted = 0i64;
-        while left > 0 && dec.live + (prefilling.len() as i64) < params.max_num_seqs {
-            let Some(&r) = waiting.front() else { break };
-            let tokens = pl[r] + req[r].generated as i64;
-            if !params.chunked_prefill && tokens > left {
-                break;
-            }
-            if !kv.allocate(tokens) {
-                break;
-            }
-            waiting.pop_front();
-            prefilling.push(r);
-            state[r] = PREFILLING;
-            req[r].held = tokens as i32; // <= prompt + output (both <= MAX_REQUEST_TOKENS)
-            req[r].c = 0;
-            let o = rec.out();
-            if o.start_s[r].is_nan() {
-                o.start_s[r] = t;
-                o.batch_id[r] = n_started;
-                n_started += 1;
-            }
-            let nt = if params.chunked_prefill { tokens.min(left) } else { tokens };
-            pieces.push((r, nt, 0));
-            n_admitted += 1;
-            left -= nt;
-        }
-        if shape.seqs == 0 && pieces.is_empty() {
-            return Err(CoreError::invalid(format!(
-                "internal error: at t={t} work is left but nothing could be scheduled"
-            )));
-        }
-
-        // rule 5: the step's shape (integer totals, as the per-step loop sums them) and price
-        for &(r, nt, c) in &pieces {
-            add_entry(&mut shape, log.as_mut(), r, nt, c, req[r].held as i64, false);
-        }
-        if let Some(l) = log.as_mut() {
-            l.offsets.push(l.request_id.len() as i64);
-        }
-        let end = rec.step(t, shape);
-
-        // rule 6, decoding requests: those whose last token this step samples leave
-        while let Some(&Reverse((last, r))) = dec.finish.peek() {
-            if last > step {
-                break;
-            }
-            debug_assert_eq!(last, step, "a decoding request outlived its last token");
-            dec.finish.pop();
-            let r = r as usize;
-            let c = req[r].c;
-            dec.remove(c);
-            kv.free(c + step + 1); // it held every computed token
-            state[r] = DONE;
-            rec.out().finish_s[r] = end;
-        }
-        step = step.checked_add(1).ok_or_else(counter_overflow)?;
-        // rule 6, prefill pieces: a completed prefill samples a token; the completed ones are
-        // the first pieces (only the last piece can be a partial chunk)
-        let mut completed = 0;
-        for &(r, nt, _) in &pieces {
-            let s = &mut req[r];
-            s.c += nt;
-            if s.c < s.held as i64 {
-                break;
-            }
-            completed += 1;
-            s.generated += 1;
-            let o = rec.out();
-            if o.first_token_s[r].is_nan() {
-                o.first_token_s[r] = end;
-            }
-            if s.generated as i64 == ol[r] {
-                o.finish_s[r] = end;
-                kv.free(s.held as i64);
-                s.held = 0;
-                state[r] = DONE;
-            } else {
-                state[r] = DECODING;
-                dec.push(r, s, pl[r], ol[r], step);
-            }
-        }
-        prefilling.drain(..completed);
-        if dec.order.len() > 2 * dec.live as usize + 64 {
-            dec.order.retain(|&r| state[r as usize] == DECODING);
-        }
-        peak_blocks = peak_blocks.max(kv.blocks_used());
-        if let Some(x) = extra.as_mut() {
-            x.kv_blocks.push(kv.blocks_used());
-            x.n_preempted.push(0);
-            x.n_admitted.push(n_admitted);
-        }
-        t = end;
-    }
-    Ok(ContinuousOutput {
-        sim: rec.finish(),
-        reject_code,
-        n_preemptions,
-        preemptions,
-        trace_extra: extra,
-        peak_kv_blocks: peak_blocks,
-        batch_log: log,
-    })
+    Ok(())
 }
 
 fn counter_overflow() -> CoreError {
@@ -718,17 +845,7 @@ impl SlowStep<'_, '_> {
             if s.c < s.held as i64 {
                 continue;
             }
-            s.generated += 1;
-            let o = self.rec.out();
-            if o.first_token_s[r].is_nan() {
-                o.first_token_s[r] = end;
-            }
-            if s.generated as i64 == ol[r] {
-                o.finish_s[r] = end;
-                kv.free(s.held as i64);
-                s.held = 0;
-                state[r] = DONE;
-            }
+            sample_token(self.rec, kv, s, &mut state[r], r, ol[r], end);
         }
 
         // back to aggregates: the decoding requests first, the prefilling ones after (a request
@@ -757,7 +874,7 @@ impl SlowStep<'_, '_> {
 mod tests {
     use super::*;
     use crate::blocks::BlockAllocator;
-    use crate::sim::test_util::{price, pricer};
+    use crate::sim::test_util::{price, pricer, rng};
 
     fn params(seqs: i64, budget: i64, bs: i64, blocks: i64, chunked: bool) -> ContinuousParams {
         ContinuousParams {
@@ -897,13 +1014,7 @@ mod tests {
     /// long pseudo-random sequence of allocate / append / free.
     #[test]
     fn counts_agree_with_the_block_allocator() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = |k: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % k
-        };
+        let mut rnd = rng(0x2545_f491_4f6c_dd1du64);
         for (blocks, bs) in [(1, 1), (3, 2), (8, 4), (20, 16)] {
             let mut real = BlockAllocator::new(blocks, bs, false).unwrap();
             let mut counts = KvCounts::new(blocks, bs);
@@ -940,36 +1051,78 @@ mod tests {
         }
     }
 
+    /// A small pseudo-random workload and card that hit every rare path: tight pools
+    /// (preemption), budgets below the seat count, chunked prefill, block sizes of 1.
+    fn random_case(rnd: &mut impl FnMut(u64) -> u64) -> (Vec<f64>, Vec<i64>, Vec<i64>, ContinuousParams) {
+        let n = 1 + rnd(40) as usize;
+        let mut t = 0.0;
+        let mut a = Vec::new();
+        for _ in 0..n {
+            t += rnd(4) as f64 * 0.003;
+            a.push(t);
+        }
+        let p: Vec<i64> = (0..n).map(|_| 1 + rnd(60) as i64).collect();
+        let l: Vec<i64> = (0..n).map(|_| 1 + rnd(40) as i64).collect();
+        let prm = params(1 + rnd(12) as i64, 1 + rnd(90) as i64, 1 + rnd(8) as i64, 1 + rnd(40) as i64, rnd(2) == 0);
+        (a, p, l, prm)
+    }
+
+    /// A [`Card`] handed the requests one at a time, as a router does (advanced to each
+    /// arrival first, and now and then to a time in between), gives the uninterrupted run bit
+    /// for bit, trace and batch log included; and by each stop it has listed, once each and
+    /// with their final finish times, the requests that finish by then (and maybe those of the
+    /// one step it ran that ends later).
+    #[test]
+    fn stopping_anywhere_changes_nothing() {
+        let mut rnd = rng(0x6a09_e667_f3bc_c908);
+        for case in 0..300 {
+            let (a, p, l, prm) = random_case(&mut rnd);
+            let n = a.len();
+            let want = go(&a, &p, &l, prm);
+            let pr = pricer();
+            let mut card = Card::new(&pr, &prm, rnd(n as u64) as usize, true, true).unwrap();
+            card.track_finished();
+            let mut listed = vec![0; n];
+            let mut stop = |card: &mut Card<'_>, k: usize, until: f64| {
+                card.advance(&Workload::new(&a[..k], &p[..k], &l[..k]).unwrap(), until).unwrap();
+                card.drain_finished(|r, f| {
+                    assert_eq!(f.to_bits(), want.sim.finish_s[r].to_bits(), "case {case} request {r}");
+                    listed[r] += 1;
+                });
+                // every request finished by `until` is listed (NaN, rejected: never); a request
+                // listed early finished in the one step run that ends after `until`
+                let mut early = Vec::new();
+                for r in 0..n {
+                    let f = want.sim.finish_s[r];
+                    assert!(listed[r] <= 1 && (listed[r] == 1) >= (f <= until), "case {case}: request {r} by {until}");
+                    if listed[r] == 1 && f > until {
+                        early.push(f);
+                    }
+                }
+                assert!(early.windows(2).all(|x| x[0] == x[1]), "case {case}: {early:?} by {until}");
+            };
+            for k in 0..n {
+                if k > 0 && rnd(3) == 0 {
+                    let mid = a[k - 1] + (a[k] - a[k - 1]) * rnd(5) as f64 / 4.0;
+                    stop(&mut card, k, mid);
+                }
+                stop(&mut card, k, a[k]);
+            }
+            stop(&mut card, n, f64::INFINITY);
+            // Debug prints each f64 so that it parses back to the same bits (and NaN as NaN)
+            assert_eq!(format!("{:?}", card.finish()), format!("{want:?}"), "case {case} {prm:?}");
+        }
+    }
+
     /// The event-driven engine against the per-step loop it replaces, bit for bit, on small
     /// pseudo-random workloads that hit every rare path: tight pools (preemption), budgets
     /// below the seat count, chunked prefill, block sizes of 1.
     #[test]
     fn events_agree_with_the_per_step_loop() {
         use crate::sim::continuous_per_step::run_per_step;
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = |k: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % k
-        };
+        let mut rnd = rng(0x9e37_79b9_7f4a_7c15u64);
         for case in 0..300 {
-            let n = 1 + rnd(40) as usize;
-            let mut t = 0.0;
-            let mut a = Vec::new();
-            for _ in 0..n {
-                t += rnd(4) as f64 * 0.003;
-                a.push(t);
-            }
-            let p: Vec<i64> = (0..n).map(|_| 1 + rnd(60) as i64).collect();
-            let l: Vec<i64> = (0..n).map(|_| 1 + rnd(40) as i64).collect();
-            let prm = params(
-                1 + rnd(12) as i64,
-                1 + rnd(90) as i64,
-                1 + rnd(8) as i64,
-                1 + rnd(40) as i64,
-                rnd(2) == 0,
-            );
+            let (a, p, l, prm) = random_case(&mut rnd);
             let w = Workload::new(&a, &p, &l).unwrap();
             let trace = case % 2 == 0;
             let want = run_per_step(&pricer(), &w, &prm, trace, trace);

@@ -1,5 +1,6 @@
 //! Data parallelism (course project §8.1, milestone 1): `n` identical cards, each running
-//! continuous batching (`continuous.rs`, unchanged) on the requests a [`Router`] sends it.
+//! continuous batching (`continuous.rs`'s resumable [`continuous::Card`], fed by `pool.rs`) on
+//! the requests a [`Router`] sends it.
 //!
 //! Each card is simulated on its own requests alone, so a card's clock, batches and KV pool are
 //! exactly those of one card serving that sub-workload: with one replica the run *is*
@@ -8,7 +9,8 @@
 //! [`PoolOutput`] keeps them per card too.
 
 use super::continuous::{self, ContinuousParams};
-use super::router::{by_card, check_cards, route, Router};
+use super::pool::{serve, PoolRequests};
+use super::router::{check_cards, Router};
 use super::{Recorder, SimOutput, Workload};
 use crate::cost::Pricer;
 use crate::error::CoreResult;
@@ -24,15 +26,6 @@ pub struct PoolOutput {
     pub card_busy_s: Vec<f64>,
     pub card_steps: Vec<u64>,
     pub card_peak_kv_blocks: Vec<i64>,
-}
-
-/// Columns `(arrival, prompt, output)` of the requests at `idx`.
-pub(crate) fn subset(w: &Workload<'_>, idx: &[usize]) -> (Vec<f64>, Vec<i64>, Vec<i64>) {
-    (
-        idx.iter().map(|&i| w.arrival_s[i]).collect(),
-        idx.iter().map(|&i| w.prompt_len[i]).collect(),
-        idx.iter().map(|&i| w.output_len[i]).collect(),
-    )
 }
 
 /// An empty output for `n` requests and `cards` cards, to gather card runs into.
@@ -81,17 +74,20 @@ pub fn run(
 ) -> CoreResult<PoolOutput> {
     params.validate()?;
     let cards = check_cards("n_replicas", n_replicas)?;
-    let one_card = |idx: &[usize]| -> CoreResult<continuous::ContinuousOutput> {
-        let (a, p, l) = subset(w, idx);
-        continuous::run(pricer, &Workload::new(&a, &p, &l)?, params, false, false)
+    let order: Vec<usize> = (0..w.len()).collect();
+    let reqs = PoolRequests {
+        order: &order,
+        arrival: w.arrival_s,
+        prompt: w.prompt_len,
+        output: w.output_len,
+        one_token: false,
     };
-    let weight: Vec<i64> = (0..w.len()).map(|i| w.prompt_len[i] + w.output_len[i]).collect();
-    let card = route(w.arrival_s, &weight, cards, router, |_, idx| Ok(one_card(idx)?.sim.finish_s))?;
     let mut out = empty(pricer, w.len(), cards);
-    for (c, idx) in by_card(&card, cards).iter().enumerate() {
-        let o = one_card(idx)?;
-        out.gather(c, idx, &o.sim, o.peak_kv_blocks);
-        for (k, &i) in idx.iter().enumerate() {
+    let new_card = || continuous::Card::new(pricer, params, 0, false, false);
+    for (c, card) in serve(cards, new_card, reqs, router)?.into_iter().enumerate() {
+        let o = card.sim.finish();
+        out.gather(c, &card.idx, &o.sim, o.peak_kv_blocks);
+        for (k, &i) in card.idx.iter().enumerate() {
             out.reject_code[i] = o.reject_code[k];
             out.n_preemptions[i] = o.n_preemptions[k];
         }
@@ -102,17 +98,8 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::test_util::pricer;
+    use crate::sim::test_util::{card_params as params, pricer, rng};
 
-    fn params() -> ContinuousParams {
-        ContinuousParams {
-            max_num_seqs: 8,
-            max_num_batched_tokens: 512,
-            block_size: 16,
-            num_blocks: 64,
-            chunked_prefill: false,
-        }
-    }
 
     #[test]
     fn one_replica_is_one_card() {
@@ -140,17 +127,12 @@ mod tests {
         assert_eq!(got.card_busy_s[0], alone.sim.busy_s);
     }
 
-    /// Least-tokens replays a card only from its last idle point; replaying every card from its
-    /// start before every choice (the plain definition) must route every request the same way.
+    /// Least-tokens advances each card step by step between arrivals; replaying every card from
+    /// its start before every choice (the plain definition) must route every request the same
+    /// way, and each card's run must be the lone run of its requests.
     #[test]
-    fn idle_point_replays_route_as_full_replays() {
-        let mut seed = 0x51_7cc1_b727_220au64;
-        let mut rnd = |k: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % k
-        };
+    fn incremental_cards_route_as_full_replays() {
+        let mut rnd = rng(0x51_7cc1_b727_220a);
         for case in 0..200 {
             let n = 1 + rnd(50) as usize;
             let mut t = 0.0;
@@ -159,28 +141,36 @@ mod tests {
                 t += [0.0, 0.002, 0.02, 0.3][rnd(4) as usize] * rnd(3) as f64;
                 a.push(t);
             }
-            let p: Vec<i64> = (0..n).map(|_| 1 + rnd(400) as i64).collect();
+            // some prompts over the 512-token budget: rejected at once, they weigh nothing
+            let p: Vec<i64> = (0..n).map(|_| 1 + rnd(560) as i64).collect();
             let l: Vec<i64> = (0..n).map(|_| 1 + rnd(40) as i64).collect();
             let w = Workload::new(&a, &p, &l).unwrap();
             let prm = ContinuousParams { num_blocks: 8 + rnd(60) as i64, ..params() };
             let cards = 2 + rnd(3) as usize;
-            let finish = |idx: &[usize]| {
-                let (a, p, l) = subset(&w, idx);
-                continuous::run(&pricer(), &Workload::new(&a, &p, &l).unwrap(), &prm, false, false).unwrap().sim.finish_s
+            let alone = |idx: &[usize]| {
+                let col = |v: &[i64]| idx.iter().map(|&i| v[i]).collect::<Vec<_>>();
+                let at: Vec<f64> = idx.iter().map(|&i| a[i]).collect();
+                continuous::run(&pricer(), &Workload::new(&at, &col(&p), &col(&l)).unwrap(), &prm, false, false).unwrap()
             };
-            let weight: Vec<i64> = (0..n).map(|i| p[i] + l[i]).collect();
-            let got = route(&a, &weight, cards, Router::LeastTokens, |_, idx| Ok(finish(idx))).unwrap();
+            let got = run(&pricer(), &w, &prm, cards as i64, Router::LeastTokens).unwrap();
             // the plain definition
-            let mut want: Vec<u32> = Vec::new();
+            let mut want: Vec<i64> = Vec::new();
             for k in 0..n {
                 let load = |c: usize| -> i64 {
                     let idx: Vec<usize> = (0..k).filter(|&j| want[j] as usize == c).collect();
-                    let f = if idx.is_empty() { Vec::new() } else { finish(&idx) };
-                    idx.iter().zip(f).filter(|&(_, f)| f > a[k]).map(|(&j, _)| weight[j]).sum()
+                    let f = if idx.is_empty() { Vec::new() } else { alone(&idx).sim.finish_s };
+                    idx.iter().zip(f).filter(|&(_, f)| f > a[k]).map(|(&j, _)| p[j] + l[j]).sum()
                 };
-                want.push((0..cards).min_by_key(|&c| (load(c), c)).unwrap() as u32);
+                want.push((0..cards).min_by_key(|&c| (load(c), c)).unwrap() as i64);
             }
-            assert_eq!(got, want, "case {case}");
+            assert_eq!(got.card, want, "case {case}");
+            for c in 0..cards {
+                let idx: Vec<usize> = (0..n).filter(|&j| want[j] as usize == c).collect();
+                let o = alone(&idx);
+                let mine: Vec<f64> = idx.iter().map(|&i| got.sim.finish_s[i]).collect();
+                assert_eq!(format!("{mine:?}"), format!("{:?}", o.sim.finish_s), "case {case} card {c}");
+                assert_eq!(got.card_busy_s[c].to_bits(), o.sim.busy_s.to_bits(), "case {case} card {c}");
+            }
         }
     }
 }

@@ -25,7 +25,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use super::continuous::{ContinuousParams, KvCounts, REJECT_BLOCKS, REJECT_NONE};
-use super::{Recorder, SimOutput, StepShape};
+use super::{Recorder, SimOutput, StepShape, Workload};
 use crate::cost::Pricer;
 use crate::error::{CoreError, CoreResult};
 
@@ -47,82 +47,154 @@ pub fn run(
     output: &[i64],
     params: &ContinuousParams,
 ) -> CoreResult<DecodeOutput> {
-    params.validate()?;
-    let n = ready_s.len();
-    let mut rec = Recorder::new(pricer, n, false);
-    let mut reject_code = vec![REJECT_NONE; n];
-    let mut kv = KvCounts::new(params.num_blocks, params.block_size);
-    let seats = params.max_num_seqs.min(params.max_num_batched_tokens);
-    let need = |r: usize| prompt[r] + output[r] - 1;
-    let mut waiting: VecDeque<usize> = VecDeque::new();
-    // (last step, request); a running request admitted before step s0 has context
-    // prompt + s - s0 in step s, so we keep c = prompt - s0 and sum it
-    let mut last: BinaryHeap<Reverse<(i64, usize)>> = BinaryHeap::new();
-    let (mut live, mut sum_c) = (0i64, 0i128);
-    let mut c_of = vec![0i64; n];
-    let (mut next, mut step, mut t, mut peak) = (0usize, 0i64, 0.0f64, 0i64);
-    let mut n_started = 0i64;
-    loop {
-        while next < n && ready_s[next] <= t {
-            if output[next] < 2 {
-                return Err(CoreError::invalid(format!(
-                    "output_len[{next}] must be >= 2 on a decode card, got {}",
-                    output[next]
-                )));
-            }
-            if (need(next) + params.block_size - 1) / params.block_size > params.num_blocks {
-                reject_code[next] = REJECT_BLOCKS;
-                rec.out().rejected[next] = true;
-            } else {
-                waiting.push_back(next);
-            }
-            next += 1;
-        }
-        while live < seats {
-            let Some(&r) = waiting.front() else { break };
-            if !kv.allocate(need(r)) {
-                break;
-            }
-            waiting.pop_front();
-            live += 1;
-            c_of[r] = prompt[r] - step;
-            sum_c += c_of[r] as i128;
-            last.push(Reverse((step + output[r] - 2, r)));
-            let o = rec.out();
-            o.start_s[r] = t;
-            o.batch_id[r] = n_started;
-            n_started += 1;
-        }
-        if live == 0 {
-            if next == n {
-                break;
-            }
-            // nothing runs, so the pool is empty and the queue too (anything fits an empty pool)
-            t = ready_s[next];
-            continue;
-        }
-        peak = peak.max(kv.blocks_used());
-        let end = rec.step(t, StepShape::decode(live, sum_c + live as i128 * step as i128, live));
-        while let Some(&Reverse((l, r))) = last.peek() {
-            if l > step {
-                break;
-            }
-            last.pop();
-            live -= 1;
-            sum_c -= c_of[r] as i128;
-            kv.free(need(r));
-            rec.out().finish_s[r] = end;
-        }
-        step += 1;
-        t = end;
+    let mut card = DecodeCard::new(pricer, params, ready_s.len())?;
+    card.advance(&Workload { arrival_s: ready_s, prompt_len: prompt, output_len: output }, f64::INFINITY)?;
+    Ok(card.finish())
+}
+
+/// A decode card, resumable as `continuous::Card` is (the same argument: it stops at the top
+/// of its loop, before the arrivals and admissions of a step that starts at `until` or later).
+pub struct DecodeCard<'p> {
+    params: ContinuousParams,
+    rec: Recorder<'p>,
+    reject_code: Vec<i8>,
+    kv: KvCounts,
+    waiting: VecDeque<usize>,
+    /// (last step, request); a running request admitted before step s0 has context
+    /// prompt + s - s0 in step s, so we keep c = prompt - s0 and sum it
+    last: BinaryHeap<Reverse<(i64, usize)>>,
+    live: i64,
+    sum_c: i128,
+    c_of: Vec<i64>,
+    next: usize,
+    step: i64,
+    t: f64,
+    peak: i64,
+    n_started: i64,
+}
+
+impl<'p> DecodeCard<'p> {
+    pub fn new(pricer: &'p Pricer, params: &ContinuousParams, n: usize) -> CoreResult<Self> {
+        params.validate()?;
+        Ok(DecodeCard {
+            params: *params,
+            rec: Recorder::new(pricer, n, false),
+            reject_code: vec![REJECT_NONE; n],
+            kv: KvCounts::new(params.num_blocks, params.block_size),
+            waiting: VecDeque::new(),
+            last: BinaryHeap::new(),
+            live: 0,
+            sum_c: 0,
+            c_of: vec![0; n],
+            next: 0,
+            step: 0,
+            t: 0.0,
+            peak: 0,
+            n_started: 0,
+        })
     }
-    Ok(DecodeOutput { sim: rec.finish(), reject_code, peak_kv_blocks: peak })
+
+    /// From now on, list the requests that finish, for [`DecodeCard::drain_finished`].
+    pub fn track_finished(&mut self) {
+        self.rec.track_finished();
+    }
+
+    /// Calls `f(request, finish_s)` for each request finished since the last call.
+    pub fn drain_finished(&mut self, f: impl FnMut(usize, f64)) {
+        self.rec.drain_finished(f);
+    }
+
+    /// Whether a request of these lengths could never fit this card (rejected at arrival).
+    pub fn rejects(&self, prompt: i64, output: i64) -> bool {
+        let p = &self.params;
+        (prompt + output - 1 + p.block_size - 1) / p.block_size > p.num_blocks
+    }
+
+    /// Runs every step that starts before `until` over `w` (`arrival_s`: when each request's
+    /// KV is ready), a workload of which every earlier call saw a prefix.
+    pub fn advance(&mut self, w: &Workload<'_>, until: f64) -> CoreResult<()> {
+        let (ready_s, prompt, output) = (w.arrival_s, w.prompt_len, w.output_len);
+        let n = w.len();
+        if n > self.c_of.len() {
+            self.rec.grow(n);
+            self.reject_code.resize(n, REJECT_NONE);
+            self.c_of.resize(n, 0);
+        }
+        let params = self.params;
+        let seats = params.max_num_seqs.min(params.max_num_batched_tokens);
+        let need = |r: usize| prompt[r] + output[r] - 1;
+        let s = self;
+        loop {
+            while s.next < n && ready_s[s.next] <= s.t {
+                let r = s.next;
+                if output[r] < 2 {
+                    return Err(CoreError::invalid(format!(
+                        "output_len[{r}] must be >= 2 on a decode card, got {}",
+                        output[r]
+                    )));
+                }
+                if s.rejects(prompt[r], output[r]) {
+                    s.reject_code[r] = REJECT_BLOCKS;
+                    s.rec.out().rejected[r] = true;
+                } else {
+                    s.waiting.push_back(r);
+                }
+                s.next += 1;
+            }
+            if s.live == 0 && s.waiting.is_empty() {
+                if s.next == n {
+                    return Ok(()); // done, unless more requests come
+                }
+                s.t = ready_s[s.next];
+                continue;
+            }
+            if s.t >= until {
+                return Ok(());
+            }
+            // admission; with nothing running the first one always fits (an empty pool holds
+            // any request that was not rejected), so a step follows
+            while s.live < seats {
+                let Some(&r) = s.waiting.front() else { break };
+                if !s.kv.allocate(need(r)) {
+                    break;
+                }
+                s.waiting.pop_front();
+                s.live += 1;
+                s.c_of[r] = prompt[r] - s.step;
+                s.sum_c += s.c_of[r] as i128;
+                s.last.push(Reverse((s.step + output[r] - 2, r)));
+                let o = s.rec.out();
+                o.start_s[r] = s.t;
+                o.batch_id[r] = s.n_started;
+                s.n_started += 1;
+            }
+            s.peak = s.peak.max(s.kv.blocks_used());
+            let shape = StepShape::decode(s.live, s.sum_c + s.live as i128 * s.step as i128, s.live);
+            let end = s.rec.step(s.t, shape);
+            while let Some(&Reverse((l, r))) = s.last.peek() {
+                if l > s.step {
+                    break;
+                }
+                s.last.pop();
+                s.live -= 1;
+                s.sum_c -= s.c_of[r] as i128;
+                s.kv.free(need(r));
+                s.rec.set_finish(r, end);
+            }
+            s.step += 1;
+            s.t = end;
+        }
+    }
+
+    pub fn finish(self) -> DecodeOutput {
+        DecodeOutput { sim: self.rec.finish(), reject_code: self.reject_code, peak_kv_blocks: self.peak }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::test_util::{price, pricer};
+    use crate::sim::test_util::{price, pricer, rng};
 
     fn params(seqs: i64, blocks: i64) -> ContinuousParams {
         ContinuousParams {
@@ -158,5 +230,36 @@ mod tests {
         // too big for the pool: rejected, never a hang
         let o3 = run(&pricer(), &[0.0], &[40], &[2], &params(8, 3)).unwrap();
         assert_eq!(o3.reject_code, vec![REJECT_BLOCKS]);
+    }
+    /// Handed its requests one at a time (advanced to each arrival first), a card gives the
+    /// uninterrupted run bit for bit, and lists each request once as it finishes.
+    #[test]
+    fn stopping_anywhere_changes_nothing() {
+        let mut rnd = rng(0xbb67_ae85_84ca_a73b);
+        for case in 0..200 {
+            let n = 1 + rnd(30) as usize;
+            let mut t = 0.0;
+            let ready: Vec<f64> = (0..n).map(|_| { t += rnd(3) as f64 * 0.004; t }).collect();
+            let p: Vec<i64> = (0..n).map(|_| 1 + rnd(40) as i64).collect();
+            let l: Vec<i64> = (0..n).map(|_| 2 + rnd(30) as i64).collect();
+            let prm = params(1 + rnd(6) as i64, 4 + rnd(40) as i64);
+            let want = run(&pricer(), &ready, &p, &l, &prm).unwrap();
+            let pr = pricer();
+            let mut card = DecodeCard::new(&pr, &prm, 0).unwrap();
+            card.track_finished();
+            let mut listed = vec![0; n];
+            for k in 0..=n {
+                let until = if k < n { ready[k] } else { f64::INFINITY };
+                let w = Workload { arrival_s: &ready[..k], prompt_len: &p[..k], output_len: &l[..k] };
+                card.advance(&w, until).unwrap();
+                card.drain_finished(|r, f| {
+                    assert_eq!(f.to_bits(), want.sim.finish_s[r].to_bits(), "case {case}");
+                    listed[r] += 1;
+                });
+            }
+            let served = want.reject_code.iter().map(|&c| (c == REJECT_NONE) as i32).collect::<Vec<_>>();
+            assert_eq!(listed, served, "case {case}");
+            assert_eq!(format!("{:?}", card.finish()), format!("{want:?}"), "case {case}");
+        }
     }
 }

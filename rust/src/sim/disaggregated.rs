@@ -22,9 +22,10 @@
 //! Both pools use the same `ContinuousParams` (seats, token budget, KV blocks per card).
 
 use super::continuous::{self, ContinuousParams, REJECT_BLOCKS, REJECT_BUDGET, REJECT_NONE};
-use super::data_parallel::{empty, subset, PoolOutput};
-use super::decode_pool;
-use super::router::{by_card, check_cards, route, Router};
+use super::data_parallel::{empty, PoolOutput};
+use super::decode_pool::DecodeCard;
+use super::pool::{serve, PoolRequests};
+use super::router::{check_cards, Router};
 use super::Workload;
 use crate::cost::{fmt_f64, Pricer};
 use crate::error::{CoreError, CoreResult};
@@ -112,18 +113,11 @@ pub fn run(
     }
 
     // 2. the prefill pool: continuous batching of one-token requests
-    let prefill_card = |idx: &[usize]| -> CoreResult<continuous::ContinuousOutput> {
-        let (a, p, _) = subset(w, idx);
-        continuous::run(pricer, &Workload::new(&a, &p, &vec![1; idx.len()])?, params, false, false)
-    };
-    let at: Vec<f64> = served.iter().map(|&i| w.arrival_s[i]).collect();
-    let weight: Vec<i64> = served.iter().map(|&i| pl[i] + ol[i]).collect();
-    let to_req = |pos: &[usize], of: &[usize]| pos.iter().map(|&k| of[k]).collect::<Vec<_>>();
-    let card = route(&at, &weight, np, router, |_, pos| Ok(prefill_card(&to_req(pos, &served))?.sim.finish_s))?;
-    for (c, pos) in by_card(&card, np).iter().enumerate() {
-        let idx = to_req(pos, &served);
-        let o = prefill_card(&idx)?;
-        out.gather(c, &idx, &o.sim, o.peak_kv_blocks);
+    let prefill = PoolRequests { order: &served, arrival: w.arrival_s, prompt: pl, output: ol, one_token: true };
+    let new_card = || continuous::Card::new(pricer, params, 0, false, false);
+    for (c, card) in serve(np, new_card, prefill, router)?.into_iter().enumerate() {
+        let o = card.sim.finish();
+        out.gather(c, &card.idx, &o.sim, o.peak_kv_blocks);
     }
 
     // 3. the link
@@ -139,16 +133,8 @@ pub fn run(
     decoding.sort_by(|&x, &y| ready_s[x].total_cmp(&ready_s[y]));
 
     // 4. the decode pool
-    let decode_card = |idx: &[usize]| -> CoreResult<decode_pool::DecodeOutput> {
-        let r: Vec<f64> = idx.iter().map(|&i| ready_s[i]).collect();
-        let (_, p, l) = subset(w, idx);
-        decode_pool::run(pricer, &r, &p, &l, params)
-    };
-    let at: Vec<f64> = decoding.iter().map(|&i| ready_s[i]).collect();
-    let weight: Vec<i64> = decoding.iter().map(|&i| pl[i] + ol[i]).collect();
-    let dcard = route(&at, &weight, nd, router, |_, pos| Ok(decode_card(&to_req(pos, &decoding))?.sim.finish_s))?;
     let mut res = DisaggOutput {
-        ready_s: ready_s.clone(),
+        ready_s,
         decode_start_s: vec![f64::NAN; n],
         decode_card: vec![-1; n],
         decode_busy_s: vec![0.0; nd],
@@ -159,10 +145,10 @@ pub fn run(
     for i in served.iter().copied().filter(|&i| ol[i] < 2) {
         res.pool.sim.finish_s[i] = res.pool.sim.first_token_s[i];
     }
-    for (c, pos) in by_card(&dcard, nd).iter().enumerate() {
-        let idx = to_req(pos, &decoding);
-        let o = decode_card(&idx)?;
-        for (k, &i) in idx.iter().enumerate() {
+    let decode = PoolRequests { order: &decoding, arrival: &res.ready_s, prompt: pl, output: ol, one_token: false };
+    for (c, card) in serve(nd, || DecodeCard::new(pricer, params, 0), decode, router)?.into_iter().enumerate() {
+        let o = card.sim.finish();
+        for (k, &i) in card.idx.iter().enumerate() {
             if o.reject_code[k] != REJECT_NONE {
                 // step 1 rules this out (a decode card holds as many blocks as the check assumed)
                 return Err(CoreError::invalid(format!("internal error: request {i} does not fit a decode card")));
@@ -186,17 +172,8 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::test_util::{price, pricer};
+    use crate::sim::test_util::{card_params as params, price, pricer};
 
-    fn params() -> ContinuousParams {
-        ContinuousParams {
-            max_num_seqs: 8,
-            max_num_batched_tokens: 512,
-            block_size: 16,
-            num_blocks: 64,
-            chunked_prefill: false,
-        }
-    }
 
     /// One request by hand: prefill alone, the link, then two decodes alone.
     #[test]

@@ -44,6 +44,7 @@ pub mod data_parallel;
 pub mod decode_pool;
 pub mod disaggregated;
 pub mod fixed_service;
+pub mod pool;
 pub mod router;
 pub mod static_batching;
 
@@ -214,6 +215,8 @@ fn to_f64(x: i128) -> f64 {
 pub(crate) struct Recorder<'p> {
     pricer: &'p Pricer,
     out: SimOutput,
+    /// with [`Recorder::track_finished`]: requests finished since the last drain
+    finished: Option<Vec<u32>>,
 }
 
 impl<'p> Recorder<'p> {
@@ -232,6 +235,45 @@ impl<'p> Recorder<'p> {
                 peak_kv_tokens: 0,
                 trace: trace.then(StepTrace::default),
             },
+            finished: None,
+        }
+    }
+
+    /// From now on, list the requests that finish, for [`Recorder::drain_finished`] (what a
+    /// router needs of a resumable card; a lone run does not pay for the list).
+    pub(crate) fn track_finished(&mut self) {
+        self.finished.get_or_insert_with(Vec::new);
+    }
+
+    /// Request `r` (an index below `u32::MAX`) finishes at `end`.
+    #[inline]
+    pub(crate) fn set_finish(&mut self, r: usize, end: f64) {
+        self.out.finish_s[r] = end;
+        if let Some(list) = self.finished.as_mut() {
+            list.push(r as u32);
+        }
+    }
+
+    /// Calls `f(request, finish_s)` for each request finished since the last call, in the
+    /// order they finished.
+    pub(crate) fn drain_finished(&mut self, mut f: impl FnMut(usize, f64)) {
+        if let Some(list) = self.finished.as_mut() {
+            for r in list.drain(..) {
+                f(r as usize, self.out.finish_s[r as usize]);
+            }
+        }
+    }
+
+    /// Makes room for requests up to `n` (a resumable card is handed requests as it runs):
+    /// the new ones start as a fresh recorder's do.
+    pub(crate) fn grow(&mut self, n: usize) {
+        let o = &mut self.out;
+        if n > o.start_s.len() {
+            o.start_s.resize(n, f64::NAN);
+            o.first_token_s.resize(n, f64::NAN);
+            o.finish_s.resize(n, f64::NAN);
+            o.rejected.resize(n, false);
+            o.batch_id.resize(n, -1);
         }
     }
 
@@ -284,6 +326,27 @@ pub(crate) mod test_util {
     /// Llama-3-8B on an H100 with the lecture's efficiency.
     pub fn pricer() -> Pricer {
         Pricer::new(&llama3_8b(), &h100(), &Efficiency::default()).unwrap()
+    }
+
+    /// A small card: 8 seats, a 512-token budget, 64 blocks of 16 tokens, no chunked prefill.
+    pub fn card_params() -> crate::sim::continuous::ContinuousParams {
+        crate::sim::continuous::ContinuousParams {
+            max_num_seqs: 8,
+            max_num_batched_tokens: 512,
+            block_size: 16,
+            num_blocks: 64,
+            chunked_prefill: false,
+        }
+    }
+
+    /// A seeded xorshift64 for the tests' pseudo-random cases: `rnd(k)` is a number in `0..k`.
+    pub fn rng(mut seed: u64) -> impl FnMut(u64) -> u64 {
+        move |k| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % k
+        }
     }
 
     /// The price of one step given as `(new_tokens, context_len)` per sequence, through the

@@ -13,19 +13,17 @@
 //! variant here whose choice reads the cards' cached prefixes (the hook: [`route`] already
 //! hands the choice the cards' state at the arrival time).
 //!
-//! # Exact, and what it costs
+//! # Exact, and at the cost of one run per card
 //!
-//! Which requests of a card have finished (or been rejected) by time `t` depends only on the
-//! requests routed to it so far, all of which arrived by `t`: later arrivals join steps that
-//! start at their arrival or later. So [`route`] asks the card's simulator (the `finish`
-//! callback: the same code that runs the card for real) for the finish times of its requests
-//! so far, and asks again only when the card has been sent a request since. It need not
-//! replay the card from its start: once every request routed before some request `r` has
-//! finished by `r`'s arrival, the card is empty then (no KV, nothing queued), and a run from
-//! `r` on gives the same times; so each simulation starts from the last such idle point. Round
-//! robin never asks. Least-tokens runs a card again about once per request routed to it, over
-//! its current busy period: cheap at moderate load, but as `n^2 / cards` when a card never
-//! empties (an overloaded one). `make bench` shows both.
+//! Which requests of a card have finished by time `t` depends only on the requests routed to
+//! it so far, all of which arrived by `t`: a step that ends by `t` started before `t`, and a
+//! step only serves requests that arrived by its start. So the cards are resumable
+//! ([`Card`], over `continuous::Card`): before choosing a card for a request arriving at `t`,
+//! [`route`] runs each card forward over the steps that start before `t` and collects the
+//! requests those steps finished. No card is ever run twice: least-tokens costs one run of
+//! each card plus `O(cards)` per request, as round robin does (`make bench` shows both). The
+//! test `incremental_cards_route_as_full_replays` (`data_parallel.rs`) checks the choices
+//! against the plain definition, every card replayed from its start before every choice.
 
 use crate::error::{CoreError, CoreResult};
 
@@ -60,77 +58,66 @@ pub fn check_cards(name: &str, n: i64) -> CoreResult<usize> {
     Ok(n as usize)
 }
 
+/// A card as the router drives it: handed requests one at a time in arrival order, and run
+/// forward in time in between.
+pub(crate) trait Card {
+    /// Hands it the request at routing position `pos`; false if it rejects the request at
+    /// once (one that could never run holds no tokens).
+    fn push(&mut self, pos: usize) -> CoreResult<bool>;
+    /// Runs every step that starts before `t` (`f64::INFINITY`: to the end).
+    fn advance(&mut self, t: f64) -> CoreResult<()>;
+    /// Calls `f(k, finish_s)` for each request finished since the last call, `k` its rank
+    /// among the requests pushed to this card.
+    fn drain_finished(&mut self, f: &mut dyn FnMut(usize, f64));
+}
+
 /// What the router knows of one card.
 #[derive(Default)]
 struct CardView {
     /// positions routed to it, in routing order
     routed: Vec<usize>,
-    /// `routed[base..]` is what the next simulation must replay: every request before it had
-    /// finished when `routed[base]` arrived, so the card was empty then (an idle point)
-    base: usize,
-    /// how many of `routed` the last simulation covered
-    simulated: usize,
-    /// positions not known to have finished
-    live: Vec<usize>,
+    /// (position, finish time) of finished requests not yet known to be done by the clock (at
+    /// most those of the one step that ends after it)
+    ending: Vec<(usize, f64)>,
+    /// tokens of the routed requests not finished by the clock
     outstanding: i64,
 }
 
-/// Routes positions `0..at.len()` (times `at`, nondecreasing) onto `n_cards` cards; returns
-/// the card of each. `finish(card, positions)` simulates that card serving `positions` (in
-/// order, from an empty card) and returns their finish times (NaN: rejected, nothing
-/// outstanding).
-pub fn route<F>(at: &[f64], weight: &[i64], n_cards: usize, router: Router, mut finish: F) -> CoreResult<Vec<u32>>
-where
-    F: FnMut(usize, &[usize]) -> CoreResult<Vec<f64>>,
-{
-    let n = at.len();
-    if router == Router::RoundRobin || n_cards == 1 {
-        return Ok((0..n).map(|k| (k % n_cards) as u32).collect());
-    }
-    let mut cards: Vec<CardView> = (0..n_cards).map(|_| CardView::default()).collect();
-    // finish time of each position from its card's last simulation (+inf: not simulated yet)
-    let mut fin = vec![f64::INFINITY; n];
-    let mut out = Vec::with_capacity(n);
-    for k in 0..n {
-        let t = at[k];
-        for (c, card) in cards.iter_mut().enumerate() {
-            // requests routed since the last simulation may change later finish times (and
-            // may be rejected at once): simulate again, from the last idle point
-            if card.simulated < card.routed.len() {
-                let tail = &card.routed[card.base..];
-                for (&j, f) in tail.iter().zip(finish(c, tail)?) {
-                    fin[j] = f;
+/// Routes positions `0..at.len()` (times `at`, nondecreasing, each holding `weight` tokens)
+/// onto `cards`, then runs every card to the end; returns the card of each position.
+pub(crate) fn route<C: Card>(at: &[f64], weight: &[i64], cards: &mut [C], router: Router) -> CoreResult<Vec<u32>> {
+    let n_cards = cards.len();
+    let mut out = Vec::with_capacity(at.len());
+    let mut views: Vec<CardView> = (0..n_cards).map(|_| CardView::default()).collect();
+    for (k, &t) in at.iter().enumerate() {
+        let best = match router {
+            _ if n_cards == 1 => 0,
+            Router::RoundRobin => k % n_cards,
+            Router::LeastTokens => {
+                for (card, view) in cards.iter_mut().zip(views.iter_mut()) {
+                    card.advance(t)?;
+                    let CardView { routed, ending, outstanding } = view;
+                    card.drain_finished(&mut |m, f| ending.push((routed[m], f)));
+                    ending.retain(|&(j, f)| {
+                        let done = f <= t;
+                        if done {
+                            *outstanding -= weight[j];
+                        }
+                        !done
+                    });
                 }
-                card.simulated = card.routed.len();
-                // the last idle point: every finish before it is at most t, hence exact
-                let mut latest = f64::NEG_INFINITY;
-                let mut idle = card.base;
-                for (m, &j) in tail.iter().enumerate() {
-                    if m > 0 && latest <= at[j] {
-                        idle = card.base + m;
-                    }
-                    if fin[j] > latest {
-                        latest = fin[j]; // a NaN (rejected at arrival) never raises it
-                    }
-                }
-                card.base = idle;
+                (0..n_cards).min_by_key(|&c| (views[c].outstanding, c)).expect("n_cards >= 1")
             }
-            let CardView { live, outstanding, .. } = card;
-            live.retain(|&j| {
-                // finished by t, or rejected (NaN)
-                let done = fin[j].is_nan() || fin[j] <= t;
-                if done {
-                    *outstanding -= weight[j];
-                }
-                !done
-            });
+        };
+        let view = &mut views[best];
+        if cards[best].push(k)? {
+            view.outstanding += weight[k];
         }
-        let best = (0..n_cards).min_by_key(|&c| (cards[c].outstanding, c)).expect("n_cards >= 1");
-        let card = &mut cards[best];
-        card.routed.push(k);
-        card.live.push(k);
-        card.outstanding += weight[k];
+        view.routed.push(k);
         out.push(best as u32);
+    }
+    for card in cards.iter_mut() {
+        card.advance(f64::INFINITY)?;
     }
     Ok(out)
 }
@@ -148,21 +135,49 @@ pub fn by_card(card: &[u32], n_cards: usize) -> Vec<Vec<usize>> {
 mod tests {
     use super::*;
 
+    /// A card that serves each request in exactly one second, whatever else it holds.
+    #[derive(Default)]
+    struct OneSecond<'a> {
+        at: &'a [f64],
+        pushed: Vec<usize>,
+        reported: usize,
+        clock: f64,
+    }
+
+    impl Card for OneSecond<'_> {
+        fn push(&mut self, pos: usize) -> CoreResult<bool> {
+            self.pushed.push(pos);
+            Ok(true)
+        }
+        fn advance(&mut self, t: f64) -> CoreResult<()> {
+            self.clock = t;
+            Ok(())
+        }
+        fn drain_finished(&mut self, f: &mut dyn FnMut(usize, f64)) {
+            while self.reported < self.pushed.len() && self.at[self.pushed[self.reported]] + 1.0 <= self.clock {
+                f(self.reported, self.at[self.pushed[self.reported]] + 1.0);
+                self.reported += 1;
+            }
+        }
+    }
+
+    fn cards(at: &[f64], n: usize) -> Vec<OneSecond<'_>> {
+        (0..n).map(|_| OneSecond { at, ..Default::default() }).collect()
+    }
+
     #[test]
     fn round_robin_cycles() {
         let at = [0.0; 5];
-        let got = route(&at, &[1; 5], 2, Router::RoundRobin, |_, _| unreachable!()).unwrap();
+        let got = route(&at, &[1; 5], &mut cards(&at, 2), Router::RoundRobin).unwrap();
         assert_eq!(got, vec![0, 1, 0, 1, 0]);
     }
 
-    /// Fixed service of 1 s per request: request 0 (weight 10) ends at 1.0, so at t = 1.0 card
-    /// 0 is empty again and takes request 2, while card 1 still holds request 1.
+    /// Request 0 (weight 10) ends at 1.0, so at t = 1.0 card 0 is empty again and takes
+    /// request 2, while card 1 still holds request 1.
     #[test]
     fn least_tokens_sees_finishes() {
         let at = [0.0, 0.5, 1.0, 1.0];
-        let w = [10, 3, 5, 1];
-        let sim = |_: usize, pos: &[usize]| Ok(pos.iter().map(|&k| at[k] + 1.0).collect());
-        let got = route(&at, &w, 2, Router::LeastTokens, sim).unwrap();
+        let got = route(&at, &[10, 3, 5, 1], &mut cards(&at, 2), Router::LeastTokens).unwrap();
         // k=0 -> card 0 (tie); k=1 -> card 1 (3 < 10); k=2 at 1.0: card 0 has 0 left -> 0;
         // k=3: card 0 has 5, card 1 has 3 -> 1
         assert_eq!(got, vec![0, 1, 0, 1]);

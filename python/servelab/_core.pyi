@@ -91,6 +91,9 @@ def step_cost_uniform_many(
 
 MAX_REQUEST_TOKENS: int
 _F64 = npt.NDArray[np.float64]
+# one card's parameters: max_num_seqs, max_num_batched_tokens, block_size, num_blocks (ints),
+# chunked_prefill (a bool)
+_Card = dict[str, int | bool]
 
 def sim_batch1(
     model: ModelSpec,
@@ -117,11 +120,7 @@ def sim_continuous_batching(
     gpu: GpuSpec,
     efficiency: Efficiency,
     requests: Requests,
-    max_num_seqs: int,
-    max_num_batched_tokens: int,
-    block_size: int,
-    num_blocks: int,
-    chunked_prefill: bool,
+    card: _Card,
     trace: bool,
     batch_log: bool,
     per_step: bool = False,
@@ -196,9 +195,6 @@ class BlockAllocator:
 # disaggregated one adds ready_s, decode_start_s, decode_card, decode_busy_s, decode_steps,
 # decode_peak_kv_blocks
 MAX_CARDS: int
-# one card's parameters: max_num_seqs, max_num_batched_tokens, block_size, num_blocks (ints),
-# chunked_prefill (a bool)
-_Card = dict[str, int | bool]
 
 def sim_data_parallel(
     model: ModelSpec,

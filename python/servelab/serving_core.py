@@ -435,11 +435,10 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
                              "prefix_caching=False or speculative=None")
         spec = dict(spec_k=speculative.k, spec_acceptance=speculative.acceptance_column(len(requests)),
                     spec_seed=speculative.seed, draft_model=speculative.draft)
-    d = _core.sim_continuous_batching(model, gpu, efficiency, requests, seqs, budget, bs, blocks, chunked,
-                                      _checks.flag("trace", trace), _checks.flag("batch_log", batch_log),
-                                      per_step, caching, *sp, **spec)
     params: dict[str, Any] = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,
                               "num_blocks": blocks, "chunked_prefill": chunked}
+    d = _core.sim_continuous_batching(model, gpu, efficiency, requests, params, _checks.flag("trace", trace),
+                                      _checks.flag("batch_log", batch_log), per_step, caching, *sp, **spec)
     if caching:
         params["prefix_caching"] = True
     if speculative is not None:

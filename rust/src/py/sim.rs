@@ -137,7 +137,8 @@ impl ToPy for ContinuousRun {
     }
 }
 
-/// Continuous batching (`sim/continuous.rs`); the dict is `ContinuousOutput`'s (above).
+/// Continuous batching (`sim/continuous.rs`) with `card`, a dict keyed by `ContinuousParams`'
+/// fields; the dict out is `ContinuousOutput`'s (above).
 /// `per_step` (tests and benchmarks only) runs the per-sequence-step loop the event-driven
 /// engine replaced (`sim/continuous_per_step.rs`): the same output, bit for bit, slower.
 /// `prefix_caching` runs `sim/continuous_prefix.rs` over the shared prefixes `prefix_parent` /
@@ -147,9 +148,8 @@ impl ToPy for ContinuousRun {
 /// decoding (`sim/continuous_per_step.rs`) and adds `spec_proposed`, `spec_accepted`,
 /// `spec_steps` and `draft_busy_s`.
 #[pyfunction]
-#[pyo3(signature = (model, gpu, efficiency, requests, max_num_seqs, max_num_batched_tokens, block_size,
-    num_blocks, chunked_prefill, trace, batch_log, per_step=false, prefix_caching=false, prefix_parent=None,
-    prefix_len=None, spec_k=None, spec_acceptance=None, spec_seed=0, draft_model=None))]
+#[pyo3(signature = (model, gpu, efficiency, requests, card, trace, batch_log, per_step=false, prefix_caching=false,
+    prefix_parent=None, prefix_len=None, spec_k=None, spec_acceptance=None, spec_seed=0, draft_model=None))]
 #[allow(clippy::too_many_arguments)]
 fn sim_continuous_batching<'py>(
     py: Python<'py>,
@@ -157,11 +157,7 @@ fn sim_continuous_batching<'py>(
     gpu: GpuSpec,
     efficiency: Efficiency,
     requests: Requests<'py>,
-    max_num_seqs: i64,
-    max_num_batched_tokens: i64,
-    block_size: i64,
-    num_blocks: i64,
-    chunked_prefill: bool,
+    card: ContinuousParams,
     trace: bool,
     batch_log: bool,
     per_step: bool,
@@ -173,8 +169,7 @@ fn sim_continuous_batching<'py>(
     spec_seed: u64,
     draft_model: Option<ModelSpec>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let params = ContinuousParams { max_num_seqs, max_num_batched_tokens, block_size, num_blocks, chunked_prefill };
-    params.validate()?;
+    card.validate()?;
     if per_step && prefix_caching {
         return Err(pyo3::exceptions::PyValueError::new_err(
             "per_step=True has no prefix caching (the prefix-caching loop is per-step already)",
@@ -200,16 +195,16 @@ fn sim_continuous_batching<'py>(
     simulate(py, (model, gpu, efficiency), requests, |pr, w| {
         if let (Some(k), Some(d)) = (spec_k, draft.as_ref()) {
             let sp = Speculation { k, acceptance, seed: spec_seed, draft: d };
-            let (o, s) = continuous_per_step::run_speculative(pr, w, &params, &sp, trace, batch_log)?;
+            let (o, s) = continuous_per_step::run_speculative(pr, w, &card, &sp, trace, batch_log)?;
             Ok(ContinuousRun(o, None, Some(s)))
         } else if prefix_caching {
             let prefixes = Prefixes { parent, len: plen };
-            let (o, p) = continuous_prefix::run(pr, w, &params, &prefixes, true, trace, batch_log)?;
+            let (o, p) = continuous_prefix::run(pr, w, &card, &prefixes, true, trace, batch_log)?;
             Ok(ContinuousRun(o, Some(p), None))
         } else if per_step {
-            Ok(ContinuousRun(continuous_per_step::run_per_step(pr, w, &params, trace, batch_log)?, None, None))
+            Ok(ContinuousRun(continuous_per_step::run_per_step(pr, w, &card, trace, batch_log)?, None, None))
         } else {
-            Ok(ContinuousRun(continuous::run(pr, w, &params, trace, batch_log)?, None, None))
+            Ok(ContinuousRun(continuous::run(pr, w, &card, trace, batch_log)?, None, None))
         }
     })
 }

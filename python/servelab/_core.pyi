@@ -22,15 +22,12 @@ __all__ = [
     "kv_bytes_per_token",
     "kv_capacity_tokens",
     "max_batch",
-    "step_cost",
     "step_cost_columns",
-    "step_cost_many",
     "step_cost_many_into",
     "step_cost_uniform_many",
     "MAX_REQUEST_TOKENS",
     "sim_batch1",
     "sim_static_batching",
-    "sim_batch1_early_reject",
     "sim_fixed_service",
     "sim_continuous_batching",
     "MAX_SPEC_K",
@@ -69,21 +66,9 @@ def weight_bytes(model: ModelSpec) -> float: ...
 def kv_bytes_per_token(model: ModelSpec) -> float: ...
 def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, mem_util: float) -> int: ...
 def max_batch(model: ModelSpec, gpu: GpuSpec, context_len: int, mem_util: float) -> int: ...
-def step_cost(
-    model: ModelSpec, gpu: GpuSpec, efficiency: Efficiency, batch: list[tuple[int, int]]
-) -> _StepDict: ...
 def step_cost_columns(
     model: ModelSpec, gpu: GpuSpec, efficiency: Efficiency, new_tokens: _I64, context_len: _I64
 ) -> _StepDict: ...
-def step_cost_many(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    new_tokens: _I64,
-    context_len: _I64,
-    offsets: _I64,
-    columns: list[str] | None = None,
-) -> dict[str, np.ndarray]: ...
 def step_cost_many_into(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -106,6 +91,9 @@ def step_cost_uniform_many(
 
 MAX_REQUEST_TOKENS: int
 _F64 = npt.NDArray[np.float64]
+# one card's parameters: max_num_seqs, max_num_batched_tokens, block_size, num_blocks (ints),
+# chunked_prefill (a bool)
+_Card = dict[str, int | bool]
 
 def sim_batch1(
     model: ModelSpec,
@@ -113,6 +101,8 @@ def sim_batch1(
     efficiency: Efficiency,
     requests: Requests,
     trace: bool,
+    slo_ttft_s: float = 0.0,
+    predicted_len: _I64 | None = None,
 ) -> dict[str, object]: ...
 def sim_static_batching(
     model: ModelSpec,
@@ -124,26 +114,13 @@ def sim_static_batching(
     ride_along: bool,
     trace: bool,
 ) -> dict[str, object]: ...
-def sim_batch1_early_reject(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    requests: Requests,
-    slo_ttft_s: float,
-    predicted_len: _I64,
-    trace: bool,
-) -> dict[str, object]: ...
 def sim_fixed_service(arrival_s: _F64, service_s: float, slo_s: float | None) -> dict[str, object]: ...
 def sim_continuous_batching(
     model: ModelSpec,
     gpu: GpuSpec,
     efficiency: Efficiency,
     requests: Requests,
-    max_num_seqs: int,
-    max_num_batched_tokens: int,
-    block_size: int,
-    num_blocks: int,
-    chunked_prefill: bool,
+    card: _Card,
     trace: bool,
     batch_log: bool,
     per_step: bool = False,
@@ -240,11 +217,7 @@ def sim_data_parallel(
     gpu: GpuSpec,
     efficiency: Efficiency,
     requests: Requests,
-    max_num_seqs: int,
-    max_num_batched_tokens: int,
-    block_size: int,
-    num_blocks: int,
-    chunked_prefill: bool,
+    card: _Card,
     n_replicas: int,
     router: str,
 ) -> dict[str, object]: ...
@@ -253,11 +226,7 @@ def sim_disaggregated(
     gpu: GpuSpec,
     efficiency: Efficiency,
     requests: Requests,
-    max_num_seqs: int,
-    max_num_batched_tokens: int,
-    block_size: int,
-    num_blocks: int,
-    chunked_prefill: bool,
+    card: _Card,
     n_prefill: int,
     n_decode: int,
     router: str,

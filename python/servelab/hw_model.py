@@ -295,6 +295,9 @@ class StepCosts:
         return len(self.time_s)
 
 
+_STEP_COLUMNS = [f.name for f in dataclasses.fields(StepCosts)]  # the core's order (StepCosts::NAMES)
+
+
 def _int_array(name: str, values: Iterable[int] | np.ndarray) -> np.ndarray:
     return _checks.int64_array(name, values)
 
@@ -405,16 +408,29 @@ def step_cost_many(model: ModelSpec, gpu: GpuSpec, new_tokens: Sequence[int] | n
             raise ValueError("pass columns or out, not both (out's keys are the columns)")
         if not isinstance(out, dict):
             raise ValueError(f"out must be a dict of column name -> numpy array, got {type(out).__name__}")
-        _core.step_cost_many_into(model, gpu, efficiency, _int_array("new_tokens", new_tokens),
-                                  _int_array("context_len", context_len), _int_array("offsets", offsets), out)
-        return out
     names = None if columns is None or isinstance(columns, (str, bytes)) or not hasattr(columns, "__iter__") \
         else list(columns)
     if columns is not None and (names is None or not all(isinstance(x, str) for x in names)):
         raise ValueError(f"columns must be a list of column names, got {columns!r}")
-    d = _core.step_cost_many(model, gpu, efficiency, _int_array("new_tokens", new_tokens),
-                             _int_array("context_len", context_len), _int_array("offsets", offsets), names)
-    return _costs(d) if columns is None else d
+    n, c, o = (_int_array("new_tokens", new_tokens), _int_array("context_len", context_len),
+               _int_array("offsets", offsets))
+    # without out, fresh arrays of the columns asked for (in StepCosts' order)
+    d = out if out is not None else {k: np.empty(max(len(o) - 1, 0), bool if k == "compute_bound" else np.float64)
+                                     for k in _step_columns(names)}
+    _core.step_cost_many_into(model, gpu, efficiency, n, c, o, d)
+    return _costs(d) if out is None and columns is None else d
+
+
+def _step_columns(names: list[str] | None) -> list[str]:
+    """The fields of :class:`StepCosts` named in ``names`` (None: all), in their order."""
+    if names is None:
+        return _STEP_COLUMNS
+    if not names:
+        raise ValueError("columns must name at least one column, got an empty list")
+    for i, name in enumerate(names):
+        if name not in _STEP_COLUMNS:
+            raise ValueError(f"columns[{i}] must be one of {', '.join(_STEP_COLUMNS)}, got '{name}'")
+    return [k for k in _STEP_COLUMNS if k in names]
 
 
 def decode_step_costs(model: ModelSpec, gpu: GpuSpec, batch_size: Sequence[int] | np.ndarray,

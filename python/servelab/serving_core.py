@@ -306,8 +306,7 @@ def run_batch1(requests: Requests, model: ModelSpec, gpu: GpuSpec, admission: Ea
     if not isinstance(admission, EarlyReject):
         raise TypeError(f"admission must be None or a servelab.admission.EarlyReject, got {admission!r}")
     pred = admission.predicted_len(requests)
-    d = _core.sim_batch1_early_reject(model, gpu, efficiency, requests, admission.slo_ttft_s, pred,
-                                      _checks.flag("trace", trace))
+    d = _core.sim_batch1(model, gpu, efficiency, requests, _checks.flag("trace", trace), admission.slo_ttft_s, pred)
     params = {"admission": admission.label, "slo_ttft_s": admission.slo_ttft_s, "predicted_len": pred}
     return _result("batch1", params, requests, model, gpu, efficiency, d)
 
@@ -457,11 +456,10 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
                              "prefix_caching=False or speculative=None")
         spec = dict(spec_k=speculative.k, spec_acceptance=speculative.acceptance_column(len(requests)),
                     spec_seed=speculative.seed, draft_model=speculative.draft)
-    d = _core.sim_continuous_batching(model, gpu, efficiency, requests, seqs, budget, bs, blocks, chunked,
-                                      _checks.flag("trace", trace), _checks.flag("batch_log", batch_log),
-                                      per_step, caching, *sp, **spec, **tier)
     params: dict[str, Any] = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,
                               "num_blocks": blocks, "chunked_prefill": chunked}
+    d = _core.sim_continuous_batching(model, gpu, efficiency, requests, params, _checks.flag("trace", trace),
+                                      _checks.flag("batch_log", batch_log), per_step, caching, *sp, **spec, **tier)
     if caching:
         params["prefix_caching"] = True
     if host:

@@ -477,6 +477,12 @@ pub struct StepCosts {
 }
 
 impl StepCosts {
+    /// The names of the columns, in order (those of [`StepCost`] but the two counts).
+    pub const NAMES: [&'static str; 10] = [
+        "time_s", "flops", "bytes_moved", "weight_bytes", "kv_bytes", "compute_s", "memory_s", "compute_bound",
+        "mfu", "intensity",
+    ];
+
     fn with_capacity(n: usize) -> Self {
         StepCosts {
             time_s: Vec::with_capacity(n),
@@ -506,116 +512,9 @@ impl StepCosts {
     }
 }
 
-/// Which columns of [`StepCosts`] a sweep fills: one bit per name of [`Columns::NAMES`]. A sweep
-/// that wants two columns of a million steps then writes 16 MB, not 80 (issue 17: the fresh
-/// pages of the unread columns were most of the time).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Columns(u16);
-
-impl Columns {
-    pub const NAMES: [&'static str; 10] = [
-        "time_s", "flops", "bytes_moved", "weight_bytes", "kv_bytes", "compute_s", "memory_s", "compute_bound",
-        "mfu", "intensity",
-    ];
-    pub const ALL: Columns = Columns((1 << 10) - 1);
-
-    /// The columns named (at least one; each one of [`Columns::NAMES`], repeats allowed).
-    pub fn from_names<S: AsRef<str>>(names: &[S]) -> CoreResult<Columns> {
-        if names.is_empty() {
-            return Err(CoreError::invalid("columns must name at least one column, got an empty list"));
-        }
-        let mut bits = 0u16;
-        for (i, name) in names.iter().enumerate() {
-            let name = name.as_ref();
-            match Self::NAMES.iter().position(|&n| n == name) {
-                Some(k) => bits |= 1 << k,
-                None => {
-                    return Err(CoreError::invalid(format!(
-                        "columns[{i}] must be one of {}, got '{name}'",
-                        Self::NAMES.join(", ")
-                    )))
-                }
-            }
-        }
-        Ok(Columns(bits))
-    }
-
-    /// Whether column `name` (one of [`Columns::NAMES`]) is selected.
-    pub fn has(self, name: &str) -> bool {
-        Self::NAMES.iter().position(|&n| n == name).is_some_and(|k| self.0 & (1 << k) != 0)
-    }
-}
-
-impl StepCosts {
-    /// `push` of the selected columns only. Each value is used only under its own test, so the
-    /// optimizer can move its arithmetic (two of the step's four divisions are `mfu` and
-    /// `intensity`) under the test too.
-    fn push_selected(&mut self, c: StepCost, cols: Columns) {
-        let on = |k: u16| cols.0 & (1 << k) != 0;
-        if on(0) {
-            self.time_s.push(c.time_s);
-        }
-        if on(1) {
-            self.flops.push(c.flops);
-        }
-        if on(2) {
-            self.bytes_moved.push(c.bytes_moved);
-        }
-        if on(3) {
-            self.weight_bytes.push(c.weight_bytes);
-        }
-        if on(4) {
-            self.kv_bytes.push(c.kv_bytes);
-        }
-        if on(5) {
-            self.compute_s.push(c.compute_s);
-        }
-        if on(6) {
-            self.memory_s.push(c.memory_s);
-        }
-        if on(7) {
-            self.compute_bound.push(c.compute_bound);
-        }
-        if on(8) {
-            self.mfu.push(c.mfu);
-        }
-        if on(9) {
-            self.intensity.push(c.intensity);
-        }
-    }
-}
-
-/// Many steps at once, in compressed form: step `s` holds sequences
-/// `offsets[s] .. offsets[s+1]` of the `new_tokens` / `context_len` columns.
-pub fn step_cost_many(
-    model: &ModelSpec,
-    gpu: &GpuSpec,
-    eff: &Efficiency,
-    new_tokens: &[i64],
-    context_len: &[i64],
-    offsets: &[i64],
-) -> CoreResult<StepCosts> {
-    step_cost_many_columns(model, gpu, eff, new_tokens, context_len, offsets, Columns::ALL)
-}
-
-/// [`step_cost_many`] filling only the columns `cols` (the others stay empty). Capacity is
-/// reserved for all, but untouched reserved memory costs no page.
-pub fn step_cost_many_columns(
-    model: &ModelSpec,
-    gpu: &GpuSpec,
-    eff: &Efficiency,
-    new_tokens: &[i64],
-    context_len: &[i64],
-    offsets: &[i64],
-    cols: Columns,
-) -> CoreResult<StepCosts> {
-    let mut out = StepCosts::with_capacity(offsets.len().saturating_sub(1));
-    step_cost_many_each(model, gpu, eff, new_tokens, context_len, offsets, |_, cost| out.push_selected(cost, cols))?;
-    Ok(out)
-}
-
-/// The steps of [`step_cost_many`], each handed to `each(step, cost)` in order (to write into
-/// the caller's arrays, say); on an error the steps before it have been handed over.
+/// Many steps at once, in compressed form: step `s` holds sequences `offsets[s] .. offsets[s+1]`
+/// of the `new_tokens` / `context_len` columns. Each step is handed to `each(step, cost)` in
+/// order (to write into the caller's arrays, say); on an error, those before it have been.
 pub fn step_cost_many_each<F: FnMut(usize, StepCost)>(
     model: &ModelSpec,
     gpu: &GpuSpec,
@@ -699,10 +598,10 @@ pub fn step_cost_uniform_many(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn llama3_8b() -> ModelSpec {
+    pub(crate) fn llama3_8b() -> ModelSpec {
         ModelSpec {
             n_layers: 32,
             d_model: 4096,
@@ -716,7 +615,7 @@ mod tests {
         }
     }
 
-    fn h100() -> GpuSpec {
+    pub(crate) fn h100() -> GpuSpec {
         GpuSpec { peak_flops: 989e12, hbm_bandwidth: 3.35e12, memory_bytes: 80e9 }
     }
 
@@ -727,6 +626,11 @@ mod tests {
     fn decode(model: &ModelSpec, gpu: &GpuSpec, b: i64, ctx: i64) -> StepCost {
         let batch = vec![(1, ctx); b as usize];
         step_cost(model, gpu, &Efficiency::default(), &batch).unwrap()
+    }
+
+    /// The error of `step_cost_many_each` on Llama-3-8B / H100, if any.
+    fn many(new_tokens: &[i64], context_len: &[i64], offsets: &[i64]) -> CoreResult<()> {
+        step_cost_many_each(&llama3_8b(), &h100(), &Efficiency::default(), new_tokens, context_len, offsets, |_, _| {})
     }
 
     fn ms(x: f64) -> f64 {
@@ -801,35 +705,10 @@ mod tests {
         let gpu = GpuSpec { peak_flops: f64::NAN, ..h100() };
         let e = step_cost(&llama3_8b(), &gpu, &Efficiency::default(), &[(1, 0)]).unwrap_err();
         assert_eq!(e.to_string(), "peak_flops must be a positive finite number, got nan");
-        let e = step_cost_many(&llama3_8b(), &h100(), &Efficiency::default(), &[1], &[0], &[0, 2]).unwrap_err();
+        let e = many(&[1], &[0], &[0, 2]).unwrap_err();
         assert!(e.to_string().starts_with("offsets must"));
-        let e = step_cost_many(&llama3_8b(), &h100(), &Efficiency::default(), &[1, 1], &[0, 0], &[0, 5, 2]).unwrap_err();
+        let e = many(&[1, 1], &[0, 0], &[0, 5, 2]).unwrap_err();
         assert!(e.to_string().starts_with("step 0 must hold"), "{e}");
-    }
-
-    #[test]
-    fn selected_columns_are_the_full_ones() {
-        let (m, g, e) = (llama3_8b(), h100(), Efficiency::default());
-        let (n, c, o) = ([2048, 1, 1, 7], [0, 512, 511, 3], [0, 1, 3, 4]);
-        let all = step_cost_many(&m, &g, &e, &n, &c, &o).unwrap();
-        let cols = Columns::from_names(&["mfu", "time_s", "mfu"]).unwrap();
-        let some = step_cost_many_columns(&m, &g, &e, &n, &c, &o, cols).unwrap();
-        assert_eq!((&some.time_s, &some.mfu), (&all.time_s, &all.mfu));
-        assert!(some.flops.is_empty() && some.compute_bound.is_empty() && some.intensity.is_empty());
-        assert!(cols.has("mfu") && !cols.has("flops") && !cols.has("nonsense"));
-        for (k, name) in Columns::NAMES.iter().enumerate() {
-            let one = step_cost_many_columns(&m, &g, &e, &n, &c, &o, Columns::from_names(&[name]).unwrap()).unwrap();
-            let filled = [
-                one.time_s.len(), one.flops.len(), one.bytes_moved.len(), one.weight_bytes.len(), one.kv_bytes.len(),
-                one.compute_s.len(), one.memory_s.len(), one.compute_bound.len(), one.mfu.len(), one.intensity.len(),
-            ];
-            let want: Vec<usize> = (0..10).map(|j| if j == k { 3 } else { 0 }).collect();
-            assert_eq!(filled.to_vec(), want, "{name}");
-        }
-        let err = Columns::from_names(&["time_s", "speed"]).unwrap_err();
-        assert!(err.to_string().starts_with("columns[1] must be one of time_s, flops,"), "{err}");
-        assert!(err.to_string().ends_with("got 'speed'"), "{err}");
-        assert!(Columns::from_names::<&str>(&[]).is_err());
     }
 
     #[test]
@@ -870,10 +749,9 @@ mod tests {
 
     #[test]
     fn offsets_errors_show_the_offsets() {
-        let (m, g, e) = (llama3_8b(), h100(), Efficiency::default());
-        let err = step_cost_many(&m, &g, &e, &[1], &[0], &[0, 5]).unwrap_err();
+        let err = many(&[1], &[0], &[0, 5]).unwrap_err();
         assert_eq!(err.to_string(), "offsets must start at 0 and end at len(new_tokens)=1, got offsets[0]=0 and offsets[-1]=5");
-        let err = step_cost_many(&m, &g, &e, &[1], &[0], &[]).unwrap_err();
+        let err = many(&[1], &[0], &[]).unwrap_err();
         assert_eq!(err.to_string(), "offsets must start at 0 and end at len(new_tokens)=1, got an empty array");
     }
 

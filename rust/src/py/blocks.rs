@@ -5,7 +5,7 @@
 //! or array of machine integers; when it fails, a slow path walks the items with
 //! `operator.index` to name the first bad one exactly as the reference would.
 
-use super::{add_functions, dict_of, slice, ToPy};
+use super::{add_functions, dict_of, repr, slice, type_name, ToPy};
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -31,10 +31,7 @@ pyo3::create_exception!(
 
 fn slow_token(py: Python<'_>, name: &str, item: &Bound<'_, PyAny>) -> PyResult<i64> {
     let index = py.import("operator")?.getattr("index")?;
-    let v = index.call1((item,)).map_err(|_| {
-        let r = item.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".into());
-        PyTypeError::new_err(format!("{name} must be an integer, got {r}"))
-    })?;
+    let v = index.call1((item,)).map_err(|_| PyTypeError::new_err(format!("{name} must be an integer, got {}", repr(item))))?;
     match v.extract::<i64>() {
         Ok(t) => Ok(t),
         Err(_) => Err(PyValueError::new_err(format!(
@@ -52,10 +49,8 @@ fn extract_tokens(obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
             return Ok(v);
         }
     }
-    let not_a_sequence = || {
-        let tname = obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
-        PyTypeError::new_err(format!("token_ids must be a sequence of integers, got {tname}"))
-    };
+    let not_a_sequence =
+        || PyTypeError::new_err(format!("token_ids must be a sequence of integers, got {}", type_name(obj)));
     if is_text {
         return Err(not_a_sequence());
     }

@@ -4,26 +4,18 @@
 //! dataclasses of `servelab.hw_model`), read by attribute name straight into the core structs;
 //! costs come back as dicts keyed by the core's field names.
 
-use super::{add_functions, dict_of, slice, to_dict, ToPy};
+use super::{add_functions, dict_of, repr, slice, type_name, ToPy};
 use numpy::{Element, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadwriteArray1};
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyString};
 
-use crate::cost::{self, Columns, Efficiency, GpuSpec, ModelSpec, StepCost, StepCosts};
+use crate::cost::{self, Efficiency, GpuSpec, ModelSpec, StepCost, StepCosts};
+use crate::error::CoreResult;
 
 // The three specs are read by attribute name with our own checks, so that a bad field gives a
 // message naming the field, its value and what it must be (the derived extraction said "failed
 // to extract field PyModelSpec.d_model", issue 13).
-
-/// The type's name of `obj`, for messages.
-fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
-}
-
-fn repr(obj: &Bound<'_, PyAny>) -> String {
-    obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".into())
-}
 
 /// Python's `bool` or numpy's `bool_` (both spell their type `bool`): not numbers here.
 fn is_bool(obj: &Bound<'_, PyAny>) -> bool {
@@ -51,47 +43,44 @@ impl<'py> Fields<'_, 'py> {
         })
     }
 
+    /// The TypeError naming field `name` (after the prefix), what it must be and its value.
+    fn wrong(&self, name: &str, what: &str, v: &Bound<'py, PyAny>) -> PyErr {
+        PyTypeError::new_err(format!("{}{name} must be {what}, got {}", self.prefix, repr(v)))
+    }
+
     /// A model dimension: an integer (numpy's too, never a bool); one past i64 gets the range
     /// message of `cost.rs`.
     fn dim(&self, name: &str) -> PyResult<i64> {
         let v = self.get(name)?;
         if is_bool(&v) {
-            return Err(PyTypeError::new_err(format!("{name} must be an integer, got {}", repr(&v))));
+            return Err(self.wrong(name, "an integer", &v));
         }
-        v.extract::<i64>().map_err(|e| {
-            if e.is_instance_of::<PyOverflowError>(v.py()) {
+        v.extract::<i64>().map_err(|e| match e.is_instance_of::<PyOverflowError>(v.py()) {
+            true => {
                 let shown = v.str().map(|s| s.to_string()).unwrap_or_else(|_| "?".into());
-                PyValueError::new_err(format!(
-                    "{name} must be a positive integer at most {}, got {shown}",
-                    cost::MAX_DIM
-                ))
-            } else {
-                PyTypeError::new_err(format!("{name} must be an integer, got {}", repr(&v)))
+                PyValueError::new_err(format!("{name} must be a positive integer at most {}, got {shown}", cost::MAX_DIM))
             }
+            false => self.wrong(name, "an integer", &v),
         })
     }
 
     /// A real number (int or float, numpy's too, never a bool); its range is `cost.rs`'s check.
     fn real(&self, name: &str) -> PyResult<f64> {
         let v = self.get(name)?;
-        let p = self.prefix;
         // complex numbers have __float__ in numpy (dropping the imaginary part): not reals here
         if is_bool(&v) || v.is_instance_of::<PyString>() || type_name(&v).starts_with("complex") {
-            return Err(PyTypeError::new_err(format!("{p}{name} must be a real number, got {}", repr(&v))));
+            return Err(self.wrong(name, "a real number", &v));
         }
-        v.extract::<f64>().map_err(|e| {
-            if e.is_instance_of::<PyOverflowError>(v.py()) {
-                PyValueError::new_err(format!("{p}{name} must be a finite number, got {}", repr(&v)))
-            } else {
-                PyTypeError::new_err(format!("{p}{name} must be a real number, got {}", repr(&v)))
-            }
+        v.extract::<f64>().map_err(|e| match e.is_instance_of::<PyOverflowError>(v.py()) {
+            true => PyValueError::new_err(format!("{}{name} must be a finite number, got {}", self.prefix, repr(&v))),
+            false => self.wrong(name, "a real number", &v),
         })
     }
 
     fn flag(&self, name: &str) -> PyResult<bool> {
         let v = self.get(name)?;
         if !is_bool(&v) {
-            return Err(PyTypeError::new_err(format!("{name} must be True or False, got {}", repr(&v))));
+            return Err(self.wrong(name, "True or False", &v));
         }
         v.is_truthy()
     }
@@ -127,63 +116,41 @@ dict_of!(StepCosts {
     time_s, flops, bytes_moved, weight_bytes, kv_bytes, compute_s, memory_s, compute_bound, mfu, intensity,
 });
 
+/// `validate_model(model)` and its two twins: `validate()` of the spec (None or a ValueError).
+macro_rules! validators {
+    ($($f:ident($arg:ident: $ty:ty)),*) => {$(
+        #[pyfunction]
+        fn $f($arg: $ty) -> CoreResult<()> {
+            $arg.validate()
+        }
+    )*};
+}
+validators!(validate_model(model: ModelSpec), validate_gpu(gpu: GpuSpec), validate_efficiency(efficiency: Efficiency));
+
+/// `param_count(model)` and the other sizes of a checked model (`ModelSpec`'s methods).
+macro_rules! model_sizes {
+    ($($f:ident -> $ty:ty),*) => {$(
+        #[pyfunction]
+        fn $f(model: ModelSpec) -> CoreResult<$ty> {
+            model.validate()?;
+            Ok(model.$f())
+        }
+    )*};
+}
+model_sizes!(param_count -> i128, weight_bytes -> f64, kv_bytes_per_token -> f64);
+
 #[pyfunction]
-fn validate_model(model: ModelSpec) -> PyResult<()> {
-    Ok(model.validate()?)
+fn kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, mem_util: f64) -> CoreResult<i64> {
+    cost::kv_capacity_tokens(&model, &gpu, mem_util)
 }
 
 #[pyfunction]
-fn validate_gpu(gpu: GpuSpec) -> PyResult<()> {
-    Ok(gpu.validate()?)
+fn max_batch(model: ModelSpec, gpu: GpuSpec, context_len: i64, mem_util: f64) -> CoreResult<i64> {
+    cost::max_batch(&model, &gpu, context_len, mem_util)
 }
 
-#[pyfunction]
-fn validate_efficiency(efficiency: Efficiency) -> PyResult<()> {
-    Ok(efficiency.validate()?)
-}
-
-#[pyfunction]
-fn param_count(model: ModelSpec) -> PyResult<i128> {
-    model.validate()?;
-    Ok(model.param_count())
-}
-
-#[pyfunction]
-fn weight_bytes(model: ModelSpec) -> PyResult<f64> {
-    model.validate()?;
-    Ok(model.weight_bytes())
-}
-
-#[pyfunction]
-fn kv_bytes_per_token(model: ModelSpec) -> PyResult<f64> {
-    model.validate()?;
-    Ok(model.kv_bytes_per_token())
-}
-
-#[pyfunction]
-fn kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, mem_util: f64) -> PyResult<i64> {
-    Ok(cost::kv_capacity_tokens(&model, &gpu, mem_util)?)
-}
-
-#[pyfunction]
-fn max_batch(model: ModelSpec, gpu: GpuSpec, context_len: i64, mem_util: f64) -> PyResult<i64> {
-    Ok(cost::max_batch(&model, &gpu, context_len, mem_util)?)
-}
-
-/// One step's cost as a dict of `StepCost`'s fields.
-#[pyfunction]
-fn step_cost<'py>(
-    py: Python<'py>,
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    batch: Vec<(i64, i64)>,
-) -> PyResult<Bound<'py, PyAny>> {
-    cost::step_cost(&model, &gpu, &efficiency, &batch)?.to_py(py)
-}
-
-/// [`step_cost`] of one batch given as two int64 columns (a batch of millions of sequences
-/// crosses as two arrays, not a list of pairs); the same checks and messages.
+/// One step's cost, a dict of `StepCost`'s fields; the batch is two int64 columns (a batch of
+/// millions of sequences crosses as two arrays, not a list of pairs).
 #[pyfunction]
 fn step_cost_columns<'py>(
     py: Python<'py>,
@@ -195,31 +162,6 @@ fn step_cost_columns<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let (n, c) = (slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?);
     py.detach(|| cost::step_cost_columns(&model, &gpu, &efficiency, n, c))?.to_py(py)
-}
-
-/// `columns` (names of `Columns::NAMES`): fill and return only those.
-#[pyfunction]
-#[pyo3(signature = (model, gpu, efficiency, new_tokens, context_len, offsets, columns=None))]
-#[allow(clippy::too_many_arguments)]
-fn step_cost_many<'py>(
-    py: Python<'py>,
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    new_tokens: PyReadonlyArray1<'py, i64>,
-    context_len: PyReadonlyArray1<'py, i64>,
-    offsets: PyReadonlyArray1<'py, i64>,
-    columns: Option<Vec<String>>,
-) -> PyResult<Bound<'py, PyDict>> {
-    let (n, c, o) = (slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?, slice("offsets", &offsets)?);
-    let cols = columns.map_or(Ok(Columns::ALL), |names| Columns::from_names(&names))?;
-    // A sweep of a million steps takes milliseconds to seconds: let other Python threads run.
-    let costs = py.detach(|| cost::step_cost_many_columns(&model, &gpu, &efficiency, n, c, o, cols))?;
-    let d = to_dict(py, costs)?;
-    for name in Columns::NAMES.into_iter().filter(|name| !cols.has(name)) {
-        d.del_item(name)?; // left empty by the core
-    }
-    Ok(d)
 }
 
 #[pyfunction]
@@ -250,9 +192,10 @@ fn writable<'py, T: Element>(name: &str, value: &Bound<'py, PyAny>, n: usize) ->
     Ok(w)
 }
 
-/// `step_cost_many` into the caller's arrays: `out` maps column names (`Columns::NAMES`) to
-/// writable 1-D arrays of one element per step (float64; bool for `compute_bound`). Reusing the
-/// same arrays over many calls costs no fresh memory page.
+/// Many steps' costs (`cost::step_cost_many_each`) into the caller's arrays: `out` maps column
+/// names (`StepCosts::NAMES`) to writable 1-D arrays of one element per step (float64; bool for
+/// `compute_bound`). Only those columns are computed, and reusing the same arrays over many calls
+/// costs no fresh memory page (issue 17); `hw_model.step_cost_many` passes fresh ones otherwise.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 fn step_cost_many_into<'py>(
@@ -274,8 +217,8 @@ fn step_cost_many_into<'py>(
     let mut bools: Option<PyReadwriteArray1<'py, bool>> = None;
     for (key, value) in out.iter() {
         let name: String = key.extract().map_err(|_| PyValueError::new_err(format!("out keys must be column names, got {}", repr(&key))))?;
-        let Some(k) = Columns::NAMES.iter().position(|&x| x == name) else {
-            return Err(PyValueError::new_err(format!("out['{name}']: the key must be one of {}", Columns::NAMES.join(", "))));
+        let Some(k) = StepCosts::NAMES.iter().position(|&x| x == name) else {
+            return Err(PyValueError::new_err(format!("out['{name}']: the key must be one of {}", StepCosts::NAMES.join(", "))));
         };
         if name == "compute_bound" {
             bools = Some(writable(&name, &value, n_steps)?);
@@ -314,7 +257,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_TOKENS", cost::MAX_TOKENS)?;
     m.add("MAX_STEP_TOKENS", cost::MAX_STEP_TOKENS)?;
     add_functions!(m, validate_model, validate_gpu, validate_efficiency, param_count, weight_bytes, kv_bytes_per_token,
-        kv_capacity_tokens, max_batch, step_cost, step_cost_columns, step_cost_many, step_cost_many_into,
-        step_cost_uniform_many);
+        kv_capacity_tokens, max_batch, step_cost_columns, step_cost_many_into, step_cost_uniform_many);
     Ok(())
 }

@@ -64,12 +64,14 @@ macro_rules! scalars_to_py {
 }
 scalars_to_py!(bool, f64, i64, u64, usize);
 
-/// `ToPy` for a struct of the core: the dict of the fields listed, keyed by their names.
+/// `ToPy` for a struct of the core: the dict of the fields listed, keyed by their names; with
+/// `..base` first, the fields of `base` (itself a `ToPy` dict) come first, flattened in.
 macro_rules! dict_of {
-    ($ty:path { $($field:ident),* $(,)? }) => {
+    ($ty:path { $(..$base:ident,)? $($field:ident),* $(,)? }) => {
         impl $crate::py::ToPy for $ty {
             fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
                 let d = pyo3::types::PyDict::new(py);
+                $( $crate::py::merge(&d, self.$base)?; )?
                 $( d.set_item(pyo3::intern!(py, stringify!($field)), $crate::py::ToPy::to_py(self.$field, py)?)?; )*
                 Ok(d.into_any())
             }
@@ -81,6 +83,20 @@ use dict_of;
 /// The dict that [`ToPy`] made of `value`.
 fn to_dict<'py>(py: Python<'py>, value: impl ToPy) -> PyResult<Bound<'py, PyDict>> {
     Ok(value.to_py(py)?.cast_into::<PyDict>()?)
+}
+
+/// Adds the items of `value`'s dict to `d`.
+fn merge(d: &Bound<'_, PyDict>, value: impl ToPy) -> PyResult<()> {
+    d.update(to_dict(d.py(), value)?.as_mapping())
+}
+
+/// The type's name of `obj`, and its `repr`, for messages.
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
+}
+
+fn repr(obj: &Bound<'_, PyAny>) -> String {
+    obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".into())
 }
 
 /// Adds the `#[pyfunction]`s listed to module `$m`.

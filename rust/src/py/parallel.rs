@@ -7,64 +7,37 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::sim::{simulate, Requests};
-use super::{add_functions, to_dict, ToPy};
+use super::{add_functions, dict_of};
 use crate::cost::{Efficiency, GpuSpec, ModelSpec};
 use crate::sim::continuous::ContinuousParams;
 use crate::sim::data_parallel::{self, PoolOutput};
 use crate::sim::disaggregated::{self, DisaggOutput, Link};
 use crate::sim::router::Router;
 
-impl ToPy for PoolOutput {
-    fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let d = to_dict(py, self.sim)?;
-        d.set_item("reject_code", self.reject_code.to_py(py)?)?;
-        d.set_item("n_preemptions", self.n_preemptions.to_py(py)?)?;
-        d.set_item("card", self.card.to_py(py)?)?;
-        d.set_item("card_busy_s", self.card_busy_s.to_py(py)?)?;
-        d.set_item("card_steps", self.card_steps.to_py(py)?)?;
-        d.set_item("card_peak_kv_blocks", self.card_peak_kv_blocks.to_py(py)?)?;
-        Ok(d.into_any())
-    }
-}
-
-impl ToPy for DisaggOutput {
-    fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let d = to_dict(py, self.pool)?;
-        d.set_item("ready_s", self.ready_s.to_py(py)?)?;
-        d.set_item("decode_start_s", self.decode_start_s.to_py(py)?)?;
-        d.set_item("decode_card", self.decode_card.to_py(py)?)?;
-        d.set_item("decode_busy_s", self.decode_busy_s.to_py(py)?)?;
-        d.set_item("decode_steps", self.decode_steps.to_py(py)?)?;
-        d.set_item("decode_peak_kv_blocks", self.decode_peak_kv_blocks.to_py(py)?)?;
-        Ok(d.into_any())
-    }
-}
+dict_of!(PoolOutput { ..sim, reject_code, n_preemptions, card, card_busy_s, card_steps, card_peak_kv_blocks });
+dict_of!(DisaggOutput {
+    ..pool, ready_s, decode_start_s, decode_card, decode_busy_s, decode_steps, decode_peak_kv_blocks,
+});
 
 /// Continuous batching on `n_replicas` cards behind `router` (`"round_robin"` or
-/// `"least_tokens"`).
+/// `"least_tokens"`); `card` is one card's parameters, a dict keyed by `ContinuousParams`' fields.
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
 fn sim_data_parallel<'py>(
     py: Python<'py>,
     model: ModelSpec,
     gpu: GpuSpec,
     efficiency: Efficiency,
     requests: Requests<'py>,
-    max_num_seqs: i64,
-    max_num_batched_tokens: i64,
-    block_size: i64,
-    num_blocks: i64,
-    chunked_prefill: bool,
+    card: ContinuousParams,
     n_replicas: i64,
     router: &str,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let params = ContinuousParams { max_num_seqs, max_num_batched_tokens, block_size, num_blocks, chunked_prefill };
     let router = Router::parse(router)?;
-    simulate(py, (model, gpu, efficiency), requests, |pr, w| data_parallel::run(pr, w, &params, n_replicas, router))
+    simulate(py, (model, gpu, efficiency), requests, |pr, w| data_parallel::run(pr, w, &card, n_replicas, router))
 }
 
-/// Disaggregated serving: `n_prefill` prefill cards, `n_decode` decode cards, the KV over a
-/// link of `link_bandwidth` B/s (`inf` allowed) plus `link_latency_s`.
+/// Disaggregated serving: `n_prefill` prefill cards, `n_decode` decode cards (each of `card`, as
+/// above), the KV over a link of `link_bandwidth` B/s (`inf` allowed) plus `link_latency_s`.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 fn sim_disaggregated<'py>(
@@ -73,23 +46,18 @@ fn sim_disaggregated<'py>(
     gpu: GpuSpec,
     efficiency: Efficiency,
     requests: Requests<'py>,
-    max_num_seqs: i64,
-    max_num_batched_tokens: i64,
-    block_size: i64,
-    num_blocks: i64,
-    chunked_prefill: bool,
+    card: ContinuousParams,
     n_prefill: i64,
     n_decode: i64,
     router: &str,
     link_bandwidth: f64,
     link_latency_s: f64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let params = ContinuousParams { max_num_seqs, max_num_batched_tokens, block_size, num_blocks, chunked_prefill };
     let router = Router::parse(router)?;
     let link = Link { bandwidth: link_bandwidth, latency_s: link_latency_s };
     let kv = model.kv_bytes_per_token();
     simulate(py, (model, gpu, efficiency), requests, |pr, w| {
-        disaggregated::run(pr, w, &params, n_prefill, n_decode, router, link, kv)
+        disaggregated::run(pr, w, &card, n_prefill, n_decode, router, link, kv)
     })
 }
 

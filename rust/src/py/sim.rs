@@ -4,7 +4,7 @@ use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::{add_functions, dict_of, slice, to_dict, ToPy};
+use super::{add_functions, dict_of, merge, slice, to_dict, ToPy};
 use crate::cost::{Efficiency, GpuSpec, ModelSpec, Pricer};
 use crate::error::CoreResult;
 use crate::sim::admission::EarlyReject;
@@ -51,7 +51,12 @@ pub(super) fn simulate<'py, O: ToPy + Send>(
     to_dict(py, out)
 }
 
+/// Batch 1 (`sim/batch1.rs`). With `predicted_len`, the controller's guess of each output
+/// length, early rejection against `slo_ttft_s` (§5.3): the dict then has one more column,
+/// `would_first_token_s` (see `sim/admission.rs`).
 #[pyfunction]
+#[pyo3(signature = (model, gpu, efficiency, requests, trace, slo_ttft_s=0.0, predicted_len=None))]
+#[allow(clippy::too_many_arguments)]
 fn sim_batch1<'py>(
     py: Python<'py>,
     model: ModelSpec,
@@ -59,24 +64,12 @@ fn sim_batch1<'py>(
     efficiency: Efficiency,
     requests: Requests<'py>,
     trace: bool,
-) -> PyResult<Bound<'py, PyDict>> {
-    simulate(py, (model, gpu, efficiency), requests, |pr, w| Ok(batch1::run(pr, w, &mut AcceptAll, trace)))
-}
-
-/// Batch 1 with early rejection (§5.3): `predicted_len` is the controller's guess of each
-/// output length. The dict has one more column, `would_first_token_s` (see `sim/admission.rs`).
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-fn sim_batch1_early_reject<'py>(
-    py: Python<'py>,
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    requests: Requests<'py>,
     slo_ttft_s: f64,
-    predicted_len: PyReadonlyArray1<'py, i64>,
-    trace: bool,
+    predicted_len: Option<PyReadonlyArray1<'py, i64>>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let Some(predicted_len) = predicted_len else {
+        return simulate(py, (model, gpu, efficiency), requests, |pr, w| Ok(batch1::run(pr, w, &mut AcceptAll, trace)));
+    };
     let pred = slice("predicted_len", &predicted_len)?;
     let mut would: Vec<f64> = Vec::new();
     let d = simulate(py, (model, gpu, efficiency), requests, |pr, w| {
@@ -119,24 +112,10 @@ fn sim_static_batching<'py>(
     simulate(py, (model, gpu, efficiency), requests, |pr, w| static_batching::run(pr, w, &params, trace))
 }
 
-/// `SimOutput`'s keys, then `reject_code` (int8, see `continuous::REJECT_*`), `n_preemptions`,
-/// the totals `preemptions` and `peak_kv_blocks`, and `batch_log` (a dict of CSR columns, or
-/// None); with the trace, this policy's columns join the common ones.
-impl ToPy for ContinuousOutput {
-    fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let d = to_dict(py, self.sim)?;
-        d.set_item("reject_code", self.reject_code.to_py(py)?)?;
-        d.set_item("n_preemptions", self.n_preemptions.to_py(py)?)?;
-        d.set_item("preemptions", self.preemptions)?;
-        d.set_item("peak_kv_blocks", self.peak_kv_blocks)?;
-        if let Some(x) = self.trace_extra {
-            let trace = d.get_item("trace")?.expect("set by to_dict").cast_into::<PyDict>()?;
-            trace.update(to_dict(py, x)?.as_mapping())?;
-        }
-        d.set_item("batch_log", self.batch_log.to_py(py)?)?;
-        Ok(d.into_any())
-    }
-}
+// `SimOutput`'s keys, then `reject_code` (int8, see `continuous::REJECT_*`), `n_preemptions`,
+// the totals `preemptions` and `peak_kv_blocks`, and `batch_log` (a dict of CSR columns, or
+// None); with the trace, this policy's columns join the common ones (in `ContinuousRun`).
+dict_of!(ContinuousOutput { ..sim, reject_code, n_preemptions, preemptions, peak_kv_blocks, batch_log });
 
 /// A continuous-batching run, with prefix caching's or speculation's columns when it was on
 /// (joined into one dict).
@@ -144,18 +123,24 @@ struct ContinuousRun(ContinuousOutput, Option<PrefixOutput>, Option<SpecOutput>)
 
 impl ToPy for ContinuousRun {
     fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let d = to_dict(py, self.0)?;
-        if let Some(p) = self.1 {
-            d.update(to_dict(py, p)?.as_mapping())?;
+        let ContinuousRun(mut out, prefix, spec) = self;
+        let extra = out.trace_extra.take();
+        let d = to_dict(py, out)?;
+        if let Some(x) = extra {
+            merge(&d.get_item("trace")?.expect("set by to_dict").cast_into::<PyDict>()?, x)?;
         }
-        if let Some(s) = self.2 {
-            d.update(to_dict(py, s)?.as_mapping())?;
+        if let Some(p) = prefix {
+            merge(&d, p)?;
+        }
+        if let Some(s) = spec {
+            merge(&d, s)?;
         }
         Ok(d.into_any())
     }
 }
 
-/// Continuous batching (`sim/continuous.rs`); the dict is `ContinuousOutput`'s (above).
+/// Continuous batching (`sim/continuous.rs`) with `card`, a dict keyed by `ContinuousParams`'
+/// fields; the dict out is `ContinuousOutput`'s (above).
 /// `per_step` (tests and benchmarks only) runs the per-sequence-step loop the event-driven
 /// engine replaced (`sim/continuous_per_step.rs`): the same output, bit for bit, slower.
 /// `prefix_caching` runs `sim/continuous_prefix.rs` over the shared prefixes `prefix_parent` /
@@ -167,9 +152,8 @@ impl ToPy for ContinuousRun {
 /// decoding (`sim/continuous_per_step.rs`) and adds `spec_proposed`, `spec_accepted`,
 /// `spec_steps` and `draft_busy_s`.
 #[pyfunction]
-#[pyo3(signature = (model, gpu, efficiency, requests, max_num_seqs, max_num_batched_tokens, block_size,
-    num_blocks, chunked_prefill, trace, batch_log, per_step=false, prefix_caching=false, prefix_parent=None,
-    prefix_len=None, spec_k=None, spec_acceptance=None, spec_seed=0, draft_model=None, host_blocks=0,
+#[pyo3(signature = (model, gpu, efficiency, requests, card, trace, batch_log, per_step=false, prefix_caching=false,
+    prefix_parent=None, prefix_len=None, spec_k=None, spec_acceptance=None, spec_seed=0, draft_model=None, host_blocks=0,
     host_policy="lru", host_s_per_token=0.0))]
 #[allow(clippy::too_many_arguments)]
 fn sim_continuous_batching<'py>(
@@ -178,11 +162,7 @@ fn sim_continuous_batching<'py>(
     gpu: GpuSpec,
     efficiency: Efficiency,
     requests: Requests<'py>,
-    max_num_seqs: i64,
-    max_num_batched_tokens: i64,
-    block_size: i64,
-    num_blocks: i64,
-    chunked_prefill: bool,
+    card: ContinuousParams,
     trace: bool,
     batch_log: bool,
     per_step: bool,
@@ -197,8 +177,7 @@ fn sim_continuous_batching<'py>(
     host_policy: &str,
     host_s_per_token: f64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let params = ContinuousParams { max_num_seqs, max_num_batched_tokens, block_size, num_blocks, chunked_prefill };
-    params.validate()?;
+    card.validate()?;
     if per_step && prefix_caching {
         return Err(pyo3::exceptions::PyValueError::new_err(
             "per_step=True has no prefix caching (the prefix-caching loop is per-step already)",
@@ -224,17 +203,17 @@ fn sim_continuous_batching<'py>(
     simulate(py, (model, gpu, efficiency), requests, |pr, w| {
         if let (Some(k), Some(d)) = (spec_k, draft.as_ref()) {
             let sp = Speculation { k, acceptance, seed: spec_seed, draft: d };
-            let (o, s) = continuous_per_step::run_speculative(pr, w, &params, &sp, trace, batch_log)?;
+            let (o, s) = continuous_per_step::run_speculative(pr, w, &card, &sp, trace, batch_log)?;
             Ok(ContinuousRun(o, None, Some(s)))
         } else if prefix_caching {
             let prefixes = Prefixes { parent, len: plen };
             let host = continuous_prefix::HostTierOption { host_blocks, policy: host_policy, s_per_token: host_s_per_token };
-            let (o, p) = continuous_prefix::run_tiered(pr, w, &params, &prefixes, true, &host, trace, batch_log)?;
+            let (o, p) = continuous_prefix::run_tiered(pr, w, &card, &prefixes, true, &host, trace, batch_log)?;
             Ok(ContinuousRun(o, Some(p), None))
         } else if per_step {
-            Ok(ContinuousRun(continuous_per_step::run_per_step(pr, w, &params, trace, batch_log)?, None, None))
+            Ok(ContinuousRun(continuous_per_step::run_per_step(pr, w, &card, trace, batch_log)?, None, None))
         } else {
-            Ok(ContinuousRun(continuous::run(pr, w, &params, trace, batch_log)?, None, None))
+            Ok(ContinuousRun(continuous::run(pr, w, &card, trace, batch_log)?, None, None))
         }
     })
 }
@@ -242,6 +221,6 @@ fn sim_continuous_batching<'py>(
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_REQUEST_TOKENS", crate::sim::MAX_REQUEST_TOKENS)?;
     m.add("MAX_SPEC_K", continuous_per_step::MAX_SPEC_K)?;
-    add_functions!(m, sim_batch1, sim_static_batching, sim_batch1_early_reject, sim_fixed_service, sim_continuous_batching);
+    add_functions!(m, sim_batch1, sim_static_batching, sim_fixed_service, sim_continuous_batching);
     Ok(())
 }

@@ -80,6 +80,7 @@ pub const REJECT_BLOCKS: i8 = 1;
 pub const REJECT_BUDGET: i8 = 2;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "python", derive(pyo3::FromPyObject), pyo3(from_item_all))] // a dict of these keys
 pub struct ContinuousParams {
     pub max_num_seqs: i64,
     pub max_num_batched_tokens: i64,

@@ -317,22 +317,12 @@ impl<'p> Recorder<'p> {
 
 #[cfg(test)]
 pub(crate) mod test_util {
-    use crate::cost::{Efficiency, GpuSpec, ModelSpec, Pricer};
+    use crate::cost::tests::{h100, llama3_8b};
+    use crate::cost::{Efficiency, Pricer};
 
+    /// Llama-3-8B on an H100 with the lecture's efficiency.
     pub fn pricer() -> Pricer {
-        let m = ModelSpec {
-            n_layers: 32,
-            d_model: 4096,
-            n_heads: 32,
-            n_kv_heads: 8,
-            d_head: 128,
-            d_ff: 14336,
-            vocab_size: 128256,
-            tie_embeddings: false,
-            bytes_per_param: 2.0,
-        };
-        let g = GpuSpec { peak_flops: 989e12, hbm_bandwidth: 3.35e12, memory_bytes: 80e9 };
-        Pricer::new(&m, &g, &Efficiency::default()).unwrap()
+        Pricer::new(&llama3_8b(), &h100(), &Efficiency::default()).unwrap()
     }
 
     /// A small card: 8 seats, a 512-token budget, 64 blocks of 16 tokens, no chunked prefill.

@@ -10,19 +10,13 @@ tests; for a notebook, the points of its autograded cells (manually graded ones 
 Classroom's). So the points live in the manifest and the notebooks only, as everywhere else.
 
 >>> from servelab.grading.manifest import Manifest
->>> m = Manifest.from_toml('''
-... [[task]]
-... id = "a1_ledger"
-... title = "Model ledger"
-... lecture = "§2.4"
-... edit = ["a1_ledger/ledger.py"]
-... tests = { "a1_ledger/test_a1_ledger.py::test_params" = 2, "a1_ledger/test_a1_ledger.py::test_kv" = 3 }
-... ''')
+>>> task = '[[task]]\\nid = "{0}"\\ntitle = "{0}"\\nlecture = "§3"\\nedit = ["{0}/x.py"]\\ntests = {{ "{0}/test_x.py::t" = {1} }}\\n'
+>>> m = Manifest.from_toml(task.format("a1_ledger", 5) + task.format("a2_roofline", 3))
 >>> [(s.id, s.points) for s in grading_steps(m, {})]
-[('a1_ledger', 5)]
+[('a1_ledger', 5), ('a2_roofline', 3)]
 >>> text = classroom_workflow(m, {})
->>> text.count("autograding-command-grader@v1"), "max-score: 5" in text, "runners: a1_ledger" in text
-(1, True, True)
+>>> text.count("autograding-command-grader@v1"), "max-score: 5" in text, "runners: a1_ledger,a2_roofline" in text
+(2, True, True)
 """
 
 from __future__ import annotations

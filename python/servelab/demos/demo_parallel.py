@@ -286,6 +286,19 @@ def _explain(console: Console, cells: list[MapCell]) -> None:
 
 # ---- plots -------------------------------------------------------------------------------------
 
+def _save(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> Path:
+    """A line plot's labels, legend and grid, written to ``path`` and closed."""
+    import matplotlib.pyplot as plt
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(True, alpha=0.3)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
 def _plot_tp(path: Path, rows: list[TpRow]) -> Path:
     import matplotlib.pyplot as plt
     t = [r.t for r in rows]
@@ -296,15 +309,9 @@ def _plot_tp(path: Path, rows: list[TpRow]) -> Path:
     ax.plot(t, [r.step_ms for r in rows], "k--", label="step = max(compute, memory) + comm + 0.5 ms")
     ax.set_xscale("log", base=2)
     ax.set_xticks(t, [str(x) for x in t])
-    ax.set_xlabel("tensor-parallel cards t")
-    ax.set_ylabel("ms")
-    ax.set_title(f"Llama-3-70B decode step (64 x context 1024) on t H100s: "
-                 f"{rows[0].step_ms:.1f} -> {rows[-1].step_ms:.1f} ms", fontsize=9)
-    ax.legend(fontsize=8)
-    ax.grid(True, alpha=0.3)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, "tensor-parallel cards t", "ms",
+                 f"Llama-3-70B decode step (64 x context 1024) on t H100s: "
+                 f"{rows[0].step_ms:.1f} -> {rows[-1].step_ms:.1f} ms")
 
 
 def _plot_dp(path: Path, rows: list[DpRow]) -> Path:
@@ -315,15 +322,9 @@ def _plot_dp(path: Path, rows: list[DpRow]) -> Path:
     for router, style in zip(ps.ROUTERS, ("o-", "s--")):
         ax.plot(k, [r.max_rate[router] for r in rows], style, label=router.replace("_", " "))
     ax.plot(k, [x * one for x in k], ":", color="grey", label="ideal: replicas x one card")
-    ax.set_xlabel("replicas (H100s)")
-    ax.set_ylabel("req/s with >= 90% meeting TTFT <= 1 s, TPOT <= 50 ms")
-    ax.set_title(f"Data parallelism, chat requests: {one:g} -> {rows[-1].max_rate['least_tokens']:g} req/s "
-                 f"on {rows[-1].replicas} cards", fontsize=9)
-    ax.legend(fontsize=8)
-    ax.grid(True, alpha=0.3)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, "replicas (H100s)", "req/s with >= 90% meeting TTFT <= 1 s, TPOT <= 50 ms",
+                 f"Data parallelism, chat requests: {one:g} -> {rows[-1].max_rate['least_tokens']:g} req/s "
+                 f"on {rows[-1].replicas} cards")
 
 
 def _plot_map(path: Path, cells: list[MapCell]) -> Path:

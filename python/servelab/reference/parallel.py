@@ -82,15 +82,20 @@ def _empty(n: int, n_cards: int) -> dict[str, Any]:
             "card_peak_kv_blocks": [0] * n_cards}
 
 
+def _add_totals(out: dict[str, Any], o: dict[str, Any]) -> None:
+    """Adds one card's busy time, FLOPs and steps to the pool's; the KV peak is the largest."""
+    out["busy_s"] += o["busy_s"]
+    out["flops"] += o["flops"]
+    out["n_steps"] += o["n_steps"]
+    out["peak_kv_tokens"] = max(out["peak_kv_tokens"], o["peak_kv_tokens"])
+
+
 def _gather(out: dict[str, Any], c: int, idx: list[int], o: dict[str, Any]) -> None:
     for k, i in enumerate(idx):
         for key in ("start_s", "first_token_s", "finish_s", "rejected", "batch_id"):
             out[key][i] = o[key][k].item()
         out["card"][i] = c
-    out["busy_s"] += o["busy_s"]
-    out["flops"] += o["flops"]
-    out["n_steps"] += o["n_steps"]
-    out["peak_kv_tokens"] = max(out["peak_kv_tokens"], o["peak_kv_tokens"])
+    _add_totals(out, o)
     out["card_busy_s"][c] = o["busy_s"]
     out["card_steps"][c] = o["n_steps"]
     out["card_peak_kv_blocks"][c] = o["peak_kv_blocks"]
@@ -246,10 +251,7 @@ def run_disaggregated(requests: Any, model: Any, gpu: Any, efficiency: Any, *, n
             out["finish_s"][i] = o["finish_s"][k]
             out["decode_start_s"][i] = o["start_s"][k]
             out["decode_card"][i] = c
-        out["busy_s"] += o["busy_s"]
-        out["flops"] += o["flops"]
-        out["n_steps"] += o["n_steps"]
-        out["peak_kv_tokens"] = max(out["peak_kv_tokens"], o["peak_kv_tokens"])
+        _add_totals(out, o)
         out["decode_busy_s"][c] = o["busy_s"]
         out["decode_steps"][c] = o["n_steps"]
         out["decode_peak_kv_blocks"][c] = o["peak_kv_blocks"]

@@ -54,7 +54,47 @@ class KVCacheProtocol(Protocol):
     def rollback(self) -> None: ...
 
 
-class _ArrayKVCache:
+class OneForwardAtATime:
+    """The reserve / update / commit bookkeeping that every cache of :class:`KVCacheProtocol`
+    shares: one forward at a time reserves ``n_new`` slots, each layer's ``update`` brings
+    exactly that many, ``commit`` makes them part of the cache and ``rollback`` forgets them.
+    Subclasses keep ``_len`` (tokens cached), ``_pending`` (reserved) and ``max_len``."""
+
+    _len: int
+    _pending: int
+    max_len: int
+
+    def _check_reservation(self, n_new: int) -> int:
+        """Checks a forward of ``n_new`` tokens may start; returns the length it would reach."""
+        if self._pending:
+            raise ValueError(f"cache already has {self._pending} tokens reserved by a forward "
+                             "that has not committed (one cache serves one forward at a time)")
+        if not _checks.is_int(n_new) or n_new < 1:
+            raise ValueError(f"n_new must be an integer >= 1, got {n_new!r:.80}")
+        end = self._len + n_new
+        if end > self.max_len:
+            raise ValueError(f"cache overflow: {self._len} cached + {n_new} new tokens = "
+                             f"{end} > max_len {self.max_len} (n_new={n_new})")
+        return end
+
+    def _check_update(self, k_new: np.ndarray) -> int:
+        """The number of new tokens in ``k_new``, which must be the number reserved."""
+        n = k_new.shape[1]
+        if n != self._pending:
+            raise ValueError(f"update got {n} new tokens but {self._pending} were reserved")
+        return n
+
+    def commit(self, n_new: int) -> None:
+        if not _checks.is_int(n_new) or n_new != self._pending:
+            raise ValueError(f"commit of n_new={n_new!r:.80} tokens but {self._pending} were reserved")
+        self._len += n_new
+        self._pending = 0
+
+    def rollback(self) -> None:
+        self._pending = 0
+
+
+class _ArrayKVCache(OneForwardAtATime):
     """K and V of one sequence in two arrays ``(n_layers, n_kv_heads, capacity, d_head)``."""
 
     def __init__(self, config: ModelConfig, max_len: int | None, capacity: int | None) -> None:
@@ -97,14 +137,7 @@ class _ArrayKVCache:
         return self._len * self.config.kv_bytes_per_token
 
     def reserve(self, n_new: int) -> None:
-        if self._pending:
-            raise ValueError(f"cache already has {self._pending} tokens reserved by a forward "
-                             "that has not committed (one cache serves one forward at a time)")
-        if not _checks.is_int(n_new) or n_new < 1:
-            raise ValueError(f"n_new must be an integer >= 1, got {n_new!r:.80}")
-        if self._len + n_new > self.max_len:
-            raise ValueError(f"cache overflow: {self._len} cached + {n_new} new tokens = "
-                             f"{self._len + n_new} > max_len {self.max_len} (n_new={n_new})")
+        self._check_reservation(n_new)
         if self._len + n_new > self.capacity:
             self._grow(self._len + n_new)
         self._pending = n_new
@@ -114,22 +147,11 @@ class _ArrayKVCache:
 
     def update(self, layer: int, k_new: np.ndarray,
                v_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        n = k_new.shape[1]
-        if n != self._pending:
-            raise ValueError(f"update got {n} new tokens but {self._pending} were reserved")
+        n = self._check_update(k_new)
         end = self._len + n
         self._k[layer, :, self._len:end] = k_new
         self._v[layer, :, self._len:end] = v_new
         return self._k[layer, :, :end], self._v[layer, :, :end]
-
-    def commit(self, n_new: int) -> None:
-        if not _checks.is_int(n_new) or n_new != self._pending:
-            raise ValueError(f"commit of n_new={n_new!r:.80} tokens but {self._pending} were reserved")
-        self._len += n_new
-        self._pending = 0
-
-    def rollback(self) -> None:
-        self._pending = 0
 
     def truncate(self, n_tokens: int) -> None:
         """Forget every token after the first ``n_tokens`` (their slots are reused).

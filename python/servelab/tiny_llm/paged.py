@@ -39,6 +39,7 @@ import numpy as np
 
 from servelab import _checks
 from servelab.blocks import BlockAllocator
+from servelab.tiny_llm.cache import OneForwardAtATime
 from servelab.tiny_llm.config import MAX_VALUES, ModelConfig
 
 __all__ = ["PagedKVPool", "PagedKVCache"]
@@ -96,7 +97,7 @@ class PagedKVPool:
         self.v[:, dst] = self.v[:, src]
 
 
-class PagedKVCache:
+class PagedKVCache(OneForwardAtATime):
     """One sequence's KV in a :class:`PagedKVPool`, addressed through the allocator's block
     table (see the module docstring). ``max_len`` is the model's."""
 
@@ -126,15 +127,7 @@ class PagedKVCache:
         return f"PagedKVCache(seq_id={self.seq_id}, tokens={self._len})"
 
     def reserve(self, n_new: int) -> None:
-        if self._pending:
-            raise ValueError(f"cache already has {self._pending} tokens reserved by a forward "
-                             "that has not committed (one cache serves one forward at a time)")
-        if not _checks.is_int(n_new) or n_new < 1:
-            raise ValueError(f"n_new must be an integer >= 1, got {n_new!r:.80}")
-        end = self._len + n_new
-        if end > self.max_len:
-            raise ValueError(f"cache overflow: {self._len} cached + {n_new} new tokens = "
-                             f"{end} > max_len {self.max_len} (n_new={n_new})")
+        end = self._check_reservation(n_new)
         held = self.allocator.num_tokens(self.seq_id)
         if end > held:
             raise ValueError(f"seq_id {self.seq_id} holds slots for {held} tokens in the "
@@ -145,9 +138,7 @@ class PagedKVCache:
 
     def update(self, layer: int, k_new: np.ndarray,
                v_new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        n = k_new.shape[1]
-        if n != self._pending:
-            raise ValueError(f"update got {n} new tokens but {self._pending} were reserved")
+        n = self._check_update(k_new)
         bs, end = self.pool.block_size, self._len + n
         pos = np.arange(self._len, end)
         blocks, offsets = self._table[pos // bs], pos % bs
@@ -160,11 +151,3 @@ class PagedKVCache:
         v = v_pool[used].reshape(shape)[:end].transpose(1, 0, 2)
         return k, v
 
-    def commit(self, n_new: int) -> None:
-        if not _checks.is_int(n_new) or n_new != self._pending:
-            raise ValueError(f"commit of n_new={n_new!r:.80} tokens but {self._pending} were reserved")
-        self._len += n_new
-        self._pending = 0
-
-    def rollback(self) -> None:
-        self._pending = 0

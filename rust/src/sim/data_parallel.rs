@@ -7,10 +7,23 @@
 //! `continuous::run` on the whole workload, bit for bit. The per-request columns are gathered
 //! back into request order; the totals (`busy_s`, `flops`, `n_steps`) add over cards, and
 //! [`PoolOutput`] keeps them per card too.
+//!
+//! # With prefix caching (§3.5): [`run_prefix`]
+//!
+//! Each card runs `continuous_prefix::run` on its own requests. The routers then decide from
+//! the request list alone ([`static_cards`]: round robin or prefix affinity), so no card needs
+//! to pause. A request's prefix parent may sit on another card (round robin): its link is then
+//! re-pointed at its nearest *ancestor* on its own card, sharing the shortest `prefix_len` on
+//! the way up (the tokens all requests on that path agree on), or cut if there is none. That
+//! finds every hit of a conversation's own history and of its system prompt when an ancestor
+//! holding them is on the card, but not a sibling's (two conversations of one system prompt
+//! whose common ancestor is elsewhere): round robin's hits are a slight undercount of what a
+//! real cache, matching tokens, would find.
 
 use super::continuous::{self, ContinuousParams};
+use super::continuous_prefix::{self, PrefixOutput, Prefixes};
 use super::pool::{serve, PoolRequests};
-use super::router::{check_cards, Router};
+use super::router::{by_card, check_cards, static_cards, Router};
 use super::{Recorder, SimOutput, Workload};
 use crate::cost::Pricer;
 use crate::error::CoreResult;
@@ -95,6 +108,79 @@ pub fn run(
     Ok(out)
 }
 
+/// Card `c`'s prefix columns for its requests `idx` (global indices, in order): each parent
+/// re-pointed at its nearest ancestor on the same card (module docs), with the shared length.
+pub fn card_prefixes(prefixes: &Prefixes<'_>, card: &[u32], c: u32, idx: &[usize]) -> (Vec<i64>, Vec<i64>) {
+    let mut local = vec![-1i64; card.len()];
+    for (k, &i) in idx.iter().enumerate() {
+        local[i] = k as i64;
+    }
+    let (mut parent, mut len) = (Vec::with_capacity(idx.len()), Vec::with_capacity(idx.len()));
+    for &i in idx {
+        let (mut a, mut k) = (prefixes.parent[i], prefixes.len[i]);
+        while a >= 0 && k > 0 && card[a as usize] != c {
+            k = k.min(prefixes.len[a as usize]);
+            a = prefixes.parent[a as usize];
+        }
+        if a >= 0 && k > 0 {
+            parent.push(local[a as usize]);
+            len.push(k);
+        } else {
+            parent.push(-1);
+            len.push(0);
+        }
+    }
+    (parent, len)
+}
+
+/// Continuous batching with prefix caching on `n_replicas` cards behind `router` (round robin
+/// or prefix affinity; see the module docs). The prefix columns are gathered like the others;
+/// the counters add over cards.
+pub fn run_prefix(
+    pricer: &Pricer,
+    w: &Workload<'_>,
+    params: &ContinuousParams,
+    prefixes: &Prefixes<'_>,
+    n_replicas: i64,
+    router: Router,
+) -> CoreResult<(PoolOutput, PrefixOutput)> {
+    params.validate()?;
+    let cards = check_cards("n_replicas", n_replicas)?;
+    prefixes.validate(w)?;
+    let n = w.len();
+    let card = static_cards(prefixes.parent, cards, router)?;
+    let mut out = empty(pricer, n, cards);
+    let mut pre = PrefixOutput {
+        cached_tokens: vec![0; n],
+        computed_tokens: vec![0; n],
+        prefix_hits: 0,
+        prefix_lookups: 0,
+        prefix_evictions: 0,
+        host_hits: 0,
+        host_transfer_s: 0.0,
+    };
+    for (c, idx) in by_card(&card, cards).into_iter().enumerate() {
+        let col = |v: &[i64]| idx.iter().map(|&i| v[i]).collect::<Vec<_>>();
+        let at: Vec<f64> = idx.iter().map(|&i| w.arrival_s[i]).collect();
+        let (pl, ol) = (col(w.prompt_len), col(w.output_len));
+        let sub = Workload::new(&at, &pl, &ol)?;
+        let (parent, len) = card_prefixes(prefixes, &card, c as u32, &idx);
+        let sub_pf = Prefixes { parent: &parent, len: &len };
+        let (o, p) = continuous_prefix::run(pricer, &sub, params, &sub_pf, true, false, false)?;
+        out.gather(c, &idx, &o.sim, o.peak_kv_blocks);
+        for (k, &i) in idx.iter().enumerate() {
+            out.reject_code[i] = o.reject_code[k];
+            out.n_preemptions[i] = o.n_preemptions[k];
+            pre.cached_tokens[i] = p.cached_tokens[k];
+            pre.computed_tokens[i] = p.computed_tokens[k];
+        }
+        pre.prefix_hits += p.prefix_hits;
+        pre.prefix_lookups += p.prefix_lookups;
+        pre.prefix_evictions += p.prefix_evictions;
+    }
+    Ok((out, pre))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +197,32 @@ mod tests {
             assert_eq!(got.sim, want.sim);
             assert_eq!(got.card, vec![0; 4]);
         }
+    }
+
+    #[test]
+    fn one_replica_with_prefixes_is_one_card() {
+        let (a, p, l) = ([0.0, 0.001, 0.002, 0.5], [100, 130, 200, 70], [20, 50, 3, 9]);
+        let w = Workload::new(&a, &p, &l).unwrap();
+        let (parent, len) = ([-1, 0, 1, 0], [0, 100, 130, 64]);
+        let pf = Prefixes { parent: &parent, len: &len };
+        let want = continuous_prefix::run(&pricer(), &w, &params(), &pf, true, false, false).unwrap();
+        for router in [Router::RoundRobin, Router::PrefixAffinity] {
+            let (got, pre) = run_prefix(&pricer(), &w, &params(), &pf, 1, router).unwrap();
+            assert_eq!(got.sim, want.0.sim);
+            assert_eq!(pre, want.1);
+        }
+        assert!(run_prefix(&pricer(), &w, &params(), &pf, 2, Router::LeastTokens).is_err());
+    }
+
+    /// r3's parent r2 is on card 0 of 2 under round robin, r3 on card 1: it is re-pointed at
+    /// r1 (its grandparent, on card 1), sharing the shorter of the two lengths.
+    #[test]
+    fn parents_elsewhere_are_repointed_at_an_ancestor() {
+        let (parent, len) = ([-1, 0, 1, 2, -1], [0, 50, 80, 90, 0]);
+        let pf = Prefixes { parent: &parent, len: &len };
+        let card = [0, 1, 0, 1, 0];
+        assert_eq!(card_prefixes(&pf, &card, 1, &[1, 3]), (vec![-1, 0], vec![0, 80]));
+        assert_eq!(card_prefixes(&pf, &card, 0, &[0, 2, 4]), (vec![-1, 0, -1], vec![0, 50, 0]));
     }
 
     /// Round robin on two cards: each card serves every other request as if alone.

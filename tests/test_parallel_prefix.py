@@ -85,20 +85,31 @@ def origins(parent: list[int], length: list[int], r: int, k: int) -> list[int]:
 
 
 @given(w=chats(max_n=10), n=st.integers(1, 4), router=st.sampled_from(ps.PREFIX_ROUTERS))
-def test_repointed_prefixes_are_true_common_prefixes(w, n, router):
+def test_repointed_prefixes_are_the_longest_true_common_prefixes(w, n, router):
+    """Against token lists built here: a request's new parent is an earlier request on its card,
+    agrees with it on the shared length, and no earlier card-mate agrees on more (capped by its
+    prompt and the card-mate's prompt + output). Under affinity that is its own parent's length."""
     reqs, sp = w
     parent, length = sp.parent.tolist(), sp.length.tolist()
+    prompt, output = reqs.prompt_len.tolist(), reqs.output_len.tolist()
     cards = ref.static_route(parent, n, router)
+    toks = [origins(parent, length, i, prompt[i] + output[i]) for i in range(len(reqs))]
+
+    def agree(i: int, j: int) -> int:
+        cap = min(prompt[i], prompt[j] + output[j])
+        return next((m for m in range(cap) if toks[i][m] != toks[j][m]), cap)
+
     for c in range(n):
         idx = [i for i in range(len(reqs)) if cards[i] == c]
-        p, k = ref.card_prefixes(parent, length, cards, idx)
+        p, k = ref.card_prefixes(parent, length, prompt, output, idx)
         for j, i in enumerate(idx):
+            best = max((agree(i, a) for a in idx[:j]), default=0)
+            assert k[j] == best
+            assert (p[j] < 0) == (best == 0)
             if p[j] >= 0:
-                a = idx[p[j]]
-                assert a < i and k[j] > 0
-                assert origins(parent, length, i, k[j]) == origins(parent, length, a, k[j])
-            if router == "prefix_affinity":  # a parent is always on its child's card
-                assert (p[j] < 0 and parent[i] < 0) or (idx[p[j]], k[j]) == (parent[i], length[i])
+                assert p[j] < j and agree(i, idx[p[j]]) == best
+            if router == "prefix_affinity" and parent[i] >= 0:  # its parent is on its card
+                assert k[j] == length[i]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
@@ -106,14 +117,14 @@ def test_repointed_prefixes_are_true_common_prefixes(w, n, router):
 def test_affinity_finds_more_cached_tokens_than_round_robin(seed, n):
     """Multi-turn conversations: each turn shares its whole history with the previous turn.
     Affinity keeps a conversation on one card, so every turn finds it; round robin mostly
-    finds only the system prompt. Roomy cards (no evictions), so timing cannot undo it."""
+    finds only the system prompt (through any conversation of it on the card). Roomy cards (no evictions), so timing cannot undo it."""
     reqs, sp = chat_sessions(n=40, rate=1.0, seed=seed, turns_mean=4.0, think_s=5.0, system_len=256)
     p = dict(num_blocks=20000)
     rr, pa = (dp(reqs, sp, n, r, p).overall for r in ("round_robin", "prefix_affinity"))
     assert rr.prefix_evictions == pa.prefix_evictions == 0
     assert pa.cached_tokens.sum() > rr.cached_tokens.sum()
-    # measured: affinity computes 0.61-0.64 of round robin's tokens on 2 cards, 0.41-0.44 on 4
-    assert pa.computed_tokens.sum() < 0.7 * rr.computed_tokens.sum()
+    # measured: affinity computes 0.64-0.70 of round robin's tokens on 2 cards, 0.44-0.49 on 4
+    assert pa.computed_tokens.sum() < (0.75 if n == 2 else 0.55) * rr.computed_tokens.sum()
 
 
 def test_bad_prefix_arguments_name_themselves():

@@ -190,9 +190,9 @@ def run_data_parallel(requests: Requests, model: ModelSpec, gpu: GpuSpec, n_repl
     decide from the request list alone: ``"prefix_affinity"`` sends a request to its
     ``shared_prefixes`` parent's card (one without a parent round robin), ``"round_robin"``
     ignores the sharing. Under round robin a request whose parent is on another card shares
-    instead with its nearest ancestor on its own card (the shortest length on the way up), or
-    with nothing: a slight undercount of a real cache's hits, which would also find a sibling
-    conversation's system prompt (``rust/src/sim/data_parallel.rs``). ``overall`` then has the
+    instead with the earlier request on its own card with the longest common prefix (another
+    conversation of its system prompt, say), as a real cache matching tokens would
+    (``rust/src/sim/data_parallel.rs``). ``overall`` then has the
     prefix columns (``cached_tokens``, ``prefix_hits``, ...) summed over the cards.
 
     >>> from servelab.hw_model import LLAMA3_8B, H100

@@ -17,7 +17,7 @@ gets the same answer from resumable cards, each run once and paused at every arr
 With prefix caching (:func:`run_data_parallel_prefix`) the routers are ``round_robin`` and
 ``prefix_affinity`` (a request goes to its prefix parent's card; one without a parent round
 robin over the parentless ones): :func:`static_route`. A parent on another card is re-pointed
-at the nearest ancestor on the request's own card (:func:`card_prefixes`). This twin is of the
+at the earlier request on the same card with the longest common prefix (:func:`card_prefixes`). This twin is of the
 *routing and re-pointing* only: each card then runs the Rust one-card prefix-caching simulator
 (``_core.sim_continuous_batching(..., prefix_caching=True)``), which has its own tests.
 
@@ -71,26 +71,48 @@ def static_route(parent: Sequence[int], n_cards: int, router: str) -> list[int]:
     return cards
 
 
-def card_prefixes(parent: Sequence[int], length: Sequence[int], cards: Sequence[int],
-                  idx: list[int]) -> tuple[list[int], list[int]]:
-    """Parents and shared lengths of the requests ``idx`` (one card's, in order), renumbered
-    within the card. Request ``i`` shares its first ``length[i]`` tokens with ``parent[i]``, so
-    with any ancestor it shares the smallest length on the path up: the nearest ancestor on
-    the same card takes the parent's place (none: no sharing).
+def token_runs(parent: Sequence[int], length: Sequence[int], r: int, total: int) -> list[tuple[int, int]]:
+    """Request ``r``'s first ``total`` synthetic tokens as runs ``(origin, end)`` (each token the
+    request it is the own token of, ``rust/src/sim/continuous_prefix.rs``).
 
-    >>> card_prefixes([-1, 0, 1, 2], [0, 50, 80, 90], [0, 1, 0, 1], [1, 3])
+    >>> token_runs([-1, 0, 1], [0, 3, 5], 2, 7)
+    [(0, 3), (1, 5), (2, 7)]
+    """
+    if parent[r] < 0 or length[r] == 0 or total == 0:
+        return [(r, total)] if total > 0 else []
+    head = token_runs(parent, length, parent[r], min(total, length[r]))
+    return head + ([(r, total)] if total > head[-1][1] else [])
+
+
+def common_prefix(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    """How many tokens two run lists agree on from the start (runs of one origin start at the
+    same position in every sequence, so they can differ only in their ends)."""
+    start = 0
+    for (oa, ea), (ob, eb) in zip(a, b):
+        if oa != ob:
+            return start
+        if ea != eb:
+            return min(ea, eb)
+        start = ea
+    return start
+
+
+def card_prefixes(parent: Sequence[int], length: Sequence[int], prompt: Sequence[int], output: Sequence[int],
+                  idx: list[int]) -> tuple[list[int], list[int]]:
+    """Parents and shared lengths of one card's requests ``idx`` (in order), renumbered within
+    the card: each request points at the earlier request on the card with the longest common
+    prefix (the latest on a tie), at most its prompt and that request's prompt + output.
+
+    >>> card_prefixes([-1, 0, 1, 2], [0, 50, 80, 90], [60, 90, 100, 120], [5, 40, 10, 10], [1, 3])
     ([-1, 0], [0, 80])
     """
-    local = {i: k for k, i in enumerate(idx)}
-    out_parent, out_len = [], []
-    for i in idx:
-        a, k = parent[i], length[i]
-        while a >= 0 and k > 0 and a not in local:
-            k = min(k, length[a])
-            a = parent[a]
-        shared = a >= 0 and k > 0
-        out_parent.append(local[a] if shared else -1)
-        out_len.append(k if shared else 0)
+    seqs = [token_runs(parent, length, i, prompt[i] + output[i]) for i in idx]
+    out_parent, out_len = [-1] * len(idx), [0] * len(idx)
+    for k, i in enumerate(idx):
+        for j in range(k):
+            l = min(common_prefix(seqs[k], seqs[j]), prompt[i], prompt[idx[j]] + output[idx[j]])
+            if l > 0 and l >= out_len[k]:
+                out_parent[k], out_len[k] = j, l
     return out_parent, out_len
 
 
@@ -193,6 +215,7 @@ def run_data_parallel_prefix(requests: Any, model: Any, gpu: Any, efficiency: An
     from servelab import _core
     n = len(requests.arrival_s)
     parent, length = [int(x) for x in parent], [int(x) for x in length]
+    prompt, output = requests.prompt_len.tolist(), requests.output_len.tolist()
     cards = static_route(parent, n_replicas, router)
     out = _empty(n, n_replicas)
     out.update(cached_tokens=[0] * n, computed_tokens=[0] * n, prefix_hits=0, prefix_lookups=0,
@@ -201,7 +224,7 @@ def run_data_parallel_prefix(requests: Any, model: Any, gpu: Any, efficiency: An
         idx = [i for i in range(n) if cards[i] == c]
         cols = _columns(requests.arrival_s[idx].tolist(), requests.prompt_len[idx].tolist(),
                         requests.output_len[idx].tolist())
-        p, k = card_prefixes(parent, length, cards, idx)
+        p, k = card_prefixes(parent, length, prompt, output, idx)
         # the one-card prefix-caching simulator (no trace, no batch log, not per-step, caching on)
         o: dict[str, Any] = _core.sim_continuous_batching(
             model, gpu, efficiency, cols, params, False, False, False, True,

@@ -48,7 +48,7 @@ from servelab import _checks, _core
 from servelab.hw_model import (DEFAULT_EFFICIENCY, NVLINK_H100, Efficiency, GpuSpec, Link, ModelSpec,
                                kv_capacity_tokens)
 from servelab.serving_core import SimResult
-from servelab.workload import Requests, SharedPrefixes
+from servelab.workload import Requests, SharedPrefixes, _checked_shared_prefixes
 
 __all__ = ["ROUTERS", "PREFIX_ROUTERS", "ParallelResult", "run_data_parallel", "run_disaggregated"]
 
@@ -149,17 +149,12 @@ def _check_common(requests: object, model: object, gpu: object, efficiency: obje
 
 def _check_prefixes(requests: Requests, caching: bool, shared_prefixes: object) -> dict[str, Any]:
     """The core's prefix arguments for ``shared_prefixes`` (checked), when caching is on."""
-    if shared_prefixes is not None and not isinstance(shared_prefixes, SharedPrefixes):
-        raise TypeError("shared_prefixes must be None or a servelab.workload.SharedPrefixes, "
-                        f"got {type(shared_prefixes).__name__}")
-    if shared_prefixes is not None and len(shared_prefixes) != len(requests):
-        raise ValueError(f"shared_prefixes must have one entry per request ({len(requests)}), "
-                         f"got {len(shared_prefixes)}")
+    sp = _checked_shared_prefixes(shared_prefixes, len(requests))
     if not caching:
         return {}  # sharing declared without caching: nothing is reused (as on one card)
-    if shared_prefixes is None:
+    if sp is None:
         return {"prefix_caching": True}
-    return {"prefix_caching": True, "prefix_parent": shared_prefixes.parent, "prefix_len": shared_prefixes.length}
+    return {"prefix_caching": True, "prefix_parent": sp.parent, "prefix_len": sp.length}
 
 
 def _overall(policy: str, params: dict[str, Any], requests: Requests, model: ModelSpec, gpu: GpuSpec,

@@ -189,15 +189,7 @@ pub fn run_prefix(
     let n = w.len();
     let card = static_cards(prefixes.parent, cards, router)?;
     let mut out = empty(pricer, n, cards);
-    let mut pre = PrefixOutput {
-        cached_tokens: vec![0; n],
-        computed_tokens: vec![0; n],
-        prefix_hits: 0,
-        prefix_lookups: 0,
-        prefix_evictions: 0,
-        host_hits: 0,
-        host_transfer_s: 0.0,
-    };
+    let mut pre = PrefixOutput::empty(n);
     for (c, idx) in by_card(&card, cards).into_iter().enumerate() {
         let col = |v: &[i64]| idx.iter().map(|&i| v[i]).collect::<Vec<_>>();
         let at: Vec<f64> = idx.iter().map(|&i| w.arrival_s[i]).collect();

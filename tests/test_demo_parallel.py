@@ -29,6 +29,12 @@ def test_data_parallel_goodput_grows_with_replicas():
         assert rates == sorted(rates) and rates[-1] >= 4 * rates[0] > 0
 
 
+def test_prefix_affinity_computes_less_than_round_robin():
+    got = dp.compute_affinity(n=30)
+    (rr, rr_cached), (pa, pa_cached) = got["round_robin"], got["prefix_affinity"]
+    assert pa < rr and pa_cached > rr_cached
+
+
 def test_disaggregation_wins_with_long_prompts_and_tight_tpot_and_loses_when_transfer_bound():
     cells = dp.compute_map(n=200)
     v = {(w, s, link): (colo, rate) for w, s, link, colo, _, rate in dp.verdicts(cells)}
@@ -56,3 +62,4 @@ def test_the_demo_runs_from_the_cli(tmp_path, monkeypatch):
     for name in ("demo_parallel_tp.png", "demo_parallel_dp.png", "demo_parallel_disagg.png"):
         assert (tmp_path / name).stat().st_size > 0
     assert "7.4x" in text and "12.6x" in text and "Where disaggregation wins" in text
+    assert "prefix-affinity routing computes" in text

@@ -145,7 +145,7 @@ def test_replicas_add_up_and_report_their_own_metrics():
 
 def test_bad_arguments_name_themselves():
     reqs = chat_requests(n=3, rate=1.0, seed=0)
-    with pytest.raises(ValueError, match="router must be one of 'round_robin', 'least_tokens', got 'random'"):
+    with pytest.raises(ValueError, match="router must be one of 'round_robin', 'least_tokens' without prefix caching.*got 'random'"):
         ps.run_data_parallel(reqs, LLAMA3_8B, H100, 2, router="random")
     with pytest.raises(ValueError, match="n_decode must be an integer in \\[1, 4096\\], got 0"):
         ps.run_disaggregated(reqs, LLAMA3_8B, H100, 1, 0)
@@ -156,7 +156,7 @@ def test_bad_arguments_name_themselves():
     with pytest.raises(ValueError, match="link_bandwidth must be a positive number"):
         rust_pd(reqs, 1, 1, "round_robin", dict(max_num_seqs=4, max_num_batched_tokens=64, block_size=4,
                                                 num_blocks=16, chunked_prefill=False), math.nan, 0.0)
-    with pytest.raises(ValueError, match="router must be 'round_robin' or 'least_tokens'"):
+    with pytest.raises(ValueError, match="router must be 'round_robin', 'least_tokens' or 'prefix_affinity'"):
         rust_dp(reqs, 1, "x", dict(max_num_seqs=4, max_num_batched_tokens=64, block_size=4, num_blocks=16,
                                    chunked_prefill=False))
 

@@ -220,6 +220,9 @@ def sim_data_parallel(
     card: _Card,
     n_replicas: int,
     router: str,
+    prefix_caching: bool = False,
+    prefix_parent: _I64 | None = None,
+    prefix_len: _I64 | None = None,
 ) -> dict[str, object]: ...
 def sim_disaggregated(
     model: ModelSpec,

@@ -6,7 +6,10 @@ continuous-batching simulator of :func:`servelab.serving_core.run_continuous_bat
 
 * :func:`run_data_parallel` — ``n_replicas`` cards, each request routed at arrival by
   ``router``: ``"round_robin"`` or ``"least_tokens"`` (the card whose unfinished requests hold
-  the fewest prompt + output tokens). With one replica it *is* one card, bit for bit.
+  the fewest prompt + output tokens). With one replica it *is* one card, bit for bit. With
+  ``prefix_caching=True`` (§3.5) every card caches prefixes, and ``"prefix_affinity"`` sends a
+  request to the card of the earlier request it shares its prefix with (its
+  :class:`~servelab.workload.SharedPrefixes` parent), so a conversation stays on one card.
 * :func:`run_disaggregated` — ``n_prefill`` cards prefill (and sample the first token: TTFT
   never waits for the link), each request's KV crosses ``link``
   (:func:`servelab.hw_model.kv_transfer_s`), ``n_decode`` cards decode. A decode card reserves
@@ -45,11 +48,14 @@ from servelab import _checks, _core
 from servelab.hw_model import (DEFAULT_EFFICIENCY, NVLINK_H100, Efficiency, GpuSpec, Link, ModelSpec,
                                kv_capacity_tokens)
 from servelab.serving_core import SimResult
-from servelab.workload import Requests
+from servelab.workload import Requests, SharedPrefixes, _checked_shared_prefixes
 
-__all__ = ["ROUTERS", "ParallelResult", "run_data_parallel", "run_disaggregated"]
+__all__ = ["ROUTERS", "PREFIX_ROUTERS", "ParallelResult", "run_data_parallel", "run_disaggregated"]
 
 ROUTERS = ("round_robin", "least_tokens")
+# the routers with prefix caching on (they decide from the request list alone, see
+# rust/src/sim/router.rs): least_tokens would need resumable prefix-caching cards
+PREFIX_ROUTERS = ("round_robin", "prefix_affinity")
 
 
 class _PoolResult(SimResult):
@@ -130,14 +136,25 @@ def _card_params(model: ModelSpec, gpu: GpuSpec, max_num_seqs: object, max_num_b
             "chunked_prefill": _checks.flag("chunked_prefill", chunked_prefill)}
 
 
-def _check_common(requests: object, model: object, gpu: object, efficiency: object, router: object) -> str:
+def _check_common(requests: object, model: object, gpu: object, efficiency: object, router: object,
+                  routers: tuple[str, ...] = ROUTERS, why: str = "") -> str:
     _checks.instance("requests", requests, Requests, "a servelab.workload.Requests")
     _checks.instance("model", model, ModelSpec, "a servelab.hw_model.ModelSpec")
     _checks.instance("gpu", gpu, GpuSpec, "a servelab.hw_model.GpuSpec")
     _checks.instance("efficiency", efficiency, Efficiency, "a servelab.hw_model.Efficiency")
-    if not isinstance(router, str) or router not in ROUTERS:
-        raise ValueError(f"router must be one of {', '.join(map(repr, ROUTERS))}, got {router!r}")
+    if not isinstance(router, str) or router not in routers:
+        raise ValueError(f"router must be one of {', '.join(map(repr, routers))}{why}, got {router!r}")
     return str(router)
+
+
+def _check_prefixes(requests: Requests, caching: bool, shared_prefixes: object) -> dict[str, Any]:
+    """The core's prefix arguments for ``shared_prefixes`` (checked), when caching is on."""
+    sp = _checked_shared_prefixes(shared_prefixes, len(requests))
+    if not caching:
+        return {}  # sharing declared without caching: nothing is reused (as on one card)
+    if sp is None:
+        return {"prefix_caching": True}
+    return {"prefix_caching": True, "prefix_parent": sp.parent, "prefix_len": sp.length}
 
 
 def _overall(policy: str, params: dict[str, Any], requests: Requests, model: ModelSpec, gpu: GpuSpec,
@@ -147,29 +164,60 @@ def _overall(policy: str, params: dict[str, Any], requests: Requests, model: Mod
         start_s=d["start_s"], first_token_s=d["first_token_s"], finish_s=d["finish_s"],
         rejected=d["rejected"], batch_id=d["batch_id"], busy_s=float(d["busy_s"]), flops=float(d["flops"]),
         n_steps=int(d["n_steps"]), peak_kv_tokens=int(d["peak_kv_tokens"]), reject_code=d["reject_code"],
-        n_preemptions=d["n_preemptions"], peak_kv_blocks=int(max(d["card_peak_kv_blocks"], default=0)))
+        n_preemptions=d["n_preemptions"], peak_kv_blocks=int(max(d["card_peak_kv_blocks"], default=0)),
+        cached_tokens=d.get("cached_tokens"), computed_tokens=d.get("computed_tokens"),
+        prefix_hits=int(d.get("prefix_hits", 0)), prefix_lookups=int(d.get("prefix_lookups", 0)),
+        prefix_evictions=int(d.get("prefix_evictions", 0)))
 
 
 def run_data_parallel(requests: Requests, model: ModelSpec, gpu: GpuSpec, n_replicas: int,
                       router: str = "round_robin", max_num_seqs: int = 256,
                       max_num_batched_tokens: int = 8192, block_size: int = 16,
                       num_blocks: int | None = None, chunked_prefill: bool = False, *,
+                      prefix_caching: bool = False, shared_prefixes: SharedPrefixes | None = None,
                       mem_util: float = 0.9, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> ParallelResult:
     """Continuous batching on ``n_replicas`` identical cards behind ``router`` (one of
-    :data:`ROUTERS`); the other arguments are one card's, as in
+    :data:`ROUTERS`, or with prefix caching :data:`PREFIX_ROUTERS`); the other arguments are one card's, as in
     :func:`servelab.serving_core.run_continuous_batching`.
+
+    ``prefix_caching=True`` caches prefixes on every card (``shared_prefixes`` says which
+    prompts share what, as on one card); the routers are then :data:`PREFIX_ROUTERS`, which
+    decide from the request list alone: ``"prefix_affinity"`` sends a request to its
+    ``shared_prefixes`` parent's card (one without a parent round robin), ``"round_robin"``
+    ignores the sharing. Under round robin a request whose parent is on another card shares
+    instead with the earlier request on its own card with the longest common prefix (another
+    conversation of its system prompt, say), as a real cache matching tokens would
+    (``rust/src/sim/data_parallel.rs``). ``overall`` then has the
+    prefix columns (``cached_tokens``, ``prefix_hits``, ...) summed over the cards.
 
     >>> from servelab.hw_model import LLAMA3_8B, H100
     >>> reqs = Requests(arrival_s=[0.0, 0.0, 0.0], prompt_len=[2000, 10, 10], output_len=[50, 5, 5])
     >>> run_data_parallel(reqs, LLAMA3_8B, H100, 2, router="least_tokens").card.tolist()
     [0, 1, 1]
+    >>> chat = Requests(arrival_s=[0.0, 1.0, 2.0], prompt_len=[600, 700, 800], output_len=[50, 50, 50])
+    >>> sp = SharedPrefixes(parent=[-1, 0, 1], length=[0, 650, 750])   # one conversation
+    >>> for router in PREFIX_ROUTERS:
+    ...     r = run_data_parallel(chat, LLAMA3_8B, H100, 2, router, prefix_caching=True, shared_prefixes=sp)
+    ...     print(router, r.card.tolist(), r.overall.cached_tokens.tolist())
+    round_robin [0, 1, 0] [0, 0, 640]
+    prefix_affinity [0, 0, 0] [0, 640, 736]
     """
-    router = _check_common(requests, model, gpu, efficiency, router)
+    caching = _checks.flag("prefix_caching", prefix_caching)
+    if caching:
+        router = _check_common(requests, model, gpu, efficiency, router, PREFIX_ROUTERS,
+                               " with prefix_caching=True")
+    else:
+        router = _check_common(requests, model, gpu, efficiency, router, ROUTERS,
+                               " without prefix caching ('prefix_affinity' needs prefix_caching=True)")
+    pre = _check_prefixes(requests, caching, shared_prefixes)
     n = _checks.integer("n_replicas", n_replicas, 1, _core.MAX_CARDS)
     p = _card_params(model, gpu, max_num_seqs, max_num_batched_tokens, block_size, num_blocks,
                      chunked_prefill, mem_util)
-    d: dict[str, Any] = _core.sim_data_parallel(model, gpu, efficiency, requests, p, n, router)
+    d: dict[str, Any] = _core.sim_data_parallel(model, gpu, efficiency, requests, p, n, router, **pre)
     params = {**p, "n_replicas": n, "router": router, "label": f"DP x{n} ({router})"}
+    if caching:
+        params["prefix_caching"] = True
+        params["label"] = f"DP x{n} ({router}, prefix caching)"
     return ParallelResult(overall=_overall("data_parallel", params, requests, model, gpu, efficiency, d),
                           card=d["card"], card_busy_s=d["card_busy_s"], card_steps=d["card_steps"])
 

@@ -404,6 +404,20 @@ class SharedPrefixes:
         return SharedPrefixes(np.full(n, -1, np.int64), np.zeros(n, np.int64))
 
 
+def _checked_shared_prefixes(shared_prefixes: object, n_requests: int) -> SharedPrefixes | None:
+    """``shared_prefixes`` (None or a :class:`SharedPrefixes` of one entry per request), checked
+    for a simulator's argument of that name."""
+    if shared_prefixes is None:
+        return None
+    if not isinstance(shared_prefixes, SharedPrefixes):
+        raise TypeError("shared_prefixes must be None or a servelab.workload.SharedPrefixes, "
+                        f"got {type(shared_prefixes).__name__}")
+    if len(shared_prefixes) != n_requests:
+        raise ValueError(f"shared_prefixes must have one entry per request ({n_requests}), "
+                         f"got {len(shared_prefixes)}")
+    return shared_prefixes
+
+
 def chat_sessions(n: int = 200, rate: float = 0.5, seed: int = 0, *, system_len: int = 1024,
                   n_system_prompts: int = 4, shared_fraction: float = 1.0, turns_mean: float = 1.0,
                   think_s: float = 30.0, user_mean: float = 128, output_mean: float = CHAT_OUTPUT_MEAN,

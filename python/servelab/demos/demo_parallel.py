@@ -9,7 +9,8 @@ Three parts, each a ``compute_*`` function (what the tests assert) and a ``part*
 2. **Data parallelism.** Demo 03's chat requests on 1..8 replicas behind round-robin and
    least-outstanding-tokens routers: the highest rate whose attainment of the lecture's SLO
    stays at or above 90% (goodput, definition 2, §4.4), beside the ideal of one card's times
-   replicas. ``demo_parallel_dp.png``.
+   replicas. ``demo_parallel_dp.png``. Then, with prefix caching on every card (§3.5), the
+   tokens four cards compute for multi-turn chat behind round robin and prefix affinity.
 3. **Prefill/decode disaggregation.** Four H100s, colocated (continuous batching on each, data
    parallel) against every prefill:decode split, on chat prompts and long prompts, the
    lecture's SLO and a tight-TPOT one, over NVLink and a 400 Gb/s network: the highest arrival
@@ -37,7 +38,7 @@ from servelab import metrics
 from servelab import parallel_sim as ps
 from servelab import plots  # noqa: F401  (selects matplotlib's file-only backend)
 from servelab.demos import working
-from servelab.workload import Requests, chat_requests
+from servelab.workload import Requests, chat_requests, chat_sessions
 
 TITLE = "Demo parallel: tensor and data parallelism, prefill/decode disaggregation (§8)"
 
@@ -47,6 +48,7 @@ TP_DEGREES = (1, 2, 4, 8)
 DP_REPLICAS = (1, 2, 4, 8)
 DP_PER_CARD_RATES = tuple(float(r) for r in range(10, 121, 10))  # tried at replicas x this
 DP_REQUESTS_PER_CARD = 600
+AFFINITY_CONVERSATIONS = 100  # chat_sessions conversations of 4 turns on average (~400 requests)
 N_CARDS = 4
 SPLITS = tuple((p, N_CARDS - p) for p in range(1, N_CARDS))
 RATES = (1.0, 2.0, 4.0, 6.0, 8.0, 12.0, 16.0, 20.0, 24.0, 32.0, 40.0, 48.0, 64.0, 96.0, 128.0)
@@ -128,6 +130,18 @@ def compute_dp(per_card: int = DP_REQUESTS_PER_CARD) -> list[DpRow]:
     return rows
 
 
+def compute_affinity(n: int = AFFINITY_CONVERSATIONS, cards: int = N_CARDS) -> dict[str, tuple[int, int]]:
+    """Router -> (tokens computed, prompt tokens from the cache) with prefix caching on every
+    card, for multi-turn chat (each turn shares its whole history with the previous one)."""
+    reqs, sp = chat_sessions(n=n, rate=1.0, seed=SEED, turns_mean=4.0, think_s=10.0)
+    out = {}
+    for router in ps.PREFIX_ROUTERS:
+        o = ps.run_data_parallel(reqs, MODEL, GPU, cards, router, prefix_caching=True, shared_prefixes=sp).overall
+        assert o.computed_tokens is not None and o.cached_tokens is not None
+        out[router] = (int(o.computed_tokens.sum()), int(o.cached_tokens.sum()))
+    return out
+
+
 def part2(console: Console, out_dir: Path) -> list[DpRow]:
     with working(console, "simulating 1 to 8 replicas"):
         rows = compute_dp(DP_REQUESTS_PER_CARD)
@@ -149,6 +163,11 @@ def part2(console: Console, out_dir: Path) -> list[DpRow]:
                   "smoother stream than Poisson. Least-tokens " + ("beats round robin on "
                   f"{lt_gain} of {len(rows)} sizes" if lt_gain else "matches round robin here: chat lengths are "
                   "alike enough that dealing in turn already balances the cards") + ".", highlight=False)
+    aff = compute_affinity()
+    (rr, _), (pa, _) = aff["round_robin"], aff["prefix_affinity"]
+    console.print(f"  With prefix caching on {N_CARDS} cards and multi-turn chat (workload.chat_sessions, 4 turns a "
+                  f"conversation), prefix-affinity routing computes {pa:,} tokens against round robin's {rr:,} "
+                  f"({pa / rr:.2f}x): every turn finds its conversation's history on its own card.", highlight=False)
     _plot_dp(out_dir / "demo_parallel_dp.png", rows)
     return rows
 

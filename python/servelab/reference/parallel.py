@@ -14,6 +14,13 @@ router simulates the card from its start on the requests routed to it so far (ag
 it got a new one): those finishing by ``t`` do not depend on later arrivals. (The Rust router
 gets the same answer from resumable cards, each run once and paused at every arrival.)
 
+With prefix caching (:func:`run_data_parallel_prefix`) the routers are ``round_robin`` and
+``prefix_affinity`` (a request goes to its prefix parent's card; one without a parent round
+robin over the parentless ones): :func:`static_route`. A parent on another card is re-pointed
+at the earlier request on the same card with the longest common prefix (:func:`card_prefixes`). This twin is of the
+*routing and re-pointing* only: each card then runs the Rust one-card prefix-caching simulator
+(``_core.sim_continuous_batching(..., prefix_caching=True)``), which has its own tests.
+
 >>> from servelab.hw_model import LLAMA3_8B, H100, DEFAULT_EFFICIENCY
 >>> from servelab.workload import Requests
 >>> reqs = Requests([0.0, 0.0, 0.0], [512, 512, 64], [2, 2, 2])
@@ -41,6 +48,72 @@ from servelab.reference.sim import Pricer
 from servelab.reference.step_cost import kv_bytes_per_token
 
 ROUTERS = ("round_robin", "least_tokens")
+PREFIX_ROUTERS = ("round_robin", "prefix_affinity")
+
+
+def static_route(parent: Sequence[int], n_cards: int, router: str) -> list[int]:
+    """The card of each request for a router that reads only the request list.
+
+    >>> static_route([-1, -1, 0, 2, -1, 1], 2, "prefix_affinity")
+    [0, 1, 0, 0, 0, 1]
+    """
+    assert router in PREFIX_ROUTERS, router
+    cards: list[int] = []
+    turn = 0  # the next card of a request without a parent
+    for k, p in enumerate(parent):
+        if router == "round_robin":
+            cards.append(k % n_cards)
+        elif p >= 0:
+            cards.append(cards[p])
+        else:
+            cards.append(turn % n_cards)
+            turn += 1
+    return cards
+
+
+def token_runs(parent: Sequence[int], length: Sequence[int], r: int, total: int) -> list[tuple[int, int]]:
+    """Request ``r``'s first ``total`` synthetic tokens as runs ``(origin, end)`` (each token the
+    request it is the own token of, ``rust/src/sim/continuous_prefix.rs``).
+
+    >>> token_runs([-1, 0, 1], [0, 3, 5], 2, 7)
+    [(0, 3), (1, 5), (2, 7)]
+    """
+    if parent[r] < 0 or length[r] == 0 or total == 0:
+        return [(r, total)] if total > 0 else []
+    head = token_runs(parent, length, parent[r], min(total, length[r]))
+    return head + ([(r, total)] if total > head[-1][1] else [])
+
+
+def common_prefix(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    """How many tokens two run lists agree on from the start (runs of one origin start at the
+    same position in every sequence, so they can differ only in their ends)."""
+    start = 0
+    for (oa, ea), (ob, eb) in zip(a, b):
+        if oa != ob:
+            return start
+        if ea != eb:
+            return min(ea, eb)
+        start = ea
+    return start
+
+
+def card_prefixes(parent: Sequence[int], length: Sequence[int], prompt: Sequence[int], output: Sequence[int],
+                  idx: list[int]) -> tuple[list[int], list[int]]:
+    """Parents and shared lengths of one card's requests ``idx`` (in order), renumbered within
+    the card: each request points at the earlier request on the card with the longest common
+    prefix (the latest on a tie), at most its prompt and that request's prompt + output.
+
+    >>> card_prefixes([-1, 0, 1, 2], [0, 50, 80, 90], [60, 90, 100, 120], [5, 40, 10, 10], [1, 3])
+    ([-1, 0], [0, 80])
+    """
+    seqs = [token_runs(parent, length, i, prompt[i] + output[i]) for i in idx]
+    out_parent, out_len = [-1] * len(idx), [0] * len(idx)
+    for k, i in enumerate(idx):
+        for j in range(k):
+            l = min(common_prefix(seqs[k], seqs[j]), prompt[i], prompt[idx[j]] + output[idx[j]])
+            if l > 0 and l >= out_len[k]:
+                out_parent[k], out_len[k] = j, l
+    return out_parent, out_len
 
 
 def route(at: Sequence[float], weight: Sequence[int], n_cards: int, router: str,
@@ -137,6 +210,36 @@ def run_data_parallel(requests: Any, model: Any, gpu: Any, efficiency: Any, *, n
         for k, i in enumerate(idx):
             out["reject_code"][i] = int(o["reject_code"][k])
             out["n_preemptions"][i] = int(o["n_preemptions"][k])
+    return _arrays(out)
+
+
+def run_data_parallel_prefix(requests: Any, model: Any, gpu: Any, efficiency: Any, *, n_replicas: int,
+                             router: str, parent: Sequence[int], length: Sequence[int],
+                             **params: Any) -> dict[str, Any]:
+    """Data parallelism with prefix caching on every card (``params``: one card's)."""
+    from servelab import _core
+    n = len(requests.arrival_s)
+    parent, length = [int(x) for x in parent], [int(x) for x in length]
+    prompt, output = requests.prompt_len.tolist(), requests.output_len.tolist()
+    cards = static_route(parent, n_replicas, router)
+    out = _empty(n, n_replicas)
+    out.update(cached_tokens=[0] * n, computed_tokens=[0] * n, prefix_hits=0, prefix_lookups=0,
+               prefix_evictions=0, host_hits=0, host_transfer_s=0.0)  # no host tier here
+    for c in range(n_replicas):
+        idx = [i for i in range(n) if cards[i] == c]
+        cols = _columns(requests.arrival_s[idx].tolist(), requests.prompt_len[idx].tolist(),
+                        requests.output_len[idx].tolist())
+        p, k = card_prefixes(parent, length, prompt, output, idx)
+        # the one-card prefix-caching simulator (no trace, no batch log, not per-step, caching on)
+        o: dict[str, Any] = _core.sim_continuous_batching(
+            model, gpu, efficiency, cols, params, False, False, False, True,
+            np.array(p, dtype=np.int64), np.array(k, dtype=np.int64))
+        _gather(out, c, idx, o)
+        for j, i in enumerate(idx):
+            for key in ("reject_code", "n_preemptions", "cached_tokens", "computed_tokens"):
+                out[key][i] = int(o[key][j])
+        for key in ("prefix_hits", "prefix_lookups", "prefix_evictions"):
+            out[key] += int(o[key])
     return _arrays(out)
 
 

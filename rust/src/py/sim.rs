@@ -30,7 +30,7 @@ dict_of!(SpecOutput { spec_proposed, spec_accepted, spec_steps, draft_busy_s });
 /// constructor has checked them; the core checks them again).
 #[derive(FromPyObject)]
 pub(super) struct Requests<'py> {
-    arrival_s: PyReadonlyArray1<'py, f64>,
+    pub(super) arrival_s: PyReadonlyArray1<'py, f64>,
     prompt_len: PyReadonlyArray1<'py, i64>,
     output_len: PyReadonlyArray1<'py, i64>,
 }

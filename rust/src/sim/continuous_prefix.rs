@@ -142,6 +142,21 @@ pub struct PrefixOutput {
     pub host_transfer_s: f64,
 }
 
+impl PrefixOutput {
+    /// Nothing cached or computed yet, for `n` requests.
+    pub fn empty(n: usize) -> PrefixOutput {
+        PrefixOutput {
+            cached_tokens: vec![0; n],
+            computed_tokens: vec![0; n],
+            prefix_hits: 0,
+            prefix_lookups: 0,
+            prefix_evictions: 0,
+            host_hits: 0,
+            host_transfer_s: 0.0,
+        }
+    }
+}
+
 /// The live state of one request.
 #[derive(Debug, Clone, Copy, Default)]
 struct Live {
@@ -198,15 +213,7 @@ pub fn run_tiered(
     let (a, pl, ol) = (w.arrival_s, w.prompt_len, w.output_len);
     let mut rec = Recorder::new(pricer, n, trace);
     let mut books = Books::new(n, trace, batch_log);
-    let mut pre = PrefixOutput {
-        cached_tokens: vec![0; n],
-        computed_tokens: vec![0; n],
-        prefix_hits: 0,
-        prefix_lookups: 0,
-        prefix_evictions: 0,
-        host_hits: 0,
-        host_transfer_s: 0.0,
-    };
+    let mut pre = PrefixOutput::empty(n);
     let mut live = vec![Live::default(); n];
     let mut kv = BlockAllocator::with_host_tier(params.num_blocks, params.block_size, prefix_caching,
                                                 host.host_blocks, host.policy)?;

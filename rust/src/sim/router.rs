@@ -8,10 +8,11 @@
 //!   (prompt + output for a whole request) of the requests routed to it that have not finished
 //!   by then: what a real router can count, since it sees every request leave.
 //!
-//! Prefix affinity (send a request where its prompt's prefix is cached) needs the simulator to
-//! know tokens, not only lengths; once `continuous.rs` models prefix caching it is a third
-//! variant here whose choice reads the cards' cached prefixes (the hook: [`route`] already
-//! hands the choice the cards' state at the arrival time).
+//! * [`Router::PrefixAffinity`] (prefix caching only, `data_parallel::run_prefix`): a request
+//!   that shares a prefix with an earlier one (its prefix parent, §3.5) goes to that request's
+//!   card, where the prefix's blocks are; one without a parent goes round robin over the
+//!   parentless requests. Like round robin it decides from the request list alone
+//!   ([`static_cards`]), so each card's run is independent of the others.
 //!
 //! # Exact, and at the cost of one run per card
 //!
@@ -32,19 +33,47 @@ use crate::error::{CoreError, CoreResult};
 pub enum Router {
     RoundRobin,
     LeastTokens,
+    PrefixAffinity,
 }
 
 impl Router {
-    /// The Python names: `"round_robin"`, `"least_tokens"`.
+    /// The Python names: `"round_robin"`, `"least_tokens"`, `"prefix_affinity"`.
     pub fn parse(name: &str) -> CoreResult<Router> {
         match name {
             "round_robin" => Ok(Router::RoundRobin),
             "least_tokens" => Ok(Router::LeastTokens),
+            "prefix_affinity" => Ok(Router::PrefixAffinity),
             _ => Err(CoreError::invalid(format!(
-                "router must be 'round_robin' or 'least_tokens', got {name:?}"
+                "router must be 'round_robin', 'least_tokens' or 'prefix_affinity', got {name:?}"
             ))),
         }
     }
+}
+
+/// The card of each request for the routers that decide from the request list alone: round
+/// robin (`k mod cards`) and prefix affinity (`parent[k]`'s card, or round robin over the
+/// requests without a parent). `parent[k]` is `-1` or an earlier request (checked by the caller).
+pub fn static_cards(parent: &[i64], cards: usize, router: Router) -> CoreResult<Vec<u32>> {
+    let mut out: Vec<u32> = Vec::with_capacity(parent.len());
+    let mut next_free = 0usize; // the round-robin turn of the parentless requests
+    for (k, &p) in parent.iter().enumerate() {
+        let c = match router {
+            Router::RoundRobin => k % cards,
+            Router::PrefixAffinity if p >= 0 => out[p as usize] as usize,
+            Router::PrefixAffinity => {
+                next_free += 1;
+                (next_free - 1) % cards
+            }
+            Router::LeastTokens => {
+                return Err(CoreError::invalid(
+                    "router 'least_tokens' is not available with prefix caching (use 'round_robin' \
+                     or 'prefix_affinity')",
+                ))
+            }
+        };
+        out.push(c as u32);
+    }
+    Ok(out)
 }
 
 /// Largest number of cards of one pool (a bound that keeps a bad argument from allocating).
@@ -93,6 +122,9 @@ pub(crate) fn route<C: Card>(at: &[f64], weight: &[i64], cards: &mut [C], router
         let best = match router {
             _ if n_cards == 1 => 0,
             Router::RoundRobin => k % n_cards,
+            Router::PrefixAffinity => {
+                return Err(CoreError::invalid("router 'prefix_affinity' needs prefix caching (prefix_caching=True)"))
+            }
             Router::LeastTokens => {
                 for (card, view) in cards.iter_mut().zip(views.iter_mut()) {
                     card.advance(t)?;
@@ -183,10 +215,20 @@ mod tests {
         assert_eq!(got, vec![0, 1, 0, 1]);
     }
 
+    /// Children follow their parent's card; parentless requests take turns.
+    #[test]
+    fn prefix_affinity_follows_the_parent() {
+        let parent = [-1, -1, 0, 2, -1, 1];
+        assert_eq!(static_cards(&parent, 2, Router::PrefixAffinity).unwrap(), vec![0, 1, 0, 0, 0, 1]);
+        assert_eq!(static_cards(&parent, 2, Router::RoundRobin).unwrap(), vec![0, 1, 0, 1, 0, 1]);
+        assert!(static_cards(&parent, 2, Router::LeastTokens).is_err());
+    }
+
     #[test]
     fn names_parse_and_bad_ones_are_named() {
         assert_eq!(Router::parse("least_tokens").unwrap(), Router::LeastTokens);
         assert!(Router::parse("random").unwrap_err().to_string().contains("\"random\""));
+        assert_eq!(Router::parse("prefix_affinity").unwrap(), Router::PrefixAffinity);
         assert!(check_cards("n_replicas", 0).unwrap_err().to_string().contains("n_replicas"));
     }
 }

@@ -130,6 +130,8 @@ CASES = [
     Case("workload.chat_requests", fn(workload.chat_requests), {"n": 5, "rate": 1.0, "seed": 2}),
     Case("workload.SharedPrefixes", fn(workload.SharedPrefixes), {"parent": [-1, 0], "length": [0, 3]}),
     Case("workload.SharedPrefixes.none", fn(workload.SharedPrefixes.none), {"n": 3}),
+    Case("workload.check_shared_prefixes", fn(workload.check_shared_prefixes),
+         {"shared_prefixes": workload.SharedPrefixes([-1, 0], [0, 3]), "n_requests": 2}),
     Case("workload.chat_sessions", fn(workload.chat_sessions),
          {"n": 3, "rate": 1.0, "seed": 2, "system_len": 32, "n_system_prompts": 2, "shared_fraction": 0.5,
           "turns_mean": 2.0, "think_s": 5.0, "user_mean": 16, "output_mean": 8, "sigma": 0.5, "max_len": 512}),

@@ -176,7 +176,7 @@ def test_bad_shared_prefixes_name_the_value():
             sc.run_continuous_batching(reqs, LLAMA3_8B, H100, prefix_caching=True, shared_prefixes=sp)
         assert str(info.value).startswith(message)
     for caching in (False, True):  # checked even when unused
-        with pytest.raises(ValueError, match=r"shared_prefixes must have one entry per request \(2\), got 1"):
+        with pytest.raises(ValueError, match=r"shared_prefixes must have one entry per request \(n_requests=2\), got 1"):
             sc.run_continuous_batching(reqs, LLAMA3_8B, H100, prefix_caching=caching,
                                        shared_prefixes=SharedPrefixes([-1], [0]))
     with pytest.raises(TypeError, match="shared_prefixes must be None or"):

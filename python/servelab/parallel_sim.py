@@ -48,7 +48,7 @@ from servelab import _checks, _core
 from servelab.hw_model import (DEFAULT_EFFICIENCY, NVLINK_H100, Efficiency, GpuSpec, Link, ModelSpec,
                                kv_capacity_tokens)
 from servelab.serving_core import SimResult
-from servelab.workload import Requests, SharedPrefixes, _checked_shared_prefixes
+from servelab.workload import Requests, SharedPrefixes, check_shared_prefixes
 
 __all__ = ["ROUTERS", "PREFIX_ROUTERS", "ParallelResult", "run_data_parallel", "run_disaggregated"]
 
@@ -149,7 +149,7 @@ def _check_common(requests: object, model: object, gpu: object, efficiency: obje
 
 def _check_prefixes(requests: Requests, caching: bool, shared_prefixes: object) -> dict[str, Any]:
     """The core's prefix arguments for ``shared_prefixes`` (checked), when caching is on."""
-    sp = _checked_shared_prefixes(shared_prefixes, len(requests))
+    sp = check_shared_prefixes(shared_prefixes, len(requests))
     if not caching:
         return {}  # sharing declared without caching: nothing is reused (as on one card)
     if sp is None:

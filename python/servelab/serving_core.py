@@ -44,7 +44,7 @@ import numpy as np
 from servelab import _checks, _core
 from servelab.admission import EarlyReject
 from servelab.hw_model import DEFAULT_EFFICIENCY, Efficiency, GpuSpec, ModelSpec
-from servelab.workload import Requests, SharedPrefixes, _checked_shared_prefixes
+from servelab.workload import Requests, SharedPrefixes, check_shared_prefixes
 
 __all__ = ["SimResult", "StepTrace", "BatchLog", "Speculation", "run_batch1", "run_static_batching",
            "run_continuous_batching", "REJECT_REASONS"]
@@ -426,7 +426,7 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
         blocks = _checks.positive_int("num_blocks", num_blocks)
     chunked = _checks.flag("chunked_prefill", chunked_prefill)
     caching = _checks.flag("prefix_caching", prefix_caching)
-    shared_prefixes = _checked_shared_prefixes(shared_prefixes, len(requests))
+    shared_prefixes = check_shared_prefixes(shared_prefixes, len(requests))
     sp = (None, None) if shared_prefixes is None else (shared_prefixes.parent, shared_prefixes.length)
     host = _checks.integer("host_blocks", host_blocks, 0, _core.MAX_NUM_BLOCKS)
     if not isinstance(host_policy, str) or host_policy not in ("lru", "hits"):

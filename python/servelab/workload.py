@@ -44,6 +44,7 @@ from servelab import _checks, _core
 
 __all__ = [
     "Requests",
+    "check_shared_prefixes",
     "MAX_REQUEST_TOKENS",
     "MAX_REQUESTS",
     "CHAT_PROMPT_MEAN",
@@ -404,16 +405,23 @@ class SharedPrefixes:
         return SharedPrefixes(np.full(n, -1, np.int64), np.zeros(n, np.int64))
 
 
-def _checked_shared_prefixes(shared_prefixes: object, n_requests: int) -> SharedPrefixes | None:
+def check_shared_prefixes(shared_prefixes: object, n_requests: int) -> SharedPrefixes | None:
     """``shared_prefixes`` (None or a :class:`SharedPrefixes` of one entry per request), checked
-    for a simulator's argument of that name."""
+    for a simulator's argument of that name.
+
+    >>> check_shared_prefixes(SharedPrefixes.none(2), 3)
+    Traceback (most recent call last):
+    ...
+    ValueError: shared_prefixes must have one entry per request (n_requests=3), got 2
+    """
+    n_requests = _checks.count("n_requests", n_requests)
     if shared_prefixes is None:
         return None
     if not isinstance(shared_prefixes, SharedPrefixes):
         raise TypeError("shared_prefixes must be None or a servelab.workload.SharedPrefixes, "
                         f"got {type(shared_prefixes).__name__}")
     if len(shared_prefixes) != n_requests:
-        raise ValueError(f"shared_prefixes must have one entry per request ({n_requests}), "
+        raise ValueError(f"shared_prefixes must have one entry per request (n_requests={n_requests}), "
                          f"got {len(shared_prefixes)}")
     return shared_prefixes
 

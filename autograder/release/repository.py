@@ -11,7 +11,7 @@ What changes on the way (each rule is here, nowhere else):
   manifest forgets the tests that were in them;
 * tasks whose visibility is not ``visible``: their test files are left out, and their tests too;
 * left out entirely (:data:`PRIVATE`): the autograder's mutants, hostile submissions, answer key
-  and its exercise scripts, and the tests that grade the reference solutions (with any test or
+  and its exercise scripts, the developers' ``ARCHITECTURE.md``, and the tests that grade the reference solutions (with any test or
   benchmark importing one of those). The pure-Python references (``servelab.reference``, the
   readable twins of the Rust core) ship: none is a task's solution
   (``autograder/tests/test_reference_is_no_solution.py``);
@@ -48,6 +48,7 @@ from servelab.grading.manifest import Manifest
 PRIVATE = (
     "autograder/mutants/", "autograder/tests/", "autograder/answers/", "autograder/exercises/",
     "tests/test_assignments_grading.py",
+    "ARCHITECTURE.md",  # the developers' map: it names the mutants, the answer key, the self-check
 )
 STUDENT_README = "autograder/release/README.student.md"  # in the course copy; read from the grader's folder, like CLASSROOM
 STUDENT_README_TEMPLATE = Path(__file__).with_name("README.student.md")

@@ -146,7 +146,8 @@ def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
 
 
-def test_make_zip_packs_tracked_files_only(tmp_path):
+def course_repo(tmp_path: Path) -> Path:
+    """A committed course repository with Gradescope's two scripts and a private file."""
     repo = tmp_path / "course"
     (repo / "autograder" / "gradescope").mkdir(parents=True)
     (repo / "autograder" / "answers").mkdir()
@@ -158,18 +159,86 @@ def test_make_zip_packs_tracked_files_only(tmp_path):
     git(repo, "init", "-q")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "course")
+    return repo
+
+
+def make_zip(repo: Path, out: Path, secret_file: Path | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SERVELAB_GRADING_SECRET")}
+    if secret_file is not None:
+        env["SERVELAB_GRADING_SECRET_FILE"] = str(secret_file)
+    return subprocess.run(["bash", str(MAKE_ZIP), str(out)], cwd=repo, capture_output=True, text=True, env=env)
+
+
+def test_make_zip_packs_tracked_files_only(tmp_path):
+    repo = course_repo(tmp_path)
     (repo / "scratch.py").write_text("print('not for Gradescope')\n")  # untracked, not ignored
     (repo / "out").mkdir()
     (repo / "out" / "results.json").write_text("{}")  # untracked, ignored
     (repo / "Makefile").write_text("all:\n\ttrue\n")  # tracked, edited: the work tree's version
 
-    run = subprocess.run(["bash", str(MAKE_ZIP), str(tmp_path / "autograder.zip")], cwd=repo,
-                         capture_output=True, text=True)
+    run = make_zip(repo, tmp_path / "autograder.zip")
     assert run.returncode == 0, run.stderr
     with zipfile.ZipFile(tmp_path / "autograder.zip") as z:
         names = sorted(n for n in z.namelist() if not n.endswith("/"))
         makefile = z.read("Makefile").decode()
     tracked = git(repo, "ls-files").split()
-    assert names == sorted(tracked + ["setup.sh", "run_autograder"])
+    assert names == sorted(tracked + ["setup.sh", "run_autograder", "grading.grading-secret"])
     assert "scratch.py" not in names and "out/results.json" not in names
     assert makefile == "all:\n\ttrue\n"
+
+
+def test_make_zip_packs_one_grading_secret_and_keeps_it_for_the_next_zip(tmp_path):
+    repo = course_repo(tmp_path)
+    out = tmp_path / "autograder.zip"
+    sidecar = tmp_path / "autograder.zip.grading-secret"
+    assert make_zip(repo, out).returncode == 0
+    made = sidecar.read_text().strip()
+    assert re.fullmatch(r"[0-9a-f]{64}", made) and sidecar.stat().st_mode & 0o777 == 0o600
+    assert make_zip(repo, out).returncode == 0  # a rebuilt zip keeps the inputs: the same secret
+    with zipfile.ZipFile(out) as z:
+        assert z.read("grading.grading-secret").decode().strip() == made == sidecar.read_text().strip()
+
+    mine = tmp_path / "course.grading-secret"
+    mine.write_text("the instructors' own secret\n")
+    assert make_zip(repo, out, secret_file=mine).returncode == 0
+    with zipfile.ZipFile(out) as z:
+        assert z.read("grading.grading-secret").decode() == "the instructors' own secret\n"
+    out.unlink()
+    missing = make_zip(repo, out, secret_file=tmp_path / "typo.grading-secret")
+    assert missing.returncode == 2 and "typo.grading-secret" in missing.stderr and not out.exists()
+
+
+def fake_gradescope(tmp_path: Path, python_body: str) -> tuple[Path, dict[str, str]]:
+    """/autograder with the real run_autograder, a packed secret and a stand-in for the venv's
+    python (``python_body``: a bash script given the grader's arguments)."""
+    top = tmp_path / "autograder"
+    (top / "source" / ".venv" / "bin").mkdir(parents=True)
+    (top / "submission").mkdir()
+    (top / "source" / "grading.grading-secret").write_text("packed secret\n")
+    fake = top / "source" / ".venv" / "bin" / "python"
+    fake.write_text("#!/usr/bin/env bash\n" + python_body)
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SERVELAB_GRADING_SECRET")}
+    return top, {**env, "AUTOGRADER_ROOT": str(top)}
+
+
+def test_run_autograder_grades_with_the_packed_secret_out_of_the_course_copy(tmp_path):
+    # the stand-in grader writes, as its output, which secret file it was given
+    body = 'out="${@: -1}"; printf \'{"score": 0, "output": "%s", "tests": []}\' "$SERVELAB_GRADING_SECRET_FILE" > "$out"\n'
+    top, env = fake_gradescope(tmp_path, body)
+    for _ in range(2):  # the second run finds the secret already moved
+        run = subprocess.run(["bash", str(ROOT / "autograder" / "gradescope" / "run_autograder")], env=env,
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        assert json.loads((top / "results" / "results.json").read_text())["output"] == str(top / "grading-secret")
+    assert not (top / "source" / "grading.grading-secret").exists()
+    assert (top / "grading-secret").read_text() == "packed secret\n"
+    assert (top / "grading-secret").stat().st_mode & 0o777 == 0o600
+
+
+def test_run_autograder_leaves_a_valid_results_file_when_the_grader_fails(tmp_path):
+    top, env = fake_gradescope(tmp_path, "exit 3\n")
+    subprocess.run(["bash", str(ROOT / "autograder" / "gradescope" / "run_autograder")], env=env,
+                   capture_output=True, text=True)
+    data = json.loads((top / "results" / "results.json").read_text())
+    assert data["score"] == 0 and data["tests"] == [] and "autograder failed" in data["output"]

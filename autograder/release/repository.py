@@ -58,10 +58,12 @@ INSTRUCTOR_TARGETS = ("test-autograder", "test-python-other", "selfcheck", "rele
 
 
 def course_files(root: Path) -> list[str]:
-    """Files of the course copy: git's view (tracked, plus untracked but not ignored) when it is a
-    git checkout, else every file outside the usual build folders."""
+    """Files of the course copy: the files git tracks, as they are in the work tree, when it is a
+    git checkout (as ``gradescope/make_zip.sh``: an untracked file, such as a solution draft or a
+    submission unpacked for a look, never ships; ``git add`` what must), else every file outside
+    the usual build folders."""
     try:
-        run = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+        run = subprocess.run(["git", "ls-files", "-z", "--cached"], cwd=root,
                              capture_output=True, check=True)
         names = [n for n in run.stdout.decode().split("\0") if n]
         return sorted(n for n in names if (root / n).is_file())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 
@@ -74,6 +75,21 @@ def test_release_refuses_a_non_empty_folder(tmp_path):
     (tmp_path / "x").write_text("")
     with pytest.raises(FileExistsError, match="new or empty"):
         release(ROOT, tmp_path)
+
+
+def test_release_takes_the_files_git_tracks_only(tmp_path):
+    from autograder.release.repository import course_files
+    (tmp_path / "assignments").mkdir()
+    (tmp_path / "assignments" / "ledger.py").write_text("tracked\n")
+    (tmp_path / "gone.py").write_text("tracked, then deleted\n")
+    (tmp_path / ".gitignore").write_text("/out/\n")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=tmp_path, check=True)
+    (tmp_path / "gone.py").unlink()
+    (tmp_path / "assignments" / "ledger_solution_draft.py").write_text("untracked, not ignored\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "results.json").write_text("untracked, ignored\n")
+    assert course_files(tmp_path) == [".gitignore", "assignments/ledger.py"]
 
 
 def test_release_keeps_no_test_that_imports_a_left_out_module():

@@ -357,11 +357,8 @@ def test_a_model_that_leaves_no_kv_memory_needs_num_blocks():
     assert not r.rejected.any() and np.isfinite(r.finish_s).all()
 
 
-def test_bad_requests_and_specs():
-    with pytest.raises(TypeError, match="requests must be a servelab.workload.Requests"):
-        sc.run_continuous_batching([(0.0, 1, 1)], LLAMA3_8B, H100)
-    with pytest.raises(TypeError, match="gpu must be"):
-        sc.run_continuous_batching(REQS, LLAMA3_8B, "H100")
+def test_unsorted_arrivals_are_refused():
+    # wrong requests and spec types: test_sim_policies.test_wrong_types_are_type_errors[continuous]
     with pytest.raises(ValueError, match="arrival_s must be sorted"):
         Requests([1.0, 0.5], [1, 1], [1, 1])
 

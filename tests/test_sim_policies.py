@@ -196,11 +196,20 @@ def test_huge_batch_size_is_fine():
     assert r.start_s.tolist() == [0.2, 0.2]
 
 
-def test_wrong_types_are_type_errors():
-    with pytest.raises(TypeError, match="requests must be a servelab.workload.Requests"):
-        sc.run_batch1([(0.0, 1, 1)], LLAMA3_8B, H100)
-    with pytest.raises(TypeError, match="gpu must be a servelab.hw_model.GpuSpec"):
-        sc.run_batch1(REQS, LLAMA3_8B, "H100")
+# every simulator entry point shares the requests/spec checks (serving_core): one test for all
+RUNNERS = {"batch1": sc.run_batch1, "static": lambda *a: sc.run_static_batching(*a, 4),
+           "continuous": sc.run_continuous_batching}
+
+
+@pytest.mark.parametrize("run", RUNNERS.values(), ids=RUNNERS.keys())
+def test_wrong_types_are_type_errors(run):
+    with pytest.raises(TypeError, match="requests must be a servelab.workload.Requests, got list"):
+        run([(0.0, 1, 1)], LLAMA3_8B, H100)
+    with pytest.raises(TypeError, match="gpu must be a servelab.hw_model.GpuSpec, got 'H100'"):
+        run(REQS, LLAMA3_8B, "H100")
+
+
+def test_batch1_admission_must_be_an_early_reject():
     with pytest.raises(TypeError, match="admission must be None"):
         sc.run_batch1(REQS, LLAMA3_8B, H100, admission="early-reject")
 

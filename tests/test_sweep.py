@@ -136,6 +136,12 @@ def test_progress_is_reported():
     ({"policies": ("prefix",), "shared_fraction": (1.5,)}, r"shared_fraction must hold numbers in \[0, 1\], got 1.5"),
     ({"policies": ("prefix",), "prefix_caching": ("on",)}, "prefix_caching must hold True or False, got 'on'"),
     ({"policies": ("continuous",), "shared_fraction": (0.5,)}, "shared_fraction was given, but none of the policies"),
+    ({"batch_size": (True,)}, "batch_size must hold positive integers, got True"),
+    ({"policies": ("speculative",), "spec_k": (65,)}, r"spec_k must hold integers in \[0, 64\], got 65"),
+    ({"policies": ("speculative",), "acceptance": (True,)}, r"acceptance must hold numbers in \[0, 1\], got True"),
+    ({"policies": ("tiered",), "host_blocks": ((1 << 24) + 1,)},
+     r"host_blocks must hold integers in \[0, 16777216\], got 16777217"),
+    ({"policies": ("tiered",), "host_policy": ("fifo",)}, "host_policy must hold 'lru' or 'hits', got 'fifo'"),
 ])
 def test_bad_grids_name_the_value(kwargs, match):
     args = {"policies": ("batch1", "static"), "rates": (0.5,), **kwargs}

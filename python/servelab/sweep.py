@@ -77,7 +77,7 @@ import math
 import os
 import tempfile
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -114,12 +114,6 @@ POLICIES: dict[str, tuple[str, ...]] = {
 # 1500 blocks x 16 tokens (24k tokens: a few dozen conversations), so prefixes get evicted
 TIERED_TURNS_MEAN = 4.0
 TIERED_GPU_BLOCKS = 1500
-# continuous batching takes vLLM's defaults (serving_core.run_continuous_batching)
-_DEFAULTS: dict[str, tuple[Any, ...]] = {"batch_size": (32,), "max_wait_s": (lecture.MAX_WAIT_S,), "ride_along": (True,),
-                                         "estimator": ("mean",), "max_num_seqs": (256,),
-                                         "chunked_prefill": (False,), "prefix_caching": (False, True),
-                                         "shared_fraction": (1.0,), "spec_k": (4,), "acceptance": (0.8,),
-                                         "host_blocks": (0, 2000, 8000), "host_policy": ("lru",)}
 
 
 def _estimator(spec: str) -> Any:
@@ -173,6 +167,11 @@ def _finite_at_least(lo: float, open_: bool = False) -> Callable[[Any], bool]:
     return lambda v: _checks.is_real(v) and math.isfinite(float(v)) and (float(v) > lo if open_ else float(v) >= lo)
 
 
+def _int_in(lo: int, hi: int | None = None) -> Callable[[Any], bool]:
+    """An integer (not a bool), >= ``lo`` and, given ``hi``, <= ``hi``."""
+    return lambda v: _checks.is_int(v) and int(v) >= lo and (hi is None or int(v) <= hi)
+
+
 def _check_values(name: str, values: Sequence[Any], ok: Callable[[Any], bool], what: str) -> tuple[Any, ...]:
     vals = tuple(values)
     if not vals:
@@ -192,18 +191,20 @@ class Grid:
 
     policies: Sequence[str]
     rates: Sequence[float]
-    batch_size: Sequence[int] = _DEFAULTS["batch_size"]
-    max_wait_s: Sequence[float] = _DEFAULTS["max_wait_s"]
-    ride_along: Sequence[bool] = _DEFAULTS["ride_along"]
-    estimator: Sequence[str] = _DEFAULTS["estimator"]
-    max_num_seqs: Sequence[int] = _DEFAULTS["max_num_seqs"]
-    chunked_prefill: Sequence[bool] = _DEFAULTS["chunked_prefill"]
-    prefix_caching: Sequence[bool] = _DEFAULTS["prefix_caching"]
-    shared_fraction: Sequence[float] = _DEFAULTS["shared_fraction"]
-    spec_k: Sequence[int] = _DEFAULTS["spec_k"]
-    acceptance: Sequence[float] = _DEFAULTS["acceptance"]
-    host_blocks: Sequence[int] = _DEFAULTS["host_blocks"]
-    host_policy: Sequence[str] = _DEFAULTS["host_policy"]
+    # each axis's default is written here once: __post_init__ reads it back to tell a given axis
+    # from a left-out one
+    batch_size: Sequence[int] = (32,)
+    max_wait_s: Sequence[float] = (lecture.MAX_WAIT_S,)
+    ride_along: Sequence[bool] = (True,)
+    estimator: Sequence[str] = ("mean",)
+    max_num_seqs: Sequence[int] = (256,)  # continuous batching takes vLLM's defaults (serving_core)
+    chunked_prefill: Sequence[bool] = (False,)
+    prefix_caching: Sequence[bool] = (False, True)
+    shared_fraction: Sequence[float] = (1.0,)
+    spec_k: Sequence[int] = (4,)
+    acceptance: Sequence[float] = (0.8,)
+    host_blocks: Sequence[int] = (0, 2000, 8000)
+    host_policy: Sequence[str] = ("lru",)
     model: ModelSpec | str | os.PathLike[str] = LLAMA3_8B
     gpu: GpuSpec | str | os.PathLike[str] = H100
 
@@ -224,27 +225,27 @@ class Grid:
         object.__setattr__(self, "policies", tuple(dict.fromkeys(pols)))
         rates = _check_values("rates", self.rates, _finite_at_least(0.0, open_=True), "positive finite numbers")
         object.__setattr__(self, "rates", rates)
+        flag = (_checks.is_bool, "True or False")
+        share = (lambda v: _checks.is_real(v) and 0.0 <= float(v) <= 1.0, "numbers in [0, 1]")
         checks: dict[str, tuple[Callable[[Any], bool], str]] = {
-            "batch_size": (lambda v: _checks.is_int(v) and int(v) >= 1, "positive integers"),
+            "batch_size": (_int_in(1), "positive integers"),
             "max_wait_s": (_finite_at_least(0.0), "finite numbers >= 0"),
-            "ride_along": (_checks.is_bool, "True or False"),
+            "ride_along": flag,
             "estimator": (lambda v: _estimator(v) is not None, "'mean', 'oracle' or 'sigma=<number>'"),
-            "max_num_seqs": (lambda v: _checks.is_int(v) and int(v) >= 1, "positive integers"),
-            "chunked_prefill": (_checks.is_bool, "True or False"),
-            "prefix_caching": (_checks.is_bool, "True or False"),
-            "shared_fraction": (lambda v: _checks.is_real(v) and not _checks.is_bool(v)
-                                and 0.0 <= float(v) <= 1.0, "numbers in [0, 1]"),
-            "spec_k": (lambda v: _checks.is_int(v) and 0 <= int(v) <= 64, "integers in [0, 64]"),
-            "acceptance": (lambda v: _checks.is_real(v) and not _checks.is_bool(v)
-                           and 0.0 <= float(v) <= 1.0, "numbers in [0, 1]"),
-            "host_blocks": (lambda v: _checks.is_int(v) and 0 <= int(v) <= MAX_NUM_BLOCKS,
-                            f"integers in [0, {MAX_NUM_BLOCKS}]"),
+            "max_num_seqs": (_int_in(1), "positive integers"),
+            "chunked_prefill": flag,
+            "prefix_caching": flag,
+            "shared_fraction": share,
+            "spec_k": (_int_in(0, 64), "integers in [0, 64]"),
+            "acceptance": share,
+            "host_blocks": (_int_in(0, MAX_NUM_BLOCKS), f"integers in [0, {MAX_NUM_BLOCKS}]"),
             "host_policy": (lambda v: v in ("lru", "hits"), "'lru' or 'hits'"),
         }
         used = {axis for p in pols for axis in POLICIES[p]}
+        defaults = {f.name: f.default for f in fields(self)}
         for axis, (ok, what) in checks.items():
             values = _check_values(axis, getattr(self, axis), ok, what)
-            if axis not in used and values != _DEFAULTS[axis]:
+            if axis not in used and values != defaults[axis]:
                 raise ValueError(f"{axis} was given, but none of the policies {list(pols)} takes it")
             object.__setattr__(self, axis, values)
 

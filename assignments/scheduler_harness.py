@@ -285,9 +285,10 @@ def assert_same_steps(want: EngineResult, got: EngineResult, calls: list[Call], 
 
     >>> from servelab.engine import serve
     >>> reqs = [Request(list(b"hi"), 2)]
-    >>> assert_same_steps(serve(reqs, num_blocks=4), serve(reqs[:0], num_blocks=4), [], "hi")
+    >>> assert_same_steps(serve(reqs, num_blocks=4), serve(reqs[:0], num_blocks=4), [],
+    ...                   "hi")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    scheduler_harness.ScheduleError: hi: step 0: expected (batch [(request_id, new_tokens, context_len)], preempted) ([(0, 2, 0)], []), got no step; your last calls (arguments, returned): []
+    scheduler_harness.ScheduleError: hi: step 0: expected ... ([(0, 2, 0)], []), got no step; ...
     """
     want_log, got_log = want.batch_log(), got.batch_log()
     for s in range(max(len(want_log), len(got_log))):

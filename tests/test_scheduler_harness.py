@@ -13,8 +13,8 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-import scheduler_harness
-from scheduler_harness import ScheduleError, run_driven, run_prefix, step_limit  # assignments/: tests/conftest.py
+import scheduler_harness  # assignments/ is on sys.path (tests/conftest.py)
+from scheduler_harness import ScheduleError, run_driven, run_prefix, step_limit
 from servelab.blocks import BlockAllocator
 from servelab.engine import Request, schedule, serve
 from servelab.tiny_llm import TINY, TinyLLM

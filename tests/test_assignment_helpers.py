@@ -83,6 +83,8 @@ def test_each_given_helper_has_one_copy_and_its_users_import_it():
     for rel in ("a5_batching/batching.py", "a6_admission/admission.py"):
         text = (ROOT / "assignments" / rel).read_text()
         assert "from event_queue import EventQueue" in text and "from pricing import step_time" in text, rel
+    for rel in ("a8_continuous_batching/scheduler.py", "a10_prefix_caching/prefix_scheduler.py"):
+        assert "from scheduler_plan import Plan" in (ROOT / "assignments" / rel).read_text(), rel
 
 
 def test_a9_split_count_examples():
@@ -96,7 +98,7 @@ def test_a9_split_count_examples():
     assert result.attempted >= 2 and result.failed == 0, f"split_count's examples: {result}"
 
 
-@pytest.mark.parametrize("helper", ["event_queue.py", "pricing.py"])
+@pytest.mark.parametrize("helper", sorted(p.name for p in (ROOT / "assignments" / "given").glob("*.py")))
 def test_the_given_helpers_need_only_the_standard_library(helper):
     # the sandbox copies them beside student code, where nothing of servelab can be imported
     tree = ast.parse((ROOT / "assignments" / "given" / helper).read_text())

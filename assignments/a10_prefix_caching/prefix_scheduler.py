@@ -5,8 +5,9 @@ Write ``schedule(state) -> Plan``, the interface and rules 2-4 of ``servelab.eng
 (its module docstring numbers them), now with both of milestone 3's features: start from your
 a8 scheduler. ``state.blocks`` is your own :class:`prefix_blocks.PrefixBlocks` (the engine's
 ``BlockAllocator`` in servelab): take and free slots on it as you decide, as the engine's
-``ContinuousBatchingScheduler`` does on its allocator. The tests (``prefix_harness.py``) plug your
-function into servelab's ``Engine`` and apply your plan to servelab's allocator too.
+``ContinuousBatchingScheduler`` does on its allocator. The tests (``scheduler_harness.py``, one
+folder up) plug your function into servelab's ``Engine`` and apply your plan to servelab's
+allocator too.
 
 What is new since a8:
 
@@ -31,19 +32,8 @@ Plan(batch=[(0, 5, 0), (1, 1, 4)], preempted=[], admitted=[0, 1])
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from prefix_errors import OutOfBlocks  # what your PrefixBlocks raises when the pool is short
-
-
-@dataclass
-class Plan:
-    """``servelab.engine.Plan``'s fields: the batch ``[(request_id, new_tokens, context_len)]``
-    (running requests first, then admitted ones), the ids preempted and the ids admitted."""
-
-    batch: list = field(default_factory=list)
-    preempted: list = field(default_factory=list)
-    admitted: list = field(default_factory=list)
+from scheduler_plan import Plan  # servelab.engine.Plan's fields, as plain lists (given)
 
 
 def schedule(state) -> Plan:

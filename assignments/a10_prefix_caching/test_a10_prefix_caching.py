@@ -1,9 +1,9 @@
 """Tests of assignment 10 (prefix caching and chunked prefill, milestone 3). Your
 ``PrefixBlocks`` must keep the same blocks as servelab's allocator with prefix caching; your
-``schedule`` drives servelab's engine (``prefix_harness.py``) on the real tiny model over it. Its
-tokens must equal one-at-a-time generation (§6.5), its batches the engine's own (the oracle),
-and on a chat load with a shared system prompt it must serve tokens from the cache and answer
-sooner on the paper clock (§3.5, §8)."""
+``schedule`` drives servelab's engine (``assignments/scheduler_harness.py``) on the real tiny
+model over it. Its tokens must equal one-at-a-time generation (§6.5), its batches the engine's
+own (the oracle), and on a chat load with a shared system prompt it must serve tokens from the
+cache and answer sooner on the paper clock (§3.5, §8)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 import prefix_blocks as blocks_mine
 import prefix_scheduler as mine
-from prefix_harness import run_prefix
+from scheduler_harness import assert_same_steps, run_prefix
 from servelab import tiny_llm
 from servelab.blocks import BlockAllocator
 from servelab.engine import Request, serve
@@ -340,14 +340,7 @@ def test_same_batches_as_the_engine(setup, tight):
         eng = {**eng, "num_blocks": max(-(-need(r) // eng["block_size"]) for r in requests)}
     want = serve(requests, prefix_caching=True, **eng)
     got, calls = run_mine(requests, **eng)
-    want_log, got_log = want.batch_log(), got.batch_log()
-    for s in range(max(len(want_log), len(got_log))):
-        w = (want_log[s], list(want.steps[s].preempted)) if s < len(want_log) else "no step"
-        g = (got_log[s], list(got.steps[s].preempted)) if s < len(got_log) else "no step"
-        assert w == g, (
-            f"{describe(requests, eng)}: step {s}: expected (batch [(request_id, new_tokens, "
-            f"context_len)], preempted) {w}, got {g}; your last calls (arguments, returned): "
-            f"{calls[:s + 1][-3:]}")
+    assert_same_steps(want, got, calls, describe(requests, eng))
     cached = [r.num_cached_tokens for r in got.requests]
     assert cached == [r.num_cached_tokens for r in want.requests], f"{describe(requests, eng)}: cached tokens"
     event(f"hits: {sum(cached) > 0}")

@@ -3,8 +3,9 @@ course project milestone 2, without milestone 3's prefix caching and chunked pre
 
 Write ``schedule(state) -> Plan``: the interface of ``servelab.engine.scheduler``, whose module
 docstring numbers the rules; yours are its rules 2-4 with chunked prefill and prefix caching
-off. The tests plug your function into servelab's ``Engine`` (``harness.py``). The grader runs
-this file alone, without servelab, so ``state`` arrives as plain fields:
+off. The tests plug your function into servelab's ``Engine`` (``scheduler_harness.py``, one
+folder up). The grader runs this file alone, without servelab, so ``state`` arrives as plain
+fields:
 
 * ``state.waiting`` (front first) and ``state.running`` (oldest admitted first): requests with
   ``request_id``, ``tokens`` (prompt + generated), ``num_computed`` and ``num_slots``. A
@@ -29,17 +30,7 @@ Plan(batch=[(0, 1, 4)], preempted=[1], admitted=[])
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-
-@dataclass
-class Plan:
-    """``servelab.engine.Plan``'s fields: the batch ``[(request_id, new_tokens, context_len)]``
-    (running requests first, then admitted ones), the ids preempted and the ids admitted."""
-
-    batch: list = field(default_factory=list)
-    preempted: list = field(default_factory=list)
-    admitted: list = field(default_factory=list)
+from scheduler_plan import Plan  # servelab.engine.Plan's fields, as plain lists (given)
 
 
 def blocks_for(num_tokens: int, block_size: int) -> int:

@@ -1,8 +1,8 @@
 """Tests of assignment 8 (a continuous-batching scheduler): your ``schedule`` drives
-servelab's engine (``harness.py``) on the real tiny model over a paged KV pool. Its tokens must
-equal one-at-a-time generation (§6.5), its batches must respect the limits and finish every
-request, its batches must equal the engine's own rules (the oracle), and on a stated load its
-simulated goodput must beat static batching (§4.4-§4.5, §8)."""
+servelab's engine (``assignments/scheduler_harness.py``) on the real tiny model over a paged KV
+pool. Its tokens must equal one-at-a-time generation (§6.5), its batches must respect the limits
+and finish every request, its batches must equal the engine's own rules (the oracle), and on a
+stated load its simulated goodput must beat static batching (§4.4-§4.5, §8)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 import scheduler as mine
-from harness import run_driven
+from scheduler_harness import assert_same_steps, run_driven
 from servelab import metrics, tiny_llm
 from servelab.engine import Request, SchedulerConfig, SchedulerState, Seq, serve
 from servelab.hw_model import H100, LLAMA3_8B
@@ -134,14 +134,7 @@ def test_same_batches_as_the_engine(setup, tight_pool):
         eng = {**eng, "num_blocks": max(-(-need(r) // eng["block_size"]) for r in requests)}
     want = serve(requests, **eng)
     got, calls = run_driven(mine.schedule, requests, **eng)
-    want_log, got_log = want.batch_log(), got.batch_log()
-    for s in range(max(len(want_log), len(got_log))):
-        w = (want_log[s], list(want.steps[s].preempted)) if s < len(want_log) else "no step"
-        g = (got_log[s], list(got.steps[s].preempted)) if s < len(got_log) else "no step"
-        assert w == g, (
-            f"{describe(requests, eng)}: step {s}: expected (batch [(request_id, new_tokens, "
-            f"context_len)], preempted) {w}, got {g}; your last calls (arguments, returned): "
-            f"{calls[:s + 1][-3:]}")
+    assert_same_steps(want, got, calls, describe(requests, eng))
     event(f"preempted: {any(s.preempted for s in want.steps)}")
 
 

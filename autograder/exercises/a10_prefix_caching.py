@@ -1,5 +1,5 @@
 """Reference values of assignment a10_prefix_caching (§3.5, §8 milestone 3), computed by the
-reference solution driving servelab's engine (``prefix_harness.run_prefix``): what the answer
+reference solution driving servelab's engine (``scheduler_harness.run_prefix``): what the answer
 key and its table show.
 
 The stated load: a burst of 8 single-turn chats arriving together, their lengths and system
@@ -12,7 +12,6 @@ on every machine.
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,14 +26,11 @@ FOLDER = Path(__file__).resolve().parents[2] / "assignments" / "a10_prefix_cachi
 
 
 def _harness():
-    """The task's ``prefix_harness.py`` (it imports nothing of the student's)."""
-    spec = importlib.util.spec_from_file_location("_a10_prefix_harness", FOLDER / "prefix_harness.py")
+    """The tests' ``assignments/scheduler_harness.py`` (it imports nothing of the student's)."""
+    spec = importlib.util.spec_from_file_location("_a10_scheduler_harness",
+                                                  FOLDER.parent / "scheduler_harness.py")
     module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(FOLDER))
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(FOLDER))
+    spec.loader.exec_module(module)
     return module
 
 

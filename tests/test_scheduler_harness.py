@@ -1,24 +1,25 @@
-"""The continuous-batching assignment's harness (assignments/a8_continuous_batching/harness.py)
+"""The scheduler tasks' harness (assignments/scheduler_harness.py, a8's and a10's tests' side)
 refuses every plan the engine cannot carry out, with a message naming the step and the state,
 stops a schedule that never ends, and uses servelab's public names only. (That a scheduler
-following the rules reproduces the engine exactly is the assignment's own test, on the
+following the rules reproduces the engine exactly is each assignment's own test, on the
 reference solution.)"""
 
 from __future__ import annotations
 
 import ast
-import sys
+import doctest
 from pathlib import Path
 from types import SimpleNamespace as NS
 
 import pytest
 
-from servelab.engine import Request
+import scheduler_harness  # assignments/ is on sys.path (tests/conftest.py)
+from scheduler_harness import ScheduleError, run_driven, run_prefix, step_limit
+from servelab.blocks import BlockAllocator
+from servelab.engine import Request, schedule, serve
 from servelab.tiny_llm import TINY, TinyLLM
 
-A8 = Path(__file__).resolve().parents[1] / "assignments" / "a8_continuous_batching"
-sys.path.insert(0, str(A8))
-from harness import ScheduleError, run_driven, step_limit  # noqa: E402
+ASSIGNMENTS = Path(__file__).resolve().parents[1] / "assignments"
 
 MODEL = TinyLLM(TINY)
 REQS = [Request(list(b"hello"), 3), Request(list(b"hi there"), 2, arrival_step=1)]
@@ -81,6 +82,45 @@ def test_a_schedule_that_never_ends_is_stopped():
     assert step_limit(REQS) > sum(r.max_new_tokens for r in REQS) + 1
 
 
+# a10: the student plans on an allocator of their own; servelab's, with servelab's scheduler on
+# it, is the control, and each case below spoils one thing of that plan or that allocator
+SHARED = [Request(list(b"system: hi"), 2), Request(list(b"system: yo"), 2, arrival_step=2)]
+A10 = dict(ENG, num_blocks=8, max_num_batched_tokens=4, chunked_prefill=True)
+
+
+def servelabs(num_blocks, block_size):
+    return BlockAllocator(num_blocks, block_size, prefix_caching=True)
+
+
+def edited(change):
+    """servelab's plan, each batch entry ``(rid, n, ctx)`` passed through ``change(entry, state)``."""
+    def scheduler(state):
+        got = schedule(state)
+        return plan([change(e, state) for e in got.batch], got.preempted, got.admitted)
+    return scheduler
+
+
+def test_a10_servelabs_own_plans_pass():
+    res, calls = run_prefix(schedule, servelabs, SHARED, **A10)
+    assert res.batch_log() == serve(SHARED, prefix_caching=True, **A10).batch_log()
+    assert [r.num_cached_tokens for r in res.requests] == [0, 8] and len(calls) == len(res.steps)
+
+
+@pytest.mark.parametrize("scheduler, factory, message", [
+    (schedule, lambda n, bs: servelabs(n - 1, bs),
+     "before the call: your PrefixBlocks has num_free_blocks 7, servelab's allocator 8"),
+    (edited(lambda e, s: (e[0], e[1] + e[2], 0) if e[0] in [w.request_id for w in s.waiting] else e),
+     servelabs, "admitted request 1 starts at its cached tokens: servelab's allocator reuses 8 of its 10"),
+    (edited(lambda e, s: (e[0], 2 * e[1], e[2]) if e[0] in [r.request_id for r in s.running] else e),
+     servelabs,
+     "request 0 has 6 prompt tokens left to prefill after its 4 computed ones"),
+])
+def test_a10_bad_plans_and_allocators_fail(scheduler, factory, message):
+    with pytest.raises(ScheduleError, match=r"^step \d+: schedule\(state\) with waiting ") as err:
+        run_prefix(scheduler, factory, SHARED, **A10)
+    assert message in str(err.value)
+
+
 def private_servelab_imports(source: str) -> list[str]:
     """Names starting with ``_`` that ``source`` imports from servelab (modules or members)."""
     bad = []
@@ -95,9 +135,16 @@ def private_servelab_imports(source: str) -> list[str]:
 
 
 def test_the_harness_imports_only_public_servelab_names():
-    assert private_servelab_imports((A8 / "harness.py").read_text()) == []
-    assert private_servelab_imports((A8 / "test_a8_continuous_batching.py").read_text()) == []
+    assert private_servelab_imports((ASSIGNMENTS / "scheduler_harness.py").read_text()) == []
+    for tests in ("a8_continuous_batching/test_a8_continuous_batching.py",
+                  "a10_prefix_caching/test_a10_prefix_caching.py"):
+        assert private_servelab_imports((ASSIGNMENTS / tests).read_text()) == []
     # the check itself sees a private member, a private module and a private submodule
     assert private_servelab_imports("from servelab.engine.core import _Live\n"
                                     "import servelab._core\nfrom servelab import _checks, blocks") \
         == ["servelab.engine.core._Live", "servelab._core", "servelab._checks"]
+
+
+def test_the_harness_examples_hold():
+    result = doctest.testmod(scheduler_harness)
+    assert result.attempted >= 8 and result.failed == 0, result

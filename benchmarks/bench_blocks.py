@@ -223,8 +223,9 @@ def _host_tier(console: Console, arrays, prompts, recorded, num_blocks: int, blo
         table.add_row(label, f"{none:,.0f}", f"{lru:,.0f}", f"{hits:,.0f}", f"{lru / none:,.2f}x",
                       f"{hits / none:,.2f}x", f"{ns['Python ref.', 'lru'] / lru:,.0f}x")
     console.print(table)
-    console.print(f"   Python ref. and Rust per op (through servelab.blocks): one Python call per op; Rust replay: the "
-                  f"numpy trace in one call. lru: {kinds.count('offload'):,} offloads, {kinds.count('recall'):,} recalls "
+    console.print("   Python ref. and Rust per op (through servelab.blocks): one Python call per op; Rust "
+                  f"replay: the numpy trace in one call. lru: {kinds.count('offload'):,} offloads, "
+                  f"{kinds.count('recall'):,} recalls "
                   f"({stats['num_host_hits']:,} host hits against {stats['num_hits']:,} GPU hits), "
                   f"{kinds.count('drop'):,} drops; the transfer log is read once, at the end. Same statuses "
                   "with and without the tier, the same final state in Rust and the reference (checked). "

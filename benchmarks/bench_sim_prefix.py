@@ -12,16 +12,25 @@ H100, vLLM's defaults): single-turn requests with one of 4 shared 1024-token sys
 Rust best of 5 through ``serving_core`` (argument checks and result columns included). Before
 timing, the "on" run is checked to compute or serve from the cache every token (exactly once
 unless a preemption makes it recompute).
+
+A second table adds the host tier (§8 milestone 4b, the sweep's ``tiered`` policy): 4-turn
+conversations (250 of them, 12 new a second) in a pool of 1,500 blocks that must evict, prefix
+caching on without a tier and with 8,000 host blocks (``lru``, ``hits``): what the tier costs per
+simulated step and per request, and what it buys (tokens served from cache, TTFT). Each run is
+checked first: every token computed, cached or recalled; each recall's copy on the clock.
 """
 
 from __future__ import annotations
 
+import time
+
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from benchmarks.timing import best_of
 from servelab import serving_core as sc
-from servelab.hw_model import H100, LLAMA3_8B
+from servelab.hw_model import H100, LLAMA3_8B, kv_host_transfer_s
 from servelab.workload import chat_sessions
 
 
@@ -59,3 +68,41 @@ def run(console: Console, quick: bool = False) -> None:
                   "allocator, O(tokens): it visits every running request each step and hashes every prompt "
                   "token once. on, none: prefix caching without shared prefixes (the loop's own cost). cached: prompt "
                   "tokens served from the prefix cache. vs off: times the event-driven run's time.")
+    _tiered(console, 60 if quick else 250)
+
+
+def _tiered(console: Console, sessions: int) -> None:
+    reqs, shared = chat_sessions(sessions, 12.0, 0, turns_mean=4.0)
+    pool = dict(num_blocks=1500, prefix_caching=True, shared_prefixes=shared)
+    runs = {"off": dict(num_blocks=1500), "on": pool, "on+lru": dict(pool, host_blocks=8000),
+            "on+hits": dict(pool, host_blocks=8000, host_policy="hits")}
+    times, results = {}, {}
+    for label, kw in runs.items():
+        times[label], results[label] = best_of(
+            lambda kw=kw: sc.run_continuous_batching(reqs, LLAMA3_8B, H100, **kw), 3, time.thread_time)
+    need = int((reqs.prompt_len + reqs.output_len - 1)[~results["off"].rejected].sum())
+    for label in list(runs)[1:]:  # every token computed or cached, each recall's copy priced
+        r = results[label]
+        computed, cached = int(r.computed_tokens.sum()), int(r.cached_tokens.sum())
+        assert computed + cached >= need and (computed + cached == need or r.n_preemptions.any()), label
+        assert abs(r.host_transfer_s - kv_host_transfer_s(LLAMA3_8B, H100, r.host_hits * 16)) \
+            <= 1e-9 * max(r.host_transfer_s, 1e-9), label
+    assert results["on"].prefix_evictions > 0 and results["on+lru"].host_hits > 0
+    prompt = int(reqs.prompt_len.sum())
+    t = Table(title=f"Host tier in the simulator: {len(reqs):,} requests of {sessions} 4-turn chats "
+                    "(12 new/s), 1,500 blocks of 16", title_justify="left")
+    for c in ("run", "steps", "ms", "ns/step", "us/req", "cached", "host", "TTFT", "vs on"):
+        t.add_column(c, justify="left" if c == "run" else "right")
+    for label, r in results.items():
+        ok = ~r.rejected
+        ttft = float(np.median((r.first_token_s - reqs.arrival_s)[ok]))
+        cached = 0 if r.cached_tokens is None else int(r.cached_tokens.sum())
+        t.add_row(label, f"{r.n_steps:,}", f"{times[label] * 1e3:.2f}", f"{times[label] / r.n_steps * 1e9:,.0f}",
+                  f"{times[label] / len(reqs) * 1e6:.1f}", f"{cached / prompt:.0%}",
+                  f"{r.host_hits * 16 / prompt:.0%}", f"{ttft * 1e3:.0f}",
+                  f"{times[label] / times['on']:.2f}x")
+    console.print(t)
+    console.print("   on: prefix caching on the conversations' shared turns, no host tier; on+lru / on+hits: "
+                  "with a tier of 8,000 host blocks and that policy. cached: prompt tokens served from a cache "
+                  "(GPU or host); host: those copied back from the host. TTFT: the median, in ms. vs on: times "
+                  "the run without a tier. CPU time of this thread, best of 3.")

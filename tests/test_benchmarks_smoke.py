@@ -18,6 +18,10 @@ def test_every_benchmark_runs_quick():
     assert "tiny_llm" in names
     for name in names:
         assert f"bench {name}" in run.stdout, name
+    # the course project's features have rows (each checks its answers before it times them)
+    for title in ("host tier of", "Host tier in the simulator", "Speculative decoding in the simulator",
+                  "Engine with speculative decoding", "k=0 costs"):
+        assert title in run.stdout, title
 
 
 def test_unknown_benchmark_is_refused():

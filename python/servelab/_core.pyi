@@ -90,18 +90,10 @@ def sim_static_batching(
     hw: _Hardware, requests: Requests, params: tuple[int, float, bool], trace: bool
 ) -> dict[str, object]: ...
 def sim_fixed_service(arrival_s: _F64, service_s: float, slo_s: float | None) -> dict[str, object]: ...
-def sim_continuous_batching(
-    hw: _Hardware,
-    requests: Requests,
-    card: _Card,
-    trace: bool,
-    batch_log: bool,
-    per_step: bool = False,
-    prefix_caching: bool = False,
-    shared: _Shared | None = None,
-    host: tuple[int, str, float] | None = None,
-    spec: tuple[int, _F64, int, ModelSpec] | None = None,
-) -> dict[str, object]: ...
+# options: card (_Card), trace, batch_log (bools); optional per_step, prefix_caching (bools),
+# shared (_Shared), host ((host_blocks, host_policy, host_s_per_token)), spec ((k, acceptance,
+# seed, draft_model))
+def sim_continuous_batching(hw: _Hardware, requests: Requests, options: dict[str, object]) -> dict[str, object]: ...
 
 MAX_SPEC_K: int
 
@@ -160,21 +152,8 @@ class BlockAllocator:
 # decode_peak_kv_blocks
 MAX_CARDS: int
 
-def sim_data_parallel(
-    hw: _Hardware,
-    requests: Requests,
-    card: _Card,
-    n_replicas: int,
-    router: str,
-    prefix_caching: bool = False,
-    shared: _Shared | None = None,
-) -> dict[str, object]: ...
-def sim_disaggregated(
-    hw: _Hardware,
-    requests: Requests,
-    card: _Card,
-    n_prefill: int,
-    n_decode: int,
-    router: str,
-    link: tuple[float, float],
-) -> dict[str, object]: ...
+# options: card (_Card), n_replicas (int), router (str); optional prefix_caching (bool), shared
+def sim_data_parallel(hw: _Hardware, requests: Requests, options: dict[str, object]) -> dict[str, object]: ...
+
+# options: card (_Card), n_prefill, n_decode (ints), router (str), link ((bandwidth, latency_s))
+def sim_disaggregated(hw: _Hardware, requests: Requests, options: dict[str, object]) -> dict[str, object]: ...

@@ -118,6 +118,7 @@ With a host tier, an evicted prefix comes back by copy:
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Iterable
 
 import numpy as np
@@ -310,8 +311,8 @@ class BlockAllocator:
         """Raises ``RuntimeError`` naming the first broken internal invariant (for tests)."""
         self._inner.check_invariants()
 
-    # Sizes and counters are read from ``stats()`` (one call into the core serves them all);
-    # ``num_free_blocks``, read by the engine every step, and the two settings have getters.
+    # Sizes and counters are read from ``stats()`` (one call into the core serves them all); the
+    # core has getters for the settings and for the free count an engine reads every step.
     num_blocks = _stat("num_blocks", "Blocks in the pool.")
     block_size = _stat("block_size", "Tokens a block holds.")
     num_cached_blocks = _stat("num_cached_blocks", "Blocks that are the cached copy of a prefix (in use or free).")
@@ -319,26 +320,14 @@ class BlockAllocator:
     num_lookups = _stat("num_lookups", "Prompt blocks ``allocate`` could have reused.")
     num_evictions = _stat("num_evictions", "Cached blocks given new content.")
     num_copies = _stat("num_copies", "Copy-on-writes.")
-
-    @property
-    def prefix_caching(self) -> bool:
-        return self._inner.prefix_caching
-
-    @property
-    def num_free_blocks(self) -> int:
-        """Blocks without a reference, cached or not."""
-        return self._inner.num_free_blocks
-
-    # ---- the host tier (§8 milestone 4b) -----------------------------------------------------
-
-    host_blocks = _stat("host_blocks", "Capacity of the host tier, in blocks (0: no tier).")
+    host_blocks = _stat("host_blocks", "Capacity of the host tier, in blocks (0: no tier; §8 milestone 4b).")
     num_host_cached_blocks = _stat("num_host_cached_blocks", "Blocks the host tier holds now.")
     num_host_hits = _stat("num_host_hits", "Prompt blocks recalled from the host tier instead of recomputed.")
+    prefix_caching = property(attrgetter("_inner.prefix_caching"), doc="Whether full blocks are cached by key.")
+    host_policy = property(attrgetter("_inner.host_policy"), doc='Which entry a full host tier drops: "lru" or "hits".')
+    num_free_blocks = property(attrgetter("_inner.num_free_blocks"), doc="Blocks without a reference, cached or not.")
 
-    @property
-    def host_policy(self) -> str:
-        """Which entry a full host tier drops: ``"lru"`` or ``"hits"``."""
-        return self._inner.host_policy
+    # ---- the host tier (§8 milestone 4b) -----------------------------------------------------
 
     def host_keys(self) -> list[int]:
         """The host tier's keys in the order its policy would drop them, next victim first."""

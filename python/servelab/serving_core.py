@@ -451,8 +451,9 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
         spec = (speculative.k, speculative.acceptance_column(len(requests)), speculative.seed, speculative.draft)
     params: dict[str, Any] = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,
                               "num_blocks": blocks, "chunked_prefill": chunked}
-    d = _core.sim_continuous_batching((model, gpu, efficiency), requests, params, _checks.flag("trace", trace),
-                                      _checks.flag("batch_log", batch_log), per_step, caching, sp, tier, spec)
+    d = _core.sim_continuous_batching((model, gpu, efficiency), requests, dict(
+        card=params, trace=_checks.flag("trace", trace), batch_log=_checks.flag("batch_log", batch_log),
+        per_step=per_step, prefix_caching=caching, shared=sp, host=tier, spec=spec))
     if caching:
         params["prefix_caching"] = True
     if host:

@@ -20,26 +20,28 @@ dict_of!(DisaggOutput {
     ..pool, ready_s, decode_start_s, decode_card, decode_busy_s, decode_steps, decode_peak_kv_blocks,
 });
 
-/// Continuous batching on `n_replicas` cards behind `router` (`"round_robin"`,
-/// `"least_tokens"`, or with prefix caching `"prefix_affinity"`); `card` is one card's
-/// parameters, a dict keyed by `ContinuousParams`' fields. `prefix_caching` runs every card with
-/// prefix caching over `shared` (`(parent, length)`; None: nothing shared) (`sim/data_parallel.rs`,
-/// `run_prefix`) and adds `sim_continuous_batching`'s prefix columns (`cached_tokens`,
-/// `computed_tokens`, the totals `prefix_hits`, `prefix_lookups`, `prefix_evictions`).
-#[pyfunction]
-#[pyo3(signature = (hw, requests, card, n_replicas, router, prefix_caching=false, shared=None))]
-#[allow(clippy::too_many_arguments)]
-fn sim_data_parallel<'py>(
-    py: Python<'py>,
-    hw: Hardware,
-    requests: Requests<'py>,
+/// `sim_data_parallel`'s options, a dict of these keys (`parallel_sim.run_data_parallel` builds
+/// it): `n_replicas` cards of `card` (a dict keyed by `ContinuousParams`' fields) behind `router`
+/// (`"round_robin"`, `"least_tokens"`, or with prefix caching `"prefix_affinity"`);
+/// `prefix_caching` on every card over `shared` (`(parent, length)`; None: nothing shared).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct DataParallel<'py> {
     card: ContinuousParams,
     n_replicas: i64,
-    router: &str,
-    prefix_caching: bool,
-    shared: Option<Shared<'py>>,
+    router: String,
+    #[pyo3(default)] prefix_caching: bool,
+    #[pyo3(default)] shared: Option<Shared<'py>>,
+}
+
+/// Continuous batching on many cards (`sim/data_parallel.rs`); with prefix caching (`run_prefix`)
+/// the dict adds `sim_continuous_batching`'s prefix columns.
+#[pyfunction]
+fn sim_data_parallel<'py>(
+    py: Python<'py>, hw: Hardware, requests: Requests<'py>, options: DataParallel<'py>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let router = Router::parse(router)?;
+    let DataParallel { card, n_replicas, router, prefix_caching, shared } = options;
+    let router = Router::parse(&router)?;
     if !prefix_caching && shared.is_some() {
         return Err(pyo3::exceptions::PyValueError::new_err("shared prefixes need prefix_caching=True"));
     }
@@ -53,24 +55,28 @@ fn sim_data_parallel<'py>(
     })
 }
 
-/// Disaggregated serving: `n_prefill` prefill cards, `n_decode` decode cards (each of `card`, as
-/// above), the KV over a link of `(bandwidth, latency_s)`: B/s (`inf` allowed) and seconds.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-fn sim_disaggregated<'py>(
-    py: Python<'py>,
-    hw: Hardware,
-    requests: Requests<'py>,
+/// `sim_disaggregated`'s options, a dict of these keys (`parallel_sim.run_disaggregated` builds
+/// it): `n_prefill` prefill cards and `n_decode` decode cards, each of `card` (as above), behind
+/// `router`; the KV crosses a link of `(bandwidth, latency_s)`: B/s (`inf` allowed) and seconds.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct Disaggregated {
     card: ContinuousParams,
     n_prefill: i64,
     n_decode: i64,
-    router: &str,
+    router: String,
     link: (f64, f64),
+}
+
+/// Disaggregated serving (`sim/disaggregated.rs`).
+#[pyfunction]
+fn sim_disaggregated<'py>(
+    py: Python<'py>, hw: Hardware, requests: Requests<'py>, options: Disaggregated,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let router = Router::parse(router)?;
-    let kv = hw.0.kv_bytes_per_token();
+    let Disaggregated { card, n_prefill, n_decode, router, link: (bandwidth, latency_s) } = options;
+    let (router, kv) = (Router::parse(&router)?, hw.0.kv_bytes_per_token());
     simulate(py, hw, requests, |pr, w| {
-        disaggregated::run(pr, w, &card, n_prefill, n_decode, router, Link { bandwidth: link.0, latency_s: link.1 }, kv)
+        disaggregated::run(pr, w, &card, n_prefill, n_decode, router, Link { bandwidth, latency_s }, kv)
     })
 }
 

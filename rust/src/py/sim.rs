@@ -78,11 +78,7 @@ dict_of!(Admission { would_first_token_s });
 #[pyfunction]
 #[pyo3(signature = (hw, requests, trace, admission=None))]
 fn sim_batch1<'py>(
-    py: Python<'py>,
-    hw: Hardware,
-    requests: Requests<'py>,
-    trace: bool,
-    admission: Option<(f64, PyReadonlyArray1<'py, i64>)>,
+    py: Python<'py>, hw: Hardware, requests: Requests<'py>, trace: bool, admission: Option<(f64, PyReadonlyArray1<'py, i64>)>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let pred = match &admission { Some((slo, p)) => Some((*slo, slice("predicted_len", p)?)), None => None };
     simulate(py, hw, requests, |pr, w| match pred {
@@ -110,11 +106,7 @@ fn sim_fixed_service<'py>(
 /// Static batching (`sim/static_batching.rs`); `params` is `(batch_size, max_wait_s, ride_along)`.
 #[pyfunction]
 fn sim_static_batching<'py>(
-    py: Python<'py>,
-    hw: Hardware,
-    requests: Requests<'py>,
-    params: (i64, f64, bool),
-    trace: bool,
+    py: Python<'py>, hw: Hardware, requests: Requests<'py>, params: (i64, f64, bool), trace: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let params = StaticParams { batch_size: params.0, max_wait_s: params.1, ride_along: params.2 };
     params.validate()?;
@@ -126,30 +118,15 @@ fn sim_static_batching<'py>(
 // None); with the trace, this policy's columns join the common ones (in `ContinuousRun`).
 dict_of!(ContinuousOutput { ..sim, reject_code, n_preemptions, preemptions, peak_kv_blocks, batch_log });
 
-/// The columns prefix caching or speculation adds to a continuous run.
-enum Extra {
-    Prefix(PrefixOutput),
-    Spec(SpecOutput),
-}
-
-impl ToPy for Extra {
-    fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        match self {
-            Extra::Prefix(p) => p.to_py(py),
-            Extra::Spec(s) => s.to_py(py),
-        }
-    }
-}
-
-/// A continuous-batching run: its output (the trace's extra columns joined into the trace) and
-/// the extra columns, if any, in one dict.
-struct ContinuousRun(ContinuousOutput, Option<Extra>);
+/// A continuous-batching run and the columns prefix caching or speculation adds, in one dict; the
+/// trace's extra columns join the trace's.
+struct ContinuousRun(ContinuousOutput, Option<PrefixOutput>, Option<SpecOutput>);
 
 impl ToPy for ContinuousRun {
     fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let ContinuousRun(mut out, extra) = self;
+        let ContinuousRun(mut out, prefix, spec) = self;
         let trace_extra = out.trace_extra.take();
-        let d = (out, extra).to_py(py)?.cast_into::<PyDict>()?;
+        let d = ((out, prefix), spec).to_py(py)?.cast_into::<PyDict>()?;
         if let Some(x) = trace_extra {
             merge(&d.get_item("trace")?.expect("set by to_dict").cast_into::<PyDict>()?, x)?;
         }
@@ -157,30 +134,32 @@ impl ToPy for ContinuousRun {
     }
 }
 
-/// Continuous batching (`sim/continuous.rs`) on one card of `card` (a dict keyed by
-/// `ContinuousParams`' fields), with the options of `serving_core.run_continuous_batching`:
-/// `per_step` (tests and benchmarks: the per-step loop of `sim/continuous_per_step.rs`, the same
-/// output bit for bit); `prefix_caching` over `shared` (`sim/continuous_prefix.rs`), with a host
-/// tier if `host` = `(host_blocks, host_policy, host_s_per_token)`; speculative decoding if `spec`
-/// = `(k, acceptance per request, seed, draft_model)`. The dict has `ContinuousOutput`'s keys
-/// and the columns each option adds (listed in `serving_core.SimResult`).
-#[pyfunction]
-#[pyo3(signature = (hw, requests, card, trace, batch_log, per_step=false, prefix_caching=false, shared=None,
-    host=None, spec=None))]
-#[allow(clippy::too_many_arguments)]
-fn sim_continuous_batching<'py>(
-    py: Python<'py>,
-    hw: Hardware,
-    requests: Requests<'py>,
+/// `sim_continuous_batching`'s options, a dict of these keys (`serving_core.run_continuous_batching`
+/// builds it): `card`, a dict keyed by `ContinuousParams`' fields; `per_step` (tests and
+/// benchmarks: the per-step loop of `sim/continuous_per_step.rs`, the same output bit for bit);
+/// `prefix_caching` over `shared` (`sim/continuous_prefix.rs`), with a host tier if `host` =
+/// `(host_blocks, host_policy, host_s_per_token)`; speculative decoding if `spec` = `(k,
+/// acceptance per request, seed, draft_model)`.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct OneCard<'py> {
     card: ContinuousParams,
     trace: bool,
     batch_log: bool,
-    per_step: bool,
-    prefix_caching: bool,
-    shared: Option<Shared<'py>>,
-    host: Option<(i64, String, f64)>,
-    spec: Option<(i64, PyReadonlyArray1<'py, f64>, u64, ModelSpec)>,
+    #[pyo3(default)] per_step: bool,
+    #[pyo3(default)] prefix_caching: bool,
+    #[pyo3(default)] shared: Option<Shared<'py>>,
+    #[pyo3(default)] host: Option<(i64, String, f64)>,
+    #[pyo3(default)] spec: Option<(i64, PyReadonlyArray1<'py, f64>, u64, ModelSpec)>,
+}
+
+/// Continuous batching (`sim/continuous.rs`) on one card: the dict has `ContinuousOutput`'s keys
+/// and the columns each option adds (listed in `serving_core.SimResult`).
+#[pyfunction]
+fn sim_continuous_batching<'py>(
+    py: Python<'py>, hw: Hardware, requests: Requests<'py>, options: OneCard<'py>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let OneCard { card, trace, batch_log, per_step, prefix_caching, shared, host, spec } = options;
     card.validate()?;
     if prefix_caching && (per_step || spec.is_some()) {
         return Err(PyValueError::new_err(match per_step {
@@ -198,16 +177,16 @@ fn sim_continuous_batching<'py>(
         let out = if let Some((k, acceptance, seed, d)) = &draft {
             let sp = Speculation { k: *k, acceptance, seed: *seed, draft: d };
             let (o, s) = continuous_per_step::run_speculative(pr, w, &card, &sp, trace, batch_log)?;
-            ContinuousRun(o, Some(Extra::Spec(s)))
+            ContinuousRun(o, None, Some(s))
         } else if prefix_caching {
             let prefixes = Prefixes { parent: &parent, len: &plen };
             let host = HostTierOption { host_blocks, policy: &policy, s_per_token };
             let (o, p) = continuous_prefix::run_tiered(pr, w, &card, &prefixes, true, &host, trace, batch_log)?;
-            ContinuousRun(o, Some(Extra::Prefix(p)))
+            ContinuousRun(o, Some(p), None)
         } else if per_step {
-            ContinuousRun(continuous_per_step::run_per_step(pr, w, &card, trace, batch_log)?, None)
+            ContinuousRun(continuous_per_step::run_per_step(pr, w, &card, trace, batch_log)?, None, None)
         } else {
-            ContinuousRun(continuous::run(pr, w, &card, trace, batch_log)?, None)
+            ContinuousRun(continuous::run(pr, w, &card, trace, batch_log)?, None, None)
         };
         Ok(out)
     })

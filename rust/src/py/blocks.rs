@@ -34,11 +34,7 @@ fn slow_token(py: Python<'_>, name: &str, item: &Bound<'_, PyAny>) -> PyResult<i
     let v = index.call1((item,)).map_err(|_| PyTypeError::new_err(format!("{name} must be an integer, got {}", repr(item))))?;
     match v.extract::<i64>() {
         Ok(t) => Ok(t),
-        Err(_) => Err(PyValueError::new_err(format!(
-            "{name} must be in [0, {}), got {}",
-            blocks::TOKEN_LIMIT,
-            v.str()?
-        ))),
+        Err(_) => Err(PyValueError::new_err(format!("{name} must be in [0, {}), got {}", blocks::TOKEN_LIMIT, v.str()?))),
     }
 }
 
@@ -64,10 +60,7 @@ fn extract_tokens(obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
 }
 
 fn extract_token(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
-    match obj.extract::<i64>() {
-        Ok(t) => Ok(t),
-        Err(_) => slow_token(obj.py(), "token_id", obj),
-    }
+    obj.extract::<i64>().or_else(|_| slow_token(obj.py(), "token_id", obj))
 }
 
 
@@ -262,20 +255,12 @@ impl PyBlockAllocator {
 /// The cache key of a full block: the hash chain step over its parent's key and its tokens.
 #[pyfunction]
 fn block_key(parent_key: u64, token_ids: &Bound<'_, PyAny>) -> PyResult<u64> {
-    let tokens = extract_tokens(token_ids)?
-        .iter()
-        .enumerate()
-        .map(|(i, &t)| {
-            if (0..blocks::TOKEN_LIMIT).contains(&t) {
-                Ok(t as u32)
-            } else {
-                Err(PyValueError::new_err(format!(
-                    "token_ids[{i}] must be in [0, {}), got {t}",
-                    blocks::TOKEN_LIMIT
-                )))
-            }
+    let in_range = |(i, t): (usize, i64)| {
+        u32::try_from(t).ok().filter(|_| t < blocks::TOKEN_LIMIT).ok_or_else(|| {
+            PyValueError::new_err(format!("token_ids[{i}] must be in [0, {}), got {t}", blocks::TOKEN_LIMIT))
         })
-        .collect::<PyResult<Vec<u32>>>()?;
+    };
+    let tokens = extract_tokens(token_ids)?.into_iter().enumerate().map(in_range).collect::<PyResult<Vec<u32>>>()?;
     Ok(blocks::block_key(parent_key, &tokens))
 }
 

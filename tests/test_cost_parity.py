@@ -79,7 +79,7 @@ BAD_BATCHES = [[], [(0, 10)], [(1, 0), (-3, 5)], [(4, -1)], [(1, _core.MAX_TOKEN
 def core_step_cost(model, gpu, efficiency, batch):
     """The Rust core's step cost of a list of pairs (it takes the batch as two columns)."""
     new, ctx = np.array(batch, dtype=np.int64).reshape(-1, 2).T
-    return _core.step_cost_columns(model, gpu, efficiency, np.ascontiguousarray(new), np.ascontiguousarray(ctx))
+    return _core.step_cost_columns((model, gpu, efficiency), np.ascontiguousarray(new), np.ascontiguousarray(ctx))
 
 
 def errors_of(fn, *args):

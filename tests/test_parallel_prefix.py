@@ -44,6 +44,7 @@ def dp(reqs: Requests, sp: SharedPrefixes, n: int, router: str, p: dict) -> ps.P
     return ps.run_data_parallel(reqs, LLAMA3_8B, H100, n, router, prefix_caching=True, shared_prefixes=sp, **p)
 
 
+HW = (LLAMA3_8B, H100, DEFAULT_EFFICIENCY)  # the core's hardware argument
 PREFIX_KEYS = ("cached_tokens", "computed_tokens", "prefix_hits", "prefix_lookups", "prefix_evictions")
 
 
@@ -64,8 +65,8 @@ def test_rust_routing_equals_the_reference(w, p, n, router):
     reqs, sp = w
     py = ref.run_data_parallel_prefix(reqs, LLAMA3_8B, H100, DEFAULT_EFFICIENCY, n_replicas=n, router=router,
                                       parent=sp.parent, length=sp.length, **p)
-    rust = _core.sim_data_parallel(LLAMA3_8B, H100, DEFAULT_EFFICIENCY, reqs, p, n, router, True, sp.parent,
-                                   sp.length)
+    rust = _core.sim_data_parallel(HW, reqs, dict(card=p, n_replicas=n, router=router, prefix_caching=True,
+                                                  shared=(sp.parent, sp.length)))
     assert set(PREFIX_KEYS) <= set(rust)
     for k, v in rust.items():
         if v is None:  # no trace
@@ -144,11 +145,11 @@ def test_bad_prefix_arguments_name_themselves():
         ps.run_data_parallel(reqs, LLAMA3_8B, H100, 2, prefix_caching="yes")
     card = dict(max_num_seqs=4, max_num_batched_tokens=64, block_size=4, num_blocks=16, chunked_prefill=False)
     with pytest.raises(ValueError, match="not available with prefix caching"):
-        _core.sim_data_parallel(LLAMA3_8B, H100, DEFAULT_EFFICIENCY, reqs, card, 2, "least_tokens", True)
+        _core.sim_data_parallel(HW, reqs, dict(card=card, n_replicas=2, router="least_tokens", prefix_caching=True))
     with pytest.raises(ValueError, match="needs prefix caching"):
-        _core.sim_data_parallel(LLAMA3_8B, H100, DEFAULT_EFFICIENCY, reqs, card, 2, "prefix_affinity")
+        _core.sim_data_parallel(HW, reqs, dict(card=card, n_replicas=2, router="prefix_affinity"))
     bad = sp.parent.copy()
     bad[-1] = len(reqs)
     with pytest.raises(ValueError, match=f"prefix_parent\\[{len(reqs) - 1}\\] must be -1 or an earlier"):
-        _core.sim_data_parallel(LLAMA3_8B, H100, DEFAULT_EFFICIENCY, reqs, card, 2, "prefix_affinity", True,
-                                bad, sp.length)
+        _core.sim_data_parallel(HW, reqs, dict(card=card, n_replicas=2, router="prefix_affinity", prefix_caching=True,
+                                               shared=(bad, sp.length)))

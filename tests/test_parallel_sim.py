@@ -46,11 +46,12 @@ def assert_same_dict(rust: dict, py: dict) -> None:
 
 
 def rust_dp(reqs: Requests, n: int, router: str, p: dict) -> dict:
-    return _core.sim_data_parallel(LLAMA3_8B, H100, DEFAULT_EFFICIENCY, reqs, p, n, router)
+    return _core.sim_data_parallel((LLAMA3_8B, H100, DEFAULT_EFFICIENCY), reqs, dict(card=p, n_replicas=n, router=router))
 
 
 def rust_pd(reqs: Requests, n_p: int, n_d: int, router: str, p: dict, bw: float, lat: float) -> dict:
-    return _core.sim_disaggregated(LLAMA3_8B, H100, DEFAULT_EFFICIENCY, reqs, p, n_p, n_d, router, bw, lat)
+    return _core.sim_disaggregated((LLAMA3_8B, H100, DEFAULT_EFFICIENCY), reqs,
+                                  dict(card=p, n_prefill=n_p, n_decode=n_d, router=router, link=(bw, lat)))
 
 
 @given(reqs=workloads(max_n=24, max_prompt=512, max_output=60), p=card_params, router=routers)

@@ -188,7 +188,7 @@ def test_the_rust_core_checks_parameters_too():
     for b, w, msg in [(0, 0.2, "batch_size must be a positive integer, got 0"),
                       (2, -1.0, "max_wait_s must be a finite number >= 0, got -1.0")]:
         with pytest.raises(ValueError, match=msg):
-            _core.sim_static_batching(LLAMA3_8B, H100, hw.DEFAULT_EFFICIENCY, REQS, b, w, True, False)
+            _core.sim_static_batching((LLAMA3_8B, H100, hw.DEFAULT_EFFICIENCY), REQS, (b, w, True), False)
 
 
 def test_huge_batch_size_is_fine():

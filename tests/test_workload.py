@@ -73,7 +73,7 @@ def test_rust_agrees_with_python_validation():
         with pytest.raises(ValueError) as rust_err:
             unchecked = SimpleNamespace(arrival_s=np.array(a, dtype=np.float64), prompt_len=np.array(p, dtype=np.int64),
                                         output_len=np.array(o, dtype=np.int64))
-            _core.sim_batch1(LLAMA3_8B, H100, DEFAULT_EFFICIENCY, unchecked, False)
+            _core.sim_batch1((LLAMA3_8B, H100, DEFAULT_EFFICIENCY), unchecked, False)
         assert str(py_err.value) == str(rust_err.value)
 
 

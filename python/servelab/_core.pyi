@@ -1,6 +1,6 @@
 # Typed surface of the Rust extension (rust/src/py/). Checked by `python -m mypy.stubtest
 # servelab._core` in `make test`: a function added in Rust must be added here.
-from typing import Iterable, final
+from typing import Any, Iterable, final
 
 import numpy as np
 import numpy.typing as npt
@@ -24,7 +24,6 @@ __all__ = [
     "max_batch",
     "step_cost_columns",
     "step_cost_many_into",
-    "step_cost_uniform_many",
     "MAX_REQUEST_TOKENS",
     "sim_batch1",
     "sim_static_batching",
@@ -54,8 +53,8 @@ MAX_STEP_TOKENS: int
 # Specs and requests are read by attribute name: any object with the fields of these classes
 # works, and the library passes the classes themselves.
 
-# A StepCost's fields by name: floats, ``compute_bound`` a bool, ``n_tokens``/``n_seqs`` ints.
-_StepDict = dict[str, float]
+# One card's hardware, the first argument of the step-cost functions and of every simulator.
+_Hardware = tuple[ModelSpec, GpuSpec, Efficiency]
 _I64 = npt.NDArray[np.int64]
 
 def validate_model(model: ModelSpec) -> None: ...
@@ -67,25 +66,11 @@ def kv_bytes_per_token(model: ModelSpec) -> float: ...
 def kv_capacity_tokens(model: ModelSpec, gpu: GpuSpec, mem_util: float) -> int: ...
 def max_batch(model: ModelSpec, gpu: GpuSpec, context_len: int, mem_util: float) -> int: ...
 def step_cost_columns(
-    model: ModelSpec, gpu: GpuSpec, efficiency: Efficiency, new_tokens: _I64, context_len: _I64
-) -> _StepDict: ...
+    hw: _Hardware, new_tokens: _I64, context_len: _I64, batch_size: _I64 | None = None
+) -> dict[str, Any]: ...
 def step_cost_many_into(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    new_tokens: _I64,
-    context_len: _I64,
-    offsets: _I64,
-    out: dict[str, np.ndarray],
+    hw: _Hardware, new_tokens: _I64, context_len: _I64, offsets: _I64, out: dict[str, np.ndarray]
 ) -> None: ...
-def step_cost_uniform_many(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    batch_size: _I64,
-    new_tokens: _I64,
-    context_len: _I64,
-) -> dict[str, np.ndarray]: ...
 
 # ---- serving simulator (rust/src/sim/) -------------------------------------------------------
 
@@ -95,46 +80,20 @@ _F64 = npt.NDArray[np.float64]
 # chunked_prefill (a bool)
 _Card = dict[str, int | bool]
 
+# shared prefixes: the (parent, length) columns of a servelab.workload.SharedPrefixes
+_Shared = tuple[_I64, _I64]
+
 def sim_batch1(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    requests: Requests,
-    trace: bool,
-    slo_ttft_s: float = 0.0,
-    predicted_len: _I64 | None = None,
+    hw: _Hardware, requests: Requests, trace: bool, admission: tuple[float, _I64] | None = None
 ) -> dict[str, object]: ...
 def sim_static_batching(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    requests: Requests,
-    batch_size: int,
-    max_wait_s: float,
-    ride_along: bool,
-    trace: bool,
+    hw: _Hardware, requests: Requests, params: tuple[int, float, bool], trace: bool
 ) -> dict[str, object]: ...
 def sim_fixed_service(arrival_s: _F64, service_s: float, slo_s: float | None) -> dict[str, object]: ...
-def sim_continuous_batching(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    requests: Requests,
-    card: _Card,
-    trace: bool,
-    batch_log: bool,
-    per_step: bool = False,
-    prefix_caching: bool = False,
-    prefix_parent: _I64 | None = None,
-    prefix_len: _I64 | None = None,
-    spec_k: int | None = None,
-    spec_acceptance: _F64 | None = None,
-    spec_seed: int = 0,
-    draft_model: ModelSpec | None = None,
-    host_blocks: int = 0,
-    host_policy: str = "lru",
-    host_s_per_token: float = 0.0,
-) -> dict[str, object]: ...
+# options: card (_Card), trace, batch_log (bools); optional per_step, prefix_caching (bools),
+# shared (_Shared), host ((host_blocks, host_policy, host_s_per_token)), spec ((k, acceptance,
+# seed, draft_model))
+def sim_continuous_batching(hw: _Hardware, requests: Requests, options: dict[str, object]) -> dict[str, object]: ...
 
 MAX_SPEC_K: int
 
@@ -156,14 +115,6 @@ class BlockAllocator:
     ) -> BlockAllocator: ...
     def take_transfers(self) -> list[tuple[str, int | None, int, int]]: ...
     def host_keys(self) -> list[int]: ...
-    @property
-    def host_blocks(self) -> int: ...
-    @property
-    def host_policy(self) -> str: ...
-    @property
-    def num_host_cached_blocks(self) -> int: ...
-    @property
-    def num_host_hits(self) -> int: ...
     def allocate(self, seq_id: int, token_ids: Iterable[int], num_computed: int | None = None) -> list[int]: ...
     def mark_computed(self, seq_id: int, num_computed: int) -> None: ...
     def append(self, seq_id: int, token_id: int) -> tuple[int, int] | None: ...
@@ -182,25 +133,14 @@ class BlockAllocator:
     def key_of(self, block_id: int) -> int | None: ...
     def ref_counts(self) -> _I64: ...
     def free_queue(self) -> _I64: ...
-    @property
-    def num_blocks(self) -> int: ...
-    @property
-    def block_size(self) -> int: ...
+    # the sizes and counters are stats()'s; the settings and the free count have getters
+    def stats(self) -> dict[str, int]: ...
     @property
     def prefix_caching(self) -> bool: ...
     @property
+    def host_policy(self) -> str: ...
+    @property
     def num_free_blocks(self) -> int: ...
-    @property
-    def num_cached_blocks(self) -> int: ...
-    @property
-    def num_hits(self) -> int: ...
-    @property
-    def num_lookups(self) -> int: ...
-    @property
-    def num_evictions(self) -> int: ...
-    @property
-    def num_copies(self) -> int: ...
-    def stats(self) -> dict[str, int]: ...
     def replay(self, op: _I64, seq: _I64, arg: _I64, tokens: _I64, offsets: _I64) -> _I64: ...
     def append_many(self, seq_ids: _I64, token_ids: _I64) -> tuple[int, _I64, _I64]: ...
     def free_many(self, seq_ids: _I64) -> None: ...
@@ -212,27 +152,8 @@ class BlockAllocator:
 # decode_peak_kv_blocks
 MAX_CARDS: int
 
-def sim_data_parallel(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    requests: Requests,
-    card: _Card,
-    n_replicas: int,
-    router: str,
-    prefix_caching: bool = False,
-    prefix_parent: _I64 | None = None,
-    prefix_len: _I64 | None = None,
-) -> dict[str, object]: ...
-def sim_disaggregated(
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    requests: Requests,
-    card: _Card,
-    n_prefill: int,
-    n_decode: int,
-    router: str,
-    link_bandwidth: float,
-    link_latency_s: float,
-) -> dict[str, object]: ...
+# options: card (_Card), n_replicas (int), router (str); optional prefix_caching (bool), shared
+def sim_data_parallel(hw: _Hardware, requests: Requests, options: dict[str, object]) -> dict[str, object]: ...
+
+# options: card (_Card), n_prefill, n_decode (ints), router (str), link ((bandwidth, latency_s))
+def sim_disaggregated(hw: _Hardware, requests: Requests, options: dict[str, object]) -> dict[str, object]: ...

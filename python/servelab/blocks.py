@@ -118,6 +118,7 @@ With a host tier, an evicted prefix comes back by copy:
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Iterable
 
 import numpy as np
@@ -155,6 +156,11 @@ def block_key(parent_key: int, token_ids: Iterable[int]) -> int:
         raise exc
 
 
+def _stat(name: str, doc: str) -> property:
+    """A read-only property of :class:`BlockAllocator`: its ``stats()[name]``."""
+    return property(lambda self: self._inner.stats()[name], doc=doc)
+
+
 class BlockAllocator:
     """A pool of ``num_blocks`` KV blocks of ``block_size`` tokens, shared by sequences.
 
@@ -187,11 +193,7 @@ class BlockAllocator:
         Raises ``KeyError`` if ``seq_id`` is in use, :class:`OutOfBlocks` if the pool is short,
         ``ValueError`` if ``num_computed`` is outside ``[0, len(token_ids)]``.
         """
-        try:
-            return self._inner.allocate(seq_id, token_ids, num_computed)
-        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
-            _checks.reraise_named(exc, {"seq_id": seq_id} if num_computed is None
-                                  else {"seq_id": seq_id, "num_computed": num_computed})
+        return self._inner.allocate(seq_id, token_ids, num_computed)
 
     def mark_computed(self, seq_id: int, num_computed: int) -> None:
         """The first ``num_computed`` tokens of ``seq_id`` have their KV now: registers the
@@ -199,31 +201,19 @@ class BlockAllocator:
         smaller count than before changes nothing. ``KeyError`` for an unknown sequence,
         ``ValueError`` if ``num_computed`` is outside ``[0, num_tokens(seq_id)]``.
         """
-        try:
-            self._inner.mark_computed(seq_id, num_computed)
-        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
-            _checks.reraise_named(exc, {"seq_id": seq_id, "num_computed": num_computed})
+        self._inner.mark_computed(seq_id, num_computed)
 
     def append(self, seq_id: int, token_id: int) -> tuple[int, int] | None:
         """Adds one token; returns the copy-on-write ``(src, dst)`` if one was needed."""
-        try:
-            return self._inner.append(seq_id, token_id)
-        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
-            _checks.reraise_named(exc, {"seq_id": seq_id})
+        return self._inner.append(seq_id, token_id)
 
     def fork(self, parent_id: int, child_id: int) -> None:
         """Makes ``child_id`` a new sequence sharing every block (and token) of ``parent_id``."""
-        try:
-            self._inner.fork(parent_id, child_id)
-        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
-            _checks.reraise_named(exc, {"parent_id": parent_id, "child_id": child_id})
+        self._inner.fork(parent_id, child_id)
 
     def free(self, seq_id: int) -> None:
         """Drops the sequence; its blocks without another reference become free."""
-        try:
-            self._inner.free(seq_id)
-        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
-            _checks.reraise_named(exc, {"seq_id": seq_id})
+        self._inner.free(seq_id)
 
     def replay(self, op: np.ndarray, seq: np.ndarray, arg: np.ndarray,
                tokens: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -272,10 +262,7 @@ class BlockAllocator:
     # ---- queries -----------------------------------------------------------------------------
 
     def block_table(self, seq_id: int) -> list[int]:
-        try:
-            return self._inner.block_table(seq_id)
-        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
-            _checks.reraise_named(exc, {"seq_id": seq_id})
+        return self._inner.block_table(seq_id)
 
     def block_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every block table at once, as CSR: ``(seq_ids ascending, offsets, blocks)``; the
@@ -283,48 +270,30 @@ class BlockAllocator:
         return self._inner.block_tables()
 
     def num_tokens(self, seq_id: int) -> int:
-        try:
-            return self._inner.num_tokens(seq_id)
-        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
-            _checks.reraise_named(exc, {"seq_id": seq_id})
+        return self._inner.num_tokens(seq_id)
 
     def num_cached_tokens(self, seq_id: int) -> int:
         """Prompt tokens whose KV was reused from the prefix cache at ``allocate``."""
-        try:
-            return self._inner.num_cached_tokens(seq_id)
-        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
-            _checks.reraise_named(exc, {"seq_id": seq_id})
+        return self._inner.num_cached_tokens(seq_id)
 
     def can_allocate(self, n_tokens: int) -> bool:
         """Whether ``allocate`` of ``n_tokens`` tokens surely succeeds now."""
-        try:
-            return self._inner.can_allocate(n_tokens)
-        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
-            _checks.reraise_named(exc, {"n_tokens": n_tokens})
+        return self._inner.can_allocate(n_tokens)
 
     def can_append(self, seq_id: int) -> bool:
         """Whether ``append`` to ``seq_id`` succeeds now."""
-        try:
-            return self._inner.can_append(seq_id)
-        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
-            _checks.reraise_named(exc, {"seq_id": seq_id})
+        return self._inner.can_append(seq_id)
 
     def seq_ids(self) -> list[int]:
         return self._inner.seq_ids()
 
     def block_tokens(self, block_id: int) -> list[int]:
         """The tokens a block holds (a free block keeps its last content until reused)."""
-        try:
-            return self._inner.block_tokens(block_id)
-        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
-            _checks.reraise_named(exc, {"block_id": block_id})
+        return self._inner.block_tokens(block_id)
 
     def key_of(self, block_id: int) -> int | None:
         """The block's cache key, or None if the block is not the cached copy of a prefix."""
-        try:
-            return self._inner.key_of(block_id)
-        except (TypeError, OverflowError) as exc:  # the core's messages name no argument
-            _checks.reraise_named(exc, {"block_id": block_id})
+        return self._inner.key_of(block_id)
 
     def ref_counts(self) -> np.ndarray:
         """References of every block (int64, indexed by block id)."""
@@ -342,65 +311,23 @@ class BlockAllocator:
         """Raises ``RuntimeError`` naming the first broken internal invariant (for tests)."""
         self._inner.check_invariants()
 
-    @property
-    def num_blocks(self) -> int:
-        return self._inner.num_blocks
-
-    @property
-    def block_size(self) -> int:
-        return self._inner.block_size
-
-    @property
-    def prefix_caching(self) -> bool:
-        return self._inner.prefix_caching
-
-    @property
-    def num_free_blocks(self) -> int:
-        """Blocks without a reference, cached or not."""
-        return self._inner.num_free_blocks
-
-    @property
-    def num_cached_blocks(self) -> int:
-        """Blocks that are the cached copy of a prefix (in use or free)."""
-        return self._inner.num_cached_blocks
-
-    @property
-    def num_hits(self) -> int:
-        return self._inner.num_hits
-
-    @property
-    def num_lookups(self) -> int:
-        return self._inner.num_lookups
-
-    @property
-    def num_evictions(self) -> int:
-        return self._inner.num_evictions
-
-    @property
-    def num_copies(self) -> int:
-        return self._inner.num_copies
+    # Sizes and counters are read from ``stats()`` (one call into the core serves them all); the
+    # core has getters for the settings and for the free count an engine reads every step.
+    num_blocks = _stat("num_blocks", "Blocks in the pool.")
+    block_size = _stat("block_size", "Tokens a block holds.")
+    num_cached_blocks = _stat("num_cached_blocks", "Blocks that are the cached copy of a prefix (in use or free).")
+    num_hits = _stat("num_hits", "Prompt blocks ``allocate`` reused from the prefix cache.")
+    num_lookups = _stat("num_lookups", "Prompt blocks ``allocate`` could have reused.")
+    num_evictions = _stat("num_evictions", "Cached blocks given new content.")
+    num_copies = _stat("num_copies", "Copy-on-writes.")
+    host_blocks = _stat("host_blocks", "Capacity of the host tier, in blocks (0: no tier; §8 milestone 4b).")
+    num_host_cached_blocks = _stat("num_host_cached_blocks", "Blocks the host tier holds now.")
+    num_host_hits = _stat("num_host_hits", "Prompt blocks recalled from the host tier instead of recomputed.")
+    prefix_caching = property(attrgetter("_inner.prefix_caching"), doc="Whether full blocks are cached by key.")
+    host_policy = property(attrgetter("_inner.host_policy"), doc='Which entry a full host tier drops: "lru" or "hits".')
+    num_free_blocks = property(attrgetter("_inner.num_free_blocks"), doc="Blocks without a reference, cached or not.")
 
     # ---- the host tier (§8 milestone 4b) -----------------------------------------------------
-
-    @property
-    def host_blocks(self) -> int:
-        """Capacity of the host tier, in blocks (0: no tier)."""
-        return self._inner.host_blocks
-
-    @property
-    def host_policy(self) -> str:
-        """Which entry a full host tier drops: ``"lru"`` or ``"hits"``."""
-        return self._inner.host_policy
-
-    @property
-    def num_host_cached_blocks(self) -> int:
-        """Blocks the host tier holds now."""
-        return self._inner.num_host_cached_blocks
-
-    @property
-    def num_host_hits(self) -> int:
-        """Prompt blocks recalled from the host tier instead of recomputed."""
-        return self._inner.num_host_hits
 
     def host_keys(self) -> list[int]:
         """The host tier's keys in the order its policy would drop them, next victim first."""

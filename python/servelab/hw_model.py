@@ -354,7 +354,7 @@ def step_cost(model: ModelSpec, gpu: GpuSpec, batch: Sequence[tuple[int, int]],
     (21.2, 'compute')
     """
     new_tokens, context_len = _as_batch(batch)
-    whole = StepCost._from_core(_core.step_cost_columns(model, gpu, efficiency, new_tokens, context_len))
+    whole = StepCost._from_core(_core.step_cost_columns((model, gpu, efficiency), new_tokens, context_len))
     return whole if check_tp(model, gpu, tp) == 1 else tensor_parallel_cost(whole, model, gpu,
                                                                             efficiency, tp)
 
@@ -417,7 +417,7 @@ def step_cost_many(model: ModelSpec, gpu: GpuSpec, new_tokens: Sequence[int] | n
     # without out, fresh arrays of the columns asked for (in StepCosts' order)
     d = out if out is not None else {k: np.empty(max(len(o) - 1, 0), bool if k == "compute_bound" else np.float64)
                                      for k in _step_columns(names)}
-    _core.step_cost_many_into(model, gpu, efficiency, n, c, o, d)
+    _core.step_cost_many_into((model, gpu, efficiency), n, c, o, d)
     return _costs(d) if out is None and columns is None else d
 
 
@@ -445,8 +445,7 @@ def decode_step_costs(model: ModelSpec, gpu: GpuSpec, batch_size: Sequence[int] 
     """
     b = _int_array("batch_size", batch_size)
     n = np.ones_like(b) if new_tokens is None else _int_array("new_tokens", new_tokens)
-    return _costs(_core.step_cost_uniform_many(model, gpu, efficiency, b, n,
-                                               _int_array("context_len", context_len)))
+    return _costs(_core.step_cost_columns((model, gpu, efficiency), n, _int_array("context_len", context_len), b))
 
 
 def decode_step_cost(model: ModelSpec, gpu: GpuSpec, batch_size: int, context_len: int,
@@ -461,7 +460,7 @@ def decode_step_cost(model: ModelSpec, gpu: GpuSpec, batch_size: int, context_le
     if not 0 <= c <= _core.MAX_TOKENS:
         raise ValueError(f"context_len must be an integer in [0, {_core.MAX_TOKENS}], got {c}")
     # one group of b identical sequences: no list of b pairs (b may be millions)
-    cols = _core.step_cost_uniform_many(model, gpu, efficiency, np.array([b]), np.array([1]), np.array([c]))
+    cols = _core.step_cost_columns((model, gpu, efficiency), np.array([1]), np.array([c]), np.array([b]))
     return StepCost(**{k: float(v[0]) for k, v in cols.items() if k != "compute_bound"},
                     bound="compute" if cols["compute_bound"][0] else "memory", n_tokens=b, n_seqs=b)
 

@@ -154,7 +154,7 @@ def _check_prefixes(requests: Requests, caching: bool, shared_prefixes: object) 
         return {}  # sharing declared without caching: nothing is reused (as on one card)
     if sp is None:
         return {"prefix_caching": True}
-    return {"prefix_caching": True, "prefix_parent": sp.parent, "prefix_len": sp.length}
+    return {"prefix_caching": True, "shared": (sp.parent, sp.length)}
 
 
 def _overall(policy: str, params: dict[str, Any], requests: Requests, model: ModelSpec, gpu: GpuSpec,
@@ -213,7 +213,8 @@ def run_data_parallel(requests: Requests, model: ModelSpec, gpu: GpuSpec, n_repl
     n = _checks.integer("n_replicas", n_replicas, 1, _core.MAX_CARDS)
     p = _card_params(model, gpu, max_num_seqs, max_num_batched_tokens, block_size, num_blocks,
                      chunked_prefill, mem_util)
-    d: dict[str, Any] = _core.sim_data_parallel(model, gpu, efficiency, requests, p, n, router, **pre)
+    d: dict[str, Any] = _core.sim_data_parallel((model, gpu, efficiency), requests,
+                                                dict(card=p, n_replicas=n, router=router, **pre))
     params = {**p, "n_replicas": n, "router": router, "label": f"DP x{n} ({router})"}
     if caching:
         params["prefix_caching"] = True
@@ -247,8 +248,8 @@ def run_disaggregated(requests: Requests, model: ModelSpec, gpu: GpuSpec, n_pref
     n_d = _checks.integer("n_decode", n_decode, 1, _core.MAX_CARDS)
     p = _card_params(model, gpu, max_num_seqs, max_num_batched_tokens, block_size, num_blocks,
                      chunked_prefill, mem_util)
-    d: dict[str, Any] = _core.sim_disaggregated(model, gpu, efficiency, requests, p, n_p, n_d, router,
-                                                link.bandwidth, link.latency_s)
+    d: dict[str, Any] = _core.sim_disaggregated((model, gpu, efficiency), requests, dict(
+        card=p, n_prefill=n_p, n_decode=n_d, router=router, link=(link.bandwidth, link.latency_s)))
     params = {**p, "n_prefill": n_p, "n_decode": n_d, "router": router, "link": link.name,
               "label": f"disagg {n_p}P:{n_d}D ({link.name})"}
     return ParallelResult(overall=_overall("disaggregated", params, requests, model, gpu, efficiency, d),

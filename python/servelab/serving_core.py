@@ -301,12 +301,12 @@ def run_batch1(requests: Requests, model: ModelSpec, gpu: GpuSpec, admission: Ea
     requests = _check_requests(requests)
     _check_specs(model, gpu, efficiency)
     if admission is None:
-        d = _core.sim_batch1(model, gpu, efficiency, requests, _checks.flag("trace", trace))
+        d = _core.sim_batch1((model, gpu, efficiency), requests, _checks.flag("trace", trace))
         return _result("batch1", {}, requests, model, gpu, efficiency, d)
     if not isinstance(admission, EarlyReject):
         raise TypeError(f"admission must be None or a servelab.admission.EarlyReject, got {admission!r}")
     pred = admission.predicted_len(requests)
-    d = _core.sim_batch1(model, gpu, efficiency, requests, _checks.flag("trace", trace), admission.slo_ttft_s, pred)
+    d = _core.sim_batch1((model, gpu, efficiency), requests, _checks.flag("trace", trace), (admission.slo_ttft_s, pred))
     params = {"admission": admission.label, "slo_ttft_s": admission.slo_ttft_s, "predicted_len": pred}
     return _result("batch1", params, requests, model, gpu, efficiency, d)
 
@@ -327,7 +327,7 @@ def run_static_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, batc
     b = min(_checks.positive_int("batch_size", batch_size, hi=None), 2**63 - 1)  # any larger: no limit
     _checks.non_negative("max_wait_s", max_wait_s)
     _checks.flag("ride_along", ride_along)
-    d = _core.sim_static_batching(model, gpu, efficiency, requests, b, float(max_wait_s), bool(ride_along),
+    d = _core.sim_static_batching((model, gpu, efficiency), requests, (b, float(max_wait_s), bool(ride_along)),
                                   _checks.flag("trace", trace))
     params = {"batch_size": int(batch_size), "max_wait_s": float(max_wait_s), "ride_along": bool(ride_along)}
     return _result("static", params, requests, model, gpu, efficiency, d)
@@ -427,21 +427,20 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     chunked = _checks.flag("chunked_prefill", chunked_prefill)
     caching = _checks.flag("prefix_caching", prefix_caching)
     shared_prefixes = check_shared_prefixes(shared_prefixes, len(requests))
-    sp = (None, None) if shared_prefixes is None else (shared_prefixes.parent, shared_prefixes.length)
+    sp = None if shared_prefixes is None else (shared_prefixes.parent, shared_prefixes.length)
     host = _checks.integer("host_blocks", host_blocks, 0, _core.MAX_NUM_BLOCKS)
     if not isinstance(host_policy, str) or host_policy not in ("lru", "hits"):
         raise ValueError(f"host_policy must be 'lru' or 'hits', got {host_policy!r}")
-    tier: dict[str, Any] = {}
+    tier: tuple[int, str, float] | None = None
     if host:
         if not caching:
             raise ValueError(f"host_blocks={host} needs prefix_caching=True (the host tier holds cached prefixes)")
         from servelab.hw_model import kv_host_transfer_s
-        tier = dict(host_blocks=host, host_policy=host_policy,
-                    host_s_per_token=kv_host_transfer_s(model, gpu, 1))  # linear in tokens
+        tier = (host, host_policy, kv_host_transfer_s(model, gpu, 1))  # linear in tokens
     per_step = _checks.flag("_per_step", _per_step)
     if per_step and caching:  # named here: the core's message says per_step, not _per_step
         raise ValueError("_per_step=True has no prefix caching (the prefix-caching loop is per-step already)")
-    spec: dict[str, Any] = {}
+    spec: tuple[int, np.ndarray, int, ModelSpec] | None = None
     if speculative is not None:
         if not isinstance(speculative, Speculation):
             raise TypeError("speculative must be None or a servelab.serving_core.Speculation, "
@@ -449,12 +448,12 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
         if caching:
             raise ValueError("speculative decoding runs without prefix caching: pass "
                              "prefix_caching=False or speculative=None")
-        spec = dict(spec_k=speculative.k, spec_acceptance=speculative.acceptance_column(len(requests)),
-                    spec_seed=speculative.seed, draft_model=speculative.draft)
+        spec = (speculative.k, speculative.acceptance_column(len(requests)), speculative.seed, speculative.draft)
     params: dict[str, Any] = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,
                               "num_blocks": blocks, "chunked_prefill": chunked}
-    d = _core.sim_continuous_batching(model, gpu, efficiency, requests, params, _checks.flag("trace", trace),
-                                      _checks.flag("batch_log", batch_log), per_step, caching, *sp, **spec, **tier)
+    d = _core.sim_continuous_batching((model, gpu, efficiency), requests, dict(
+        card=params, trace=_checks.flag("trace", trace), batch_log=_checks.flag("batch_log", batch_log),
+        per_step=per_step, prefix_caching=caching, shared=sp, host=tier, spec=spec))
     if caching:
         params["prefix_caching"] = True
     if host:

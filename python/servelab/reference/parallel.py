@@ -231,9 +231,9 @@ def run_data_parallel_prefix(requests: Any, model: Any, gpu: Any, efficiency: An
                         requests.output_len[idx].tolist())
         p, k = card_prefixes(parent, length, prompt, output, idx)
         # the one-card prefix-caching simulator (no trace, no batch log, not per-step, caching on)
-        o: dict[str, Any] = _core.sim_continuous_batching(
-            model, gpu, efficiency, cols, params, False, False, False, True,
-            np.array(p, dtype=np.int64), np.array(k, dtype=np.int64))
+        o: dict[str, Any] = _core.sim_continuous_batching((model, gpu, efficiency), cols, dict(
+            card=params, trace=False, batch_log=False, prefix_caching=True,
+            shared=(np.array(p, dtype=np.int64), np.array(k, dtype=np.int64))))
         _gather(out, c, idx, o)
         for j, i in enumerate(idx):
             for key in ("reject_code", "n_preemptions", "cached_tokens", "computed_tokens"):

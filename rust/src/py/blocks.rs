@@ -7,7 +7,7 @@
 
 use super::{add_functions, dict_of, repr, slice, type_name, ToPy};
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
@@ -34,11 +34,7 @@ fn slow_token(py: Python<'_>, name: &str, item: &Bound<'_, PyAny>) -> PyResult<i
     let v = index.call1((item,)).map_err(|_| PyTypeError::new_err(format!("{name} must be an integer, got {}", repr(item))))?;
     match v.extract::<i64>() {
         Ok(t) => Ok(t),
-        Err(_) => Err(PyValueError::new_err(format!(
-            "{name} must be in [0, {}), got {}",
-            blocks::TOKEN_LIMIT,
-            v.str()?
-        ))),
+        Err(_) => Err(PyValueError::new_err(format!("{name} must be in [0, {}), got {}", blocks::TOKEN_LIMIT, v.str()?))),
     }
 }
 
@@ -64,16 +60,43 @@ fn extract_tokens(obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
 }
 
 fn extract_token(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
-    match obj.extract::<i64>() {
-        Ok(t) => Ok(t),
-        Err(_) => slow_token(obj.py(), "token_id", obj),
-    }
+    obj.extract::<i64>().or_else(|_| slow_token(obj.py(), "token_id", obj))
 }
 
 
 type I64Array<'py> = Bound<'py, PyArray1<i64>>;
 
-/// The paged KV block allocator; `servelab.blocks.BlockAllocator` wraps it.
+/// `f` of the integer arguments `args` (name, value), as i64. A TypeError or OverflowError (a
+/// bad integer, or a bad token after a bool id) becomes the error of
+/// `servelab._checks.reraise_named` over all of them: it names the first bad one, so the message
+/// says which argument it is about (PyO3's says only "'str' object cannot be interpreted as an
+/// integer"). Nothing runs on that path unless there is an error.
+fn named<const N: usize, T>(args: [(&str, &Bound<'_, PyAny>); N], f: impl FnOnce([i64; N]) -> PyResult<T>) -> PyResult<T> {
+    let run = || {
+        let mut ints = [0; N];
+        for (slot, (_, v)) in ints.iter_mut().zip(&args) {
+            *slot = v.extract()?;
+        }
+        f(ints)
+    };
+    run().map_err(|e| {
+        let py = args[0].1.py(); // every caller names at least one argument
+        if !(e.is_instance_of::<PyTypeError>(py) || e.is_instance_of::<PyOverflowError>(py)) {
+            return e;
+        }
+        let renamed = (|| {
+            let d = pyo3::types::PyDict::new(py);
+            for (name, value) in &args {
+                d.set_item(name, value)?;
+            }
+            py.import("servelab._checks")?.getattr("reraise_named")?.call1((e.value(py), d))
+        })();
+        renamed.err().unwrap_or(e)
+    })
+}
+
+/// The paged KV block allocator; `servelab.blocks.BlockAllocator` wraps it. A bad integer
+/// argument gets a message naming it (`ints`); the sizes and counters are read with `stats()`.
 #[pyclass(module = "servelab._core", name = "BlockAllocator")]
 pub struct PyBlockAllocator {
     inner: BlockAllocator,
@@ -97,138 +120,85 @@ impl PyBlockAllocator {
     fn host_keys(&self) -> Vec<u64> {
         self.inner.host_keys()
     }
-    #[getter]
-    fn host_blocks(&self) -> usize {
-        self.inner.host_blocks()
-    }
-    #[getter]
-    fn host_policy(&self) -> &'static str {
-        self.inner.host_policy().name()
-    }
-    #[getter]
-    fn num_host_cached_blocks(&self) -> usize {
-        self.inner.num_host_cached_blocks()
-    }
-    #[getter]
-    fn num_host_hits(&self) -> u64 {
-        self.inner.num_host_hits()
-    }
 
     #[pyo3(signature = (seq_id, token_ids, num_computed = None))]
-    fn allocate(&mut self, seq_id: i64, token_ids: &Bound<'_, PyAny>, num_computed: Option<i64>) -> PyResult<Vec<u32>> {
-        let tokens = extract_tokens(token_ids)?;
-        Ok(self.inner.allocate(seq_id, &tokens, num_computed)?.to_vec())
+    fn allocate(&mut self, seq_id: &Bound<'_, PyAny>, token_ids: &Bound<'_, PyAny>, num_computed: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<u32>> {
+        let mut run = |seq_id, num_computed| Ok(self.inner.allocate(seq_id, &extract_tokens(token_ids)?, num_computed)?.to_vec());
+        match num_computed {
+            None => named([("seq_id", seq_id)], |[s]| run(s, None)),
+            Some(c) => named([("seq_id", seq_id), ("num_computed", c)], |[s, c]| run(s, Some(c))),
+        }
     }
-
-    fn mark_computed(&mut self, seq_id: i64, num_computed: i64) -> PyResult<()> {
-        Ok(self.inner.mark_computed(seq_id, num_computed)?)
+    fn mark_computed(&mut self, seq_id: &Bound<'_, PyAny>, num_computed: &Bound<'_, PyAny>) -> PyResult<()> {
+        named([("seq_id", seq_id), ("num_computed", num_computed)], |[s, c]| Ok(self.inner.mark_computed(s, c)?))
     }
-
-    fn append(&mut self, seq_id: i64, token_id: &Bound<'_, PyAny>) -> PyResult<Option<(u32, u32)>> {
-        let token = extract_token(token_id)?;
-        Ok(self.inner.append(seq_id, token)?)
+    fn append(&mut self, seq_id: &Bound<'_, PyAny>, token_id: &Bound<'_, PyAny>) -> PyResult<Option<(u32, u32)>> {
+        named([("seq_id", seq_id)], |[s]| Ok(self.inner.append(s, extract_token(token_id)?)?))
     }
-
-    fn fork(&mut self, parent_id: i64, child_id: i64) -> PyResult<()> {
-        Ok(self.inner.fork(parent_id, child_id)?)
+    fn fork(&mut self, parent_id: &Bound<'_, PyAny>, child_id: &Bound<'_, PyAny>) -> PyResult<()> {
+        named([("parent_id", parent_id), ("child_id", child_id)], |[p, c]| Ok(self.inner.fork(p, c)?))
     }
-
-    fn free(&mut self, seq_id: i64) -> PyResult<()> {
-        Ok(self.inner.free(seq_id)?)
+    fn free(&mut self, seq_id: &Bound<'_, PyAny>) -> PyResult<()> {
+        named([("seq_id", seq_id)], |[s]| Ok(self.inner.free(s)?))
     }
-
-    fn block_table(&self, seq_id: i64) -> PyResult<Vec<u32>> {
-        Ok(self.inner.block_table(seq_id)?.to_vec())
+    fn block_table(&self, seq_id: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+        named([("seq_id", seq_id)], |[s]| Ok(self.inner.block_table(s)?.to_vec()))
     }
-
-    fn num_tokens(&self, seq_id: i64) -> PyResult<usize> {
-        Ok(self.inner.num_tokens(seq_id)?)
+    fn num_tokens(&self, seq_id: &Bound<'_, PyAny>) -> PyResult<usize> {
+        named([("seq_id", seq_id)], |[s]| Ok(self.inner.num_tokens(s)?))
     }
-
-    fn num_cached_tokens(&self, seq_id: i64) -> PyResult<usize> {
-        Ok(self.inner.num_cached_tokens(seq_id)?)
+    fn num_cached_tokens(&self, seq_id: &Bound<'_, PyAny>) -> PyResult<usize> {
+        named([("seq_id", seq_id)], |[s]| Ok(self.inner.num_cached_tokens(s)?))
     }
-
-    fn can_allocate(&self, n_tokens: i64) -> PyResult<bool> {
-        Ok(self.inner.can_allocate(n_tokens)?)
+    fn can_allocate(&self, n_tokens: &Bound<'_, PyAny>) -> PyResult<bool> {
+        named([("n_tokens", n_tokens)], |[n]| Ok(self.inner.can_allocate(n)?))
     }
-
-    fn can_append(&self, seq_id: i64) -> PyResult<bool> {
-        Ok(self.inner.can_append(seq_id)?)
+    fn can_append(&self, seq_id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        named([("seq_id", seq_id)], |[s]| Ok(self.inner.can_append(s)?))
+    }
+    fn block_tokens(&self, block_id: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
+        named([("block_id", block_id)], |[b]| Ok(self.inner.block_tokens(b)?.to_vec()))
+    }
+    fn key_of(&self, block_id: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+        named([("block_id", block_id)], |[b]| Ok(self.inner.block_key_of(b)?))
     }
 
     fn __contains__(&self, seq_id: i64) -> bool {
         self.inner.contains(seq_id)
     }
-
     fn __len__(&self) -> usize {
         self.inner.num_seqs()
     }
-
     fn seq_ids(&self) -> Vec<i64> {
         self.inner.seq_ids()
     }
-
     fn block_tables<'py>(&self, py: Python<'py>) -> (I64Array<'py>, I64Array<'py>, I64Array<'py>) {
         let (ids, offsets, blocks) = self.inner.block_tables();
         (ids.into_pyarray(py), offsets.into_pyarray(py), blocks.into_pyarray(py))
     }
-
-    fn block_tokens(&self, block_id: i64) -> PyResult<Vec<u32>> {
-        Ok(self.inner.block_tokens(block_id)?.to_vec())
-    }
-
-    fn key_of(&self, block_id: i64) -> PyResult<Option<u64>> {
-        Ok(self.inner.block_key_of(block_id)?)
-    }
-
-    fn ref_counts<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+    fn ref_counts<'py>(&self, py: Python<'py>) -> I64Array<'py> {
         self.inner.ref_counts().into_pyarray(py)
     }
-
-    fn free_queue<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<i64>> {
+    fn free_queue<'py>(&self, py: Python<'py>) -> I64Array<'py> {
         self.inner.free_queue().into_pyarray(py)
     }
 
-    #[getter]
-    fn num_blocks(&self) -> usize {
-        self.inner.num_blocks()
-    }
-    #[getter]
-    fn block_size(&self) -> usize {
-        self.inner.block_size()
+    /// Sizes and counters, a dict of `Stats`' fields; the two settings not in it, and the one
+    /// count an engine reads every step, have getters of their own.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.inner.stats().to_py(py)
     }
     #[getter]
     fn prefix_caching(&self) -> bool {
         self.inner.prefix_caching()
     }
     #[getter]
+    fn host_policy(&self) -> &'static str {
+        self.inner.host_policy().name()
+    }
+    #[getter]
     fn num_free_blocks(&self) -> usize {
         self.inner.num_free_blocks()
-    }
-    #[getter]
-    fn num_cached_blocks(&self) -> usize {
-        self.inner.num_cached_blocks()
-    }
-    #[getter]
-    fn num_hits(&self) -> u64 {
-        self.inner.num_hits()
-    }
-    #[getter]
-    fn num_lookups(&self) -> u64 {
-        self.inner.num_lookups()
-    }
-    #[getter]
-    fn num_evictions(&self) -> u64 {
-        self.inner.num_evictions()
-    }
-    #[getter]
-    fn num_copies(&self) -> u64 {
-        self.inner.num_copies()
-    }
-
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.inner.stats().to_py(py)
     }
 
     fn replay<'py>(
@@ -285,20 +255,12 @@ impl PyBlockAllocator {
 /// The cache key of a full block: the hash chain step over its parent's key and its tokens.
 #[pyfunction]
 fn block_key(parent_key: u64, token_ids: &Bound<'_, PyAny>) -> PyResult<u64> {
-    let tokens = extract_tokens(token_ids)?
-        .iter()
-        .enumerate()
-        .map(|(i, &t)| {
-            if (0..blocks::TOKEN_LIMIT).contains(&t) {
-                Ok(t as u32)
-            } else {
-                Err(PyValueError::new_err(format!(
-                    "token_ids[{i}] must be in [0, {}), got {t}",
-                    blocks::TOKEN_LIMIT
-                )))
-            }
+    let in_range = |(i, t): (usize, i64)| {
+        u32::try_from(t).ok().filter(|_| t < blocks::TOKEN_LIMIT).ok_or_else(|| {
+            PyValueError::new_err(format!("token_ids[{i}] must be in [0, {}), got {t}", blocks::TOKEN_LIMIT))
         })
-        .collect::<PyResult<Vec<u32>>>()?;
+    };
+    let tokens = extract_tokens(token_ids)?.into_iter().enumerate().map(in_range).collect::<PyResult<Vec<u32>>>()?;
     Ok(blocks::block_key(parent_key, &tokens))
 }
 

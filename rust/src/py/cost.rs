@@ -108,6 +108,9 @@ read_fields!(ModelSpec as "model", "" {
 read_fields!(GpuSpec as "gpu", "" { peak_flops: real, hbm_bandwidth: real, memory_bytes: real });
 read_fields!(Efficiency as "efficiency", "efficiency." { compute: real, bandwidth: real, overhead_s: real });
 
+/// One card's hardware, the first argument of the step-cost functions and of every simulator.
+pub(super) type Hardware = (ModelSpec, GpuSpec, Efficiency);
+
 dict_of!(StepCost {
     time_s, flops, bytes_moved, weight_bytes, kv_bytes, compute_s, memory_s, compute_bound, mfu, intensity,
     n_tokens, n_seqs,
@@ -149,33 +152,27 @@ fn max_batch(model: ModelSpec, gpu: GpuSpec, context_len: i64, mem_util: f64) ->
     cost::max_batch(&model, &gpu, context_len, mem_util)
 }
 
-/// One step's cost, a dict of `StepCost`'s fields; the batch is two int64 columns (a batch of
-/// millions of sequences crosses as two arrays, not a list of pairs).
+/// Step costs without the GIL. With `batch_size` None, one step over a batch given as two int64
+/// columns, a sequence each (millions of sequences cross as two arrays, not a list of pairs):
+/// the dict of `StepCost`'s fields. Else uniform steps, step `s` being `batch_size[s]` sequences
+/// of `new_tokens[s]` new tokens on `context_len[s]` cached ones: the dict of `StepCosts`' columns.
 #[pyfunction]
+#[pyo3(signature = (hw, new_tokens, context_len, batch_size=None))]
 fn step_cost_columns<'py>(
     py: Python<'py>,
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
+    hw: Hardware,
     new_tokens: PyReadonlyArray1<'py, i64>,
     context_len: PyReadonlyArray1<'py, i64>,
+    batch_size: Option<PyReadonlyArray1<'py, i64>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let (n, c) = (slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?);
-    py.detach(|| cost::step_cost_columns(&model, &gpu, &efficiency, n, c))?.to_py(py)
-}
-
-#[pyfunction]
-fn step_cost_uniform_many<'py>(
-    py: Python<'py>,
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    batch_size: PyReadonlyArray1<'py, i64>,
-    new_tokens: PyReadonlyArray1<'py, i64>,
-    context_len: PyReadonlyArray1<'py, i64>,
-) -> PyResult<Bound<'py, PyAny>> {
-    let (b, n, c) = (slice("batch_size", &batch_size)?, slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?);
-    py.detach(|| cost::step_cost_uniform_many(&model, &gpu, &efficiency, b, n, c))?.to_py(py)
+    let ((model, gpu, efficiency), n, c) = (hw, slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?);
+    match batch_size {
+        None => py.detach(|| cost::step_cost_columns(&model, &gpu, &efficiency, n, c))?.to_py(py),
+        Some(b) => {
+            let b = slice("batch_size", &b)?;
+            py.detach(|| cost::step_cost_uniform_many(&model, &gpu, &efficiency, b, n, c))?.to_py(py)
+        }
+    }
 }
 
 /// `out[name]` as a writable 1-D array of `n_steps` elements of `T`.
@@ -197,17 +194,15 @@ fn writable<'py, T: Element>(name: &str, value: &Bound<'py, PyAny>, n: usize) ->
 /// `compute_bound`). Only those columns are computed, and reusing the same arrays over many calls
 /// costs no fresh memory page (issue 17); `hw_model.step_cost_many` passes fresh ones otherwise.
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
 fn step_cost_many_into<'py>(
     py: Python<'py>,
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
+    hw: Hardware,
     new_tokens: PyReadonlyArray1<'py, i64>,
     context_len: PyReadonlyArray1<'py, i64>,
     offsets: PyReadonlyArray1<'py, i64>,
     out: &Bound<'py, PyDict>,
 ) -> PyResult<()> {
+    let (model, gpu, efficiency) = hw;
     let (n, c, o) = (slice("new_tokens", &new_tokens)?, slice("context_len", &context_len)?, slice("offsets", &offsets)?);
     let n_steps = o.len().saturating_sub(1);
     if out.is_empty() {
@@ -257,6 +252,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_TOKENS", cost::MAX_TOKENS)?;
     m.add("MAX_STEP_TOKENS", cost::MAX_STEP_TOKENS)?;
     add_functions!(m, validate_model, validate_gpu, validate_efficiency, param_count, weight_bytes, kv_bytes_per_token,
-        kv_capacity_tokens, max_batch, step_cost_columns, step_cost_many_into, step_cost_uniform_many);
+        kv_capacity_tokens, max_batch, step_cost_columns, step_cost_many_into);
     Ok(())
 }

@@ -64,6 +64,17 @@ macro_rules! scalars_to_py {
 }
 scalars_to_py!(bool, f64, i64, u64, usize);
 
+/// A result and the extra columns some runs add: one dict, the extra keys after the result's.
+impl<A: ToPy, B: ToPy> ToPy for (A, Option<B>) {
+    fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let d = to_dict(py, self.0)?;
+        if let Some(extra) = self.1 {
+            merge(&d, extra)?;
+        }
+        Ok(d.into_any())
+    }
+}
+
 /// `ToPy` for a struct of the core: the dict of the fields listed, keyed by their names; with
 /// `..base` first, the fields of `base` (itself a `ToPy` dict) come first, flattened in.
 macro_rules! dict_of {

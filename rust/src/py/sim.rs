@@ -1,17 +1,20 @@
-//! Bindings of the serving simulator (`sim/`): numpy columns in, a dict of numpy columns out.
+//! Bindings of the serving simulator (`sim/`): the hardware `(model, gpu, efficiency)` and a
+//! `servelab.workload.Requests` in, a dict of numpy columns out.
 
 use numpy::PyReadonlyArray1;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use super::cost::Hardware;
 use super::{add_functions, dict_of, merge, slice, to_dict, ToPy};
-use crate::cost::{Efficiency, GpuSpec, ModelSpec, Pricer};
+use crate::cost::{ModelSpec, Pricer};
 use crate::error::CoreResult;
 use crate::sim::admission::EarlyReject;
 use crate::sim::batch1::{self, AcceptAll};
 use crate::sim::continuous::{self, BatchLog, ContinuousOutput, ContinuousParams, StepExtra};
 use crate::sim::continuous_per_step::{self, SpecOutput, Speculation};
-use crate::sim::continuous_prefix::{self, PrefixOutput, Prefixes};
+use crate::sim::continuous_prefix::{self, HostTierOption, PrefixOutput, Prefixes};
 use crate::sim::fixed_service::{self, FixedOutput};
 use crate::sim::static_batching::{self, StaticParams};
 use crate::sim::{SimOutput, StepTrace, Workload};
@@ -35,10 +38,22 @@ pub(super) struct Requests<'py> {
     output_len: PyReadonlyArray1<'py, i64>,
 }
 
+/// The `(parent, length)` columns of a `servelab.workload.SharedPrefixes`.
+pub(super) type Shared<'py> = (PyReadonlyArray1<'py, i64>, PyReadonlyArray1<'py, i64>);
+
+/// The shared-prefix columns of `n` requests: `shared`'s, or (None) nobody shares anything and
+/// only a preempted request's own computed blocks can hit.
+pub(super) fn prefix_columns(shared: Option<Shared<'_>>, n: usize) -> (Vec<i64>, Vec<i64>) {
+    match shared {
+        Some((parent, len)) => (parent.as_array().to_vec(), len.as_array().to_vec()),
+        None => (vec![-1; n], vec![0; n]),
+    }
+}
+
 /// Validates everything, then runs `f` without the GIL; the dict of what it returns.
 pub(super) fn simulate<'py, O: ToPy + Send>(
     py: Python<'py>,
-    (model, gpu, efficiency): (ModelSpec, GpuSpec, Efficiency),
+    (model, gpu, efficiency): Hardware,
     r: Requests<'py>,
     f: impl FnOnce(&Pricer, &Workload<'_>) -> CoreResult<O> + Send,
 ) -> PyResult<Bound<'py, PyDict>> {
@@ -51,35 +66,29 @@ pub(super) fn simulate<'py, O: ToPy + Send>(
     to_dict(py, out)
 }
 
-/// Batch 1 (`sim/batch1.rs`). With `predicted_len`, the controller's guess of each output
-/// length, early rejection against `slo_ttft_s` (§5.3): the dict then has one more column,
-/// `would_first_token_s` (see `sim/admission.rs`).
+/// What early rejection adds to batch 1's dict.
+struct Admission {
+    would_first_token_s: Vec<f64>,
+}
+dict_of!(Admission { would_first_token_s });
+
+/// Batch 1 (`sim/batch1.rs`). With `admission`, `(slo_ttft_s, predicted_len)` (the controller's
+/// guess of each output length), early rejection against the SLO (§5.3): the dict then has one
+/// more column, `would_first_token_s` (see `sim/admission.rs`).
 #[pyfunction]
-#[pyo3(signature = (model, gpu, efficiency, requests, trace, slo_ttft_s=0.0, predicted_len=None))]
-#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (hw, requests, trace, admission=None))]
 fn sim_batch1<'py>(
-    py: Python<'py>,
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    requests: Requests<'py>,
-    trace: bool,
-    slo_ttft_s: f64,
-    predicted_len: Option<PyReadonlyArray1<'py, i64>>,
+    py: Python<'py>, hw: Hardware, requests: Requests<'py>, trace: bool, admission: Option<(f64, PyReadonlyArray1<'py, i64>)>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let Some(predicted_len) = predicted_len else {
-        return simulate(py, (model, gpu, efficiency), requests, |pr, w| Ok(batch1::run(pr, w, &mut AcceptAll, trace)));
-    };
-    let pred = slice("predicted_len", &predicted_len)?;
-    let mut would: Vec<f64> = Vec::new();
-    let d = simulate(py, (model, gpu, efficiency), requests, |pr, w| {
-        let mut adm = EarlyReject::new(pr, w, slo_ttft_s, pred)?;
-        let out = batch1::run(pr, w, &mut adm, trace);
-        would = adm.would_first_token_s;
-        Ok(out)
-    })?;
-    d.set_item("would_first_token_s", would.to_py(py)?)?;
-    Ok(d)
+    let pred = match &admission { Some((slo, p)) => Some((*slo, slice("predicted_len", p)?)), None => None };
+    simulate(py, hw, requests, |pr, w| match pred {
+        None => Ok((batch1::run(pr, w, &mut AcceptAll, trace), None)),
+        Some((slo, p)) => {
+            let mut adm = EarlyReject::new(pr, w, slo, p)?;
+            let out = batch1::run(pr, w, &mut adm, trace);
+            Ok((out, Some(Admission { would_first_token_s: adm.would_first_token_s })))
+        }
+    })
 }
 
 /// The CNN-era server of demo 04 (`sim/fixed_service.rs`): `slo_s` None accepts everything.
@@ -94,22 +103,14 @@ fn sim_fixed_service<'py>(
     to_dict(py, py.detach(|| fixed_service::run(a, service_s, slo_s))?)
 }
 
+/// Static batching (`sim/static_batching.rs`); `params` is `(batch_size, max_wait_s, ride_along)`.
 #[pyfunction]
-#[allow(clippy::too_many_arguments)]
 fn sim_static_batching<'py>(
-    py: Python<'py>,
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    requests: Requests<'py>,
-    batch_size: i64,
-    max_wait_s: f64,
-    ride_along: bool,
-    trace: bool,
+    py: Python<'py>, hw: Hardware, requests: Requests<'py>, params: (i64, f64, bool), trace: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let params = StaticParams { batch_size, max_wait_s, ride_along };
+    let params = StaticParams { batch_size: params.0, max_wait_s: params.1, ride_along: params.2 };
     params.validate()?;
-    simulate(py, (model, gpu, efficiency), requests, |pr, w| static_batching::run(pr, w, &params, trace))
+    simulate(py, hw, requests, |pr, w| static_batching::run(pr, w, &params, trace))
 }
 
 // `SimOutput`'s keys, then `reject_code` (int8, see `continuous::REJECT_*`), `n_preemptions`,
@@ -117,104 +118,77 @@ fn sim_static_batching<'py>(
 // None); with the trace, this policy's columns join the common ones (in `ContinuousRun`).
 dict_of!(ContinuousOutput { ..sim, reject_code, n_preemptions, preemptions, peak_kv_blocks, batch_log });
 
-/// A continuous-batching run, with prefix caching's or speculation's columns when it was on
-/// (joined into one dict).
+/// A continuous-batching run and the columns prefix caching or speculation adds, in one dict; the
+/// trace's extra columns join the trace's.
 struct ContinuousRun(ContinuousOutput, Option<PrefixOutput>, Option<SpecOutput>);
 
 impl ToPy for ContinuousRun {
     fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let ContinuousRun(mut out, prefix, spec) = self;
-        let extra = out.trace_extra.take();
-        let d = to_dict(py, out)?;
-        if let Some(x) = extra {
+        let trace_extra = out.trace_extra.take();
+        let d = ((out, prefix), spec).to_py(py)?.cast_into::<PyDict>()?;
+        if let Some(x) = trace_extra {
             merge(&d.get_item("trace")?.expect("set by to_dict").cast_into::<PyDict>()?, x)?;
-        }
-        if let Some(p) = prefix {
-            merge(&d, p)?;
-        }
-        if let Some(s) = spec {
-            merge(&d, s)?;
         }
         Ok(d.into_any())
     }
 }
 
-/// Continuous batching (`sim/continuous.rs`) with `card`, a dict keyed by `ContinuousParams`'
-/// fields; the dict out is `ContinuousOutput`'s (above).
-/// `per_step` (tests and benchmarks only) runs the per-sequence-step loop the event-driven
-/// engine replaced (`sim/continuous_per_step.rs`): the same output, bit for bit, slower.
-/// `prefix_caching` runs `sim/continuous_prefix.rs` over the shared prefixes `prefix_parent` /
-/// `prefix_len` (None: nothing shared) and adds `cached_tokens`, `computed_tokens` and the
-/// totals `prefix_hits`, `prefix_lookups`, `prefix_evictions`; `host_blocks` > 0 gives it a host
-/// tier (`host_policy`; `host_s_per_token`: one token's KV over the host link) and adds
-/// `host_hits`, `host_transfer_s`. `spec_k` (with `spec_acceptance`,
-/// one rate per request, `spec_seed` and `draft_model`) runs the per-step loop with speculative
-/// decoding (`sim/continuous_per_step.rs`) and adds `spec_proposed`, `spec_accepted`,
-/// `spec_steps` and `draft_busy_s`.
-#[pyfunction]
-#[pyo3(signature = (model, gpu, efficiency, requests, card, trace, batch_log, per_step=false, prefix_caching=false,
-    prefix_parent=None, prefix_len=None, spec_k=None, spec_acceptance=None, spec_seed=0, draft_model=None, host_blocks=0,
-    host_policy="lru", host_s_per_token=0.0))]
-#[allow(clippy::too_many_arguments)]
-fn sim_continuous_batching<'py>(
-    py: Python<'py>,
-    model: ModelSpec,
-    gpu: GpuSpec,
-    efficiency: Efficiency,
-    requests: Requests<'py>,
+/// `sim_continuous_batching`'s options, a dict of these keys (`serving_core.run_continuous_batching`
+/// builds it): `card`, a dict keyed by `ContinuousParams`' fields; `per_step` (tests and
+/// benchmarks: the per-step loop of `sim/continuous_per_step.rs`, the same output bit for bit);
+/// `prefix_caching` over `shared` (`sim/continuous_prefix.rs`), with a host tier if `host` =
+/// `(host_blocks, host_policy, host_s_per_token)`; speculative decoding if `spec` = `(k,
+/// acceptance per request, seed, draft_model)`.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+struct OneCard<'py> {
     card: ContinuousParams,
     trace: bool,
     batch_log: bool,
-    per_step: bool,
-    prefix_caching: bool,
-    prefix_parent: Option<PyReadonlyArray1<'py, i64>>,
-    prefix_len: Option<PyReadonlyArray1<'py, i64>>,
-    spec_k: Option<i64>,
-    spec_acceptance: Option<PyReadonlyArray1<'py, f64>>,
-    spec_seed: u64,
-    draft_model: Option<ModelSpec>,
-    host_blocks: i64,
-    host_policy: &str,
-    host_s_per_token: f64,
+    #[pyo3(default)] per_step: bool,
+    #[pyo3(default)] prefix_caching: bool,
+    #[pyo3(default)] shared: Option<Shared<'py>>,
+    #[pyo3(default)] host: Option<(i64, String, f64)>,
+    #[pyo3(default)] spec: Option<(i64, PyReadonlyArray1<'py, f64>, u64, ModelSpec)>,
+}
+
+/// Continuous batching (`sim/continuous.rs`) on one card: the dict has `ContinuousOutput`'s keys
+/// and the columns each option adds (listed in `serving_core.SimResult`).
+#[pyfunction]
+fn sim_continuous_batching<'py>(
+    py: Python<'py>, hw: Hardware, requests: Requests<'py>, options: OneCard<'py>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let OneCard { card, trace, batch_log, per_step, prefix_caching, shared, host, spec } = options;
     card.validate()?;
-    if per_step && prefix_caching {
-        return Err(pyo3::exceptions::PyValueError::new_err(
-            "per_step=True has no prefix caching (the prefix-caching loop is per-step already)",
-        ));
+    if prefix_caching && (per_step || spec.is_some()) {
+        return Err(PyValueError::new_err(match per_step {
+            true => "per_step=True has no prefix caching (the prefix-caching loop is per-step already)",
+            false => "speculative decoding runs without prefix caching (the per-step loop)",
+        }));
     }
-    let n = requests.arrival_s.len()?;
-    // None: nobody shares anything (only a preempted request's own computed blocks can hit)
-    let no_parent = if prefix_parent.is_some() { Vec::new() } else { vec![-1i64; n] };
-    let no_len = if prefix_len.is_some() { Vec::new() } else { vec![0i64; n] };
-    let parent = match &prefix_parent { Some(x) => slice("prefix_parent", x)?, None => &no_parent[..] };
-    let plen = match &prefix_len { Some(x) => slice("prefix_len", x)?, None => &no_len[..] };
-    let draft = match (&spec_k, &draft_model) {
-        (Some(_), Some(d)) => Some(Pricer::new(d, &gpu, &efficiency)?),
-        (None, None) => None,
-        _ => return Err(pyo3::exceptions::PyValueError::new_err("spec_k and draft_model go together")),
+    let (parent, plen) = prefix_columns(shared, requests.arrival_s.len()?);
+    let (host_blocks, policy, s_per_token) = host.unwrap_or((0, "lru".into(), 0.0));
+    let draft = match &spec {
+        Some((k, acceptance, seed, d)) => Some((*k, slice("spec_acceptance", acceptance)?, *seed, Pricer::new(d, &hw.1, &hw.2)?)),
+        None => None,
     };
-    let acceptance = match &spec_acceptance { Some(x) => slice("spec_acceptance", x)?, None => &[][..] };
-    if spec_k.is_some() && prefix_caching {
-        return Err(pyo3::exceptions::PyValueError::new_err(
-            "speculative decoding runs without prefix caching (the per-step loop)",
-        ));
-    }
-    simulate(py, (model, gpu, efficiency), requests, |pr, w| {
-        if let (Some(k), Some(d)) = (spec_k, draft.as_ref()) {
-            let sp = Speculation { k, acceptance, seed: spec_seed, draft: d };
+    simulate(py, hw, requests, |pr, w| {
+        let out = if let Some((k, acceptance, seed, d)) = &draft {
+            let sp = Speculation { k: *k, acceptance, seed: *seed, draft: d };
             let (o, s) = continuous_per_step::run_speculative(pr, w, &card, &sp, trace, batch_log)?;
-            Ok(ContinuousRun(o, None, Some(s)))
+            ContinuousRun(o, None, Some(s))
         } else if prefix_caching {
-            let prefixes = Prefixes { parent, len: plen };
-            let host = continuous_prefix::HostTierOption { host_blocks, policy: host_policy, s_per_token: host_s_per_token };
+            let prefixes = Prefixes { parent: &parent, len: &plen };
+            let host = HostTierOption { host_blocks, policy: &policy, s_per_token };
             let (o, p) = continuous_prefix::run_tiered(pr, w, &card, &prefixes, true, &host, trace, batch_log)?;
-            Ok(ContinuousRun(o, Some(p), None))
+            ContinuousRun(o, Some(p), None)
         } else if per_step {
-            Ok(ContinuousRun(continuous_per_step::run_per_step(pr, w, &card, trace, batch_log)?, None, None))
+            ContinuousRun(continuous_per_step::run_per_step(pr, w, &card, trace, batch_log)?, None, None)
         } else {
-            Ok(ContinuousRun(continuous::run(pr, w, &card, trace, batch_log)?, None, None))
-        }
+            ContinuousRun(continuous::run(pr, w, &card, trace, batch_log)?, None, None)
+        };
+        Ok(out)
     })
 }
 

@@ -158,7 +158,7 @@ def test_chat_sessions_shape():
     (dict(shared_fraction=1.5), ValueError, "shared_fraction must be a finite number >= 0.0 and <= 1.0"),
     (dict(turns_mean=0.5), ValueError, "turns_mean must be a finite number >= 1.0"),
     (dict(system_len=-1), ValueError, "system_len must be an integer in [0, "),
-    (dict(n_system_prompts=0), ValueError, "n_system_prompts must be an integer >= 1, got 0"),
+    (dict(n_system_prompts=0), ValueError, "n_system_prompts must be an integer in [1, 134217728], got 0"),
 ])
 def test_chat_sessions_errors_name_the_argument(kwargs, exc, message):
     with pytest.raises(exc) as info:

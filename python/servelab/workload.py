@@ -462,8 +462,8 @@ def chat_sessions(n: int = 200, rate: float = 0.5, seed: int = 0, *, system_len:
     rate = _checks.positive("rate", rate)
     streams = np.random.SeedSequence(_checks.count("seed", seed)).spawn(6)
     system_len = _checks.integer("system_len", system_len, 0, MAX_REQUEST_TOKENS - 1)
-    # numpy draws the prompt below from [0, n_system_prompts): at most int64's largest
-    n_system_prompts = _checks.integer("n_system_prompts", n_system_prompts, 1, np.iinfo(np.int64).max)
+    # never more prompts than a workload may have requests (numpy's draw below needs an int64)
+    n_system_prompts = _checks.integer("n_system_prompts", n_system_prompts, 1, MAX_REQUESTS)
     shared_fraction = _checks.real("shared_fraction", shared_fraction, 0.0, 1.0)
     turns_mean = _checks.real("turns_mean", turns_mean, 1.0, 1e6)
     think_s = _checks.real("think_s", think_s, 0.0)

@@ -17,85 +17,11 @@
 //! steps as batched decode steps of the draft model at contexts `c, c + 1, ..` (the engine's
 //! `draft_cost_s`). Kept guesses take their slots after the step, as in the engine.
 
-use std::collections::VecDeque;
-
-use super::continuous::{add_entry, arrive, BatchLog, ContinuousOutput, ContinuousParams, KvCounts, StepExtra, REJECT_NONE};
+use super::continuous::{ContinuousOutput, ContinuousParams, KvCounts};
+use super::step_rules::{run_steps, Books, Entry, StepLoop, StepPool};
 use super::{price_shape, Recorder, StepShape, Workload};
 use crate::cost::{fmt_f64, Pricer};
 use crate::error::{CoreError, CoreResult};
-
-/// What the per-step loops (this file's and `continuous_prefix.rs`) record beside the clock:
-/// rejections, preemptions, the trace's extra columns, the batch log, the peak of blocks used,
-/// and the rank of each request's first admission.
-pub(crate) struct Books {
-    pub(crate) reject_code: Vec<i8>,
-    n_preemptions: Vec<i64>,
-    preemptions: u64,
-    extra: Option<StepExtra>,
-    pub(crate) log: Option<BatchLog>,
-    peak_blocks: i64,
-    n_started: i64,
-}
-
-impl Books {
-    pub(crate) fn new(n: usize, trace: bool, batch_log: bool) -> Self {
-        Books {
-            reject_code: vec![REJECT_NONE; n],
-            n_preemptions: vec![0; n],
-            preemptions: 0,
-            extra: trace.then(StepExtra::default),
-            log: batch_log.then(|| BatchLog { offsets: vec![0], ..Default::default() }),
-            peak_blocks: 0,
-            n_started: 0,
-        }
-    }
-
-    /// Rule 3 preempted request `r`.
-    pub(crate) fn preempted(&mut self, r: usize) {
-        self.n_preemptions[r] += 1;
-        self.preemptions += 1;
-    }
-
-    /// Rule 4 admitted request `r` at `t`: a recompute keeps its first start, and `batch_id`
-    /// is the rank of first admission.
-    pub(crate) fn admitted(&mut self, rec: &mut Recorder<'_>, r: usize, t: f64) {
-        let o = rec.out();
-        if o.start_s[r].is_nan() {
-            o.start_s[r] = t;
-            o.batch_id[r] = self.n_started;
-            self.n_started += 1;
-        }
-    }
-
-    /// Closes the batch log's row of this step.
-    pub(crate) fn end_batch(&mut self) {
-        if let Some(l) = self.log.as_mut() {
-            l.offsets.push(l.request_id.len() as i64);
-        }
-    }
-
-    /// The step is over: `blocks_used` now, and how many it preempted and admitted.
-    pub(crate) fn end_step(&mut self, blocks_used: i64, n_preempted: i64, n_admitted: i64) {
-        self.peak_blocks = self.peak_blocks.max(blocks_used);
-        if let Some(x) = self.extra.as_mut() {
-            x.kv_blocks.push(blocks_used);
-            x.n_preempted.push(n_preempted);
-            x.n_admitted.push(n_admitted);
-        }
-    }
-
-    pub(crate) fn finish(self, rec: Recorder<'_>) -> ContinuousOutput {
-        ContinuousOutput {
-            sim: rec.finish(),
-            reject_code: self.reject_code,
-            n_preemptions: self.n_preemptions,
-            preemptions: self.preemptions,
-            trace_extra: self.extra,
-            peak_kv_blocks: self.peak_blocks,
-            batch_log: self.log,
-        }
-    }
-}
 
 /// The live state of one request (one per request: memory stays linear).
 #[derive(Debug, Clone, Copy, Default)]
@@ -202,147 +128,115 @@ fn run_loop(
 ) -> CoreResult<(ContinuousOutput, Option<SpecOutput>)> {
     params.validate()?;
     let n = w.len();
-    let (a, pl, ol) = (w.arrival_s, w.prompt_len, w.output_len);
     let mut rec = Recorder::new(pricer, n, trace);
     let mut books = Books::new(n, trace, batch_log);
-    let mut live: Vec<Live> = pl.iter().map(|&p| Live { tokens: p, ..Default::default() }).collect();
-    let mut kv = KvCounts::new(params.num_blocks, params.block_size);
-    let mut waiting: VecDeque<usize> = VecDeque::new();
-    let mut running: Vec<usize> = Vec::new();
-    // (request, new tokens, decoding?) in batch order
-    let mut batch: Vec<(usize, i64, bool)> = Vec::new();
-    // per batch entry with speculation: (guesses, kept)
-    let mut guessed: Vec<(i64, i64)> = Vec::new();
-    let mut so = spec.map(|_| SpecOutput {
-        spec_proposed: vec![0; n],
-        spec_accepted: vec![0; n],
-        spec_steps: vec![0; n],
-        draft_busy_s: 0.0,
-    });
-    let mut next = 0; // first request not arrived yet
-    let mut t = 0.0f64;
-    loop {
-        arrive(params, w, t, &mut next, &mut waiting, &mut books.reject_code, &mut rec); // rule 1
-        if waiting.is_empty() && running.is_empty() {
-            if next == n {
-                break;
-            }
-            t = a[next]; // idle: jump to the next arrival
-            continue;
-        }
+    let mut pool = PerStep {
+        params,
+        ol: w.output_len,
+        live: w.prompt_len.iter().map(|&p| Live { tokens: p, ..Default::default() }).collect(),
+        kv: KvCounts::new(params.num_blocks, params.block_size),
+        spec: spec.map(|sp| {
+            let so = SpecOutput { spec_proposed: vec![0; n], spec_accepted: vec![0; n], spec_steps: vec![0; n], draft_busy_s: 0.0 };
+            (sp, so)
+        }),
+        guessed: Vec::new(),
+    };
+    run_steps(&mut pool, params, w, &mut rec, &mut books)?;
+    Ok((books.finish(rec), pool.spec.map(|(_, so)| so)))
+}
 
-        // rules 2-3: running requests, oldest admitted first
-        batch.clear();
-        let mut budget = params.max_num_batched_tokens;
-        let (mut n_preempted, mut n_admitted) = (0i64, 0i64);
-        let mut i = 0;
-        'running: while i < running.len() && budget > 0 {
-            let r = running[i];
-            let decoding = live[r].computed == live[r].held;
-            let nt = if !decoding {
-                (live[r].held - live[r].computed).min(budget) // a chunk of the prompt
-            } else {
-                while !kv.can_append(live[r].held) {
-                    let victim = running.pop().expect("r itself is running");
-                    kv.free(live[victim].held);
-                    live[victim].computed = 0;
-                    live[victim].held = 0;
-                    books.preempted(victim);
-                    waiting.push_front(victim);
-                    n_preempted += 1;
-                    if victim == r {
-                        break 'running;
-                    }
-                }
-                kv.append(live[r].held);
-                live[r].held += 1;
-                1
-            };
-            batch.push((r, nt, decoding));
-            budget -= nt;
-            i += 1;
-        }
+/// This loop's requests and pool: one [`Live`] per request over [`KvCounts`].
+struct PerStep<'a, 's> {
+    params: &'a ContinuousParams,
+    ol: &'a [i64],
+    live: Vec<Live>,
+    kv: KvCounts,
+    spec: Option<(&'a Speculation<'s>, SpecOutput)>,
+    /// per batch entry with speculation: (guesses, kept)
+    guessed: Vec<(i64, i64)>,
+}
 
-        // rule 4: admission, only in a step that preempted nobody. Without prefix caching the
-        // guard never changes a batch: the front of the queue is then the last victim, the pool
-        // had no free block before it was preempted, and the request it made room for took one
-        // of the blocks it gave back, so it cannot fit anyway. Kept for the engine's rules
-        // (with prefix caching a hit could make it fit); tests/test_sim_continuous.py shows it.
-        if n_preempted == 0 {
-            while budget > 0 && (running.len() as i64) < params.max_num_seqs {
-                let Some(&r) = waiting.front() else { break };
-                let tokens = live[r].tokens;
-                if !params.chunked_prefill && tokens > budget {
-                    break;
-                }
-                if !kv.allocate(tokens) {
-                    break;
-                }
-                waiting.pop_front();
-                running.push(r);
-                live[r].held = tokens;
-                live[r].computed = 0;
-                books.admitted(&mut rec, r, t);
-                let nt = if params.chunked_prefill { tokens.min(budget) } else { tokens };
-                batch.push((r, nt, false));
-                n_admitted += 1;
-                budget -= nt;
-            }
-        }
-        let mut draft_s = 0.0;
-        if let (Some(sp), Some(so)) = (spec, so.as_mut()) {
-            draft_s = speculate(sp, params, &kv, &live, ol, budget, &mut batch, &mut guessed, so);
-        }
-        if batch.is_empty() {
-            // rules 1-4 rule this out (see the engine's docstring); an error, never a hang
-            return Err(CoreError::invalid(format!(
-                "internal error: at t={t} work is left but nothing could be scheduled"
-            )));
-        }
-
-        // rule 5: the step's shape and price
-        let mut shape = StepShape::default();
-        for &(r, nt, decoding) in &batch {
-            add_entry(&mut shape, books.log.as_mut(), r, nt, live[r].computed, live[r].held, decoding);
-        }
-        books.end_batch();
-        let end = if draft_s > 0.0 { rec.step_plus(t, shape, draft_s) } else { rec.step(t, shape) };
-
-        // rule 6: sampling and leaving
-        let mut finished = false;
-        for (e, &(r, nt, _)) in batch.iter().enumerate() {
-            let s = &mut live[r];
-            // kept guesses: their slots now (reserved by `speculate`), their KV computed
-            let kept = guessed.get(e).map_or(0, |&(g, kept)| {
-                kv.take(blocks_for(s.held + kept, params.block_size) - blocks_for(s.held, params.block_size));
-                s.held += kept;
-                s.computed -= g - kept;
-                kept
-            });
-            s.computed += nt;
-            if s.computed < s.held {
-                continue; // a chunk that is not the prompt's last
-            }
-            s.generated += 1 + kept;
-            s.tokens += 1 + kept;
-            let o = rec.out();
-            if o.first_token_s[r].is_nan() {
-                o.first_token_s[r] = end;
-            }
-            if s.generated == ol[r] {
-                o.finish_s[r] = end;
-                kv.free(s.held);
-                s.held = 0;
-                finished = true;
-            }
-        }
-        if finished {
-            running.retain(|&r| live[r].generated < ol[r]);
-        }
-        books.end_step(kv.blocks_used(), n_preempted, n_admitted);
-        t = end;
+impl StepPool for PerStep<'_, '_> {
+    fn computed(&self, r: usize) -> i64 {
+        self.live[r].computed
     }
-    Ok((books.finish(rec), so))
+
+    fn held(&self, r: usize) -> i64 {
+        self.live[r].held
+    }
+
+    fn must_preempt(&self, r: usize) -> bool {
+        !self.kv.can_append(self.live[r].held)
+    }
+
+    fn append(&mut self, r: usize) -> CoreResult<()> {
+        self.kv.append(self.live[r].held);
+        self.live[r].held += 1;
+        Ok(())
+    }
+
+    fn preempt(&mut self, r: usize) -> CoreResult<()> {
+        self.kv.free(self.live[r].held);
+        self.live[r].computed = 0;
+        self.live[r].held = 0;
+        Ok(())
+    }
+
+    fn tokens(&self, r: usize) -> i64 {
+        self.live[r].tokens
+    }
+
+    fn allocate(&mut self, r: usize, tokens: i64) -> CoreResult<Option<i64>> {
+        if !self.kv.allocate(tokens) {
+            return Ok(None);
+        }
+        self.live[r].held = tokens;
+        self.live[r].computed = 0;
+        Ok(Some(0))
+    }
+}
+
+impl StepLoop for PerStep<'_, '_> {
+    fn extra_s(&mut self, batch: &mut [Entry], budget: i64) -> f64 {
+        match self.spec.as_mut() {
+            Some((sp, so)) => speculate(sp, self.params, &self.kv, &self.live, self.ol, budget, batch, &mut self.guessed, so),
+            None => 0.0,
+        }
+    }
+
+    fn sample(&mut self, rec: &mut Recorder<'_>, e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool> {
+        let s = &mut self.live[r];
+        // kept guesses: their slots now (reserved by `speculate`), their KV computed
+        let mut kept = 0;
+        if let Some(&(g, k)) = self.guessed.get(e) {
+            let bs = self.params.block_size;
+            self.kv.take(blocks_for(s.held + k, bs) - blocks_for(s.held, bs));
+            s.held += k;
+            s.computed -= g - k;
+            kept = k;
+        }
+        s.computed += nt;
+        if s.computed < s.held {
+            return Ok(false); // a chunk that is not the prompt's last
+        }
+        s.generated += 1 + kept;
+        s.tokens += 1 + kept;
+        let last = s.generated == self.ol[r];
+        rec.sampled(r, end, last);
+        if last {
+            self.kv.free(s.held);
+            s.held = 0;
+        }
+        Ok(last)
+    }
+
+    fn done(&self, r: usize) -> bool {
+        self.live[r].generated >= self.ol[r]
+    }
+
+    fn blocks_used(&self) -> i64 {
+        self.kv.blocks_used()
+    }
 }
 
 fn blocks_for(tokens: i64, block_size: i64) -> i64 {
@@ -359,7 +253,7 @@ fn speculate(
     live: &[Live],
     ol: &[i64],
     mut budget: i64,
-    batch: &mut [(usize, i64, bool)],
+    batch: &mut [Entry],
     guessed: &mut Vec<(i64, i64)>,
     so: &mut SpecOutput,
 ) -> f64 {

@@ -47,6 +47,7 @@ pub mod fixed_service;
 pub mod pool;
 pub mod router;
 pub mod static_batching;
+mod step_rules;
 
 use crate::cost::{fmt_f64, Pricer, StepCost};
 use crate::error::{CoreError, CoreResult};
@@ -217,6 +218,8 @@ pub(crate) struct Recorder<'p> {
     out: SimOutput,
     /// with [`Recorder::track_finished`]: requests finished since the last drain
     finished: Option<Vec<u32>>,
+    /// requests started so far: the next one's `batch_id`
+    n_started: i64,
 }
 
 impl<'p> Recorder<'p> {
@@ -236,6 +239,31 @@ impl<'p> Recorder<'p> {
                 trace: trace.then(StepTrace::default),
             },
             finished: None,
+            n_started: 0,
+        }
+    }
+
+    /// Request `r` is admitted at `t`: its first admission sets `start_s` and `batch_id`, the
+    /// rank of first admission (a recompute after preemption keeps both).
+    #[inline]
+    pub(crate) fn start(&mut self, r: usize, t: f64) {
+        let o = &mut self.out;
+        if o.start_s[r].is_nan() {
+            o.start_s[r] = t;
+            o.batch_id[r] = self.n_started;
+            self.n_started += 1;
+        }
+    }
+
+    /// Request `r` samples a token at `end`: the first sets `first_token_s`, the `last` one
+    /// `finish_s`.
+    #[inline]
+    pub(crate) fn sampled(&mut self, r: usize, end: f64, last: bool) {
+        if self.out.first_token_s[r].is_nan() {
+            self.out.first_token_s[r] = end;
+        }
+        if last {
+            self.set_finish(r, end);
         }
     }
 

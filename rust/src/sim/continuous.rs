@@ -654,24 +654,29 @@ struct ReqPool<'a> {
 }
 
 impl StepPool for ReqPool<'_> {
+    #[inline]
     fn computed(&self, r: usize) -> i64 {
         self.req[r].c
     }
 
+    #[inline]
     fn held(&self, r: usize) -> i64 {
         self.req[r].held as i64
     }
 
+    #[inline]
     fn must_preempt(&self, r: usize) -> bool {
         !self.kv.can_append(self.req[r].held as i64)
     }
 
+    #[inline]
     fn append(&mut self, r: usize) -> CoreResult<()> {
         self.kv.append(self.req[r].held as i64);
         self.req[r].held += 1;
         Ok(())
     }
 
+    #[inline]
     fn preempt(&mut self, r: usize) -> CoreResult<()> {
         self.kv.free(self.req[r].held as i64);
         self.req[r].c = 0;
@@ -680,10 +685,12 @@ impl StepPool for ReqPool<'_> {
         Ok(())
     }
 
+    #[inline]
     fn tokens(&self, r: usize) -> i64 {
         self.pl[r] + self.req[r].generated as i64
     }
 
+    #[inline]
     fn allocate(&mut self, r: usize, tokens: i64) -> CoreResult<Option<i64>> {
         if !self.kv.allocate(tokens) {
             return Ok(None);
@@ -769,29 +776,11 @@ impl SlowStep<'_, '_> {
 mod tests {
     use super::*;
     use crate::blocks::BlockAllocator;
-    use crate::sim::test_util::{price, pricer, rng};
-
-    fn params(seqs: i64, budget: i64, bs: i64, blocks: i64, chunked: bool) -> ContinuousParams {
-        ContinuousParams {
-            max_num_seqs: seqs,
-            max_num_batched_tokens: budget,
-            block_size: bs,
-            num_blocks: blocks,
-            chunked_prefill: chunked,
-        }
-    }
+    use crate::sim::test_util::{params, price, pricer, rng, steps, with_batch1};
 
     fn go(a: &[f64], p: &[i64], l: &[i64], prm: ContinuousParams) -> ContinuousOutput {
         let w = Workload::new(a, p, l).unwrap();
         run(&pricer(), &w, &prm, true, true).unwrap()
-    }
-
-    fn steps(o: &ContinuousOutput) -> Vec<Vec<(i64, i64, i64)>> {
-        let l = o.batch_log.as_ref().unwrap();
-        l.offsets
-            .windows(2)
-            .map(|w| (w[0] as usize..w[1] as usize).map(|k| (l.request_id[k], l.new_tokens[k], l.context_len[k])).collect())
-            .collect()
     }
 
     /// Two requests by hand: r1 arrives while r0 decodes and joins the running batch at once.
@@ -1048,16 +1037,11 @@ mod tests {
     /// Seats: with max_num_seqs = 1 continuous batching is batch 1 FCFS.
     #[test]
     fn one_seat_is_batch1() {
-        use crate::sim::batch1::{self, AcceptAll};
-        let a = [0.0, 0.1, 0.1, 3.0, 3.5];
-        let p = [300, 7, 1, 4096, 12];
-        let l = [20, 1, 500, 3, 9];
-        let w = Workload::new(&a, &p, &l).unwrap();
-        let want = batch1::run(&pricer(), &w, &mut AcceptAll, true);
-        let got = run(&pricer(), &w, &params(1, 1 << 20, 16, 1 << 16, false), true, false).unwrap();
-        assert_eq!(got.sim.start_s, want.start_s);
-        assert_eq!(got.sim.first_token_s, want.first_token_s);
-        assert_eq!(got.sim.finish_s, want.finish_s);
-        assert_eq!(got.sim.busy_s, want.busy_s);
+        let (got, want) = with_batch1(|w| run(&pricer(), w, &params(1, 1 << 20, 16, 1 << 16, false), true, false).unwrap().sim);
+        assert_eq!(got.start_s, want.start_s);
+        assert_eq!(got.first_token_s, want.first_token_s);
+        assert_eq!(got.finish_s, want.finish_s);
+        assert_eq!(got.busy_s, want.busy_s);
+        assert_eq!(got.batch_id, want.batch_id);
     }
 }

@@ -157,24 +157,29 @@ struct PerStep<'a, 's> {
 }
 
 impl StepPool for PerStep<'_, '_> {
+    #[inline]
     fn computed(&self, r: usize) -> i64 {
         self.live[r].computed
     }
 
+    #[inline]
     fn held(&self, r: usize) -> i64 {
         self.live[r].held
     }
 
+    #[inline]
     fn must_preempt(&self, r: usize) -> bool {
         !self.kv.can_append(self.live[r].held)
     }
 
+    #[inline]
     fn append(&mut self, r: usize) -> CoreResult<()> {
         self.kv.append(self.live[r].held);
         self.live[r].held += 1;
         Ok(())
     }
 
+    #[inline]
     fn preempt(&mut self, r: usize) -> CoreResult<()> {
         self.kv.free(self.live[r].held);
         self.live[r].computed = 0;
@@ -182,10 +187,12 @@ impl StepPool for PerStep<'_, '_> {
         Ok(())
     }
 
+    #[inline]
     fn tokens(&self, r: usize) -> i64 {
         self.live[r].tokens
     }
 
+    #[inline]
     fn allocate(&mut self, r: usize, tokens: i64) -> CoreResult<Option<i64>> {
         if !self.kv.allocate(tokens) {
             return Ok(None);
@@ -197,6 +204,7 @@ impl StepPool for PerStep<'_, '_> {
 }
 
 impl StepLoop for PerStep<'_, '_> {
+    #[inline]
     fn extra_s(&mut self, batch: &mut [Entry], budget: i64) -> f64 {
         match self.spec.as_mut() {
             Some((sp, so)) => speculate(sp, self.params, &self.kv, &self.live, self.ol, budget, batch, &mut self.guessed, so),
@@ -204,6 +212,7 @@ impl StepLoop for PerStep<'_, '_> {
         }
     }
 
+    #[inline]
     fn sample(&mut self, rec: &mut Recorder<'_>, e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool> {
         let s = &mut self.live[r];
         // kept guesses: their slots now (reserved by `speculate`), their KV computed
@@ -230,10 +239,12 @@ impl StepLoop for PerStep<'_, '_> {
         Ok(last)
     }
 
+    #[inline]
     fn done(&self, r: usize) -> bool {
         self.live[r].generated >= self.ol[r]
     }
 
+    #[inline]
     fn blocks_used(&self) -> i64 {
         self.kv.blocks_used()
     }
@@ -304,10 +315,10 @@ fn speculate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::test_util::{price, pricer};
+    use crate::sim::test_util::{self, price, pricer};
 
     fn params(budget: i64, bs: i64, blocks: i64) -> ContinuousParams {
-        ContinuousParams { max_num_seqs: 8, max_num_batched_tokens: budget, block_size: bs, num_blocks: blocks, chunked_prefill: false }
+        test_util::params(8, budget, bs, blocks, false)
     }
 
     /// A perfect draft (a = 1) at k = 3: a prefill, then 1 + 3 tokens per step, none guessed at

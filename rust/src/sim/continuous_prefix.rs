@@ -264,18 +264,22 @@ impl PrefixPool<'_> {
 }
 
 impl StepPool for PrefixPool<'_> {
+    #[inline]
     fn computed(&self, r: usize) -> i64 {
         self.live[r].computed
     }
 
+    #[inline]
     fn held(&self, r: usize) -> i64 {
         self.live[r].held
     }
 
+    #[inline]
     fn schedule_chunk(&mut self, r: usize, nt: i64) -> CoreResult<()> {
         self.kv.mark_computed(r as i64, self.live[r].computed + nt).map_err(internal)
     }
 
+    #[inline]
     fn must_preempt(&self, r: usize) -> bool {
         self.needs_block(self.live[r].held) && self.kv.num_free_blocks() == 0
     }
@@ -284,6 +288,7 @@ impl StepPool for PrefixPool<'_> {
     /// pool changes) or fills one (its key is registered); in between, the slots wait in
     /// `pending` and are written in one call at the fill. The slot of its last sampled token
     /// holds an own token (id `r`).
+    #[inline]
     fn append(&mut self, r: usize) -> CoreResult<()> {
         let (takes, fills) = (self.needs_block(self.live[r].held), self.needs_block(self.live[r].held + 1));
         let s = &mut self.live[r];
@@ -300,6 +305,7 @@ impl StepPool for PrefixPool<'_> {
         Ok(())
     }
 
+    #[inline]
     fn preempt(&mut self, r: usize) -> CoreResult<()> {
         self.kv.free(r as i64).map_err(internal)?; // its pending slots go with it
         let s = &mut self.live[r];
@@ -307,10 +313,12 @@ impl StepPool for PrefixPool<'_> {
         Ok(())
     }
 
+    #[inline]
     fn tokens(&self, r: usize) -> i64 {
         self.pl[r] + self.live[r].generated
     }
 
+    #[inline]
     fn allocate(&mut self, r: usize, tokens: i64) -> CoreResult<Option<i64>> {
         self.prefixes.tokens(r, tokens as usize, &mut self.chain, &mut self.toks);
         let recalls_before = self.kv.num_host_hits();
@@ -331,6 +339,7 @@ impl StepPool for PrefixPool<'_> {
 impl StepLoop for PrefixPool<'_> {
     /// The copies back from the host tier of the blocks this step's admissions recalled
     /// (module docs, "A host tier").
+    #[inline]
     fn extra_s(&mut self, _batch: &mut [Entry], _budget: i64) -> f64 {
         let recalled = std::mem::take(&mut self.recalled);
         if self.host.host_blocks == 0 {
@@ -342,6 +351,7 @@ impl StepLoop for PrefixPool<'_> {
         copies_s
     }
 
+    #[inline]
     fn sample(&mut self, rec: &mut Recorder<'_>, _e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool> {
         let s = &mut self.live[r];
         s.computed += nt;
@@ -360,10 +370,12 @@ impl StepLoop for PrefixPool<'_> {
         Ok(last)
     }
 
+    #[inline]
     fn done(&self, r: usize) -> bool {
         self.live[r].generated >= self.ol[r]
     }
 
+    #[inline]
     fn blocks_used(&self) -> i64 {
         (self.kv.num_blocks() - self.kv.num_free_blocks()) as i64
     }
@@ -373,25 +385,7 @@ impl StepLoop for PrefixPool<'_> {
 mod tests {
     use super::*;
     use crate::sim::continuous;
-    use crate::sim::test_util::{price, pricer};
-
-    fn params(seqs: i64, budget: i64, bs: i64, blocks: i64, chunked: bool) -> ContinuousParams {
-        ContinuousParams {
-            max_num_seqs: seqs,
-            max_num_batched_tokens: budget,
-            block_size: bs,
-            num_blocks: blocks,
-            chunked_prefill: chunked,
-        }
-    }
-
-    fn steps(o: &ContinuousOutput) -> Vec<Vec<(i64, i64, i64)>> {
-        let l = o.batch_log.as_ref().unwrap();
-        l.offsets
-            .windows(2)
-            .map(|w| (w[0] as usize..w[1] as usize).map(|k| (l.request_id[k], l.new_tokens[k], l.context_len[k])).collect())
-            .collect()
-    }
+    use crate::sim::test_util::{params, price, pricer, rng, steps};
 
     #[test]
     fn synthetic_tokens_follow_the_parents() {
@@ -431,13 +425,7 @@ mod tests {
     /// event-driven simulator's batches and clock, bit for bit.
     #[test]
     fn no_sharing_is_the_event_driven_run() {
-        let mut seed = 0x0123_4567_89ab_cdefu64;
-        let mut rnd = |k: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % k
-        };
+        let mut rnd = rng(0x0123_4567_89ab_cdef);
         for case in 0..120 {
             let n = 1 + rnd(30) as usize;
             let mut t = 0.0;

@@ -194,16 +194,10 @@ impl<'p> DecodeCard<'p> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::test_util::{price, pricer, rng};
+    use crate::sim::test_util::{self, price, pricer, rng};
 
     fn params(seqs: i64, blocks: i64) -> ContinuousParams {
-        ContinuousParams {
-            max_num_seqs: seqs,
-            max_num_batched_tokens: 1 << 20,
-            block_size: 4,
-            num_blocks: blocks,
-            chunked_prefill: false,
-        }
+        test_util::params(seqs, 1 << 20, 4, blocks, false)
     }
 
     /// Two requests by hand: r1 (prompt 8, 2 decodes) arrives while r0 (prompt 5, 3 decodes)

@@ -347,21 +347,46 @@ impl<'p> Recorder<'p> {
 pub(crate) mod test_util {
     use crate::cost::tests::{h100, llama3_8b};
     use crate::cost::{Efficiency, Pricer};
+    use crate::sim::continuous::{ContinuousOutput, ContinuousParams};
+    use crate::sim::{batch1, SimOutput, Workload};
 
     /// Llama-3-8B on an H100 with the lecture's efficiency.
     pub fn pricer() -> Pricer {
         Pricer::new(&llama3_8b(), &h100(), &Efficiency::default()).unwrap()
     }
 
-    /// A small card: 8 seats, a 512-token budget, 64 blocks of 16 tokens, no chunked prefill.
-    pub fn card_params() -> crate::sim::continuous::ContinuousParams {
-        crate::sim::continuous::ContinuousParams {
-            max_num_seqs: 8,
-            max_num_batched_tokens: 512,
-            block_size: 16,
-            num_blocks: 64,
-            chunked_prefill: false,
+    /// A card of `seqs` seats, a budget of `budget` tokens, `blocks` blocks of `bs` tokens.
+    pub fn params(seqs: i64, budget: i64, bs: i64, blocks: i64, chunked: bool) -> ContinuousParams {
+        ContinuousParams {
+            max_num_seqs: seqs,
+            max_num_batched_tokens: budget,
+            block_size: bs,
+            num_blocks: blocks,
+            chunked_prefill: chunked,
         }
+    }
+
+    /// A small card: 8 seats, a 512-token budget, 64 blocks of 16 tokens, no chunked prefill.
+    pub fn card_params() -> ContinuousParams {
+        params(8, 512, 16, 64, false)
+    }
+
+    /// A batch log's steps, each a list of `(request_id, new_tokens, context_len)`.
+    pub fn steps(o: &ContinuousOutput) -> Vec<Vec<(i64, i64, i64)>> {
+        let l = o.batch_log.as_ref().unwrap();
+        l.offsets
+            .windows(2)
+            .map(|w| (w[0] as usize..w[1] as usize).map(|k| (l.request_id[k], l.new_tokens[k], l.context_len[k])).collect())
+            .collect()
+    }
+
+    /// Five requests of mixed lengths (a 4,096-token prompt, a 500-token output, two arriving
+    /// together) run by `policy` and by batch 1 (FCFS, traced): `(policy's run, batch 1's)`, for
+    /// the policies that are batch 1 when they have one seat.
+    pub fn with_batch1(policy: impl Fn(&Workload<'_>) -> SimOutput) -> (SimOutput, SimOutput) {
+        let (a, p, l) = ([0.0, 0.1, 0.1, 3.0, 3.5], [300, 7, 1, 4096, 12], [20, 1, 500, 3, 9]);
+        let w = Workload::new(&a, &p, &l).unwrap();
+        (policy(&w), batch1::run(&pricer(), &w, &mut batch1::AcceptAll, true))
     }
 
     /// A seeded xorshift64 for the tests' pseudo-random cases: `rnd(k)` is a number in `0..k`.

@@ -205,7 +205,7 @@ pub(crate) fn plan_step<P: StepPool>(
 /// `running`), `budget` and blocks last; each admitted request joins `running` and hands
 /// `piece(request, new tokens)` its first piece. Returns how many it admitted.
 #[allow(clippy::too_many_arguments)]
-#[inline]
+#[inline(always)]
 pub(crate) fn admit<P: StepPool>(
     pool: &mut P,
     params: &ContinuousParams,

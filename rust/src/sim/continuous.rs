@@ -207,6 +207,7 @@ pub(crate) fn arrive(
 /// (it holds `held` slots); adds them to the step's integer totals and, when kept, to the
 /// batch log. A prefilling entry that reaches `held` ends its (re)prefill: it samples a token.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub(crate) fn add_entry(
     shape: &mut StepShape,
     log: Option<&mut BatchLog>,
@@ -269,10 +270,10 @@ pub struct ContinuousOutput {
 }
 
 /// Where a request is (one byte per request).
-const WAITING: u8 = 0; // not arrived yet, waiting, preempted or rejected
+pub(crate) const WAITING: u8 = 0; // not arrived yet, waiting, preempted or rejected
 const PREFILLING: u8 = 1; // running, some of its tokens not computed yet
 const DECODING: u8 = 2; // running, all its tokens computed: it decodes one token a step
-const DONE: u8 = 3;
+pub(crate) const DONE: u8 = 3;
 
 /// The state of one request, 16 bytes (the run's memory stays linear and small).
 ///
@@ -282,12 +283,12 @@ const DONE: u8 = 3;
 /// `held == computed` and `generated == computed + 1 - prompt` (every token but the last
 /// sampled one is computed), so neither needs storing.
 #[derive(Debug, Clone, Copy, Default)]
-struct Req {
-    c: i64,
+pub(crate) struct Req {
+    pub(crate) c: i64,
     /// token slots the pool holds for it (0 while waiting; unused while decoding)
-    held: i32,
+    pub(crate) held: i32,
     /// output tokens sampled so far (unused while decoding)
-    generated: i32,
+    pub(crate) generated: i32,
 }
 
 /// The decoding requests, by their aggregates: what a step of them costs and which events
@@ -547,10 +548,13 @@ impl<'p> Card<'p> {
                 pieces.push((r, nt, s.c));
                 left -= nt;
             }
-            // rule 4: admission (nobody was preempted)
-            let mut pool = ReqPool { pl, req: &mut *req, state: &mut *state, kv: &mut *kv };
-            let n_admitted =
-                admit(&mut pool, params, dec.live, prefilling, waiting, &mut left, rec, t, |r, nt| pieces.push((r, nt, 0)))?;
+            // rule 4: admission (nobody was preempted); most steps have nobody waiting
+            let mut n_admitted = 0;
+            if !waiting.is_empty() {
+                let mut pool = ReqPool { pl, req: &mut *req, state: &mut *state, kv: &mut *kv };
+                let piece = |r, nt| pieces.push((r, nt, 0));
+                n_admitted = admit(&mut pool, params, dec.live, prefilling, waiting, &mut left, rec, t, piece)?;
+            }
             if shape.seqs == 0 && pieces.is_empty() {
                 return Err(nothing_scheduled(t));
             }
@@ -587,7 +591,7 @@ impl<'p> Card<'p> {
                     break;
                 }
                 completed += 1;
-                if !sample_token(rec, kv, s, &mut state[r], r, ol[r], end) {
+                if !sample_token(rec, kv, s, &mut state[r], r, 1, ol[r], end) {
                     state[r] = DECODING;
                     dec.push(r, s, pl[r], ol[r], step);
                 }
@@ -609,12 +613,13 @@ impl<'p> Card<'p> {
     }
 }
 
-/// Rule 6 for request `r`, all of whose tokens are computed at `end`: it samples one (the first
-/// sets `first_token_s`); the last (`output` of them) finishes it and frees its blocks. Returns
-/// whether it finished.
+/// Rule 6 for request `r`, all of whose tokens are computed at `end`: it samples `sampled` (1,
+/// or more with speculation; the first sets `first_token_s`); the last (`output` of them)
+/// finishes it and frees its blocks. Returns whether it finished.
+#[allow(clippy::too_many_arguments)]
 #[inline]
-fn sample_token(rec: &mut Recorder<'_>, kv: &mut KvCounts, s: &mut Req, state: &mut u8, r: usize, output: i64, end: f64) -> bool {
-    s.generated += 1;
+fn sample_token(rec: &mut Recorder<'_>, kv: &mut KvCounts, s: &mut Req, state: &mut u8, r: usize, sampled: i64, output: i64, end: f64) -> bool {
+    s.generated += sampled as i32; // <= output
     let last = s.generated as i64 == output;
     rec.sampled(r, end, last);
     if last {
@@ -643,25 +648,32 @@ struct Scratch {
     batch: Vec<Entry>,
 }
 
-/// The requests and pool as the per-step rules (`step_rules.rs`) see them: `c` is the computed
-/// tokens of a request that is not decoding (the per-step path turns decoders' offsets back
-/// first).
-struct ReqPool<'a> {
-    pl: &'a [i64],
-    req: &'a mut [Req],
-    state: &'a mut [u8],
-    kv: &'a mut KvCounts,
+/// The requests and pool as the per-step rules (`step_rules.rs`) see them, for
+/// `continuous_per_step.rs` and this file's per-step path: `c` is the computed tokens of a
+/// request (the per-step path turns the decoders' offsets back first).
+pub(crate) struct ReqPool<'a> {
+    pub(crate) pl: &'a [i64],
+    pub(crate) req: &'a mut [Req],
+    pub(crate) state: &'a mut [u8],
+    pub(crate) kv: &'a mut KvCounts,
+}
+
+impl ReqPool<'_> {
+    /// Rule 6 for request `r`, which computed `nt` tokens in the step ending at `end`: once all
+    /// its tokens are computed, it samples `sampled` ([`sample_token`]). Returns whether it
+    /// finished.
+    #[inline]
+    pub(crate) fn compute(&mut self, rec: &mut Recorder<'_>, r: usize, nt: i64, sampled: i64, output: i64, end: f64) -> bool {
+        let s = &mut self.req[r];
+        s.c += nt;
+        s.c >= s.held as i64 && sample_token(rec, self.kv, s, &mut self.state[r], r, sampled, output, end)
+    }
 }
 
 impl StepPool for ReqPool<'_> {
     #[inline]
-    fn computed(&self, r: usize) -> i64 {
-        self.req[r].c
-    }
-
-    #[inline]
-    fn held(&self, r: usize) -> i64 {
-        self.req[r].held as i64
+    fn counts(&self, r: usize) -> (i64, i64) {
+        (self.req[r].c, self.req[r].held as i64)
     }
 
     #[inline]
@@ -700,6 +712,11 @@ impl StepPool for ReqPool<'_> {
         self.req[r].c = 0;
         Ok(Some(0))
     }
+
+    #[inline]
+    fn blocks_used(&self) -> i64 {
+        self.kv.blocks_used()
+    }
 }
 
 /// One step the per-step way (rules 2-6 visiting every running request), for the steps the
@@ -719,7 +736,9 @@ struct SlowStep<'a, 'b> {
 }
 
 impl SlowStep<'_, '_> {
-    /// Returns (end of the step, requests preempted, requests admitted).
+    /// Returns (end of the step, requests preempted, requests admitted). Kept out of line: a
+    /// rare step must not crowd the fast path's registers.
+    #[inline(never)]
     fn run(&mut self, t: f64, step: i64) -> CoreResult<(f64, i64, i64)> {
         let (params, pl, ol) = (self.params, self.pool.pl, self.ol);
         let Scratch { running, batch } = &mut *self.scratch;
@@ -739,16 +758,10 @@ impl SlowStep<'_, '_> {
         let shape = batch_shape(&self.pool, batch, self.books); // rule 5
         let end = self.rec.step(t, shape);
 
-        // rule 6
-        let ReqPool { req, state, kv, .. } = &mut self.pool;
         for &(r, nt, _) in batch.iter() {
-            let s = &mut req[r];
-            s.c += nt;
-            if s.c < s.held as i64 {
-                continue;
-            }
-            sample_token(self.rec, kv, s, &mut state[r], r, ol[r], end);
+            self.pool.compute(self.rec, r, nt, 1, ol[r], end); // rule 6
         }
+        let ReqPool { req, state, .. } = &mut self.pool;
 
         // back to aggregates: the decoding requests first, the prefilling ones after (a request
         // is only admitted once every older one is decoding or ends its prefill in that step:
@@ -776,7 +789,7 @@ impl SlowStep<'_, '_> {
 mod tests {
     use super::*;
     use crate::blocks::BlockAllocator;
-    use crate::sim::test_util::{params, price, pricer, rng, steps, with_batch1};
+    use crate::sim::test_util::{params, price, pricer, random_requests, rng, steps, with_batch1};
 
     fn go(a: &[f64], p: &[i64], l: &[i64], prm: ContinuousParams) -> ContinuousOutput {
         let w = Workload::new(a, p, l).unwrap();
@@ -938,15 +951,7 @@ mod tests {
     /// A small pseudo-random workload and card that hit every rare path: tight pools
     /// (preemption), budgets below the seat count, chunked prefill, block sizes of 1.
     fn random_case(rnd: &mut impl FnMut(u64) -> u64) -> (Vec<f64>, Vec<i64>, Vec<i64>, ContinuousParams) {
-        let n = 1 + rnd(40) as usize;
-        let mut t = 0.0;
-        let mut a = Vec::new();
-        for _ in 0..n {
-            t += rnd(4) as f64 * 0.003;
-            a.push(t);
-        }
-        let p: Vec<i64> = (0..n).map(|_| 1 + rnd(60) as i64).collect();
-        let l: Vec<i64> = (0..n).map(|_| 1 + rnd(40) as i64).collect();
+        let (a, p, l) = random_requests(rnd, 40, (4, 0.003), 60, (1, 40));
         let prm = params(1 + rnd(12) as i64, 1 + rnd(90) as i64, 1 + rnd(8) as i64, 1 + rnd(40) as i64, rnd(2) == 0);
         (a, p, l, prm)
     }

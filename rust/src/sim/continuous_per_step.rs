@@ -17,23 +17,11 @@
 //! steps as batched decode steps of the draft model at contexts `c, c + 1, ..` (the engine's
 //! `draft_cost_s`). Kept guesses take their slots after the step, as in the engine.
 
-use super::continuous::{ContinuousOutput, ContinuousParams, KvCounts};
-use super::step_rules::{run_steps, Books, Entry, StepLoop, StepPool};
+use super::continuous::{ContinuousOutput, ContinuousParams, KvCounts, Req, ReqPool, DONE, WAITING};
+use super::step_rules::{run_steps, Books, Entry, StepHooks};
 use super::{price_shape, Recorder, StepShape, Workload};
 use crate::cost::{fmt_f64, Pricer};
 use crate::error::{CoreError, CoreResult};
-
-/// The live state of one request (one per request: memory stays linear).
-#[derive(Debug, Clone, Copy, Default)]
-struct Live {
-    /// prompt plus the tokens generated so far
-    tokens: i64,
-    /// tokens whose KV is in the pool
-    computed: i64,
-    /// token slots the pool holds for it (0 while waiting)
-    held: i64,
-    generated: i64,
-}
 
 /// The speculative option (see the module docs).
 #[derive(Clone, Copy)]
@@ -130,123 +118,57 @@ fn run_loop(
     let n = w.len();
     let mut rec = Recorder::new(pricer, n, trace);
     let mut books = Books::new(n, trace, batch_log);
-    let mut pool = PerStep {
+    let (mut req, mut state) = (vec![Req::default(); n], vec![WAITING; n]);
+    let mut kv = KvCounts::new(params.num_blocks, params.block_size);
+    let mut pool = ReqPool { pl: w.prompt_len, req: &mut req, state: &mut state, kv: &mut kv };
+    let mut hooks = PerStep {
         params,
         ol: w.output_len,
-        live: w.prompt_len.iter().map(|&p| Live { tokens: p, ..Default::default() }).collect(),
-        kv: KvCounts::new(params.num_blocks, params.block_size),
         spec: spec.map(|sp| {
             let so = SpecOutput { spec_proposed: vec![0; n], spec_accepted: vec![0; n], spec_steps: vec![0; n], draft_busy_s: 0.0 };
             (sp, so)
         }),
         guessed: Vec::new(),
     };
-    run_steps(&mut pool, params, w, &mut rec, &mut books)?;
-    Ok((books.finish(rec), pool.spec.map(|(_, so)| so)))
+    run_steps(&mut pool, &mut hooks, params, w, &mut rec, &mut books)?;
+    Ok((books.finish(rec), hooks.spec.map(|(_, so)| so)))
 }
 
-/// This loop's requests and pool: one [`Live`] per request over [`KvCounts`].
+/// This loop's own part (the rules and the pool are [`ReqPool`]'s): speculation.
 struct PerStep<'a, 's> {
     params: &'a ContinuousParams,
     ol: &'a [i64],
-    live: Vec<Live>,
-    kv: KvCounts,
     spec: Option<(&'a Speculation<'s>, SpecOutput)>,
     /// per batch entry with speculation: (guesses, kept)
     guessed: Vec<(i64, i64)>,
 }
 
-impl StepPool for PerStep<'_, '_> {
-    #[inline]
-    fn computed(&self, r: usize) -> i64 {
-        self.live[r].computed
-    }
-
-    #[inline]
-    fn held(&self, r: usize) -> i64 {
-        self.live[r].held
-    }
-
-    #[inline]
-    fn must_preempt(&self, r: usize) -> bool {
-        !self.kv.can_append(self.live[r].held)
-    }
-
-    #[inline]
-    fn append(&mut self, r: usize) -> CoreResult<()> {
-        self.kv.append(self.live[r].held);
-        self.live[r].held += 1;
-        Ok(())
-    }
-
-    #[inline]
-    fn preempt(&mut self, r: usize) -> CoreResult<()> {
-        self.kv.free(self.live[r].held);
-        self.live[r].computed = 0;
-        self.live[r].held = 0;
-        Ok(())
-    }
-
-    #[inline]
-    fn tokens(&self, r: usize) -> i64 {
-        self.live[r].tokens
-    }
-
-    #[inline]
-    fn allocate(&mut self, r: usize, tokens: i64) -> CoreResult<Option<i64>> {
-        if !self.kv.allocate(tokens) {
-            return Ok(None);
-        }
-        self.live[r].held = tokens;
-        self.live[r].computed = 0;
-        Ok(Some(0))
-    }
-}
-
-impl StepLoop for PerStep<'_, '_> {
-    #[inline]
-    fn extra_s(&mut self, batch: &mut [Entry], budget: i64) -> f64 {
+impl<'p> StepHooks<ReqPool<'p>> for PerStep<'_, '_> {
+    fn extra_s(&mut self, pool: &mut ReqPool<'p>, batch: &mut [Entry], budget: i64) -> f64 {
         match self.spec.as_mut() {
-            Some((sp, so)) => speculate(sp, self.params, &self.kv, &self.live, self.ol, budget, batch, &mut self.guessed, so),
+            Some((sp, so)) => speculate(sp, self.params, pool, self.ol, budget, batch, &mut self.guessed, so),
             None => 0.0,
         }
     }
 
     #[inline]
-    fn sample(&mut self, rec: &mut Recorder<'_>, e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool> {
-        let s = &mut self.live[r];
-        // kept guesses: their slots now (reserved by `speculate`), their KV computed
-        let mut kept = 0;
-        if let Some(&(g, k)) = self.guessed.get(e) {
-            let bs = self.params.block_size;
-            self.kv.take(blocks_for(s.held + k, bs) - blocks_for(s.held, bs));
-            s.held += k;
-            s.computed -= g - k;
-            kept = k;
+    fn sample(&mut self, pool: &mut ReqPool<'p>, rec: &mut Recorder<'_>, e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool> {
+        let mut sampled = 1;
+        if let Some(&(g, kept)) = self.guessed.get(e) {
+            // kept guesses: their slots now (reserved by `speculate`), their KV computed
+            let s = &mut pool.req[r];
+            let (held, bs) = (s.held as i64, self.params.block_size);
+            pool.kv.take(blocks_for(held + kept, bs) - blocks_for(held, bs));
+            s.held += kept as i32;
+            s.c -= g - kept;
+            sampled += kept;
         }
-        s.computed += nt;
-        if s.computed < s.held {
-            return Ok(false); // a chunk that is not the prompt's last
-        }
-        s.generated += 1 + kept;
-        s.tokens += 1 + kept;
-        let last = s.generated == self.ol[r];
-        rec.sampled(r, end, last);
-        if last {
-            self.kv.free(s.held);
-            s.held = 0;
-        }
-        Ok(last)
+        Ok(pool.compute(rec, r, nt, sampled, self.ol[r], end))
     }
 
     #[inline]
-    fn done(&self, r: usize) -> bool {
-        self.live[r].generated >= self.ol[r]
-    }
-
-    #[inline]
-    fn blocks_used(&self) -> i64 {
-        self.kv.blocks_used()
+    fn done(&self, pool: &ReqPool<'p>, r: usize) -> bool {
+        pool.state[r] == DONE
     }
 }
 
@@ -260,8 +182,7 @@ fn blocks_for(tokens: i64, block_size: i64) -> i64 {
 fn speculate(
     sp: &Speculation<'_>,
     params: &ContinuousParams,
-    kv: &KvCounts,
-    live: &[Live],
+    pool: &ReqPool<'_>,
     ol: &[i64],
     mut budget: i64,
     batch: &mut [Entry],
@@ -269,27 +190,28 @@ fn speculate(
     so: &mut SpecOutput,
 ) -> f64 {
     guessed.clear();
-    let mut spare = kv.num_free_blocks();
+    let mut spare = pool.kv.num_free_blocks();
     let bs = params.block_size;
     // (context, guesses) of the entries that guess, for the draft's price
     let mut draft: Vec<(i64, i64)> = Vec::new();
     for (r, nt, decoding) in batch.iter_mut() {
-        let s = &live[*r];
+        let s = &pool.req[*r];
+        let (held, generated) = (s.held as i64, s.generated as i64);
         let mut g = 0;
         if *decoding {
-            g = sp.k.min(budget).min(ol[*r] - s.generated - 1).max(0);
+            g = sp.k.min(budget).min(ol[*r] - generated - 1).max(0);
             // `held` counts the slot rule 2 appended for this step's token
-            while g > 0 && blocks_for(s.held + g, bs) - blocks_for(s.held, bs) > spare {
+            while g > 0 && blocks_for(held + g, bs) - blocks_for(held, bs) > spare {
                 g -= 1;
             }
-            spare -= blocks_for(s.held + g, bs) - blocks_for(s.held, bs);
+            spare -= blocks_for(held + g, bs) - blocks_for(held, bs);
             budget -= g;
             so.spec_steps[*r] += 1;
         }
         let a = sp.acceptance[*r];
-        let kept = (0..g).take_while(|&j| sp.uniform(*r, s.generated + j) < a).count() as i64;
+        let kept = (0..g).take_while(|&j| sp.uniform(*r, generated + j) < a).count() as i64;
         if g > 0 {
-            draft.push((s.computed, g));
+            draft.push((s.c, g));
             so.spec_proposed[*r] += g;
             so.spec_accepted[*r] += kept;
         }

@@ -43,7 +43,7 @@
 //! write-through does), where the copy back cannot.
 
 use super::continuous::{ContinuousOutput, ContinuousParams};
-use super::step_rules::{run_steps, Books, Entry, StepLoop, StepPool};
+use super::step_rules::{run_steps, Books, Entry, StepHooks, StepPool};
 use super::{Recorder, Workload};
 use crate::blocks::BlockAllocator;
 use crate::cost::Pricer;
@@ -212,10 +212,8 @@ pub fn run_tiered(
     let mut books = Books::new(n, trace, batch_log);
     let mut pool = PrefixPool {
         params,
-        host,
         prefixes,
         pl: w.prompt_len,
-        ol: w.output_len,
         live: vec![Live::default(); n],
         kv: BlockAllocator::with_host_tier(params.num_blocks, params.block_size, prefix_caching, host.host_blocks, host.policy)?,
         pre: PrefixOutput::empty(n),
@@ -223,7 +221,7 @@ pub fn run_tiered(
         chain: Vec::new(),
         toks: Vec::new(),
     };
-    run_steps(&mut pool, params, w, &mut rec, &mut books)?;
+    run_steps(&mut pool, &mut PrefixSteps { host, ol: w.output_len }, params, w, &mut rec, &mut books)?;
     let (kv, mut pre) = (pool.kv, pool.pre);
     pre.prefix_hits = kv.num_hits();
     pre.prefix_lookups = kv.num_lookups();
@@ -240,10 +238,8 @@ fn internal(e: CoreError) -> CoreError {
 /// This loop's requests and pool: one [`Live`] per request over the real [`BlockAllocator`].
 struct PrefixPool<'a> {
     params: &'a ContinuousParams,
-    host: &'a HostTierOption<'a>,
     prefixes: &'a Prefixes<'a>,
     pl: &'a [i64],
-    ol: &'a [i64],
     live: Vec<Live>,
     kv: BlockAllocator,
     pre: PrefixOutput,
@@ -265,13 +261,8 @@ impl PrefixPool<'_> {
 
 impl StepPool for PrefixPool<'_> {
     #[inline]
-    fn computed(&self, r: usize) -> i64 {
-        self.live[r].computed
-    }
-
-    #[inline]
-    fn held(&self, r: usize) -> i64 {
-        self.live[r].held
+    fn counts(&self, r: usize) -> (i64, i64) {
+        (self.live[r].computed, self.live[r].held)
     }
 
     #[inline]
@@ -334,46 +325,6 @@ impl StepPool for PrefixPool<'_> {
         self.live[r].computed = cached;
         Ok(Some(cached))
     }
-}
-
-impl StepLoop for PrefixPool<'_> {
-    /// The copies back from the host tier of the blocks this step's admissions recalled
-    /// (module docs, "A host tier").
-    #[inline]
-    fn extra_s(&mut self, _batch: &mut [Entry], _budget: i64) -> f64 {
-        let recalled = std::mem::take(&mut self.recalled);
-        if self.host.host_blocks == 0 {
-            return 0.0;
-        }
-        self.kv.take_transfers(); // counted above; the log must not grow
-        let copies_s = (recalled * self.params.block_size as u64) as f64 * self.host.s_per_token;
-        self.pre.host_transfer_s += copies_s;
-        copies_s
-    }
-
-    #[inline]
-    fn sample(&mut self, rec: &mut Recorder<'_>, _e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool> {
-        let s = &mut self.live[r];
-        s.computed += nt;
-        self.pre.computed_tokens[r] += nt;
-        if s.computed < s.held {
-            return Ok(false); // a chunk that is not the prompt's last
-        }
-        s.generated += 1;
-        let last = s.generated == self.ol[r];
-        rec.sampled(r, end, last);
-        if last {
-            self.kv.free(r as i64).map_err(internal)?;
-            s.held = 0;
-            s.pending = 0;
-        }
-        Ok(last)
-    }
-
-    #[inline]
-    fn done(&self, r: usize) -> bool {
-        self.live[r].generated >= self.ol[r]
-    }
 
     #[inline]
     fn blocks_used(&self) -> i64 {
@@ -381,11 +332,56 @@ impl StepLoop for PrefixPool<'_> {
     }
 }
 
+/// This loop's own part around the rules: the host tier's copies, sampling.
+struct PrefixSteps<'a> {
+    host: &'a HostTierOption<'a>,
+    ol: &'a [i64],
+}
+
+impl<'p> StepHooks<PrefixPool<'p>> for PrefixSteps<'_> {
+    /// The copies back from the host tier of the blocks this step's admissions recalled
+    /// (module docs, "A host tier").
+    fn extra_s(&mut self, pool: &mut PrefixPool<'p>, _batch: &mut [Entry], _budget: i64) -> f64 {
+        let recalled = std::mem::take(&mut pool.recalled);
+        if self.host.host_blocks == 0 {
+            return 0.0;
+        }
+        pool.kv.take_transfers(); // counted above; the log must not grow
+        let copies_s = (recalled * pool.params.block_size as u64) as f64 * self.host.s_per_token;
+        pool.pre.host_transfer_s += copies_s;
+        copies_s
+    }
+
+    #[inline]
+    fn sample(&mut self, pool: &mut PrefixPool<'p>, rec: &mut Recorder<'_>, _e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool> {
+        let s = &mut pool.live[r];
+        s.computed += nt;
+        pool.pre.computed_tokens[r] += nt;
+        if s.computed < s.held {
+            return Ok(false); // a chunk that is not the prompt's last
+        }
+        s.generated += 1;
+        let last = s.generated == self.ol[r];
+        rec.sampled(r, end, last);
+        if last {
+            pool.kv.free(r as i64).map_err(internal)?;
+            s.held = 0;
+            s.pending = 0;
+        }
+        Ok(last)
+    }
+
+    #[inline]
+    fn done(&self, pool: &PrefixPool<'p>, r: usize) -> bool {
+        pool.live[r].generated >= self.ol[r]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sim::continuous;
-    use crate::sim::test_util::{params, price, pricer, rng, steps};
+    use crate::sim::test_util::{params, price, pricer, random_requests, rng, steps};
 
     #[test]
     fn synthetic_tokens_follow_the_parents() {
@@ -427,11 +423,8 @@ mod tests {
     fn no_sharing_is_the_event_driven_run() {
         let mut rnd = rng(0x0123_4567_89ab_cdef);
         for case in 0..120 {
-            let n = 1 + rnd(30) as usize;
-            let mut t = 0.0;
-            let a: Vec<f64> = (0..n).map(|_| { t += rnd(4) as f64 * 0.003; t }).collect();
-            let p: Vec<i64> = (0..n).map(|_| 1 + rnd(50) as i64).collect();
-            let l: Vec<i64> = (0..n).map(|_| 1 + rnd(30) as i64).collect();
+            let (a, p, l) = random_requests(&mut rnd, 30, (4, 0.003), 50, (1, 30));
+            let n = a.len();
             let prm = params(1 + rnd(8) as i64, 1 + rnd(80) as i64, 1 + rnd(8) as i64, 1 + rnd(40) as i64, rnd(2) == 0);
             let w = Workload::new(&a, &p, &l).unwrap();
             let want = continuous::run(&pricer(), &w, &prm, true, true);

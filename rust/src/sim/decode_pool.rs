@@ -194,7 +194,7 @@ impl<'p> DecodeCard<'p> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::test_util::{self, price, pricer, rng};
+    use crate::sim::test_util::{self, price, pricer, random_requests, rng};
 
     fn params(seqs: i64, blocks: i64) -> ContinuousParams {
         test_util::params(seqs, 1 << 20, 4, blocks, false)
@@ -231,11 +231,8 @@ mod tests {
     fn stopping_anywhere_changes_nothing() {
         let mut rnd = rng(0xbb67_ae85_84ca_a73b);
         for case in 0..200 {
-            let n = 1 + rnd(30) as usize;
-            let mut t = 0.0;
-            let ready: Vec<f64> = (0..n).map(|_| { t += rnd(3) as f64 * 0.004; t }).collect();
-            let p: Vec<i64> = (0..n).map(|_| 1 + rnd(40) as i64).collect();
-            let l: Vec<i64> = (0..n).map(|_| 2 + rnd(30) as i64).collect();
+            let (ready, p, l) = random_requests(&mut rnd, 30, (3, 0.004), 40, (2, 30));
+            let n = ready.len();
             let prm = params(1 + rnd(6) as i64, 4 + rnd(40) as i64);
             let want = run(&pricer(), &ready, &p, &l, &prm).unwrap();
             let pr = pricer();

@@ -389,6 +389,24 @@ pub(crate) mod test_util {
         (policy(&w), batch1::run(&pricer(), &w, &mut batch1::AcceptAll, true))
     }
 
+    /// `1 + rnd(most)` requests arriving `gap_s * rnd(gaps)` apart, with prompts of
+    /// `1 + rnd(prompt)` tokens and outputs of `min_output + rnd(output)`: the random workloads
+    /// of the tests that hold two loops equal.
+    pub fn random_requests(
+        rnd: &mut impl FnMut(u64) -> u64,
+        most: u64,
+        (gaps, gap_s): (u64, f64),
+        prompt: u64,
+        (min_output, output): (i64, u64),
+    ) -> (Vec<f64>, Vec<i64>, Vec<i64>) {
+        let n = 1 + rnd(most) as usize;
+        let mut t = 0.0;
+        let a: Vec<f64> = (0..n).map(|_| { t += rnd(gaps) as f64 * gap_s; t }).collect();
+        let p: Vec<i64> = (0..n).map(|_| 1 + rnd(prompt) as i64).collect();
+        let l: Vec<i64> = (0..n).map(|_| min_output + rnd(output) as i64).collect();
+        (a, p, l)
+    }
+
     /// A seeded xorshift64 for the tests' pseudo-random cases: `rnd(k)` is a number in `0..k`.
     pub fn rng(mut seed: u64) -> impl FnMut(u64) -> u64 {
         move |k| {

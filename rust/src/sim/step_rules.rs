@@ -15,12 +15,11 @@ use crate::error::{CoreError, CoreResult};
 /// One batch entry, in batch order: (request, new tokens, decoding?).
 pub(crate) type Entry = (usize, i64, bool);
 
-/// What rules 2-4 ask of a loop's requests and KV pool.
+/// What rules 2-5 ask of a loop's requests and KV pool.
 pub(crate) trait StepPool {
-    /// Tokens of request `r` whose KV is in the pool.
-    fn computed(&self, r: usize) -> i64;
-    /// Token slots the pool holds for `r` (0 while waiting).
-    fn held(&self, r: usize) -> i64;
+    /// Request `r`'s tokens whose KV is in the pool, and the token slots the pool holds for it
+    /// (0 while waiting): it decodes when the two are equal.
+    fn counts(&self, r: usize) -> (i64, i64);
     /// Rule 2: `nt` more of `r`'s prompt tokens compute in this step (prefix caching registers
     /// their blocks now: a request admitted later in the step may hit them).
     fn schedule_chunk(&mut self, _r: usize, _nt: i64) -> CoreResult<()> {
@@ -37,21 +36,21 @@ pub(crate) trait StepPool {
     /// Rule 4: allocates `tokens` slots for `r` (`held = tokens`); `None` if the pool is short,
     /// else how many of them are cached (prefix hits: `computed = cached`).
     fn allocate(&mut self, r: usize, tokens: i64) -> CoreResult<Option<i64>>;
+    fn blocks_used(&self) -> i64;
 }
 
-/// A whole per-step loop: [`StepPool`] plus what it does around the planned batch.
-pub(crate) trait StepLoop: StepPool {
+/// What a whole per-step loop ([`run_steps`]) does around the rules on its pool `P`.
+pub(crate) trait StepHooks<P: StepPool> {
     /// Work added to the planned batch, in seconds of the step (speculation widens the decoding
     /// entries and prices the draft; a host tier prices its copies back).
-    fn extra_s(&mut self, _batch: &mut [Entry], _budget: i64) -> f64 {
+    fn extra_s(&mut self, _pool: &mut P, _batch: &mut [Entry], _budget: i64) -> f64 {
         0.0
     }
     /// Rule 6 for entry `e` (request `r`, `nt` tokens) of the step ending at `end`: its tokens
     /// are computed; a request whose tokens are all computed samples. Returns whether it finished.
-    fn sample(&mut self, rec: &mut Recorder<'_>, e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool>;
+    fn sample(&mut self, pool: &mut P, rec: &mut Recorder<'_>, e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool>;
     /// Whether `r` has sampled its last token.
-    fn done(&self, r: usize) -> bool;
-    fn blocks_used(&self) -> i64;
+    fn done(&self, pool: &P, r: usize) -> bool;
 }
 
 /// What a loop records beside the clock: rejections, preemptions, the trace's extra columns,
@@ -86,6 +85,7 @@ impl Books {
     }
 
     /// Rule 3 preempted request `r`.
+    #[inline]
     pub(crate) fn preempted(&mut self, r: usize) -> CoreResult<()> {
         self.n_preemptions[r] = self.n_preemptions[r].checked_add(1).ok_or_else(counter_overflow)?;
         self.preemptions = self.preemptions.checked_add(1).ok_or_else(counter_overflow)?;
@@ -93,6 +93,7 @@ impl Books {
     }
 
     /// Closes the batch log's row of this step.
+    #[inline]
     pub(crate) fn end_batch(&mut self) {
         if let Some(l) = self.log.as_mut() {
             l.offsets.push(l.request_id.len() as i64);
@@ -100,6 +101,7 @@ impl Books {
     }
 
     /// The step is over: `blocks_used` now, and how many it preempted and admitted.
+    #[inline]
     pub(crate) fn end_step(&mut self, blocks_used: i64, n_preempted: i64, n_admitted: i64) {
         self.peak_blocks = self.peak_blocks.max(blocks_used);
         if let Some(x) = self.extra.as_mut() {
@@ -147,6 +149,7 @@ pub(crate) struct Plan {
 /// which rule 3 preempts the newest running requests), then admission if nobody was preempted.
 /// Fills `batch`; an empty batch is an error.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub(crate) fn plan_step<P: StepPool>(
     pool: &mut P,
     params: &ContinuousParams,
@@ -163,9 +166,10 @@ pub(crate) fn plan_step<P: StepPool>(
     let mut i = 0;
     'running: while i < running.len() && budget > 0 {
         let r = running[i];
-        let decoding = pool.computed(r) == pool.held(r);
+        let (computed, held) = pool.counts(r);
+        let decoding = computed == held;
         let nt = if !decoding {
-            let nt = (pool.held(r) - pool.computed(r)).min(budget); // a chunk of the prompt
+            let nt = (held - computed).min(budget); // a chunk of the prompt
             pool.schedule_chunk(r, nt)?;
             nt
         } else {
@@ -241,10 +245,12 @@ pub(crate) fn admit<P: StepPool>(
 }
 
 /// Rule 5: the batch's shape (integer totals) and its row of the batch log.
+#[inline]
 pub(crate) fn batch_shape<P: StepPool>(pool: &P, batch: &[Entry], books: &mut Books) -> StepShape {
     let mut shape = StepShape::default();
     for &(r, nt, decoding) in batch {
-        add_entry(&mut shape, books.log.as_mut(), r, nt, pool.computed(r), pool.held(r), decoding);
+        let (computed, held) = pool.counts(r);
+        add_entry(&mut shape, books.log.as_mut(), r, nt, computed, held, decoding);
     }
     books.end_batch();
     shape
@@ -252,8 +258,9 @@ pub(crate) fn batch_shape<P: StepPool>(pool: &P, batch: &[Entry], books: &mut Bo
 
 /// A whole run of a per-step loop over a validated workload: rule 1 and the idle jump, then
 /// each step planned, priced and sampled.
-pub(crate) fn run_steps<P: StepLoop>(
+pub(crate) fn run_steps<P: StepPool, H: StepHooks<P>>(
     pool: &mut P,
+    hooks: &mut H,
     params: &ContinuousParams,
     w: &Workload<'_>,
     rec: &mut Recorder<'_>,
@@ -275,15 +282,15 @@ pub(crate) fn run_steps<P: StepLoop>(
             continue;
         }
         let plan = plan_step(pool, params, &mut running, &mut waiting, &mut batch, books, rec, t)?;
-        let extra_s = pool.extra_s(&mut batch, plan.budget);
+        let extra_s = hooks.extra_s(pool, &mut batch, plan.budget);
         let shape = batch_shape(pool, &batch, books);
         let end = if extra_s > 0.0 { rec.step_plus(t, shape, extra_s) } else { rec.step(t, shape) };
         let mut finished = false;
         for (e, &(r, nt, _)) in batch.iter().enumerate() {
-            finished |= pool.sample(rec, e, r, nt, end)?;
+            finished |= hooks.sample(pool, rec, e, r, nt, end)?;
         }
         if finished {
-            running.retain(|&r| !pool.done(r));
+            running.retain(|&r| !hooks.done(pool, r));
         }
         books.end_step(pool.blocks_used(), plan.n_preempted, plan.n_admitted);
         t = end;

@@ -2,7 +2,8 @@
 //! ([`super::continuous::run`]): every step visits every running sequence (its slot check, its
 //! share of the step's totals, its sampling). Bench- and test-only: `benchmarks/` times the
 //! event-driven engine against it, and `tests/test_sim_events.py` checks the two agree bit for
-//! bit. The rules are those of `continuous.rs`'s module docs.
+//! bit. The rules are those of `continuous.rs`'s module docs, carried out by `step_rules.rs` on
+//! `continuous::ReqPool` (the event-driven loop's own per-step path runs the same code).
 //!
 //! # Speculative decoding (§8, milestone 4a)
 //!

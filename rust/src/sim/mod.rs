@@ -4,7 +4,9 @@
 //!
 //! One file per policy: [`batch1`] (one request at a time, FCFS) and [`static_batching`]
 //! (start a batch when `batch_size` wait or the oldest has waited `max_wait_s`, run it until its
-//! longest request ends).
+//! longest request ends), [`continuous`] and its per-step and prefix-caching loops. The rules of
+//! a continuous-batching step that visits every running request are written once, in
+//! `step_rules.rs`, for those three loops.
 //!
 //! # What a step costs: the context convention
 //!

@@ -70,7 +70,6 @@ pub struct DecodeCard<'p> {
     step: i64,
     t: f64,
     peak: i64,
-    n_started: i64,
 }
 
 impl<'p> DecodeCard<'p> {
@@ -90,7 +89,6 @@ impl<'p> DecodeCard<'p> {
             step: 0,
             t: 0.0,
             peak: 0,
-            n_started: 0,
         })
     }
 
@@ -163,10 +161,7 @@ impl<'p> DecodeCard<'p> {
                 s.c_of[r] = prompt[r] - s.step;
                 s.sum_c += s.c_of[r] as i128;
                 s.last.push(Reverse((s.step + output[r] - 2, r)));
-                let o = s.rec.out();
-                o.start_s[r] = s.t;
-                o.batch_id[r] = s.n_started;
-                s.n_started += 1;
+                s.rec.start(r, s.t);
             }
             s.peak = s.peak.max(s.kv.blocks_used());
             let shape = StepShape::decode(s.live, s.sum_c + s.live as i128 * s.step as i128, s.live);

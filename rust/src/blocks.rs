@@ -1026,6 +1026,14 @@ mod tests {
         v.to_vec()
     }
 
+    /// A seeded generator for the random tests: `rnd(n)` is a number in `0..n`.
+    fn rng(mut state: u64) -> impl FnMut(u64) -> u64 {
+        move |n| {
+            state = mix(state.wrapping_add(GOLDEN));
+            state % n
+        }
+    }
+
     #[test]
     fn key_is_pinned() {
         // The reference computes the same integers (tests/test_blocks_cases.py pins them too).
@@ -1188,11 +1196,7 @@ mod tests {
     /// A small deterministic soak: random ops, invariants after each.
     #[test]
     fn random_ops_keep_invariants() {
-        let mut state = 0x1234_5678_u64;
-        let mut rnd = move |n: u64| {
-            state = mix(state.wrapping_add(GOLDEN));
-            state % n
-        };
+        let mut rnd = rng(0x1234_5678_u64);
         for trial in 0..40 {
             let (nb, bs) = (1 + rnd(12) as i64, 1 + rnd(4) as i64);
             let mut a = match trial % 4 {
@@ -1238,11 +1242,7 @@ mod tests {
     /// `append_same(s, t, k)` is `k` appends of `t`: the same tables, queue, keys and counters.
     #[test]
     fn append_same_is_repeated_appends() {
-        let mut state = 0x5eed_u64;
-        let mut rnd = move |n: u64| {
-            state = mix(state.wrapping_add(GOLDEN));
-            state % n
-        };
+        let mut rnd = rng(0x5eed_u64);
         for trial in 0..200 {
             let (nb, bs) = (2 + rnd(12) as i64, 1 + rnd(5) as i64);
             let mut bulk = BlockAllocator::new(nb, bs, trial % 3 != 0).unwrap();
@@ -1278,11 +1278,7 @@ mod tests {
     /// first refusal with nothing changed by it; `free_many` as one `free` each.
     #[test]
     fn append_many_is_appends_in_order() {
-        let mut state = 0x9abc_def0_u64;
-        let mut rnd = move |n: u64| {
-            state = mix(state.wrapping_add(GOLDEN));
-            state % n
-        };
+        let mut rnd = rng(0x9abc_def0_u64);
         for trial in 0..60 {
             let (nb, bs) = (1 + rnd(16) as i64, 1 + rnd(4) as i64);
             let mut bulk = BlockAllocator::new(nb, bs, trial % 2 == 0).unwrap();

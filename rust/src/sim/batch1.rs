@@ -51,9 +51,8 @@ pub fn run(pricer: &Pricer, w: &Workload<'_>, admission: &mut dyn Admission, tra
     let mut free_at = 0.0f64; // when the GPU finishes the work accepted so far
     let mut accepted: Vec<usize> = Vec::with_capacity(n);
     let mut head = 0; // accepted[head..] are still in the system
-    // Counters cannot wrap (issue 13): `served` <= n requests (a usize held in memory), and a
-    // step's context `p + s - 1` < 2^25 since both are <= MAX_REQUEST_TOKENS (checked by Workload).
-    let mut served = 0i64;
+    // Counters cannot wrap (issue 13): the served requests (`batch_id`) are <= n (a usize held in
+    // memory), and a step's context `p + s - 1` < 2^25 since both are <= MAX_REQUEST_TOKENS.
     for i in 0..n {
         let now = w.arrival_s[i];
         while head < accepted.len() && rec.out().finish_s[accepted[head]] <= now {
@@ -83,12 +82,10 @@ pub fn run(pricer: &Pricer, w: &Workload<'_>, admission: &mut dyn Admission, tra
         for s in 1..l {
             t = rec.step(t, StepShape::decode(1, (p + s - 1) as i128, 1));
         }
+        rec.start(i, start); // batch_id: its rank among the served requests
         let o = rec.out();
-        o.start_s[i] = start;
         o.first_token_s[i] = first;
         o.finish_s[i] = t;
-        o.batch_id[i] = served;
-        served += 1;
         free_at = t;
     }
     rec.finish()

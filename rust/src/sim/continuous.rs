@@ -67,6 +67,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+use super::step_rules::{admit, batch_shape, counter_overflow, nothing_scheduled, plan_step, Books, Entry, StepPool};
 use super::{Recorder, SimOutput, StepShape, Workload};
 use crate::blocks::{MAX_BLOCK_SIZE, MAX_NUM_BLOCKS};
 use crate::cost::Pricer;
@@ -206,6 +207,7 @@ pub(crate) fn arrive(
 /// (it holds `held` slots); adds them to the step's integer totals and, when kept, to the
 /// batch log. A prefilling entry that reaches `held` ends its (re)prefill: it samples a token.
 #[allow(clippy::too_many_arguments)]
+#[inline]
 pub(crate) fn add_entry(
     shape: &mut StepShape,
     log: Option<&mut BatchLog>,
@@ -268,10 +270,10 @@ pub struct ContinuousOutput {
 }
 
 /// Where a request is (one byte per request).
-const WAITING: u8 = 0; // not arrived yet, waiting, preempted or rejected
+pub(crate) const WAITING: u8 = 0; // not arrived yet, waiting, preempted or rejected
 const PREFILLING: u8 = 1; // running, some of its tokens not computed yet
 const DECODING: u8 = 2; // running, all its tokens computed: it decodes one token a step
-const DONE: u8 = 3;
+pub(crate) const DONE: u8 = 3;
 
 /// The state of one request, 16 bytes (the run's memory stays linear and small).
 ///
@@ -281,12 +283,12 @@ const DONE: u8 = 3;
 /// `held == computed` and `generated == computed + 1 - prompt` (every token but the last
 /// sampled one is computed), so neither needs storing.
 #[derive(Debug, Clone, Copy, Default)]
-struct Req {
-    c: i64,
+pub(crate) struct Req {
+    pub(crate) c: i64,
     /// token slots the pool holds for it (0 while waiting; unused while decoding)
-    held: i32,
+    pub(crate) held: i32,
     /// output tokens sampled so far (unused while decoding)
-    generated: i32,
+    pub(crate) generated: i32,
 }
 
 /// The decoding requests, by their aggregates: what a step of them costs and which events
@@ -386,10 +388,7 @@ pub fn run(
 pub struct Card<'p> {
     params: ContinuousParams,
     rec: Recorder<'p>,
-    reject_code: Vec<i8>,
-    n_preemptions: Vec<i64>,
-    extra: Option<StepExtra>,
-    log: Option<BatchLog>,
+    books: Books,
     req: Vec<Req>,
     state: Vec<u8>,
     kv: KvCounts,
@@ -401,11 +400,8 @@ pub struct Card<'p> {
     /// (request, new tokens, context) of the step's prefill pieces
     pieces: Vec<(usize, i64, i64)>,
     scratch: Scratch,
-    preemptions: u64,
-    peak_blocks: i64,
     /// first request not arrived yet
     next: usize,
-    n_started: i64,
     /// steps run so far
     step: i64,
     /// the clock: when the next step may start
@@ -421,10 +417,7 @@ impl<'p> Card<'p> {
         Ok(Card {
             params: *params,
             rec: Recorder::new(pricer, n, trace),
-            reject_code: vec![REJECT_NONE; n],
-            n_preemptions: vec![0; n],
-            extra: trace.then(StepExtra::default),
-            log: batch_log.then(|| BatchLog { offsets: vec![0], ..Default::default() }),
+            books: Books::new(n, trace, batch_log),
             req: vec![Req::default(); n],
             state: vec![WAITING; n],
             kv: KvCounts::new(params.num_blocks, params.block_size),
@@ -433,10 +426,7 @@ impl<'p> Card<'p> {
             prefilling: Vec::new(),
             pieces: Vec::new(),
             scratch: Scratch::default(),
-            preemptions: 0,
-            peak_blocks: 0,
             next: 0,
-            n_started: 0,
             step: 0,
             t: 0.0,
         })
@@ -465,8 +455,7 @@ impl<'p> Card<'p> {
         if n > self.state.len() {
             check_count(n)?;
             self.rec.grow(n);
-            self.reject_code.resize(n, REJECT_NONE);
-            self.n_preemptions.resize(n, 0);
+            self.books.grow(n);
             self.req.resize(n, Req::default());
             self.state.resize(n, WAITING);
         }
@@ -474,10 +463,7 @@ impl<'p> Card<'p> {
         let Card {
             params,
             rec,
-            reject_code,
-            n_preemptions,
-            extra,
-            log,
+            books,
             req,
             state,
             kv,
@@ -490,10 +476,9 @@ impl<'p> Card<'p> {
         } = self;
         let params = &*params;
         // the counters live in locals while the loop runs (registers, not memory)
-        let (mut preemptions, mut peak_blocks) = (self.preemptions, self.peak_blocks);
-        let (mut next, mut n_started, mut step, mut t) = (self.next, self.n_started, self.step, self.t);
+        let (mut next, mut step, mut t) = (self.next, self.step, self.t);
         loop {
-            arrive(params, w, t, &mut next, waiting, reject_code, rec); // rule 1
+            arrive(params, w, t, &mut next, waiting, &mut books.reject_code, rec); // rule 1
             if waiting.is_empty() && dec.live == 0 && prefilling.is_empty() {
                 if next == n {
                     break; // done, unless more requests come
@@ -514,27 +499,17 @@ impl<'p> Card<'p> {
                 // it, so at most `max_num_batched_tokens` run; the test is a guard.)
                 let mut ctx = SlowStep {
                     params,
-                    pl,
                     ol,
                     rec: &mut *rec,
-                    req: &mut *req,
-                    state: &mut *state,
-                    kv: &mut *kv,
+                    pool: ReqPool { pl, req: &mut *req, state: &mut *state, kv: &mut *kv },
                     waiting: &mut *waiting,
                     dec: &mut *dec,
                     prefilling: &mut *prefilling,
-                    n_preemptions: &mut *n_preemptions,
-                    log: log.as_mut(),
+                    books: &mut *books,
                     scratch: &mut *scratch,
                 };
-                let (end, n_preempted, n_admitted) = ctx.run(t, step, &mut n_started)?;
-                preemptions = preemptions.checked_add(n_preempted as u64).ok_or_else(counter_overflow)?;
-                peak_blocks = peak_blocks.max(kv.blocks_used());
-                if let Some(x) = extra.as_mut() {
-                    x.kv_blocks.push(kv.blocks_used());
-                    x.n_preempted.push(n_preempted);
-                    x.n_admitted.push(n_admitted);
-                }
+                let (end, n_preempted, n_admitted) = ctx.run(t, step)?;
+                books.end_step(kv.blocks_used(), n_preempted, n_admitted);
                 step = step.checked_add(1).ok_or_else(counter_overflow)?;
                 t = end;
                 continue;
@@ -553,7 +528,7 @@ impl<'p> Card<'p> {
                 n_prefill: 0,
                 n_decode: dec.live,
             };
-            if let Some(l) = log.as_mut() {
+            if let Some(l) = books.log.as_mut() {
                 for &r in &dec.order {
                     if state[r as usize] == DECODING {
                         l.request_id.push(r as i64);
@@ -573,46 +548,22 @@ impl<'p> Card<'p> {
                 pieces.push((r, nt, s.c));
                 left -= nt;
             }
-            // rule 4: admission (nobody was preempted)
-            let mut n_admitted = 0i64;
-            while left > 0 && dec.live + (prefilling.len() as i64) < params.max_num_seqs {
-                let Some(&r) = waiting.front() else { break };
-                let tokens = pl[r] + req[r].generated as i64;
-                if !params.chunked_prefill && tokens > left {
-                    break;
-                }
-                if !kv.allocate(tokens) {
-                    break;
-                }
-                waiting.pop_front();
-                prefilling.push(r);
-                state[r] = PREFILLING;
-                req[r].held = tokens as i32; // <= prompt + output (both <= MAX_REQUEST_TOKENS)
-                req[r].c = 0;
-                let o = rec.out();
-                if o.start_s[r].is_nan() {
-                    o.start_s[r] = t;
-                    o.batch_id[r] = n_started;
-                    n_started += 1;
-                }
-                let nt = if params.chunked_prefill { tokens.min(left) } else { tokens };
-                pieces.push((r, nt, 0));
-                n_admitted += 1;
-                left -= nt;
+            // rule 4: admission (nobody was preempted); most steps have nobody waiting
+            let mut n_admitted = 0;
+            if !waiting.is_empty() {
+                let mut pool = ReqPool { pl, req: &mut *req, state: &mut *state, kv: &mut *kv };
+                let piece = |r, nt| pieces.push((r, nt, 0));
+                n_admitted = admit(&mut pool, params, dec.live, prefilling, waiting, &mut left, rec, t, piece)?;
             }
             if shape.seqs == 0 && pieces.is_empty() {
-                return Err(CoreError::invalid(format!(
-                    "internal error: at t={t} work is left but nothing could be scheduled"
-                )));
+                return Err(nothing_scheduled(t));
             }
 
             // rule 5: the step's shape (integer totals, as the per-step loop sums them) and price
             for &(r, nt, c) in pieces.iter() {
-                add_entry(&mut shape, log.as_mut(), r, nt, c, req[r].held as i64, false);
+                add_entry(&mut shape, books.log.as_mut(), r, nt, c, req[r].held as i64, false);
             }
-            if let Some(l) = log.as_mut() {
-                l.offsets.push(l.request_id.len() as i64);
-            }
+            books.end_batch();
             let end = rec.step(t, shape);
 
             // rule 6, decoding requests: those whose last token this step samples leave
@@ -640,7 +591,7 @@ impl<'p> Card<'p> {
                     break;
                 }
                 completed += 1;
-                if !sample_token(rec, kv, s, &mut state[r], r, ol[r], end) {
+                if !sample_token(rec, kv, s, &mut state[r], r, 1, ol[r], end) {
                     state[r] = DECODING;
                     dec.push(r, s, pl[r], ol[r], step);
                 }
@@ -649,51 +600,34 @@ impl<'p> Card<'p> {
             if dec.order.len() > 2 * dec.live as usize + 64 {
                 dec.order.retain(|&r| state[r as usize] == DECODING);
             }
-            peak_blocks = peak_blocks.max(kv.blocks_used());
-            if let Some(x) = extra.as_mut() {
-                x.kv_blocks.push(kv.blocks_used());
-                x.n_preempted.push(0);
-                x.n_admitted.push(n_admitted);
-            }
+            books.end_step(kv.blocks_used(), 0, n_admitted);
             t = end;
         }
-        (self.preemptions, self.peak_blocks) = (preemptions, peak_blocks);
-        (self.next, self.n_started, self.step, self.t) = (next, n_started, step, t);
+        (self.next, self.step, self.t) = (next, step, t);
         Ok(())
     }
 
     /// The run so far (after `advance(.., f64::INFINITY)`: the whole run).
     pub fn finish(self) -> ContinuousOutput {
-        ContinuousOutput {
-            sim: self.rec.finish(),
-            reject_code: self.reject_code,
-            n_preemptions: self.n_preemptions,
-            preemptions: self.preemptions,
-            trace_extra: self.extra,
-            peak_kv_blocks: self.peak_blocks,
-            batch_log: self.log,
-        }
+        self.books.finish(self.rec)
     }
 }
 
-/// Rule 6 for request `r`, all of whose tokens are computed at `end`: it samples one (the first
-/// sets `first_token_s`); the last (`output` of them) finishes it and frees its blocks. Returns
-/// whether it finished.
+/// Rule 6 for request `r`, all of whose tokens are computed at `end`: it samples `sampled` (1,
+/// or more with speculation; the first sets `first_token_s`); the last (`output` of them)
+/// finishes it and frees its blocks. Returns whether it finished.
+#[allow(clippy::too_many_arguments)]
 #[inline]
-fn sample_token(rec: &mut Recorder<'_>, kv: &mut KvCounts, s: &mut Req, state: &mut u8, r: usize, output: i64, end: f64) -> bool {
-    s.generated += 1;
-    let o = rec.out();
-    if o.first_token_s[r].is_nan() {
-        o.first_token_s[r] = end;
+fn sample_token(rec: &mut Recorder<'_>, kv: &mut KvCounts, s: &mut Req, state: &mut u8, r: usize, sampled: i64, output: i64, end: f64) -> bool {
+    s.generated += sampled as i32; // <= output
+    let last = s.generated as i64 == output;
+    rec.sampled(r, end, last);
+    if last {
+        kv.free(s.held as i64);
+        s.held = 0;
+        *state = DONE;
     }
-    if s.generated as i64 != output {
-        return false;
-    }
-    kv.free(s.held as i64);
-    s.held = 0;
-    *state = DONE;
-    rec.set_finish(r, end);
-    true
+    last
 }
 
 /// Requests are kept as u32 indices (and counted in u32 per block residue).
@@ -707,146 +641,127 @@ fn check_count(n: usize) -> CoreResult<()> {
     Ok(())
 }
 
-fn counter_overflow() -> CoreError {
-    CoreError::invalid(format!(
-        "the run is too long: a step or preemption counter would pass {} (split the workload)",
-        i64::MAX
-    ))
-}
-
 /// Buffers of the per-step path, kept between its (rare) steps.
 #[derive(Default)]
 struct Scratch {
     running: Vec<usize>,
-    /// (request, new tokens, decoding?) in batch order
-    batch: Vec<(usize, i64, bool)>,
+    batch: Vec<Entry>,
+}
+
+/// The requests and pool as the per-step rules (`step_rules.rs`) see them, for
+/// `continuous_per_step.rs` and this file's per-step path: `c` is the computed tokens of a
+/// request (the per-step path turns the decoders' offsets back first).
+pub(crate) struct ReqPool<'a> {
+    pub(crate) pl: &'a [i64],
+    pub(crate) req: &'a mut [Req],
+    pub(crate) state: &'a mut [u8],
+    pub(crate) kv: &'a mut KvCounts,
+}
+
+impl ReqPool<'_> {
+    /// Rule 6 for request `r`, which computed `nt` tokens in the step ending at `end`: once all
+    /// its tokens are computed, it samples `sampled` ([`sample_token`]). Returns whether it
+    /// finished.
+    #[inline]
+    pub(crate) fn compute(&mut self, rec: &mut Recorder<'_>, r: usize, nt: i64, sampled: i64, output: i64, end: f64) -> bool {
+        let s = &mut self.req[r];
+        s.c += nt;
+        s.c >= s.held as i64 && sample_token(rec, self.kv, s, &mut self.state[r], r, sampled, output, end)
+    }
+}
+
+impl StepPool for ReqPool<'_> {
+    #[inline]
+    fn counts(&self, r: usize) -> (i64, i64) {
+        (self.req[r].c, self.req[r].held as i64)
+    }
+
+    #[inline]
+    fn must_preempt(&self, r: usize) -> bool {
+        !self.kv.can_append(self.req[r].held as i64)
+    }
+
+    #[inline]
+    fn append(&mut self, r: usize) -> CoreResult<()> {
+        self.kv.append(self.req[r].held as i64);
+        self.req[r].held += 1;
+        Ok(())
+    }
+
+    #[inline]
+    fn preempt(&mut self, r: usize) -> CoreResult<()> {
+        self.kv.free(self.req[r].held as i64);
+        self.req[r].c = 0;
+        self.req[r].held = 0;
+        self.state[r] = WAITING;
+        Ok(())
+    }
+
+    #[inline]
+    fn tokens(&self, r: usize) -> i64 {
+        self.pl[r] + self.req[r].generated as i64
+    }
+
+    #[inline]
+    fn allocate(&mut self, r: usize, tokens: i64) -> CoreResult<Option<i64>> {
+        if !self.kv.allocate(tokens) {
+            return Ok(None);
+        }
+        self.state[r] = PREFILLING;
+        self.req[r].held = tokens as i32; // <= prompt + output (both <= MAX_REQUEST_TOKENS)
+        self.req[r].c = 0;
+        Ok(Some(0))
+    }
+
+    #[inline]
+    fn blocks_used(&self) -> i64 {
+        self.kv.blocks_used()
+    }
 }
 
 /// One step the per-step way (rules 2-6 visiting every running request), for the steps the
 /// aggregates cannot take: it turns the decoding requests' offsets back into counts, runs the
-/// step exactly as `continuous_per_step.rs` does, and rebuilds the aggregates.
+/// step with the rules of `step_rules.rs` (as `continuous_per_step.rs` does), and rebuilds the
+/// aggregates.
 struct SlowStep<'a, 'b> {
     params: &'a ContinuousParams,
-    pl: &'a [i64],
     ol: &'a [i64],
     rec: &'a mut Recorder<'b>,
-    req: &'a mut [Req],
-    state: &'a mut [u8],
-    kv: &'a mut KvCounts,
+    pool: ReqPool<'a>,
     waiting: &'a mut VecDeque<usize>,
     dec: &'a mut Decoders,
     prefilling: &'a mut Vec<usize>,
-    n_preemptions: &'a mut [i64],
-    log: Option<&'a mut BatchLog>,
+    books: &'a mut Books,
     scratch: &'a mut Scratch,
 }
 
 impl SlowStep<'_, '_> {
-    /// Returns (end of the step, requests preempted, requests admitted).
-    fn run(&mut self, t: f64, step: i64, n_started: &mut i64) -> CoreResult<(f64, i64, i64)> {
-        let (params, pl, ol) = (self.params, self.pl, self.ol);
-        let req = &mut *self.req;
-        let state = &mut *self.state;
-        let kv = &mut *self.kv;
+    /// Returns (end of the step, requests preempted, requests admitted). Kept out of line: a
+    /// rare step must not crowd the fast path's registers.
+    #[inline(never)]
+    fn run(&mut self, t: f64, step: i64) -> CoreResult<(f64, i64, i64)> {
+        let (params, pl, ol) = (self.params, self.pool.pl, self.ol);
         let Scratch { running, batch } = &mut *self.scratch;
         running.clear();
         for &r in &self.dec.order {
             let r = r as usize;
-            if state[r] == DECODING {
-                let computed = req[r].c + step;
-                req[r] = Req { c: computed, held: computed as i32, generated: (computed + 1 - pl[r]) as i32 };
+            if self.pool.state[r] == DECODING {
+                let computed = self.pool.req[r].c + step;
+                self.pool.req[r] = Req { c: computed, held: computed as i32, generated: (computed + 1 - pl[r]) as i32 };
                 running.push(r);
             }
         }
         running.extend(self.prefilling.drain(..));
         self.dec.clear();
 
-        // rules 2-3 (as in continuous_per_step.rs)
-        batch.clear();
-        let mut budget = params.max_num_batched_tokens;
-        let (mut n_preempted, mut n_admitted) = (0i64, 0i64);
-        let mut i = 0;
-        'running: while i < running.len() && budget > 0 {
-            let r = running[i];
-            let decoding = req[r].c == req[r].held as i64;
-            let nt = if !decoding {
-                (req[r].held as i64 - req[r].c).min(budget)
-            } else {
-                while !kv.can_append(req[r].held as i64) {
-                    let victim = running.pop().expect("r itself is running");
-                    kv.free(req[victim].held as i64);
-                    req[victim].c = 0;
-                    req[victim].held = 0;
-                    state[victim] = WAITING;
-                    self.n_preemptions[victim] =
-                        self.n_preemptions[victim].checked_add(1).ok_or_else(counter_overflow)?;
-                    self.waiting.push_front(victim);
-                    n_preempted += 1;
-                    if victim == r {
-                        break 'running;
-                    }
-                }
-                kv.append(req[r].held as i64);
-                req[r].held += 1;
-                1
-            };
-            batch.push((r, nt, decoding));
-            budget -= nt;
-            i += 1;
-        }
-        // rule 4 (see continuous_per_step.rs on why it waits for a step without preemption)
-        if n_preempted == 0 {
-            while budget > 0 && (running.len() as i64) < params.max_num_seqs {
-                let Some(&r) = self.waiting.front() else { break };
-                let tokens = pl[r] + req[r].generated as i64;
-                if !params.chunked_prefill && tokens > budget {
-                    break;
-                }
-                if !kv.allocate(tokens) {
-                    break;
-                }
-                self.waiting.pop_front();
-                running.push(r);
-                state[r] = PREFILLING;
-                req[r].held = tokens as i32;
-                req[r].c = 0;
-                let o = self.rec.out();
-                if o.start_s[r].is_nan() {
-                    o.start_s[r] = t;
-                    o.batch_id[r] = *n_started;
-                    *n_started += 1;
-                }
-                let nt = if params.chunked_prefill { tokens.min(budget) } else { tokens };
-                batch.push((r, nt, false));
-                n_admitted += 1;
-                budget -= nt;
-            }
-        }
-        if batch.is_empty() {
-            return Err(CoreError::invalid(format!(
-                "internal error: at t={t} work is left but nothing could be scheduled"
-            )));
-        }
-
-        // rule 5
-        let mut shape = StepShape::default();
-        for &(r, nt, decoding) in batch.iter() {
-            add_entry(&mut shape, self.log.as_deref_mut(), r, nt, req[r].c, req[r].held as i64, decoding);
-        }
-        if let Some(l) = self.log.as_mut() {
-            l.offsets.push(l.request_id.len() as i64);
-        }
+        let plan = plan_step(&mut self.pool, params, running, self.waiting, batch, self.books, self.rec, t)?; // rules 2-4
+        let shape = batch_shape(&self.pool, batch, self.books); // rule 5
         let end = self.rec.step(t, shape);
 
-        // rule 6
         for &(r, nt, _) in batch.iter() {
-            let s = &mut req[r];
-            s.c += nt;
-            if s.c < s.held as i64 {
-                continue;
-            }
-            sample_token(self.rec, kv, s, &mut state[r], r, ol[r], end);
+            self.pool.compute(self.rec, r, nt, 1, ol[r], end); // rule 6
         }
+        let ReqPool { req, state, .. } = &mut self.pool;
 
         // back to aggregates: the decoding requests first, the prefilling ones after (a request
         // is only admitted once every older one is decoding or ends its prefill in that step:
@@ -866,7 +781,7 @@ impl SlowStep<'_, '_> {
                 _ => self.prefilling.push(r),
             }
         }
-        Ok((end, n_preempted, n_admitted))
+        Ok((end, plan.n_preempted, plan.n_admitted))
     }
 }
 
@@ -874,29 +789,11 @@ impl SlowStep<'_, '_> {
 mod tests {
     use super::*;
     use crate::blocks::BlockAllocator;
-    use crate::sim::test_util::{price, pricer, rng};
-
-    fn params(seqs: i64, budget: i64, bs: i64, blocks: i64, chunked: bool) -> ContinuousParams {
-        ContinuousParams {
-            max_num_seqs: seqs,
-            max_num_batched_tokens: budget,
-            block_size: bs,
-            num_blocks: blocks,
-            chunked_prefill: chunked,
-        }
-    }
+    use crate::sim::test_util::{params, price, pricer, random_requests, rng, steps, with_batch1};
 
     fn go(a: &[f64], p: &[i64], l: &[i64], prm: ContinuousParams) -> ContinuousOutput {
         let w = Workload::new(a, p, l).unwrap();
         run(&pricer(), &w, &prm, true, true).unwrap()
-    }
-
-    fn steps(o: &ContinuousOutput) -> Vec<Vec<(i64, i64, i64)>> {
-        let l = o.batch_log.as_ref().unwrap();
-        l.offsets
-            .windows(2)
-            .map(|w| (w[0] as usize..w[1] as usize).map(|k| (l.request_id[k], l.new_tokens[k], l.context_len[k])).collect())
-            .collect()
     }
 
     /// Two requests by hand: r1 arrives while r0 decodes and joins the running batch at once.
@@ -1054,15 +951,7 @@ mod tests {
     /// A small pseudo-random workload and card that hit every rare path: tight pools
     /// (preemption), budgets below the seat count, chunked prefill, block sizes of 1.
     fn random_case(rnd: &mut impl FnMut(u64) -> u64) -> (Vec<f64>, Vec<i64>, Vec<i64>, ContinuousParams) {
-        let n = 1 + rnd(40) as usize;
-        let mut t = 0.0;
-        let mut a = Vec::new();
-        for _ in 0..n {
-            t += rnd(4) as f64 * 0.003;
-            a.push(t);
-        }
-        let p: Vec<i64> = (0..n).map(|_| 1 + rnd(60) as i64).collect();
-        let l: Vec<i64> = (0..n).map(|_| 1 + rnd(40) as i64).collect();
+        let (a, p, l) = random_requests(rnd, 40, (4, 0.003), 60, (1, 40));
         let prm = params(1 + rnd(12) as i64, 1 + rnd(90) as i64, 1 + rnd(8) as i64, 1 + rnd(40) as i64, rnd(2) == 0);
         (a, p, l, prm)
     }
@@ -1153,16 +1042,11 @@ mod tests {
     /// Seats: with max_num_seqs = 1 continuous batching is batch 1 FCFS.
     #[test]
     fn one_seat_is_batch1() {
-        use crate::sim::batch1::{self, AcceptAll};
-        let a = [0.0, 0.1, 0.1, 3.0, 3.5];
-        let p = [300, 7, 1, 4096, 12];
-        let l = [20, 1, 500, 3, 9];
-        let w = Workload::new(&a, &p, &l).unwrap();
-        let want = batch1::run(&pricer(), &w, &mut AcceptAll, true);
-        let got = run(&pricer(), &w, &params(1, 1 << 20, 16, 1 << 16, false), true, false).unwrap();
-        assert_eq!(got.sim.start_s, want.start_s);
-        assert_eq!(got.sim.first_token_s, want.first_token_s);
-        assert_eq!(got.sim.finish_s, want.finish_s);
-        assert_eq!(got.sim.busy_s, want.busy_s);
+        let (got, want) = with_batch1(|w| run(&pricer(), w, &params(1, 1 << 20, 16, 1 << 16, false), true, false).unwrap().sim);
+        assert_eq!(got.start_s, want.start_s);
+        assert_eq!(got.first_token_s, want.first_token_s);
+        assert_eq!(got.finish_s, want.finish_s);
+        assert_eq!(got.busy_s, want.busy_s);
+        assert_eq!(got.batch_id, want.batch_id);
     }
 }

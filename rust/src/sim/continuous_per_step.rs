@@ -2,7 +2,8 @@
 //! ([`super::continuous::run`]): every step visits every running sequence (its slot check, its
 //! share of the step's totals, its sampling). Bench- and test-only: `benchmarks/` times the
 //! event-driven engine against it, and `tests/test_sim_events.py` checks the two agree bit for
-//! bit. The rules are those of `continuous.rs`'s module docs.
+//! bit. The rules are those of `continuous.rs`'s module docs, carried out by `step_rules.rs` on
+//! `continuous::ReqPool` (the event-driven loop's own per-step path runs the same code).
 //!
 //! # Speculative decoding (§8, milestone 4a)
 //!
@@ -17,97 +18,11 @@
 //! steps as batched decode steps of the draft model at contexts `c, c + 1, ..` (the engine's
 //! `draft_cost_s`). Kept guesses take their slots after the step, as in the engine.
 
-use std::collections::VecDeque;
-
-use super::continuous::{add_entry, arrive, BatchLog, ContinuousOutput, ContinuousParams, KvCounts, StepExtra, REJECT_NONE};
+use super::continuous::{ContinuousOutput, ContinuousParams, KvCounts, Req, ReqPool, DONE, WAITING};
+use super::step_rules::{run_steps, Books, Entry, StepHooks};
 use super::{price_shape, Recorder, StepShape, Workload};
 use crate::cost::{fmt_f64, Pricer};
 use crate::error::{CoreError, CoreResult};
-
-/// What the per-step loops (this file's and `continuous_prefix.rs`) record beside the clock:
-/// rejections, preemptions, the trace's extra columns, the batch log, the peak of blocks used,
-/// and the rank of each request's first admission.
-pub(crate) struct Books {
-    pub(crate) reject_code: Vec<i8>,
-    n_preemptions: Vec<i64>,
-    preemptions: u64,
-    extra: Option<StepExtra>,
-    pub(crate) log: Option<BatchLog>,
-    peak_blocks: i64,
-    n_started: i64,
-}
-
-impl Books {
-    pub(crate) fn new(n: usize, trace: bool, batch_log: bool) -> Self {
-        Books {
-            reject_code: vec![REJECT_NONE; n],
-            n_preemptions: vec![0; n],
-            preemptions: 0,
-            extra: trace.then(StepExtra::default),
-            log: batch_log.then(|| BatchLog { offsets: vec![0], ..Default::default() }),
-            peak_blocks: 0,
-            n_started: 0,
-        }
-    }
-
-    /// Rule 3 preempted request `r`.
-    pub(crate) fn preempted(&mut self, r: usize) {
-        self.n_preemptions[r] += 1;
-        self.preemptions += 1;
-    }
-
-    /// Rule 4 admitted request `r` at `t`: a recompute keeps its first start, and `batch_id`
-    /// is the rank of first admission.
-    pub(crate) fn admitted(&mut self, rec: &mut Recorder<'_>, r: usize, t: f64) {
-        let o = rec.out();
-        if o.start_s[r].is_nan() {
-            o.start_s[r] = t;
-            o.batch_id[r] = self.n_started;
-            self.n_started += 1;
-        }
-    }
-
-    /// Closes the batch log's row of this step.
-    pub(crate) fn end_batch(&mut self) {
-        if let Some(l) = self.log.as_mut() {
-            l.offsets.push(l.request_id.len() as i64);
-        }
-    }
-
-    /// The step is over: `blocks_used` now, and how many it preempted and admitted.
-    pub(crate) fn end_step(&mut self, blocks_used: i64, n_preempted: i64, n_admitted: i64) {
-        self.peak_blocks = self.peak_blocks.max(blocks_used);
-        if let Some(x) = self.extra.as_mut() {
-            x.kv_blocks.push(blocks_used);
-            x.n_preempted.push(n_preempted);
-            x.n_admitted.push(n_admitted);
-        }
-    }
-
-    pub(crate) fn finish(self, rec: Recorder<'_>) -> ContinuousOutput {
-        ContinuousOutput {
-            sim: rec.finish(),
-            reject_code: self.reject_code,
-            n_preemptions: self.n_preemptions,
-            preemptions: self.preemptions,
-            trace_extra: self.extra,
-            peak_kv_blocks: self.peak_blocks,
-            batch_log: self.log,
-        }
-    }
-}
-
-/// The live state of one request (one per request: memory stays linear).
-#[derive(Debug, Clone, Copy, Default)]
-struct Live {
-    /// prompt plus the tokens generated so far
-    tokens: i64,
-    /// tokens whose KV is in the pool
-    computed: i64,
-    /// token slots the pool holds for it (0 while waiting)
-    held: i64,
-    generated: i64,
-}
 
 /// The speculative option (see the module docs).
 #[derive(Clone, Copy)]
@@ -202,147 +117,60 @@ fn run_loop(
 ) -> CoreResult<(ContinuousOutput, Option<SpecOutput>)> {
     params.validate()?;
     let n = w.len();
-    let (a, pl, ol) = (w.arrival_s, w.prompt_len, w.output_len);
     let mut rec = Recorder::new(pricer, n, trace);
     let mut books = Books::new(n, trace, batch_log);
-    let mut live: Vec<Live> = pl.iter().map(|&p| Live { tokens: p, ..Default::default() }).collect();
+    let (mut req, mut state) = (vec![Req::default(); n], vec![WAITING; n]);
     let mut kv = KvCounts::new(params.num_blocks, params.block_size);
-    let mut waiting: VecDeque<usize> = VecDeque::new();
-    let mut running: Vec<usize> = Vec::new();
-    // (request, new tokens, decoding?) in batch order
-    let mut batch: Vec<(usize, i64, bool)> = Vec::new();
-    // per batch entry with speculation: (guesses, kept)
-    let mut guessed: Vec<(i64, i64)> = Vec::new();
-    let mut so = spec.map(|_| SpecOutput {
-        spec_proposed: vec![0; n],
-        spec_accepted: vec![0; n],
-        spec_steps: vec![0; n],
-        draft_busy_s: 0.0,
-    });
-    let mut next = 0; // first request not arrived yet
-    let mut t = 0.0f64;
-    loop {
-        arrive(params, w, t, &mut next, &mut waiting, &mut books.reject_code, &mut rec); // rule 1
-        if waiting.is_empty() && running.is_empty() {
-            if next == n {
-                break;
-            }
-            t = a[next]; // idle: jump to the next arrival
-            continue;
-        }
+    let mut pool = ReqPool { pl: w.prompt_len, req: &mut req, state: &mut state, kv: &mut kv };
+    let mut hooks = PerStep {
+        params,
+        ol: w.output_len,
+        spec: spec.map(|sp| {
+            let so = SpecOutput { spec_proposed: vec![0; n], spec_accepted: vec![0; n], spec_steps: vec![0; n], draft_busy_s: 0.0 };
+            (sp, so)
+        }),
+        guessed: Vec::new(),
+    };
+    run_steps(&mut pool, &mut hooks, params, w, &mut rec, &mut books)?;
+    Ok((books.finish(rec), hooks.spec.map(|(_, so)| so)))
+}
 
-        // rules 2-3: running requests, oldest admitted first
-        batch.clear();
-        let mut budget = params.max_num_batched_tokens;
-        let (mut n_preempted, mut n_admitted) = (0i64, 0i64);
-        let mut i = 0;
-        'running: while i < running.len() && budget > 0 {
-            let r = running[i];
-            let decoding = live[r].computed == live[r].held;
-            let nt = if !decoding {
-                (live[r].held - live[r].computed).min(budget) // a chunk of the prompt
-            } else {
-                while !kv.can_append(live[r].held) {
-                    let victim = running.pop().expect("r itself is running");
-                    kv.free(live[victim].held);
-                    live[victim].computed = 0;
-                    live[victim].held = 0;
-                    books.preempted(victim);
-                    waiting.push_front(victim);
-                    n_preempted += 1;
-                    if victim == r {
-                        break 'running;
-                    }
-                }
-                kv.append(live[r].held);
-                live[r].held += 1;
-                1
-            };
-            batch.push((r, nt, decoding));
-            budget -= nt;
-            i += 1;
-        }
+/// This loop's own part (the rules and the pool are [`ReqPool`]'s): speculation.
+struct PerStep<'a, 's> {
+    params: &'a ContinuousParams,
+    ol: &'a [i64],
+    spec: Option<(&'a Speculation<'s>, SpecOutput)>,
+    /// per batch entry with speculation: (guesses, kept)
+    guessed: Vec<(i64, i64)>,
+}
 
-        // rule 4: admission, only in a step that preempted nobody. Without prefix caching the
-        // guard never changes a batch: the front of the queue is then the last victim, the pool
-        // had no free block before it was preempted, and the request it made room for took one
-        // of the blocks it gave back, so it cannot fit anyway. Kept for the engine's rules
-        // (with prefix caching a hit could make it fit); tests/test_sim_continuous.py shows it.
-        if n_preempted == 0 {
-            while budget > 0 && (running.len() as i64) < params.max_num_seqs {
-                let Some(&r) = waiting.front() else { break };
-                let tokens = live[r].tokens;
-                if !params.chunked_prefill && tokens > budget {
-                    break;
-                }
-                if !kv.allocate(tokens) {
-                    break;
-                }
-                waiting.pop_front();
-                running.push(r);
-                live[r].held = tokens;
-                live[r].computed = 0;
-                books.admitted(&mut rec, r, t);
-                let nt = if params.chunked_prefill { tokens.min(budget) } else { tokens };
-                batch.push((r, nt, false));
-                n_admitted += 1;
-                budget -= nt;
-            }
+impl<'p> StepHooks<ReqPool<'p>> for PerStep<'_, '_> {
+    fn extra_s(&mut self, pool: &mut ReqPool<'p>, batch: &mut [Entry], budget: i64) -> f64 {
+        match self.spec.as_mut() {
+            Some((sp, so)) => speculate(sp, self.params, pool, self.ol, budget, batch, &mut self.guessed, so),
+            None => 0.0,
         }
-        let mut draft_s = 0.0;
-        if let (Some(sp), Some(so)) = (spec, so.as_mut()) {
-            draft_s = speculate(sp, params, &kv, &live, ol, budget, &mut batch, &mut guessed, so);
-        }
-        if batch.is_empty() {
-            // rules 1-4 rule this out (see the engine's docstring); an error, never a hang
-            return Err(CoreError::invalid(format!(
-                "internal error: at t={t} work is left but nothing could be scheduled"
-            )));
-        }
-
-        // rule 5: the step's shape and price
-        let mut shape = StepShape::default();
-        for &(r, nt, decoding) in &batch {
-            add_entry(&mut shape, books.log.as_mut(), r, nt, live[r].computed, live[r].held, decoding);
-        }
-        books.end_batch();
-        let end = if draft_s > 0.0 { rec.step_plus(t, shape, draft_s) } else { rec.step(t, shape) };
-
-        // rule 6: sampling and leaving
-        let mut finished = false;
-        for (e, &(r, nt, _)) in batch.iter().enumerate() {
-            let s = &mut live[r];
-            // kept guesses: their slots now (reserved by `speculate`), their KV computed
-            let kept = guessed.get(e).map_or(0, |&(g, kept)| {
-                kv.take(blocks_for(s.held + kept, params.block_size) - blocks_for(s.held, params.block_size));
-                s.held += kept;
-                s.computed -= g - kept;
-                kept
-            });
-            s.computed += nt;
-            if s.computed < s.held {
-                continue; // a chunk that is not the prompt's last
-            }
-            s.generated += 1 + kept;
-            s.tokens += 1 + kept;
-            let o = rec.out();
-            if o.first_token_s[r].is_nan() {
-                o.first_token_s[r] = end;
-            }
-            if s.generated == ol[r] {
-                o.finish_s[r] = end;
-                kv.free(s.held);
-                s.held = 0;
-                finished = true;
-            }
-        }
-        if finished {
-            running.retain(|&r| live[r].generated < ol[r]);
-        }
-        books.end_step(kv.blocks_used(), n_preempted, n_admitted);
-        t = end;
     }
-    Ok((books.finish(rec), so))
+
+    #[inline]
+    fn sample(&mut self, pool: &mut ReqPool<'p>, rec: &mut Recorder<'_>, e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool> {
+        let mut sampled = 1;
+        if let Some(&(g, kept)) = self.guessed.get(e) {
+            // kept guesses: their slots now (reserved by `speculate`), their KV computed
+            let s = &mut pool.req[r];
+            let (held, bs) = (s.held as i64, self.params.block_size);
+            pool.kv.take(blocks_for(held + kept, bs) - blocks_for(held, bs));
+            s.held += kept as i32;
+            s.c -= g - kept;
+            sampled += kept;
+        }
+        Ok(pool.compute(rec, r, nt, sampled, self.ol[r], end))
+    }
+
+    #[inline]
+    fn done(&self, pool: &ReqPool<'p>, r: usize) -> bool {
+        pool.state[r] == DONE
+    }
 }
 
 fn blocks_for(tokens: i64, block_size: i64) -> i64 {
@@ -355,36 +183,36 @@ fn blocks_for(tokens: i64, block_size: i64) -> i64 {
 fn speculate(
     sp: &Speculation<'_>,
     params: &ContinuousParams,
-    kv: &KvCounts,
-    live: &[Live],
+    pool: &ReqPool<'_>,
     ol: &[i64],
     mut budget: i64,
-    batch: &mut [(usize, i64, bool)],
+    batch: &mut [Entry],
     guessed: &mut Vec<(i64, i64)>,
     so: &mut SpecOutput,
 ) -> f64 {
     guessed.clear();
-    let mut spare = kv.num_free_blocks();
+    let mut spare = pool.kv.num_free_blocks();
     let bs = params.block_size;
     // (context, guesses) of the entries that guess, for the draft's price
     let mut draft: Vec<(i64, i64)> = Vec::new();
     for (r, nt, decoding) in batch.iter_mut() {
-        let s = &live[*r];
+        let s = &pool.req[*r];
+        let (held, generated) = (s.held as i64, s.generated as i64);
         let mut g = 0;
         if *decoding {
-            g = sp.k.min(budget).min(ol[*r] - s.generated - 1).max(0);
+            g = sp.k.min(budget).min(ol[*r] - generated - 1).max(0);
             // `held` counts the slot rule 2 appended for this step's token
-            while g > 0 && blocks_for(s.held + g, bs) - blocks_for(s.held, bs) > spare {
+            while g > 0 && blocks_for(held + g, bs) - blocks_for(held, bs) > spare {
                 g -= 1;
             }
-            spare -= blocks_for(s.held + g, bs) - blocks_for(s.held, bs);
+            spare -= blocks_for(held + g, bs) - blocks_for(held, bs);
             budget -= g;
             so.spec_steps[*r] += 1;
         }
         let a = sp.acceptance[*r];
-        let kept = (0..g).take_while(|&j| sp.uniform(*r, s.generated + j) < a).count() as i64;
+        let kept = (0..g).take_while(|&j| sp.uniform(*r, generated + j) < a).count() as i64;
         if g > 0 {
-            draft.push((s.computed, g));
+            draft.push((s.c, g));
             so.spec_proposed[*r] += g;
             so.spec_accepted[*r] += kept;
         }
@@ -410,10 +238,10 @@ fn speculate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::test_util::{price, pricer};
+    use crate::sim::test_util::{self, price, pricer};
 
     fn params(budget: i64, bs: i64, blocks: i64) -> ContinuousParams {
-        ContinuousParams { max_num_seqs: 8, max_num_batched_tokens: budget, block_size: bs, num_blocks: blocks, chunked_prefill: false }
+        test_util::params(8, budget, bs, blocks, false)
     }
 
     /// A perfect draft (a = 1) at k = 3: a prefill, then 1 + 3 tokens per step, none guessed at

@@ -42,11 +42,9 @@
 //! eviction is not priced: it can run in the background as the block is written (as LMCache's
 //! write-through does), where the copy back cannot.
 
-use std::collections::VecDeque;
-
-use super::continuous::{add_entry, arrive, ContinuousOutput, ContinuousParams};
-use super::continuous_per_step::Books;
-use super::{Recorder, StepShape, Workload};
+use super::continuous::{ContinuousOutput, ContinuousParams};
+use super::step_rules::{run_steps, Books, Entry, StepHooks, StepPool};
+use super::{Recorder, Workload};
 use crate::blocks::BlockAllocator;
 use crate::cost::Pricer;
 use crate::error::{CoreError, CoreResult};
@@ -164,7 +162,7 @@ struct Live {
     computed: i64,
     /// token slots the pool holds for it (0 while waiting)
     held: i64,
-    /// decoded slots not yet written into the allocator (see "Lazy appends" in `run`)
+    /// decoded slots not yet written into the allocator (see [`PrefixPool::append`])
     pending: i64,
     generated: i64,
 }
@@ -210,170 +208,21 @@ pub fn run_tiered(
             u32::MAX
         )));
     }
-    let (a, pl, ol) = (w.arrival_s, w.prompt_len, w.output_len);
     let mut rec = Recorder::new(pricer, n, trace);
     let mut books = Books::new(n, trace, batch_log);
-    let mut pre = PrefixOutput::empty(n);
-    let mut live = vec![Live::default(); n];
-    let mut kv = BlockAllocator::with_host_tier(params.num_blocks, params.block_size, prefix_caching,
-                                                host.host_blocks, host.policy)?;
-    let used = |kv: &BlockAllocator| (kv.num_blocks() - kv.num_free_blocks()) as i64;
-    let mut waiting: VecDeque<usize> = VecDeque::new();
-    let mut running: Vec<usize> = Vec::new();
-    // (request, new tokens, decoding?) in batch order
-    let mut batch: Vec<(usize, i64, bool)> = Vec::new();
-    let (mut chain, mut toks) = (Vec::new(), Vec::new());
-    let mut next = 0; // first request not arrived yet
-    let mut t = 0.0f64;
-    // An allocator error other than OutOfBlocks would be a bug here: report it, never panic.
-    let internal = |e: CoreError| CoreError::invalid(format!("internal error: {e}"));
-    loop {
-        arrive(params, w, t, &mut next, &mut waiting, &mut books.reject_code, &mut rec); // rule 1
-        if waiting.is_empty() && running.is_empty() {
-            if next == n {
-                break;
-            }
-            t = a[next]; // idle: jump to the next arrival
-            continue;
-        }
-
-        // rules 2-3: running requests, oldest admitted first
-        batch.clear();
-        let mut budget = params.max_num_batched_tokens;
-        let (mut n_preempted, mut n_admitted) = (0i64, 0i64);
-        let mut i = 0;
-        'running: while i < running.len() && budget > 0 {
-            let r = running[i];
-            let decoding = live[r].computed == live[r].held;
-            let nt = if !decoding {
-                let nt = (live[r].held - live[r].computed).min(budget); // a chunk of the prompt
-                kv.mark_computed(r as i64, live[r].computed + nt).map_err(internal)?;
-                nt
-            } else {
-                // Lazy appends: a decoder's slot needs the allocator only when it takes a new
-                // block (the pool changes) or fills one (its key is registered); in between,
-                // the slots wait in `pending` and are written in one call at the fill. The last
-                // block of a sequence here is never shared (no fork; a hit is never the last
-                // block), so an append needs a block exactly when `held` is a multiple of bs.
-                let bs = params.block_size;
-                let needs_block = |held: i64| held % bs == 0;
-                while needs_block(live[r].held) && kv.num_free_blocks() == 0 {
-                    let victim = running.pop().expect("r itself is running");
-                    kv.free(victim as i64).map_err(internal)?; // its pending slots go with it
-                    live[victim].computed = 0;
-                    live[victim].held = 0;
-                    live[victim].pending = 0;
-                    books.preempted(victim);
-                    waiting.push_front(victim);
-                    n_preempted += 1;
-                    if victim == r {
-                        break 'running;
-                    }
-                }
-                // the slot of its last sampled token holds an own token (id r)
-                let s = &mut live[r];
-                if needs_block(s.held) {
-                    kv.append(r as i64, r as i64).map_err(internal)?; // nothing pending: flushed at the fill
-                } else {
-                    s.pending += 1;
-                    if needs_block(s.held + 1) {
-                        kv.append_same(r as i64, r as i64, s.pending as usize).map_err(internal)?;
-                        s.pending = 0;
-                    }
-                }
-                s.held += 1;
-                1
-            };
-            batch.push((r, nt, decoding));
-            budget -= nt;
-            i += 1;
-        }
-
-        // rule 4: admission, only in a step that preempted nobody
-        let recalls_before = kv.num_host_hits();
-        if n_preempted == 0 {
-            while budget > 0 && (running.len() as i64) < params.max_num_seqs {
-                let Some(&r) = waiting.front() else { break };
-                let tokens = pl[r] + live[r].generated;
-                if !params.chunked_prefill && tokens > budget {
-                    break; // all its tokens, cached or not: the hits are known only after allocating
-                }
-                prefixes.tokens(r, tokens as usize, &mut chain, &mut toks);
-                match kv.allocate(r as i64, &toks, Some(0)) {
-                    Ok(_) => {}
-                    Err(CoreError::OutOfBlocks(_)) => break,
-                    Err(e) => return Err(internal(e)),
-                }
-                waiting.pop_front();
-                running.push(r);
-                let cached = kv.num_cached_tokens(r as i64).map_err(internal)? as i64;
-                pre.cached_tokens[r] += cached;
-                live[r].held = tokens;
-                live[r].computed = cached;
-                books.admitted(&mut rec, r, t);
-                let mut nt = tokens - cached;
-                if params.chunked_prefill {
-                    nt = nt.min(budget);
-                }
-                // registered now: a request admitted later in this step may hit these blocks
-                // (it comes later in the batch, and each layer writes before the next reads)
-                kv.mark_computed(r as i64, cached + nt).map_err(internal)?;
-                batch.push((r, nt, false));
-                n_admitted += 1;
-                budget -= nt;
-            }
-        }
-        if batch.is_empty() {
-            // rules 1-4 rule this out (see the engine's docstring); an error, never a hang
-            return Err(CoreError::invalid(format!(
-                "internal error: at t={t} work is left but nothing could be scheduled"
-            )));
-        }
-
-        // rule 5: the step's shape and price
-        let mut shape = StepShape::default();
-        for &(r, nt, decoding) in &batch {
-            add_entry(&mut shape, books.log.as_mut(), r, nt, live[r].computed, live[r].held, decoding);
-        }
-        books.end_batch();
-        let recalled = kv.num_host_hits() - recalls_before;
-        let mut copies_s = 0.0;
-        if host.host_blocks > 0 {
-            kv.take_transfers(); // counted above; the log must not grow
-            // the copies back precede the step that reads them (module docs)
-            copies_s = (recalled * params.block_size as u64) as f64 * host.s_per_token;
-            pre.host_transfer_s += copies_s;
-        }
-        let end = if copies_s > 0.0 { rec.step_plus(t, shape, copies_s) } else { rec.step(t, shape) };
-
-        // rule 6: sampling and leaving
-        let mut finished = false;
-        for &(r, nt, _) in &batch {
-            let s = &mut live[r];
-            s.computed += nt;
-            pre.computed_tokens[r] += nt;
-            if s.computed < s.held {
-                continue; // a chunk that is not the prompt's last
-            }
-            s.generated += 1;
-            let o = rec.out();
-            if o.first_token_s[r].is_nan() {
-                o.first_token_s[r] = end;
-            }
-            if s.generated == ol[r] {
-                o.finish_s[r] = end;
-                kv.free(r as i64).map_err(internal)?;
-                s.held = 0;
-                s.pending = 0;
-                finished = true;
-            }
-        }
-        if finished {
-            running.retain(|&r| live[r].generated < ol[r]);
-        }
-        books.end_step(used(&kv), n_preempted, n_admitted);
-        t = end;
-    }
+    let mut pool = PrefixPool {
+        params,
+        prefixes,
+        pl: w.prompt_len,
+        live: vec![Live::default(); n],
+        kv: BlockAllocator::with_host_tier(params.num_blocks, params.block_size, prefix_caching, host.host_blocks, host.policy)?,
+        pre: PrefixOutput::empty(n),
+        recalled: 0,
+        chain: Vec::new(),
+        toks: Vec::new(),
+    };
+    run_steps(&mut pool, &mut PrefixSteps { host, ol: w.output_len }, params, w, &mut rec, &mut books)?;
+    let (kv, mut pre) = (pool.kv, pool.pre);
     pre.prefix_hits = kv.num_hits();
     pre.prefix_lookups = kv.num_lookups();
     pre.prefix_evictions = kv.num_evictions();
@@ -381,29 +230,158 @@ pub fn run_tiered(
     Ok((books.finish(rec), pre))
 }
 
+/// An allocator error other than OutOfBlocks would be a bug here: report it, never panic.
+fn internal(e: CoreError) -> CoreError {
+    CoreError::invalid(format!("internal error: {e}"))
+}
+
+/// This loop's requests and pool: one [`Live`] per request over the real [`BlockAllocator`].
+struct PrefixPool<'a> {
+    params: &'a ContinuousParams,
+    prefixes: &'a Prefixes<'a>,
+    pl: &'a [i64],
+    live: Vec<Live>,
+    kv: BlockAllocator,
+    pre: PrefixOutput,
+    /// prompt blocks this step's admissions recalled from the host tier
+    recalled: u64,
+    /// buffers of [`Prefixes::tokens`]
+    chain: Vec<(usize, usize)>,
+    toks: Vec<i64>,
+}
+
+impl PrefixPool<'_> {
+    /// A block holds `block_size` slots; the last block of a sequence here is never shared (no
+    /// fork; a hit is never the last block), so an append needs a block exactly when `held` is
+    /// a multiple of the block size.
+    fn needs_block(&self, held: i64) -> bool {
+        held % self.params.block_size == 0
+    }
+}
+
+impl StepPool for PrefixPool<'_> {
+    #[inline]
+    fn counts(&self, r: usize) -> (i64, i64) {
+        (self.live[r].computed, self.live[r].held)
+    }
+
+    #[inline]
+    fn schedule_chunk(&mut self, r: usize, nt: i64) -> CoreResult<()> {
+        self.kv.mark_computed(r as i64, self.live[r].computed + nt).map_err(internal)
+    }
+
+    #[inline]
+    fn must_preempt(&self, r: usize) -> bool {
+        self.needs_block(self.live[r].held) && self.kv.num_free_blocks() == 0
+    }
+
+    /// Lazy appends: a decoder's slot needs the allocator only when it takes a new block (the
+    /// pool changes) or fills one (its key is registered); in between, the slots wait in
+    /// `pending` and are written in one call at the fill. The slot of its last sampled token
+    /// holds an own token (id `r`).
+    #[inline]
+    fn append(&mut self, r: usize) -> CoreResult<()> {
+        let (takes, fills) = (self.needs_block(self.live[r].held), self.needs_block(self.live[r].held + 1));
+        let s = &mut self.live[r];
+        if takes {
+            self.kv.append(r as i64, r as i64).map_err(internal)?; // nothing pending: flushed at the fill
+        } else {
+            s.pending += 1;
+            if fills {
+                self.kv.append_same(r as i64, r as i64, s.pending as usize).map_err(internal)?;
+                s.pending = 0;
+            }
+        }
+        s.held += 1;
+        Ok(())
+    }
+
+    #[inline]
+    fn preempt(&mut self, r: usize) -> CoreResult<()> {
+        self.kv.free(r as i64).map_err(internal)?; // its pending slots go with it
+        let s = &mut self.live[r];
+        (s.computed, s.held, s.pending) = (0, 0, 0);
+        Ok(())
+    }
+
+    #[inline]
+    fn tokens(&self, r: usize) -> i64 {
+        self.pl[r] + self.live[r].generated
+    }
+
+    #[inline]
+    fn allocate(&mut self, r: usize, tokens: i64) -> CoreResult<Option<i64>> {
+        self.prefixes.tokens(r, tokens as usize, &mut self.chain, &mut self.toks);
+        let recalls_before = self.kv.num_host_hits();
+        match self.kv.allocate(r as i64, &self.toks, Some(0)) {
+            Ok(_) => {}
+            Err(CoreError::OutOfBlocks(_)) => return Ok(None),
+            Err(e) => return Err(internal(e)),
+        }
+        self.recalled += self.kv.num_host_hits() - recalls_before;
+        let cached = self.kv.num_cached_tokens(r as i64).map_err(internal)? as i64;
+        self.pre.cached_tokens[r] += cached;
+        self.live[r].held = tokens;
+        self.live[r].computed = cached;
+        Ok(Some(cached))
+    }
+
+    #[inline]
+    fn blocks_used(&self) -> i64 {
+        (self.kv.num_blocks() - self.kv.num_free_blocks()) as i64
+    }
+}
+
+/// This loop's own part around the rules: the host tier's copies, sampling.
+struct PrefixSteps<'a> {
+    host: &'a HostTierOption<'a>,
+    ol: &'a [i64],
+}
+
+impl<'p> StepHooks<PrefixPool<'p>> for PrefixSteps<'_> {
+    /// The copies back from the host tier of the blocks this step's admissions recalled
+    /// (module docs, "A host tier").
+    fn extra_s(&mut self, pool: &mut PrefixPool<'p>, _batch: &mut [Entry], _budget: i64) -> f64 {
+        let recalled = std::mem::take(&mut pool.recalled);
+        if self.host.host_blocks == 0 {
+            return 0.0;
+        }
+        pool.kv.take_transfers(); // counted above; the log must not grow
+        let copies_s = (recalled * pool.params.block_size as u64) as f64 * self.host.s_per_token;
+        pool.pre.host_transfer_s += copies_s;
+        copies_s
+    }
+
+    #[inline]
+    fn sample(&mut self, pool: &mut PrefixPool<'p>, rec: &mut Recorder<'_>, _e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool> {
+        let s = &mut pool.live[r];
+        s.computed += nt;
+        pool.pre.computed_tokens[r] += nt;
+        if s.computed < s.held {
+            return Ok(false); // a chunk that is not the prompt's last
+        }
+        s.generated += 1;
+        let last = s.generated == self.ol[r];
+        rec.sampled(r, end, last);
+        if last {
+            pool.kv.free(r as i64).map_err(internal)?;
+            s.held = 0;
+            s.pending = 0;
+        }
+        Ok(last)
+    }
+
+    #[inline]
+    fn done(&self, pool: &PrefixPool<'p>, r: usize) -> bool {
+        pool.live[r].generated >= self.ol[r]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sim::continuous;
-    use crate::sim::test_util::{price, pricer};
-
-    fn params(seqs: i64, budget: i64, bs: i64, blocks: i64, chunked: bool) -> ContinuousParams {
-        ContinuousParams {
-            max_num_seqs: seqs,
-            max_num_batched_tokens: budget,
-            block_size: bs,
-            num_blocks: blocks,
-            chunked_prefill: chunked,
-        }
-    }
-
-    fn steps(o: &ContinuousOutput) -> Vec<Vec<(i64, i64, i64)>> {
-        let l = o.batch_log.as_ref().unwrap();
-        l.offsets
-            .windows(2)
-            .map(|w| (w[0] as usize..w[1] as usize).map(|k| (l.request_id[k], l.new_tokens[k], l.context_len[k])).collect())
-            .collect()
-    }
+    use crate::sim::test_util::{params, price, pricer, random_requests, rng, steps};
 
     #[test]
     fn synthetic_tokens_follow_the_parents() {
@@ -443,19 +421,10 @@ mod tests {
     /// event-driven simulator's batches and clock, bit for bit.
     #[test]
     fn no_sharing_is_the_event_driven_run() {
-        let mut seed = 0x0123_4567_89ab_cdefu64;
-        let mut rnd = |k: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % k
-        };
+        let mut rnd = rng(0x0123_4567_89ab_cdef);
         for case in 0..120 {
-            let n = 1 + rnd(30) as usize;
-            let mut t = 0.0;
-            let a: Vec<f64> = (0..n).map(|_| { t += rnd(4) as f64 * 0.003; t }).collect();
-            let p: Vec<i64> = (0..n).map(|_| 1 + rnd(50) as i64).collect();
-            let l: Vec<i64> = (0..n).map(|_| 1 + rnd(30) as i64).collect();
+            let (a, p, l) = random_requests(&mut rnd, 30, (4, 0.003), 50, (1, 30));
+            let n = a.len();
             let prm = params(1 + rnd(8) as i64, 1 + rnd(80) as i64, 1 + rnd(8) as i64, 1 + rnd(40) as i64, rnd(2) == 0);
             let w = Workload::new(&a, &p, &l).unwrap();
             let want = continuous::run(&pricer(), &w, &prm, true, true);

@@ -70,7 +70,6 @@ pub struct DecodeCard<'p> {
     step: i64,
     t: f64,
     peak: i64,
-    n_started: i64,
 }
 
 impl<'p> DecodeCard<'p> {
@@ -90,7 +89,6 @@ impl<'p> DecodeCard<'p> {
             step: 0,
             t: 0.0,
             peak: 0,
-            n_started: 0,
         })
     }
 
@@ -163,10 +161,7 @@ impl<'p> DecodeCard<'p> {
                 s.c_of[r] = prompt[r] - s.step;
                 s.sum_c += s.c_of[r] as i128;
                 s.last.push(Reverse((s.step + output[r] - 2, r)));
-                let o = s.rec.out();
-                o.start_s[r] = s.t;
-                o.batch_id[r] = s.n_started;
-                s.n_started += 1;
+                s.rec.start(r, s.t);
             }
             s.peak = s.peak.max(s.kv.blocks_used());
             let shape = StepShape::decode(s.live, s.sum_c + s.live as i128 * s.step as i128, s.live);
@@ -194,16 +189,10 @@ impl<'p> DecodeCard<'p> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::test_util::{price, pricer, rng};
+    use crate::sim::test_util::{self, price, pricer, random_requests, rng};
 
     fn params(seqs: i64, blocks: i64) -> ContinuousParams {
-        ContinuousParams {
-            max_num_seqs: seqs,
-            max_num_batched_tokens: 1 << 20,
-            block_size: 4,
-            num_blocks: blocks,
-            chunked_prefill: false,
-        }
+        test_util::params(seqs, 1 << 20, 4, blocks, false)
     }
 
     /// Two requests by hand: r1 (prompt 8, 2 decodes) arrives while r0 (prompt 5, 3 decodes)
@@ -237,11 +226,8 @@ mod tests {
     fn stopping_anywhere_changes_nothing() {
         let mut rnd = rng(0xbb67_ae85_84ca_a73b);
         for case in 0..200 {
-            let n = 1 + rnd(30) as usize;
-            let mut t = 0.0;
-            let ready: Vec<f64> = (0..n).map(|_| { t += rnd(3) as f64 * 0.004; t }).collect();
-            let p: Vec<i64> = (0..n).map(|_| 1 + rnd(40) as i64).collect();
-            let l: Vec<i64> = (0..n).map(|_| 2 + rnd(30) as i64).collect();
+            let (ready, p, l) = random_requests(&mut rnd, 30, (3, 0.004), 40, (2, 30));
+            let n = ready.len();
             let prm = params(1 + rnd(6) as i64, 4 + rnd(40) as i64);
             let want = run(&pricer(), &ready, &p, &l, &prm).unwrap();
             let pr = pricer();

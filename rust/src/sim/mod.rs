@@ -4,7 +4,9 @@
 //!
 //! One file per policy: [`batch1`] (one request at a time, FCFS) and [`static_batching`]
 //! (start a batch when `batch_size` wait or the oldest has waited `max_wait_s`, run it until its
-//! longest request ends).
+//! longest request ends), [`continuous`] and its per-step and prefix-caching loops. The rules of
+//! a continuous-batching step that visits every running request are written once, in
+//! `step_rules.rs`, for those three loops.
 //!
 //! # What a step costs: the context convention
 //!
@@ -47,6 +49,7 @@ pub mod fixed_service;
 pub mod pool;
 pub mod router;
 pub mod static_batching;
+mod step_rules;
 
 use crate::cost::{fmt_f64, Pricer, StepCost};
 use crate::error::{CoreError, CoreResult};
@@ -217,6 +220,8 @@ pub(crate) struct Recorder<'p> {
     out: SimOutput,
     /// with [`Recorder::track_finished`]: requests finished since the last drain
     finished: Option<Vec<u32>>,
+    /// requests started so far: the next one's `batch_id`
+    n_started: i64,
 }
 
 impl<'p> Recorder<'p> {
@@ -236,6 +241,31 @@ impl<'p> Recorder<'p> {
                 trace: trace.then(StepTrace::default),
             },
             finished: None,
+            n_started: 0,
+        }
+    }
+
+    /// Request `r` is admitted at `t`: its first admission sets `start_s` and `batch_id`, the
+    /// rank of first admission (a recompute after preemption keeps both).
+    #[inline]
+    pub(crate) fn start(&mut self, r: usize, t: f64) {
+        let o = &mut self.out;
+        if o.start_s[r].is_nan() {
+            o.start_s[r] = t;
+            o.batch_id[r] = self.n_started;
+            self.n_started += 1;
+        }
+    }
+
+    /// Request `r` samples a token at `end`: the first sets `first_token_s`, the `last` one
+    /// `finish_s`.
+    #[inline]
+    pub(crate) fn sampled(&mut self, r: usize, end: f64, last: bool) {
+        if self.out.first_token_s[r].is_nan() {
+            self.out.first_token_s[r] = end;
+        }
+        if last {
+            self.set_finish(r, end);
         }
     }
 
@@ -319,21 +349,64 @@ impl<'p> Recorder<'p> {
 pub(crate) mod test_util {
     use crate::cost::tests::{h100, llama3_8b};
     use crate::cost::{Efficiency, Pricer};
+    use crate::sim::continuous::{ContinuousOutput, ContinuousParams};
+    use crate::sim::{batch1, SimOutput, Workload};
 
     /// Llama-3-8B on an H100 with the lecture's efficiency.
     pub fn pricer() -> Pricer {
         Pricer::new(&llama3_8b(), &h100(), &Efficiency::default()).unwrap()
     }
 
-    /// A small card: 8 seats, a 512-token budget, 64 blocks of 16 tokens, no chunked prefill.
-    pub fn card_params() -> crate::sim::continuous::ContinuousParams {
-        crate::sim::continuous::ContinuousParams {
-            max_num_seqs: 8,
-            max_num_batched_tokens: 512,
-            block_size: 16,
-            num_blocks: 64,
-            chunked_prefill: false,
+    /// A card of `seqs` seats, a budget of `budget` tokens, `blocks` blocks of `bs` tokens.
+    pub fn params(seqs: i64, budget: i64, bs: i64, blocks: i64, chunked: bool) -> ContinuousParams {
+        ContinuousParams {
+            max_num_seqs: seqs,
+            max_num_batched_tokens: budget,
+            block_size: bs,
+            num_blocks: blocks,
+            chunked_prefill: chunked,
         }
+    }
+
+    /// A small card: 8 seats, a 512-token budget, 64 blocks of 16 tokens, no chunked prefill.
+    pub fn card_params() -> ContinuousParams {
+        params(8, 512, 16, 64, false)
+    }
+
+    /// A batch log's steps, each a list of `(request_id, new_tokens, context_len)`.
+    pub fn steps(o: &ContinuousOutput) -> Vec<Vec<(i64, i64, i64)>> {
+        let l = o.batch_log.as_ref().unwrap();
+        l.offsets
+            .windows(2)
+            .map(|w| (w[0] as usize..w[1] as usize).map(|k| (l.request_id[k], l.new_tokens[k], l.context_len[k])).collect())
+            .collect()
+    }
+
+    /// Five requests of mixed lengths (a 4,096-token prompt, a 500-token output, two arriving
+    /// together) run by `policy` and by batch 1 (FCFS, traced): `(policy's run, batch 1's)`, for
+    /// the policies that are batch 1 when they have one seat.
+    pub fn with_batch1(policy: impl Fn(&Workload<'_>) -> SimOutput) -> (SimOutput, SimOutput) {
+        let (a, p, l) = ([0.0, 0.1, 0.1, 3.0, 3.5], [300, 7, 1, 4096, 12], [20, 1, 500, 3, 9]);
+        let w = Workload::new(&a, &p, &l).unwrap();
+        (policy(&w), batch1::run(&pricer(), &w, &mut batch1::AcceptAll, true))
+    }
+
+    /// `1 + rnd(most)` requests arriving `gap_s * rnd(gaps)` apart, with prompts of
+    /// `1 + rnd(prompt)` tokens and outputs of `min_output + rnd(output)`: the random workloads
+    /// of the tests that hold two loops equal.
+    pub fn random_requests(
+        rnd: &mut impl FnMut(u64) -> u64,
+        most: u64,
+        (gaps, gap_s): (u64, f64),
+        prompt: u64,
+        (min_output, output): (i64, u64),
+    ) -> (Vec<f64>, Vec<i64>, Vec<i64>) {
+        let n = 1 + rnd(most) as usize;
+        let mut t = 0.0;
+        let a: Vec<f64> = (0..n).map(|_| { t += rnd(gaps) as f64 * gap_s; t }).collect();
+        let p: Vec<i64> = (0..n).map(|_| 1 + rnd(prompt) as i64).collect();
+        let l: Vec<i64> = (0..n).map(|_| min_output + rnd(output) as i64).collect();
+        (a, p, l)
     }
 
     /// A seeded xorshift64 for the tests' pseudo-random cases: `rnd(k)` is a number in `0..k`.

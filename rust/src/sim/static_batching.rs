@@ -139,8 +139,7 @@ fn run_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::batch1::{self, AcceptAll};
-    use crate::sim::test_util::{price, pricer};
+    use crate::sim::test_util::{price, pricer, with_batch1};
 
     fn run_simple(a: &[f64], p: &[i64], l: &[i64], b: i64, wait: f64, ride: bool) -> SimOutput {
         let w = Workload::new(a, p, l).unwrap();
@@ -152,13 +151,16 @@ mod tests {
     /// * r2 arrives at 0.06 while the GPU is busy, r3 only at 5.0: when the first batch ends,
     ///   r2 has waited less than 0.2 s, so the second batch starts at 0.06 + 0.2 = 0.26 alone.
     /// * r3 starts alone at 5.0 + 0.2.
+    ///
+    /// Returns the run and `t1`, the end of the first batch's prefill.
+    fn four_requests(ride: bool) -> (SimOutput, f64) {
+        let o = run_simple(&[0.0, 0.05, 0.06, 5.0], &[100, 50, 10, 20], &[3, 1, 2, 1], 2, 0.2, ride);
+        (o, 0.05 + price(&[(100, 0), (50, 0)]))
+    }
+
     #[test]
     fn four_requests_by_hand_ride_along() {
-        let a = [0.0, 0.05, 0.06, 5.0];
-        let p = [100, 50, 10, 20];
-        let l = [3, 1, 2, 1];
-        let o = run_simple(&a, &p, &l, 2, 0.2, true);
-        let t1 = 0.05 + price(&[(100, 0), (50, 0)]);
+        let (o, t1) = four_requests(true);
         assert_eq!(o.start_s[..2], [0.05, 0.05]);
         assert_eq!(o.first_token_s[..2], [t1, t1]);
         assert_eq!(o.finish_s[1], t1); // one token: done at the prefill
@@ -181,11 +183,7 @@ mod tests {
 
     #[test]
     fn four_requests_by_hand_no_ride_along() {
-        let a = [0.0, 0.05, 0.06, 5.0];
-        let p = [100, 50, 10, 20];
-        let l = [3, 1, 2, 1];
-        let o = run_simple(&a, &p, &l, 2, 0.2, false);
-        let t1 = 0.05 + price(&[(100, 0), (50, 0)]);
+        let (o, t1) = four_requests(false);
         let t3 = t1 + price(&[(1, 100)]) + price(&[(1, 101)]);
         assert_eq!(o.finish_s[0], t3);
         assert_eq!(o.finish_s[1], t1);
@@ -209,14 +207,9 @@ mod tests {
 
     #[test]
     fn batch_size_one_is_batch1() {
-        let a = [0.0, 0.1, 0.1, 3.0, 3.5];
-        let p = [300, 7, 1, 4096, 12];
-        let l = [20, 1, 500, 3, 9];
-        let w = Workload::new(&a, &p, &l).unwrap();
-        let want = batch1::run(&pricer(), &w, &mut AcceptAll, true);
         for ride in [true, false] {
-            let got = run(&pricer(), &w, &StaticParams { batch_size: 1, max_wait_s: 0.2, ride_along: ride }, true)
-                .unwrap();
+            let one_seat = StaticParams { batch_size: 1, max_wait_s: 0.2, ride_along: ride };
+            let (got, want) = with_batch1(|w| run(&pricer(), w, &one_seat, true).unwrap());
             assert_eq!(got, want);
         }
     }

@@ -86,7 +86,8 @@ class Child:
 
     def __init__(self, modules: list[tuple[str, Path]], scratch: Path, forbidden: list[Path],
                  blocked_modules: list[str], limits: Limits, deadline: float, preload: tuple[str, ...] = ()) -> None:
-        """``scratch``: a new folder, the only place the child may write (its cwd, HOME, TMPDIR).
+        """``scratch``: a new folder, the child's cwd, HOME and TMPDIR, the only place it may write
+        without namespaces (behind bubblewrap it may write nowhere: ``sealed`` in os_boundary).
         ``preload``: standard modules imported before the sandbox is installed."""
         self.limits, self.deadline = limits, deadline
         self._buffer = b""
@@ -101,7 +102,9 @@ class Child:
                "forbidden": [str(p) for p in forbidden], "writable": [str(scratch)],
                "blocked_modules": list(blocked_modules), "cpu_s": max(1, int(limits.cpu_s)),
                "memory_bytes": int(limits.memory_bytes), "output_bytes": int(limits.output_bytes),
-               "nproc": nproc, "preload": list(preload)}
+               "nproc": nproc, "preload": list(preload),
+               # the kernel's refusals go with the OS boundary (SERVELAB_SANDBOX=none: the hook only)
+               "syscall_filter": self.boundary.mode != "none"}
         env = {"HOME": str(home), "TMPDIR": str(tmp), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
                "PYTHONIOENCODING": "utf-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
@@ -111,8 +114,10 @@ class Child:
         # the child sees its modules' folders (read-only), its scratch folder (its own) and the
         # interpreter; the course copy, servelab and every other folder are not there at all
         folders = sorted({Path(p).parent for _, p in modules})
+        # sealed: no writable or executable place for a carried binary, no /proc (os_boundary)
         argv = self.boundary.command([sys.executable, "-s", str(CHILD), json.dumps(cfg)],
-                                     readable=[*folders, CHILD], writable=[scratch], hidden=forbidden, cwd=scratch)
+                                     readable=[*folders, CHILD, os_boundary.SYSCALL_FILTER], writable=[scratch],
+                                     hidden=forbidden, cwd=scratch, sealed=True)
         for folder in (*folders, scratch):
             self.boundary.reach(folder)
         self.boundary.lock(forbidden, keep=[SERVELAB])  # only without namespaces: 0700 instead

@@ -4,6 +4,7 @@ the boundary off, the same files do gain points)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import tempfile
@@ -20,26 +21,34 @@ from autograder.selfcheck import HOSTILE, HOSTILE_LIMITS, points_by_task
 # hostile submissions the audit hook alone does not stop (README: threat model)
 PAST_THE_HOOK = ["subinterpreter_reads_solution", "dir_fd_reads_solution", "hardlink_via_dir_fd",
                  "grader_proc_through_subinterpreter", "runtime_extension_reads_solution", "tmp_leftovers",
-                 "neighbour_temp_folder"]
+                 "neighbour_temp_folder", "carried_native_code"]
 PROBE = '''
 import os
 def probe(course):
     import _xxsubinterpreters as interpreters
+    read, write = os.pipe()
     code = f"""
-try:
-    found = repr(sorted(__import__('os').listdir({course!r})))
-except OSError as exc:
-    found = type(exc).__name__
-open('listing.txt', 'w').write(found)
+import os
+def attempt(f):
+    try:
+        f()
+        return "done"
+    except OSError as exc:
+        return type(exc).__name__ + " " + str(exc.errno)
+found = [attempt(lambda: os.listdir({course!r})), attempt(lambda: open("written", "w").write("x")),
+         attempt(lambda: os.memfd_create("x")), attempt(lambda: os.posix_spawn("/bin/true", ["true"], {{}}))]
+os.write({write}, repr(found).encode())
 """
     interpreters.run_string(interpreters.create(), code)
-    return [os.getuid(), os.readlink("/proc/self/ns/pid"), open("listing.txt").read()]
+    return [os.getuid(), os.getpid(), os.path.exists("/proc/self"), os.read(read, 4096).decode()]
 '''
 
 
 def test_the_child_is_another_user_in_other_namespaces_and_cannot_list_the_course(tmp_path):
     """Even from a subinterpreter (no audit hook), the course copy (its assignments, with the
-    solutions and hidden tests) cannot be listed."""
+    solutions and hidden tests) cannot be listed; nothing can be written (so no carried binary
+    can be put anywhere to load), there is no /proc, and the kernel refuses memory-only files
+    and new processes (autograder/sandbox/syscall_filter.py)."""
     boundary = os_boundary.boundary()
     assert boundary.mode != "none"  # this machine runs as root with bubblewrap (.ci/run installs it)
     (tmp_path / "mods").mkdir()
@@ -47,15 +56,17 @@ def test_the_child_is_another_user_in_other_namespaces_and_cannot_list_the_cours
     child = Child([("probe", tmp_path / "mods" / "probe.py")], tmp_path / "scratch", [], [], Limits(wall_s=60),
                   time.monotonic() + 60)
     try:
-        uid, pid_ns, listing = child.call("probe", "probe", (str(ROOT / "assignments"),), {})
+        uid, pid, has_proc, found = child.call("probe", "probe", (str(ROOT / "assignments"),), {})
     finally:
         child.close()
-    assert listing in ("FileNotFoundError", "PermissionError"), listing
-    assert uid != os.getuid() or pid_ns != os.readlink("/proc/self/ns/pid")
+    listing, write, memfd, spawn = ast.literal_eval(found)
+    assert listing.split()[0] in ("FileNotFoundError", "PermissionError"), listing
+    assert (memfd, spawn) == ("PermissionError 1", "PermissionError 1")
+    assert uid != os.getuid() or boundary.bwrap
     if os.geteuid() == 0:
         assert uid == boundary.uid and uid >= os_boundary.ID_RANGE[0]
-    if boundary.bwrap:
-        assert pid_ns != os.readlink("/proc/self/ns/pid")
+    if boundary.bwrap:  # its own PID namespace (the first process is bubblewrap's), sealed
+        assert pid <= 3 and not has_proc and write == "OSError 30", (pid, has_proc, write)
 
 
 @pytest.fixture

@@ -47,6 +47,11 @@ from pathlib import Path
 TOOLS_PATH = "/usr/bin:/bin:/usr/sbin:/sbin:/usr/local/bin"
 BWRAP = shutil.which("bwrap", path=TOOLS_PATH)
 SETPRIV = shutil.which("setpriv", path=TOOLS_PATH)
+MOUNT = shutil.which("mount", path=TOOLS_PATH)  # util-linux, as setpriv
+SHELL = shutil.which("sh", path=TOOLS_PATH) or "/bin/sh"
+# the one writable place of a sealed child, when the sandbox starts as root: a small tmpfs that
+# no program or extension can be mapped executable from (a plotting library wants a cache)
+SCRATCH_TMPFS = "noexec,nosuid,nodev,size=64m,nr_inodes=4096,mode=0700"
 ENV = shutil.which("env", path=TOOLS_PATH) or "/usr/bin/env"
 MODE_VARIABLE = "SERVELAB_SANDBOX"  # auto (default), bwrap, uid, none: the grader's own setting
 TRUST_VARIABLE = "SERVELAB_TRUST_SUBMISSION"  # set by `grade --trust-submission`
@@ -85,7 +90,7 @@ class Boundary:
 
     def command(self, argv: list[str], readable: list[Path], writable: list[Path], hidden: list[Path] = (),
                 cwd: Path | None = None, share_net: bool = False, ignore_sigint: bool = False,
-                drop_here: bool = True, sealed: bool = False) -> list[str]:
+                drop_here: bool = True, sealed: bool = False, noexec_tmp: Path | None = None) -> list[str]:
         """``argv`` wrapped in the boundary. ``readable``/``writable``: the folders or files the
         child needs besides the interpreter and its environment (the same paths inside);
         ``hidden``: paths under those that must stay out of sight (an empty folder is mounted
@@ -100,11 +105,18 @@ class Boundary:
         ``/proc``: a submission cannot write a compiled program or extension it carries (the
         release's oracle, say) anywhere to load it, nor patch its own code through
         ``/proc/self/mem`` (the syscall filter of :mod:`autograder.sandbox.syscall_filter`
-        refuses memory-only files and executable anonymous memory)."""
+        refuses memory-only files and executable anonymous memory). ``noexec_tmp``: with
+        ``sealed``, an existing folder inside that becomes the child's own writable tmpfs,
+        mounted ``noexec`` (only where the sandbox starts as root, before the uid drop: bubblewrap
+        has no such option; elsewhere the folder stays read-only)."""
         argv = [str(a) for a in argv]
         if self.uid is not None and drop_here:
             argv = [SETPRIV or "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", *argv]
+            if self.bwrap and sealed and noexec_tmp is not None and MOUNT and os.geteuid() == 0:
+                options = f"{SCRATCH_TMPFS},uid={self.uid},gid={self.gid}"
+                argv = [SHELL, "-c", f'{MOUNT} -t tmpfs -o "$1" tmpfs "$2" && shift 2 && exec "$@"', "sh",
+                        options, str(noexec_tmp), *argv]
         if not self.bwrap:
             return argv
         cmd = [BWRAP or "bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",

@@ -117,10 +117,12 @@ class Child:
         # sealed: no writable or executable place for a carried binary, no /proc (os_boundary)
         argv = self.boundary.command([sys.executable, "-s", str(CHILD), json.dumps(cfg)],
                                      readable=[*folders, CHILD, os_boundary.SYSCALL_FILTER], writable=[scratch],
-                                     hidden=forbidden, cwd=scratch, sealed=True)
+                                     hidden=forbidden, cwd=scratch, sealed=True, noexec_tmp=tmp)
         for folder in (*folders, scratch):
             self.boundary.reach(folder)
         self.boundary.lock(forbidden, keep=[SERVELAB])  # only without namespaces: 0700 instead
+        if not self.boundary.bwrap:  # what an earlier child or kernel of this uid left running
+            self.boundary.reap()
         with open(self.log_path, "wb") as log:
             self.boundary.give(scratch)
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,

@@ -179,3 +179,18 @@ def test_locking_keeps_the_launchers_readable(tmp_path, monkeypatch):
     b.lock([course / "autograder"])
     assert launcher.stat().st_mode & 0o777 == 0o644
     assert (course / "autograder" / "answers").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_sealed_command_line_has_nothing_writable_but_a_noexec_tmpfs(tmp_path):
+    """A task's child: its scratch folder bound read-only, the root, /tmp and /dev remounted
+    read-only, no /proc or /dev/shm; as root, its TMPDIR a tmpfs mounted noexec before the drop."""
+    b = os_boundary.Boundary(bwrap=True, uid=300000, gid=300000)
+    scratch = tmp_path / "scratch"
+    cmd = b.command(["python", "child.py"], readable=[], writable=[scratch], sealed=True, noexec_tmp=scratch / "tmp")
+    assert ["--ro-bind", str(scratch), str(scratch)] == cmd[cmd.index(str(scratch)) - 1:cmd.index(str(scratch)) + 2]
+    assert "--proc" not in cmd and "/dev/shm" not in cmd and "--bind" not in cmd
+    assert cmd[cmd.index("--") - 2:cmd.index("--")] == ["--remount-ro", "/"]
+    if os.geteuid() == 0 and os_boundary.MOUNT:
+        wrapper = cmd[cmd.index("--") + 1:cmd.index("--") + 7]
+        assert "noexec" in wrapper[4] and "uid=300000" in wrapper[4] and wrapper[5] == str(scratch / "tmp")
+    assert "--proc" in b.command(["python"], readable=[], writable=[scratch])  # a kernel keeps its /proc

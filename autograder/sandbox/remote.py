@@ -69,6 +69,14 @@ def _exception_from(raised: dict) -> Exception:
     return StudentError(f"{name}: {text}")
 
 
+def _nameless_log(path: Path) -> int:
+    """A descriptor open for writing only on a new file that no longer has a name (so
+    ``RLIMIT_FSIZE`` still bounds what the child prints, and nothing can open it again)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    os.unlink(path)
+    return fd
+
+
 def _describe_exit(code: int | None, limits: Limits) -> str:
     if code is None:
         return "was still running"
@@ -109,8 +117,6 @@ class Child:
                "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
                "PYTHONIOENCODING": "utf-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-        # the student's prints go to a file that is never read back as a result
-        self.log_path = scratch / "output.log"
         # the child sees its modules' folders (read-only), its scratch folder (its own) and the
         # interpreter; the course copy, servelab and every other folder are not there at all
         folders = sorted({Path(p).parent for _, p in modules})
@@ -123,10 +129,16 @@ class Child:
         self.boundary.lock(forbidden, keep=[SERVELAB])  # only without namespaces: 0700 instead
         if not self.boundary.bwrap:  # what an earlier child or kernel of this uid left running
             self.boundary.reap()
-        with open(self.log_path, "wb") as log:
+        # the student's prints go to a file that is never read back, write-only and unlinked
+        # before the child starts: under a name (it was scratch/output.log) the child could
+        # write a compiled extension into it through its stdout and import it from there
+        log = _nameless_log(scratch.parent / f"{scratch.name}.log")
+        try:
             self.boundary.give(scratch)
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                                          cwd=scratch, env=env, pass_fds=(write_fd,), start_new_session=True)
+        finally:
+            os.close(log)
         os.close(write_fd)
         self._reply = read_fd
         first = self._read("importing your code")

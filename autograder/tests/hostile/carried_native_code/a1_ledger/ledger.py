@@ -5,9 +5,11 @@ compares with it (the audit hook refuses only the name ``servelab``). This stand
 small extension instead (the blob of ``runtime_extension_reads_solution``, built from its
 slurp.c) and answers honestly only once it has loaded, so the points show whether carried
 native code can run: written to the scratch folder, ``$TMPDIR``, ``$HOME``, ``/tmp``,
-``/dev/shm`` or ``/var/tmp``, or into a memory-only file opened through ``/proc/self/fd``.
-Behind the boundary every one fails: nothing is writable, no ``/proc``, ``memfd_create``
-refused (``autograder/sandbox/syscall_filter.py``)."""
+``/dev/shm`` or ``/var/tmp``, into its own stdout (a file the grader opened for it, named
+``output.log`` in the scratch folder), or into a memory-only file opened through
+``/proc/self/fd``. Behind the boundary every one fails: nothing is writable but a ``noexec``
+tmpfs, the stdout file has no name, no ``/proc``, ``memfd_create`` refused
+(``autograder/sandbox/syscall_filter.py``)."""
 import base64
 import importlib.machinery
 import importlib.util
@@ -232,6 +234,7 @@ def _places():
     for folder in (os.getcwd(), os.environ.get("TMPDIR"), os.environ.get("HOME"), "/tmp", "/dev/shm", "/var/tmp"):
         if folder:
             yield lambda folder=folder: _written(os.path.join(folder, "slurp.abi3.so"))
+    yield _through_stdout
     yield _in_memory
 
 
@@ -239,6 +242,14 @@ def _written(path):
     with open(path, "wb") as f:
         f.write(base64.b64decode(_BLOB))
     return path
+
+
+def _through_stdout():
+    data = base64.b64decode(_BLOB)
+    os.lseek(1, 0, os.SEEK_SET)
+    while data:
+        data = data[os.write(1, data):]
+    return os.path.abspath("output.log")
 
 
 def _in_memory():

@@ -69,6 +69,17 @@ SYSCALL_FILTER = Path(__file__).resolve().with_name("syscall_filter.py")  # CHIL
 LAUNCHERS = (CHILD, KERNEL, SYSCALL_FILTER, Path(__file__).resolve())
 
 
+# run as root inside a sealed namespace, before the uid drop: "$1" tmpfs options, "$2" the folder
+# that gets it (or ""), then the bound folders up to "--" (the submission's files among them)
+# remounted noexec, so that no file the submission chose can be mapped executable; then the command
+_SEAL_AS_ROOT = f'''set -e
+if [ -n "$2" ]; then {MOUNT} -t tmpfs -o "$1" tmpfs "$2"; fi
+shift 2
+while [ "$1" != "--" ]; do {MOUNT} -o remount,bind,ro,noexec,nosuid,nodev "$1"; shift; done
+shift
+exec "$@"'''
+
+
 class Refused(RuntimeError):
     """No OS boundary is available here and the submission is not trusted: grading stops."""
 
@@ -107,16 +118,16 @@ class Boundary:
         ``/proc/self/mem`` (the syscall filter of :mod:`autograder.sandbox.syscall_filter`
         refuses memory-only files and executable anonymous memory). ``noexec_tmp``: with
         ``sealed``, an existing folder inside that becomes the child's own writable tmpfs,
-        mounted ``noexec`` (only where the sandbox starts as root, before the uid drop: bubblewrap
-        has no such option; elsewhere the folder stays read-only)."""
+        mounted ``noexec``, and ``readable`` and ``writable`` are remounted ``noexec`` (only where
+        the sandbox starts as root, before the uid drop: bubblewrap has no such option; as a user
+        the folder stays read-only, and the seccomp filter's W^X rules remain)."""
         argv = [str(a) for a in argv]
         if self.uid is not None and drop_here:
             argv = [SETPRIV or "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", *argv]
-            if self.bwrap and sealed and noexec_tmp is not None and MOUNT and os.geteuid() == 0:
-                options = f"{SCRATCH_TMPFS},uid={self.uid},gid={self.gid}"
-                argv = [SHELL, "-c", f'{MOUNT} -t tmpfs -o "$1" tmpfs "$2" && shift 2 && exec "$@"', "sh",
-                        options, str(noexec_tmp), *argv]
+            if self.bwrap and sealed and MOUNT and os.geteuid() == 0:
+                argv = [SHELL, "-c", _SEAL_AS_ROOT, "sh", f"{SCRATCH_TMPFS},uid={self.uid},gid={self.gid}",
+                        str(noexec_tmp or ""), *map(str, (*readable, *writable)), "--", *argv]
         if not self.bwrap:
             return argv
         cmd = [BWRAP or "bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",

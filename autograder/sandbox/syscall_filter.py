@@ -15,8 +15,10 @@ the rest, and it holds without namespaces too (the uid drop alone: no network th
 * no namespaces or mounts (a fresh user namespace could mount a writable, executable tmpfs):
   ``unshare``, ``setns``, ``clone`` with a ``CLONE_NEW*`` flag, ``mount`` and its new API;
 * no code in memory that no file on a read-only mount holds: ``memfd_create``, ``memfd_secret``,
-  anonymous ``mmap`` with ``PROT_EXEC``, ``mprotect``/``pkey_mprotect`` adding ``PROT_EXEC``;
-* no other process's memory: ``ptrace``, ``process_vm_readv``/``writev``;
+  ``mmap`` with ``PROT_EXEC`` of anonymous memory or together with ``PROT_WRITE`` (a private,
+  writable and executable copy of any file), ``mprotect``/``pkey_mprotect`` adding ``PROT_EXEC``;
+* no other process's memory: ``ptrace``, ``process_vm_readv``/``writev`` (and the child is made
+  non-dumpable, so that no process of its uid may trace it either);
 * no network: ``socket`` of any family but ``AF_UNIX``; and nothing of ``io_uring``, ``bpf``,
   ``perf_event_open``, ``userfaultfd``.
 
@@ -55,7 +57,7 @@ def arg(i: int) -> int:
 
 CLONE_THREAD = 0x00010000
 CLONE_NAMESPACES = 0x7E020000  # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
-PROT_EXEC, MAP_ANONYMOUS, AF_UNIX = 0x4, 0x20, 1
+PROT_WRITE, PROT_EXEC, MAP_ANONYMOUS, AF_UNIX = 0x2, 0x4, 0x20, 1
 
 X86_64 = {
     "audit_arch": 0xC000003E, "x32_bit": 0x40000000,
@@ -99,9 +101,10 @@ def assemble(table: dict) -> bytes:
     ins(LD_ABS, arg(0))
     ins(JSET, CLONE_NAMESPACES, deny, None)
     ins(JSET, CLONE_THREAD, allow, deny)
-    here("mmap")  # executable memory only from a file (the mounts hold no writable one)
+    here("mmap")  # executable memory only as a file holds it (the mounts hold no writable one)
     ins(LD_ABS, arg(2))
     ins(JSET, PROT_EXEC, None, allow)
+    ins(JSET, PROT_WRITE, deny, None)
     ins(LD_ABS, arg(3))
     ins(JSET, MAP_ANONYMOUS, deny, allow)
     here("mprotect")
@@ -139,7 +142,11 @@ def install() -> bool:
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
 
     libc = ctypes.CDLL(None, use_errno=True)
-    pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
+    pr_set_dumpable, pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 4, 38, 22, 2
+    # not dumpable: another process of the same uid (a notebook kernel's leftover, without
+    # namespaces) may not attach to this one or read its memory
+    if libc.prctl(pr_set_dumpable, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE) failed")
     if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
     fprog = SockFprog(len(program) // 8, program)

@@ -35,8 +35,10 @@ def attempt(f):
         return "done"
     except OSError as exc:
         return type(exc).__name__ + " " + str(exc.errno)
+import mmap
 found = [attempt(lambda: os.listdir({course!r})), attempt(lambda: open("written", "w").write("x")),
-         attempt(lambda: os.memfd_create("x")), attempt(lambda: os.posix_spawn("/bin/true", ["true"], {{}}))]
+         attempt(lambda: os.memfd_create("x")), attempt(lambda: os.posix_spawn("/bin/true", ["true"], {{}})),
+         attempt(lambda: mmap.mmap(os.open({__file__!r}, os.O_RDONLY), 0, prot=mmap.PROT_READ | mmap.PROT_EXEC))]
 os.write({write}, repr(found).encode())
 """
     interpreters.run_string(interpreters.create(), code)
@@ -59,7 +61,7 @@ def test_the_child_is_another_user_in_other_namespaces_and_cannot_list_the_cours
         uid, pid, has_proc, found = child.call("probe", "probe", (str(ROOT / "assignments"),), {})
     finally:
         child.close()
-    listing, write, memfd, spawn = ast.literal_eval(found)
+    listing, write, memfd, spawn, exec_own_file = ast.literal_eval(found)
     assert listing.split()[0] in ("FileNotFoundError", "PermissionError"), listing
     assert (memfd, spawn) == ("PermissionError 1", "PermissionError 1")
     assert uid != os.getuid() or boundary.bwrap
@@ -67,6 +69,8 @@ def test_the_child_is_another_user_in_other_namespaces_and_cannot_list_the_cours
         assert uid == boundary.uid and uid >= os_boundary.ID_RANGE[0]
     if boundary.bwrap:  # its own PID namespace (the first process is bubblewrap's), sealed
         assert pid <= 3 and not has_proc and write == "OSError 30", (pid, has_proc, write)
+    if boundary.bwrap and os.geteuid() == 0:  # the submission's files are on a noexec mount
+        assert exec_own_file == "PermissionError 1", exec_own_file
 
 
 @pytest.fixture
@@ -190,7 +194,8 @@ def test_a_sealed_command_line_has_nothing_writable_but_a_noexec_tmpfs(tmp_path)
     assert ["--ro-bind", str(scratch), str(scratch)] == cmd[cmd.index(str(scratch)) - 1:cmd.index(str(scratch)) + 2]
     assert "--proc" not in cmd and "/dev/shm" not in cmd and "--bind" not in cmd
     assert cmd[cmd.index("--") - 2:cmd.index("--")] == ["--remount-ro", "/"]
-    if os.geteuid() == 0 and os_boundary.MOUNT:
-        wrapper = cmd[cmd.index("--") + 1:cmd.index("--") + 7]
+    if os.geteuid() == 0 and os_boundary.MOUNT:  # as root, before the drop: the noexec mounts
+        wrapper = cmd[cmd.index("--") + 1:]
         assert "noexec" in wrapper[4] and "uid=300000" in wrapper[4] and wrapper[5] == str(scratch / "tmp")
+        assert wrapper[6:8] == [str(scratch), "--"] and wrapper[8] == os_boundary.SETPRIV
     assert "--proc" in b.command(["python"], readable=[], writable=[scratch])  # a kernel keeps its /proc

@@ -5,6 +5,7 @@ the boundary off, the same files do gain points)."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import shutil
 import tempfile
@@ -199,3 +200,42 @@ def test_a_sealed_command_line_has_nothing_writable_but_a_noexec_tmpfs(tmp_path)
         assert "noexec" in wrapper[4] and "uid=300000" in wrapper[4] and wrapper[5] == str(scratch / "tmp")
         assert wrapper[6:8] == [str(scratch), "--"] and wrapper[8] == os_boundary.SETPRIV
     assert "--proc" in b.command(["python"], readable=[], writable=[scratch])  # a kernel keeps its /proc
+
+
+KERNEL_QUOTES_HIDDEN_TESTS = '''
+class _Quote:
+    """Arithmetic gives itself back, no comparison holds, and its text is every cell the kernel
+    ran so far: nbgrader ran the test cells above it with their hidden tests."""
+    def __sub__(self, other): return self
+    __rsub__ = __truediv__ = __add__ = __sub__
+    def __abs__(self): return self
+    def __lt__(self, other): return False
+    def __format__(self, spec): return str(self)
+    def __str__(self):
+        import os
+        os.write(2, repr(get_ipython().user_ns.get("In", [])).encode())  # into nbgrader's log too
+        return " | ".join(s for s in get_ipython().user_ns.get("In", []) if "HIDDEN" in s)
+int8_weight_gb = _Quote()
+'''
+
+
+def test_a_notebook_kernel_cannot_quote_hidden_tests_in_a_visible_message(tmp_path):
+    """The kernel is the student's and runs every test cell, hidden tests included: a value
+    whose text is the kernel's input history, failing a visible cell, used to put the hidden
+    tests of the cells above into that cell's visible message. Messages now come from the
+    grader's own check, and the kernel's stdout and stderr go nowhere; honest cells keep their points."""
+    from autograder.notebooks import nbgrader
+
+    nb = next(n for n in nbgrader.notebooks_of(ROOT) if n.name == "ex01_ledger_70b")
+    data = json.loads((ROOT / "assignments" / nb.file).read_text())
+    answer = next(c for c in data["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "ex01_e_answer")
+    answer["source"] = "".join(answer["source"]) + KERNEL_QUOTES_HIDDEN_TESTS
+    path = tmp_path / "sub" / "assignments" / nb.file
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(data))
+    result = grade(tmp_path / "sub", limits=Limits(wall_s=30, cpu_s=30), only_tasks=frozenset({nb.id}))
+    cells = {t["extra_data"]["cell"]: t for t in result["tests"] if t["extra_data"]["task"] == nb.id}
+    leaked = [c for c, t in cells.items() if t["visibility"] == "visible" and "HIDDEN" in t["output"]]
+    assert not leaked, {c: cells[c]["output"][:300] for c in leaked}
+    assert cells["ex01_e_int8"]["score"] == 0 and cells["ex01_e_int8"]["visibility"] == "visible"
+    assert sum(t["score"] for t in cells.values()) == 10  # every other autograded cell

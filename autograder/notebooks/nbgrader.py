@@ -474,7 +474,8 @@ def merge(data: dict, root: Path, scores: dict[str, dict[str, tuple[float, str]]
         data["score"] += got
         data["max_score"] += total
         note = f"  [{pending} point(s) manually graded, pending]" if pending else ""
-        lines.append(f"{nb.id} ({nb.title}, {nb.lecture}): {got} / {total}{note}")
+        lines.append(results.summary_line(f"{nb.id} ({nb.title}, {nb.lecture})",
+                                          [t for t in data["tests"] if t["extra_data"]["task"] == nb.id], note))
     if lines:
         data["output"] = "\n".join([data["output"], *lines])
     return data

@@ -70,11 +70,17 @@ def summary_line(label: str, tests: list[dict], note: str = "") -> str:
     """
     shown = [t for t in tests if t["visibility"] == "visible"]
     later = sum(t["max_score"] for t in tests if t["visibility"] != "visible")
-    line = f"{label}: {_points(sum(t['score'] for t in shown))} / {_points(sum(t['max_score'] for t in shown))}"
-    return line + (f"  [+{_points(later)} point(s) in tests shown after the due date]" if later else "") + note
+    got, out_of = (plain_points(sum(t[k] for t in shown)) for k in ("score", "max_score"))
+    line = f"{label}: {got} / {out_of}"
+    return line + (f"  [+{plain_points(later)} point(s) in tests shown after the due date]" if later else "") + note
 
 
-def _points(x) -> int | float:
+def plain_points(x) -> int | float:
+    """Points as a student reads them: ``3`` for 3.0, ``1.5`` stays.
+
+    >>> plain_points(3.0), plain_points(1.5)
+    (3, 1.5)
+    """
     return int(x) if float(x).is_integer() else x
 
 

@@ -127,7 +127,9 @@ class Boundary:
                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", *argv]
             if self.bwrap and sealed and MOUNT and os.geteuid() == 0:
                 argv = [SHELL, "-c", _SEAL_AS_ROOT, "sh", f"{SCRATCH_TMPFS},uid={self.uid},gid={self.gid}",
-                        str(noexec_tmp or ""), *map(str, (*readable, *writable)), "--", *argv]
+                        # folders only: the grader's own files (child.py) hold no code of the student's
+                        str(noexec_tmp or ""), *[str(f) for f in (*readable, *writable) if Path(f).is_dir()],
+                        "--", *argv]
         if not self.bwrap:
             return argv
         cmd = [BWRAP or "bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",

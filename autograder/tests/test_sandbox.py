@@ -191,6 +191,7 @@ def test_a_sealed_command_line_has_nothing_writable_but_a_noexec_tmpfs(tmp_path)
     read-only, no /proc or /dev/shm; as root, its TMPDIR a tmpfs mounted noexec before the drop."""
     b = os_boundary.Boundary(bwrap=True, uid=300000, gid=300000)
     scratch = tmp_path / "scratch"
+    scratch.mkdir()
     cmd = b.command(["python", "child.py"], readable=[], writable=[scratch], sealed=True, noexec_tmp=scratch / "tmp")
     assert ["--ro-bind", str(scratch), str(scratch)] == cmd[cmd.index(str(scratch)) - 1:cmd.index(str(scratch)) + 2]
     assert "--proc" not in cmd and "/dev/shm" not in cmd and "--bind" not in cmd

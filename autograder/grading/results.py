@@ -38,7 +38,7 @@ def build(manifest: Manifest, outcomes: dict[str, dict], hidden: set[str],
     tests, lines = [], []
     score = 0
     for t_index, task in enumerate(manifest.tasks, 1):
-        got = 0
+        got, first = 0, len(tests)
         for n_index, (test, points) in enumerate(task.tests.items(), 1):
             outcome = outcomes[task.id][test]
             earned = points if outcome.passed else 0
@@ -50,12 +50,38 @@ def build(manifest: Manifest, outcomes: dict[str, dict], hidden: set[str],
                           "extra_data": {"task": task.id, "test": test}})
         score += got
         note = (notes or {}).get(task.id)
-        lines.append(f"{task.id} ({task.title}, {task.lecture}): {got} / {task.points}" + (f"  [{note}]" if note else ""))
+        lines.append(summary_line(f"{task.id} ({task.title}, {task.lecture})", tests[first:], f"  [{note}]" if note else ""))
     data = {"score": score, "max_score": manifest.total_points,
             "output": "\n".join(lines), "visibility": "visible", "stdout_visibility": "hidden", "tests": tests}
     if execution_time is not None:
         data["execution_time"] = round(execution_time, 3)
     return data
+
+
+def summary_line(label: str, tests: list[dict], note: str = "") -> str:
+    """One line of results.json's top-level ``output`` (which students always see) for the
+    ``tests`` of one task or notebook: the points of its visible tests only. A line counting
+    tests shown after the due date would say, before it, whether the hidden tests pass (a
+    pass/fail oracle for them); their points are only named.
+
+    >>> summary_line("a1", [{"score": 2, "max_score": 2, "visibility": "visible"},
+    ...                     {"score": 3, "max_score": 3, "visibility": "after_due_date"}])
+    'a1: 2 / 2  [+3 point(s) in tests shown after the due date]'
+    """
+    shown = [t for t in tests if t["visibility"] == "visible"]
+    later = sum(t["max_score"] for t in tests if t["visibility"] != "visible")
+    got, out_of = (plain_points(sum(t[k] for t in shown)) for k in ("score", "max_score"))
+    line = f"{label}: {got} / {out_of}"
+    return line + (f"  [+{plain_points(later)} point(s) in tests shown after the due date]" if later else "") + note
+
+
+def plain_points(x) -> int | float:
+    """Points as a student reads them: ``3`` for 3.0, ``1.5`` stays.
+
+    >>> plain_points(3.0), plain_points(1.5)
+    (3, 1.5)
+    """
+    return int(x) if float(x).is_integer() else x
 
 
 def status_fields(passed: bool, pending: bool = False) -> dict:

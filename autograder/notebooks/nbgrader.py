@@ -46,6 +46,10 @@ ASSIGNMENT = "notebooks"  # the nbgrader assignment: the folder assignments/note
 STUDENT = "student"
 RUNNER = Path(__file__).with_name("runner.py")
 KERNEL_NAME = "servelab-sandbox"
+# a test cell that the grader's check passes and nbgrader's run failed (the kernel's own error
+# text is not shown: see scores())
+KERNEL_FAILED = ("the test cell raised an error in your notebook's kernel (its values pass the grader's own "
+                 "check: run the notebook top to bottom and look at that cell's output)")
 KERNEL_CPU_FACTOR = 4  # the kernel's CPU limit, in per-test CPU limits (see _kernel_spec)
 MAX_NOTEBOOK = 1 << 20  # bytes, as for any submitted file
 PENDING = "manually graded: {points} point(s) pending, the instructor grades this cell by hand"
@@ -188,7 +192,8 @@ def _kernel_spec(course: Path, forbidden: list[Path], writable: list[Path], limi
            "blocked_modules": [], "cpu_s": KERNEL_CPU_FACTOR * max(1, int(limits.cpu_s)),
            "memory_bytes": int(limits.memory_bytes),
            "output_bytes": int(limits.output_bytes), "nproc": nproc,
-           "uid": boundary.uid, "gid": boundary.gid, "own": str(writable[-1]), "bwrap": boundary.bwrap}
+           "uid": boundary.uid, "gid": boundary.gid, "own": str(writable[-1]), "bwrap": boundary.bwrap,
+           "syscall_filter": boundary.mode != "none"}  # no network, no processes (sandbox/syscall_filter.py)
     servelab_home = Path(servelab.__file__).resolve().parent.parent  # python/ (or site-packages)
     for folder in (*writable, servelab_home):
         boundary.reach(folder)
@@ -415,11 +420,14 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
             else:
                 g = got[cell.grade_id]
                 score = min(float(g.get("auto_score") or 0), cell.points)
-                message = "passed" if score >= cell.points else \
-                    not_answered(files[nb.file], cell.grade_id, g.get("error") or "the test cell raised an error")
                 ok, why = rechecked.get(nb.id, {}).get(cell.grade_id, (False, "the grader did not check this cell"))
-                if score > 0 and not ok:  # nbgrader passed it in the student's kernel, the grader does not
-                    score, message = 0, why
+                # the message is the grader's own check's, never the kernel's error text: the
+                # kernel is the student's, and it has run every test cell above, hidden tests
+                # included (it could quote them in a visible cell's error)
+                message = "passed" if score >= cell.points and ok else not_answered(
+                    files[nb.file], cell.grade_id, why if not ok else KERNEL_FAILED)
+                if not ok:  # nbgrader may have passed it in the student's kernel; the grader does not
+                    score = 0
                 scores[cell.grade_id] = (score, message + flags.get(nb.id, ""))
         out[nb.id] = scores
     return out
@@ -466,7 +474,8 @@ def merge(data: dict, root: Path, scores: dict[str, dict[str, tuple[float, str]]
         data["score"] += got
         data["max_score"] += total
         note = f"  [{pending} point(s) manually graded, pending]" if pending else ""
-        lines.append(f"{nb.id} ({nb.title}, {nb.lecture}): {got} / {total}{note}")
+        lines.append(results.summary_line(f"{nb.id} ({nb.title}, {nb.lecture})",
+                                          [t for t in data["tests"] if t["extra_data"]["task"] == nb.id], note))
     if lines:
         data["output"] = "\n".join([data["output"], *lines])
     return data

@@ -99,6 +99,22 @@ BLOCKED_TOP_MODULES = frozenset({"ctypes", "_ctypes", "_posixsubprocess", "cffi"
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
+def install_syscall_filter() -> None:
+    """The kernel's refusals (syscall_filter.py, beside this file: no programs, processes,
+    namespaces, memory-only code or network for whatever runs here, a subinterpreter or a
+    carried binary included). The ctypes it used is forgotten; the hook refuses it anyway."""
+    import importlib.util
+
+    before = set(sys.modules)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "syscall_filter.py")
+    spec = importlib.util.spec_from_file_location("_servelab_syscall_filter", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.install()
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+
+
 def install_limits(cfg: dict) -> None:
     def cap(which, value):
         resource.setrlimit(which, (value, value))  # soft = hard: cannot be raised again
@@ -249,6 +265,8 @@ def main() -> None:
     # points are disarmed by the hook's installation), imported before the hook refuses them
     for name in cfg.get("preload", []):
         importlib.import_module(name)
+    if cfg.get("syscall_filter"):
+        install_syscall_filter()
     install_limits(cfg)
     install_audit_hook(cfg)
 

@@ -47,6 +47,11 @@ from pathlib import Path
 TOOLS_PATH = "/usr/bin:/bin:/usr/sbin:/sbin:/usr/local/bin"
 BWRAP = shutil.which("bwrap", path=TOOLS_PATH)
 SETPRIV = shutil.which("setpriv", path=TOOLS_PATH)
+MOUNT = shutil.which("mount", path=TOOLS_PATH)  # util-linux, as setpriv
+SHELL = shutil.which("sh", path=TOOLS_PATH) or "/bin/sh"
+# the one writable place of a sealed child, when the sandbox starts as root: a small tmpfs that
+# no program or extension can be mapped executable from (a plotting library wants a cache)
+SCRATCH_TMPFS = "noexec,nosuid,nodev,size=64m,nr_inodes=4096,mode=0700"
 ENV = shutil.which("env", path=TOOLS_PATH) or "/usr/bin/env"
 MODE_VARIABLE = "SERVELAB_SANDBOX"  # auto (default), bwrap, uid, none: the grader's own setting
 TRUST_VARIABLE = "SERVELAB_TRUST_SUBMISSION"  # set by `grade --trust-submission`
@@ -60,7 +65,19 @@ SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so
 # the grader's files a child runs (by path): they stay readable when the course copy is locked
 CHILD = Path(__file__).resolve().with_name("child.py")  # a Python task's child, and the recheck's
 KERNEL = Path(__file__).resolve().with_name("kernel.py")  # a notebook's kernel (loads this file and CHILD)
-LAUNCHERS = (CHILD, KERNEL, Path(__file__).resolve())
+SYSCALL_FILTER = Path(__file__).resolve().with_name("syscall_filter.py")  # CHILD loads it
+LAUNCHERS = (CHILD, KERNEL, SYSCALL_FILTER, Path(__file__).resolve())
+
+
+# run as root inside a sealed namespace, before the uid drop: "$1" tmpfs options, "$2" the folder
+# that gets it (or ""), then the bound folders up to "--" (the submission's files among them)
+# remounted noexec, so that no file the submission chose can be mapped executable; then the command
+_SEAL_AS_ROOT = f'''set -e
+if [ -n "$2" ]; then {MOUNT} -t tmpfs -o "$1" tmpfs "$2"; fi
+shift 2
+while [ "$1" != "--" ]; do {MOUNT} -o remount,bind,ro,noexec,nosuid,nodev "$1"; shift; done
+shift
+exec "$@"'''
 
 
 class Refused(RuntimeError):
@@ -84,7 +101,7 @@ class Boundary:
 
     def command(self, argv: list[str], readable: list[Path], writable: list[Path], hidden: list[Path] = (),
                 cwd: Path | None = None, share_net: bool = False, ignore_sigint: bool = False,
-                drop_here: bool = True) -> list[str]:
+                drop_here: bool = True, sealed: bool = False, noexec_tmp: Path | None = None) -> list[str]:
         """``argv`` wrapped in the boundary. ``readable``/``writable``: the folders or files the
         child needs besides the interpreter and its environment (the same paths inside);
         ``hidden``: paths under those that must stay out of sight (an empty folder is mounted
@@ -93,11 +110,26 @@ class Boundary:
         SIGINT (Jupyter interrupts a cell by signalling the kernel's whole process group; that
         must reach Python, not end bubblewrap). ``cwd``: the child's working folder inside.
         ``drop_here=False``: the program drops to ``uid`` itself (a kernel must first read its
-        connection file, which Jupyter writes mode 0600: :func:`drop_privileges`)."""
+        connection file, which Jupyter writes mode 0600: :func:`drop_privileges`).
+        ``sealed``: nothing in the namespace is writable (``writable`` is bound read-only, the
+        root, ``/tmp`` and ``/dev`` are remounted read-only, no ``/dev/shm``) and there is no
+        ``/proc``: a submission cannot write a compiled program or extension it carries (the
+        release's oracle, say) anywhere to load it, nor patch its own code through
+        ``/proc/self/mem`` (the syscall filter of :mod:`autograder.sandbox.syscall_filter`
+        refuses memory-only files and executable anonymous memory). ``noexec_tmp``: with
+        ``sealed``, an existing folder inside that becomes the child's own writable tmpfs,
+        mounted ``noexec``, and ``readable`` and ``writable`` are remounted ``noexec`` (only where
+        the sandbox starts as root, before the uid drop: bubblewrap has no such option; as a user
+        the folder stays read-only, and the seccomp filter's W^X rules remain)."""
         argv = [str(a) for a in argv]
         if self.uid is not None and drop_here:
             argv = [SETPRIV or "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", *argv]
+            if self.bwrap and sealed and MOUNT and os.geteuid() == 0:
+                argv = [SHELL, "-c", _SEAL_AS_ROOT, "sh", f"{SCRATCH_TMPFS},uid={self.uid},gid={self.gid}",
+                        # folders only: the grader's own files (child.py) hold no code of the student's
+                        str(noexec_tmp or ""), *[str(f) for f in (*readable, *writable) if Path(f).is_dir()],
+                        "--", *argv]
         if not self.bwrap:
             return argv
         cmd = [BWRAP or "bwrap", "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
@@ -114,10 +146,11 @@ class Boundary:
             elif os.path.exists(path):
                 cmd += ["--ro-bind", path, path]
         # the fresh /proc, /dev and /tmp first: a folder bound later may lie under /tmp
-        cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+        cmd += ["--dev", "/dev", "--tmpfs", "/tmp"] + ([] if sealed else ["--proc", "/proc", "--tmpfs", "/dev/shm"])
         mounted: list[Path] = [Path("/usr")]
         made = {Path("/")}
-        binds = [("--ro-bind", p) for p in (*interpreter_paths(), *readable)] + [("--bind", p) for p in writable]
+        binds = ([("--ro-bind", p) for p in (*interpreter_paths(), *readable)] +
+                 [("--ro-bind" if sealed else "--bind", p) for p in writable])
         for flag, path in binds:
             path = Path(path)
             # bubblewrap makes missing parents mode 0700: the child (another uid) could not pass
@@ -131,6 +164,8 @@ class Boundary:
             path = Path(path)
             if path.exists() and any(path == m or m in path.parents for m in mounted):
                 cmd += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
+        if sealed:  # last: the folders above were made in these tmpfs
+            cmd += ["--remount-ro", "/tmp", "--remount-ro", "/dev", "--remount-ro", "/"]
         cmd += ["--chdir", str(cwd)] if cwd is not None else []
         cmd += ["--", *argv]
         return [ENV, "--ignore-signal=INT", *cmd] if ignore_sigint else cmd

@@ -69,6 +69,14 @@ def _exception_from(raised: dict) -> Exception:
     return StudentError(f"{name}: {text}")
 
 
+def _nameless_log(path: Path) -> int:
+    """A descriptor open for writing only on a new file that no longer has a name (so
+    ``RLIMIT_FSIZE`` still bounds what the child prints, and nothing can open it again)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    os.unlink(path)
+    return fd
+
+
 def _describe_exit(code: int | None, limits: Limits) -> str:
     if code is None:
         return "was still running"
@@ -86,7 +94,8 @@ class Child:
 
     def __init__(self, modules: list[tuple[str, Path]], scratch: Path, forbidden: list[Path],
                  blocked_modules: list[str], limits: Limits, deadline: float, preload: tuple[str, ...] = ()) -> None:
-        """``scratch``: a new folder, the only place the child may write (its cwd, HOME, TMPDIR).
+        """``scratch``: a new folder, the child's cwd, HOME and TMPDIR, the only place it may write
+        without namespaces (behind bubblewrap it may write nowhere: ``sealed`` in os_boundary).
         ``preload``: standard modules imported before the sandbox is installed."""
         self.limits, self.deadline = limits, deadline
         self._buffer = b""
@@ -101,25 +110,35 @@ class Child:
                "forbidden": [str(p) for p in forbidden], "writable": [str(scratch)],
                "blocked_modules": list(blocked_modules), "cpu_s": max(1, int(limits.cpu_s)),
                "memory_bytes": int(limits.memory_bytes), "output_bytes": int(limits.output_bytes),
-               "nproc": nproc, "preload": list(preload)}
+               "nproc": nproc, "preload": list(preload),
+               # the kernel's refusals go with the OS boundary (SERVELAB_SANDBOX=none: the hook only)
+               "syscall_filter": self.boundary.mode != "none"}
         env = {"HOME": str(home), "TMPDIR": str(tmp), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1",
                "PYTHONIOENCODING": "utf-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-        # the student's prints go to a file that is never read back as a result
-        self.log_path = scratch / "output.log"
         # the child sees its modules' folders (read-only), its scratch folder (its own) and the
         # interpreter; the course copy, servelab and every other folder are not there at all
         folders = sorted({Path(p).parent for _, p in modules})
+        # sealed: no writable or executable place for a carried binary, no /proc (os_boundary)
         argv = self.boundary.command([sys.executable, "-s", str(CHILD), json.dumps(cfg)],
-                                     readable=[*folders, CHILD], writable=[scratch], hidden=forbidden, cwd=scratch)
+                                     readable=[*folders, CHILD, os_boundary.SYSCALL_FILTER], writable=[scratch],
+                                     hidden=forbidden, cwd=scratch, sealed=True, noexec_tmp=tmp)
         for folder in (*folders, scratch):
             self.boundary.reach(folder)
         self.boundary.lock(forbidden, keep=[SERVELAB])  # only without namespaces: 0700 instead
-        with open(self.log_path, "wb") as log:
+        if not self.boundary.bwrap:  # what an earlier child or kernel of this uid left running
+            self.boundary.reap()
+        # the student's prints go to a file that is never read back, write-only and unlinked
+        # before the child starts: under a name (it was scratch/output.log) the child could
+        # write a compiled extension into it through its stdout and import it from there
+        log = _nameless_log(scratch.parent / f"{scratch.name}.log")
+        try:
             self.boundary.give(scratch)
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                                          cwd=scratch, env=env, pass_fds=(write_fd,), start_new_session=True)
+        finally:
+            os.close(log)
         os.close(write_fd)
         self._reply = read_fd
         first = self._read("importing your code")

@@ -4,6 +4,8 @@ the boundary off, the same files do gain points)."""
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import shutil
 import tempfile
@@ -20,26 +22,36 @@ from autograder.selfcheck import HOSTILE, HOSTILE_LIMITS, points_by_task
 # hostile submissions the audit hook alone does not stop (README: threat model)
 PAST_THE_HOOK = ["subinterpreter_reads_solution", "dir_fd_reads_solution", "hardlink_via_dir_fd",
                  "grader_proc_through_subinterpreter", "runtime_extension_reads_solution", "tmp_leftovers",
-                 "neighbour_temp_folder"]
+                 "neighbour_temp_folder", "carried_native_code"]
 PROBE = '''
 import os
 def probe(course):
     import _xxsubinterpreters as interpreters
+    read, write = os.pipe()
     code = f"""
-try:
-    found = repr(sorted(__import__('os').listdir({course!r})))
-except OSError as exc:
-    found = type(exc).__name__
-open('listing.txt', 'w').write(found)
+import os
+def attempt(f):
+    try:
+        f()
+        return "done"
+    except OSError as exc:
+        return type(exc).__name__ + " " + str(exc.errno)
+import mmap
+found = [attempt(lambda: os.listdir({course!r})), attempt(lambda: open("written", "w").write("x")),
+         attempt(lambda: os.memfd_create("x")), attempt(lambda: os.posix_spawn("/bin/true", ["true"], {{}})),
+         attempt(lambda: mmap.mmap(os.open({__file__!r}, os.O_RDONLY), 0, prot=mmap.PROT_READ | mmap.PROT_EXEC))]
+os.write({write}, repr(found).encode())
 """
     interpreters.run_string(interpreters.create(), code)
-    return [os.getuid(), os.readlink("/proc/self/ns/pid"), open("listing.txt").read()]
+    return [os.getuid(), os.getpid(), os.path.exists("/proc/self"), os.read(read, 4096).decode()]
 '''
 
 
 def test_the_child_is_another_user_in_other_namespaces_and_cannot_list_the_course(tmp_path):
     """Even from a subinterpreter (no audit hook), the course copy (its assignments, with the
-    solutions and hidden tests) cannot be listed."""
+    solutions and hidden tests) cannot be listed; nothing can be written (so no carried binary
+    can be put anywhere to load), there is no /proc, and the kernel refuses memory-only files
+    and new processes (autograder/sandbox/syscall_filter.py)."""
     boundary = os_boundary.boundary()
     assert boundary.mode != "none"  # this machine runs as root with bubblewrap (.ci/run installs it)
     (tmp_path / "mods").mkdir()
@@ -47,15 +59,19 @@ def test_the_child_is_another_user_in_other_namespaces_and_cannot_list_the_cours
     child = Child([("probe", tmp_path / "mods" / "probe.py")], tmp_path / "scratch", [], [], Limits(wall_s=60),
                   time.monotonic() + 60)
     try:
-        uid, pid_ns, listing = child.call("probe", "probe", (str(ROOT / "assignments"),), {})
+        uid, pid, has_proc, found = child.call("probe", "probe", (str(ROOT / "assignments"),), {})
     finally:
         child.close()
-    assert listing in ("FileNotFoundError", "PermissionError"), listing
-    assert uid != os.getuid() or pid_ns != os.readlink("/proc/self/ns/pid")
+    listing, write, memfd, spawn, exec_own_file = ast.literal_eval(found)
+    assert listing.split()[0] in ("FileNotFoundError", "PermissionError"), listing
+    assert (memfd, spawn) == ("PermissionError 1", "PermissionError 1")
+    assert uid != os.getuid() or boundary.bwrap
     if os.geteuid() == 0:
         assert uid == boundary.uid and uid >= os_boundary.ID_RANGE[0]
-    if boundary.bwrap:
-        assert pid_ns != os.readlink("/proc/self/ns/pid")
+    if boundary.bwrap:  # its own PID namespace (the first process is bubblewrap's), sealed
+        assert pid <= 3 and not has_proc and write == "OSError 30", (pid, has_proc, write)
+    if boundary.bwrap and os.geteuid() == 0:  # the submission's files are on a noexec mount
+        assert exec_own_file == "PermissionError 1", exec_own_file
 
 
 @pytest.fixture
@@ -168,3 +184,59 @@ def test_locking_keeps_the_launchers_readable(tmp_path, monkeypatch):
     b.lock([course / "autograder"])
     assert launcher.stat().st_mode & 0o777 == 0o644
     assert (course / "autograder" / "answers").stat().st_mode & 0o777 == 0o700
+
+
+def test_a_sealed_command_line_has_nothing_writable_but_a_noexec_tmpfs(tmp_path):
+    """A task's child: its scratch folder bound read-only, the root, /tmp and /dev remounted
+    read-only, no /proc or /dev/shm; as root, its TMPDIR a tmpfs mounted noexec before the drop."""
+    b = os_boundary.Boundary(bwrap=True, uid=300000, gid=300000)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    cmd = b.command(["python", "child.py"], readable=[], writable=[scratch], sealed=True, noexec_tmp=scratch / "tmp")
+    assert ["--ro-bind", str(scratch), str(scratch)] == cmd[cmd.index(str(scratch)) - 1:cmd.index(str(scratch)) + 2]
+    assert "--proc" not in cmd and "/dev/shm" not in cmd and "--bind" not in cmd
+    assert cmd[cmd.index("--") - 2:cmd.index("--")] == ["--remount-ro", "/"]
+    if os.geteuid() == 0 and os_boundary.MOUNT:  # as root, before the drop: the noexec mounts
+        wrapper = cmd[cmd.index("--") + 1:]
+        assert "noexec" in wrapper[4] and "uid=300000" in wrapper[4] and wrapper[5] == str(scratch / "tmp")
+        assert wrapper[6:8] == [str(scratch), "--"] and wrapper[8] == os_boundary.SETPRIV
+    assert "--proc" in b.command(["python"], readable=[], writable=[scratch])  # a kernel keeps its /proc
+
+
+KERNEL_QUOTES_HIDDEN_TESTS = '''
+class _Quote:
+    """Arithmetic gives itself back, no comparison holds, and its text is every cell the kernel
+    ran so far: nbgrader ran the test cells above it with their hidden tests."""
+    def __sub__(self, other): return self
+    __rsub__ = __truediv__ = __add__ = __sub__
+    def __abs__(self): return self
+    def __lt__(self, other): return False
+    def __format__(self, spec): return str(self)
+    def __str__(self):
+        import os
+        os.write(2, repr(get_ipython().user_ns.get("In", [])).encode())  # into nbgrader's log too
+        return " | ".join(s for s in get_ipython().user_ns.get("In", []) if "HIDDEN" in s)
+int8_weight_gb = _Quote()
+'''
+
+
+def test_a_notebook_kernel_cannot_quote_hidden_tests_in_a_visible_message(tmp_path):
+    """The kernel is the student's and runs every test cell, hidden tests included: a value
+    whose text is the kernel's input history, failing a visible cell, used to put the hidden
+    tests of the cells above into that cell's visible message. Messages now come from the
+    grader's own check, and the kernel's stdout and stderr go nowhere; honest cells keep their points."""
+    from autograder.notebooks import nbgrader
+
+    nb = next(n for n in nbgrader.notebooks_of(ROOT) if n.name == "ex01_ledger_70b")
+    data = json.loads((ROOT / "assignments" / nb.file).read_text())
+    answer = next(c for c in data["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "ex01_e_answer")
+    answer["source"] = "".join(answer["source"]) + KERNEL_QUOTES_HIDDEN_TESTS
+    path = tmp_path / "sub" / "assignments" / nb.file
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(data))
+    result = grade(tmp_path / "sub", limits=Limits(wall_s=30, cpu_s=30), only_tasks=frozenset({nb.id}))
+    cells = {t["extra_data"]["cell"]: t for t in result["tests"] if t["extra_data"]["task"] == nb.id}
+    leaked = [c for c, t in cells.items() if t["visibility"] == "visible" and "HIDDEN" in t["output"]]
+    assert not leaked, {c: cells[c]["output"][:300] for c in leaked}
+    assert cells["ex01_e_int8"]["score"] == 0 and cells["ex01_e_int8"]["visibility"] == "visible"
+    assert sum(t["score"] for t in cells.values()) == 10  # every other autograded cell

@@ -1,0 +1,162 @@
+"""A seccomp filter for the child that runs student code: the kernel refuses, for good, the
+system calls through which code the submission carries could run outside Python.
+
+Why: a submission may carry any bytes (up to 1 MiB per file), among them a compiled program or
+extension, servelab's own oracle included (the release ships it). Python's audit hook does not
+hold it back: a subinterpreter has no hook, and from one ``os.memfd_create`` + ``os.execve(fd)``
+runs a carried binary in place of the child (it inherits the reply pipe), ``os.posix_spawn``
+starts a process without a hook. The mount namespace takes away every writable or executable
+place to put a file (:mod:`autograder.sandbox.os_boundary`, ``sealed``); this filter takes away
+the rest, and it holds without namespaces too (the uid drop alone: no network then either):
+
+* no new programs: ``execve``, ``execveat``; no new processes: ``fork``, ``vfork``, ``clone``
+  without ``CLONE_THREAD`` (threads stay allowed), ``clone3`` (ENOSYS, so the C library falls
+  back to ``clone`` for threads);
+* no namespaces or mounts (a fresh user namespace could mount a writable, executable tmpfs):
+  ``unshare``, ``setns``, ``clone`` with a ``CLONE_NEW*`` flag, ``mount`` and its new API;
+* no code in memory that no file on a read-only mount holds: ``memfd_create``, ``memfd_secret``,
+  ``mmap`` with ``PROT_EXEC`` of anonymous memory or together with ``PROT_WRITE`` (a private,
+  writable and executable copy of any file), ``mprotect``/``pkey_mprotect`` adding ``PROT_EXEC``;
+* no other process's memory: ``ptrace``, ``process_vm_readv``/``writev`` (and the child is made
+  non-dumpable, so that no process of its uid may trace it either);
+* no network: ``socket`` of any family but ``AF_UNIX`` (and ``AF_NETLINK``, which lists the
+  network interfaces, and changes them only with a capability the child has not); and nothing of ``io_uring``, ``bpf``,
+  ``perf_event_open``, ``userfaultfd``.
+
+A refused call fails with ``EPERM`` (the process lives on and can report the error). Calls
+through another ABI (32-bit ``int 0x80``, x32) are refused whole. The filter is installed with
+``no_new_privs`` on every thread of the process (``TSYNC``), in a task's child and in a
+notebook's kernel, after their own imports and before the student's code; no process can
+remove a seccomp filter, and later threads inherit it. (A kernel runs the hidden test cells:
+without namespaces, a network would let it send them away.)
+
+Linux on x86-64 only (the numbers below): elsewhere :func:`install` returns False and the
+namespaces and the audit hook remain. Standard library only: the child loads this file by path.
+
+>>> program = assemble(X86_64)
+>>> len(program) % 8, len(program) // 8 < 256   # sock_filter entries; jumps are one byte
+(0, True)
+"""
+
+from __future__ import annotations
+
+import platform
+import struct
+
+# seccomp return values (linux/seccomp.h)
+ALLOW = 0x7FFF0000
+ERRNO = 0x00050000
+EPERM, ENOSYS = 1, 38
+# classic BPF opcodes: load word at absolute offset, jumps on equality / >= / bit test, return
+LD_ABS, JEQ, JGE, JSET, RET = 0x20, 0x15, 0x35, 0x45, 0x06
+# struct seccomp_data: nr (u32), arch (u32), instruction_pointer (u64), args[6] (u64, little-endian)
+NR, ARCH = 0, 4
+
+
+def arg(i: int) -> int:
+    """Offset of the low 32 bits of the i-th argument in struct seccomp_data."""
+    return 16 + 8 * i
+
+
+CLONE_THREAD = 0x00010000
+CLONE_NAMESPACES = 0x7E020000  # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
+PROT_WRITE, PROT_EXEC, MAP_ANONYMOUS, AF_UNIX, AF_NETLINK = 0x2, 0x4, 0x20, 1, 16
+
+X86_64 = {
+    "audit_arch": 0xC000003E, "x32_bit": 0x40000000,
+    "deny": {"execve": 59, "execveat": 322, "fork": 57, "vfork": 58, "unshare": 272, "setns": 308,
+             "mount": 165, "umount2": 166, "pivot_root": 155, "open_tree": 428, "move_mount": 429,
+             "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
+             "memfd_create": 319, "memfd_secret": 447, "ptrace": 101, "process_vm_readv": 310,
+             "process_vm_writev": 311, "io_uring_setup": 425, "io_uring_enter": 426,
+             "io_uring_register": 427, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323},
+    "clone": 56, "clone3": 435, "mmap": 9, "mprotect": 10, "pkey_mprotect": 329, "socket": 41,
+}
+
+
+def assemble(table: dict) -> bytes:
+    """The filter as ``struct sock_filter`` entries (``u16 code, u8 jt, u8 jf, u32 k``)."""
+    code: list[tuple] = []  # (opcode, k, jump-if-true label, jump-if-false label); None: next
+
+    def ins(op, k=0, jt=None, jf=None):
+        code.append((op, k, jt, jf))
+
+    deny, allow = "deny", "allow"
+    ins(LD_ABS, ARCH)
+    ins(JEQ, table["audit_arch"], None, deny)
+    ins(LD_ABS, NR)
+    ins(JGE, table["x32_bit"], deny, None)
+    for nr in sorted(table["deny"].values()):
+        ins(JEQ, nr, deny, None)
+    ins(JEQ, table["clone3"], "enosys", None)
+    ins(JEQ, table["clone"], "clone", None)
+    ins(JEQ, table["mmap"], "mmap", None)
+    ins(JEQ, table["mprotect"], "mprotect", None)
+    ins(JEQ, table["pkey_mprotect"], "mprotect", None)
+    ins(JEQ, table["socket"], "socket", None)
+    ins(RET, ALLOW)
+    labels = {}
+
+    def here(name):
+        labels[name] = len(code)
+
+    here("clone")  # threads only, and never into new namespaces
+    ins(LD_ABS, arg(0))
+    ins(JSET, CLONE_NAMESPACES, deny, None)
+    ins(JSET, CLONE_THREAD, allow, deny)
+    here("mmap")  # executable memory only as a file holds it (the mounts hold no writable one)
+    ins(LD_ABS, arg(2))
+    ins(JSET, PROT_EXEC, None, allow)
+    ins(JSET, PROT_WRITE, deny, None)
+    ins(LD_ABS, arg(3))
+    ins(JSET, MAP_ANONYMOUS, deny, allow)
+    here("mprotect")
+    ins(LD_ABS, arg(2))
+    ins(JSET, PROT_EXEC, deny, allow)
+    here("socket")  # netlink: the C library lists interfaces through it (ZeroMQ, in a kernel)
+    ins(LD_ABS, arg(0))
+    ins(JEQ, AF_UNIX, allow, None)
+    ins(JEQ, AF_NETLINK, allow, deny)
+    here("enosys")
+    ins(RET, ERRNO | ENOSYS)
+    here(deny)
+    ins(RET, ERRNO | EPERM)
+    here(allow)
+    ins(RET, ALLOW)
+
+    out = b""
+    for pc, (op, k, jt, jf) in enumerate(code):
+        offsets = [0 if j is None else labels[j] - pc - 1 for j in (jt, jf)]
+        if not all(0 <= o < 256 for o in offsets):
+            raise ValueError(f"seccomp filter: jump out of range at {pc}")
+        out += struct.pack("<HBBI", op, offsets[0], offsets[1], k)
+    return out
+
+
+def install() -> bool:
+    """Installs the filter on this process (and its future threads); False where it does not
+    apply (not Linux on x86-64). Raises OSError when the kernel refuses it."""
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    import ctypes  # before the audit hook, which refuses ctypes to the student's code
+
+    program = assemble(X86_64)
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_dumpable, pr_set_no_new_privs = 4, 38
+    # not dumpable: another process of the same uid (a notebook kernel's leftover, without
+    # namespaces) may not attach to this one or read its memory
+    if libc.prctl(pr_set_dumpable, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE) failed")
+    if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    fprog = SockFprog(len(program) // 8, program)
+    # seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC): every thread of the process
+    # (a kernel's machinery may have started some), not only the calling one
+    sys_seccomp, set_mode_filter, flag_tsync = 317, 1, 1
+    if libc.syscall(sys_seccomp, set_mode_filter, flag_tsync, ctypes.byref(fprog)) != 0:
+        raise OSError(ctypes.get_errno(), "seccomp(SECCOMP_SET_MODE_FILTER, TSYNC) failed")
+    return True

@@ -251,3 +251,22 @@ def test_the_recheck_takes_no_builtin_and_no_object_from_the_notebook(tmp_path):
     assert outcomes[0] == {"uses_all": (True, "passed"), "truth": (True, "passed")}
     assert outcomes[1]["uses_all"][0] is False, outcomes[1]
     assert outcomes[1]["truth"][0] is False and "Yes object from your notebook" in outcomes[1]["truth"][1], outcomes[1]
+
+
+@pytest.mark.parametrize("a, b, c, passes", [
+    (1e16, -1e16, 1.0, True),  # the reference's answer
+    (1.0, 2.0, 3.0, False),  # associative here
+    (float("nan"), 1.0, 2.0, False),  # unequal to itself, whatever the order
+    (float("inf"), float("-inf"), 1.0, False),  # nan both ways
+])
+def test_ex10_a_is_earned_only_by_finite_numbers_that_do_not_associate(a, b, c, passes):
+    # the test cell alone, run in this process: cheap, and a NaN used to pass it (1 point)
+    nb = next(n for n in NOTEBOOKS if n.name == "ex10_batch_invariance")
+    cell = next(c for c in source(nb)["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "ex10_a_test")
+    scope = {"a": a, "b": b, "c": c}
+    try:
+        exec("".join(cell["source"]), scope)
+    except AssertionError:
+        assert not passes
+    else:
+        assert passes

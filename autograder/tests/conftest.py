@@ -107,9 +107,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.fixture(scope="session")
 def reference_graded(tmp_path_factory) -> tuple[dict, Path]:
-    """The reference solutions (no notebooks) graded once in this process, and where its
-    results.json was written (a folder of its own, a few levels deep): the schema tests read
-    it, and ``test_selfcheck.py`` compares it with the self-check's grading of the reference."""
+    """The reference solutions and the source notebooks graded once in this process, and where
+    its results.json was written (a folder of its own, a few levels deep): the schema and
+    notebook tests read it, and ``test_selfcheck.py`` compares it with the self-check's grading
+    of the same submission (a regrade in another process)."""
     from autograder.grading.grade import grade
     from autograder.sandbox.remote import Limits
     from autograder.selfcheck import reference_submission
@@ -117,7 +118,7 @@ def reference_graded(tmp_path_factory) -> tuple[dict, Path]:
     tmp = tmp_path_factory.mktemp("reference")
     out = tmp / "deep" / "results.json"
     # generous limits: a loaded CI machine must not turn a pass into a timeout (scaled by the load, too)
-    return grade(reference_submission(tmp / "ref"), out=out, limits=Limits(wall_s=30.0, cpu_s=30)), out
+    return grade(reference_submission(tmp / "ref", with_notebooks=True), out=out, limits=Limits(wall_s=30.0, cpu_s=30)), out
 
 
 @pytest.fixture(scope="session")

@@ -103,10 +103,11 @@ def full_marks() -> dict[str, int]:
     return {t.id: t.points for t in manifest_of(ROOT).tasks}
 
 
-def reference_submission(into: Path, with_notebooks: bool = False) -> Path:
-    """A submission folder holding the instructors' edit files (the reference solutions), and
-    with ``with_notebooks`` the source notebooks (solutions in place) too."""
-    rels = [rel for task in manifest_of(ROOT).tasks for rel in task.edit]
+def reference_submission(into: Path, with_notebooks: bool = False, tasks: frozenset[str] | None = None) -> Path:
+    """A submission folder holding the instructors' edit files (the reference solutions), of
+    every task or of ``tasks`` only, and with ``with_notebooks`` the source notebooks (solutions
+    in place) too."""
+    rels = [rel for task in manifest_of(ROOT).tasks if tasks is None or task.id in tasks for rel in task.edit]
     if with_notebooks:
         rels += [nb.file for nb in nbgrader.notebooks_of(ROOT)]
     for rel in rels:

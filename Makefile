@@ -42,8 +42,9 @@ test-library: $(STAMP_BUILD)
 	@for step in test-rust test-python test-assignments stubtest \
 	$(if $(wildcard autograder/tests),test-python-other); do $(MAKE) --no-print-directory $$step || exit 1; done
 
+# (MAKEFLAGS emptied: under make test's lanes it names a jobserver that cargo is not handed)
 test-rust:
-	cargo test --release --quiet
+	MAKEFLAGS= cargo test --release --quiet
 
 # the `cluster` extra (Dask) is installed for the sweep-on-a-LocalCluster test, which then must run
 test-python: $(STAMP_BUILD) $(STAMP_CLUSTER)

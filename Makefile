@@ -19,8 +19,8 @@ STAMP_BUILD  := $(VENV)/.build-stamp
 STAMP_NOTEBOOKS := $(VENV)/.notebooks-stamp
 STAMP_CLUSTER := $(VENV)/.cluster-stamp
 
-.PHONY: demo test check bench build venv clean test-rust test-python test-assignments stubtest fuzz \
-	test-autograder selfcheck release release-check grade notebooks-deps notebooks \
+.PHONY: demo test test-library check bench build venv clean test-rust test-python test-assignments stubtest fuzz \
+	test-autograder test-autograder-rest test-autograder-artifacts selfcheck release release-check grade notebooks-deps notebooks \
 	wheel sdist test-python-other drop-stale-core typecheck
 
 demo: $(STAMP_BUILD)
@@ -28,11 +28,23 @@ demo: $(STAMP_BUILD)
 
 # the autograder's own tests and self-check exist only in the instructors' copy, and so does the
 # run on a second Python (a student needs one interpreter)
-test: $(STAMP_BUILD) test-rust test-python test-assignments stubtest \
-	$(if $(wildcard autograder/tests),test-autograder test-python-other)
+# Lanes side by side (CI has two cores): the library's steps one after another in one, the
+# autograder's tests in two others (the packages' test, a wheel build and fresh venvs, beside the
+# rest; see test-autograder). One after the other, one core stood idle most of the time: pytest
+# uses one, and the self-check's workers wait on wall-clock limits. Each lane's output is printed
+# whole when it ends; the time limits of gradings follow the load, so no verdict depends on the
+# other lanes (autograder/grading/calibrate.py).
+test: $(STAMP_BUILD) $(STAMP_CLUSTER)
+	@$(MAKE) --no-print-directory -j3 --output-sync=target test-library \
+	$(if $(wildcard autograder/tests),test-autograder)
 
+test-library: $(STAMP_BUILD)
+	@for step in test-rust test-python test-assignments stubtest \
+	$(if $(wildcard autograder/tests),test-python-other); do $(MAKE) --no-print-directory $$step || exit 1; done
+
+# (MAKEFLAGS emptied: under make test's lanes it names a jobserver that cargo is not handed)
 test-rust:
-	cargo test --release --quiet
+	MAKEFLAGS= cargo test --release --quiet
 
 # the `cluster` extra (Dask) is installed for the sweep-on-a-LocalCluster test, which then must run
 test-python: $(STAMP_BUILD) $(STAMP_CLUSTER)
@@ -51,10 +63,16 @@ check: $(STAMP_BUILD)
 
 # the autograder (autograder/README.md): its tests include the self-check (reference full marks,
 # release zero, mutants and hostile submissions), graded once per session, JOBS at a time
-# (default: the cores; time limits scale with the load, so verdicts do not depend on JOBS)
+# (default: the cores; time limits scale with the load, so verdicts do not depend on JOBS).
+# test_artifacts.py (make sdist wheel: a second Rust build; fresh Python 3.10 and 3.12 venvs)
+# runs in a pytest of its own, beside the others under make -j.
 JOBS ?=
-test-autograder: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
-	SELFCHECK_JOBS=$(JOBS) $(PY) -m pytest -q -p no:cacheprovider autograder/tests
+ARTIFACT_TESTS := autograder/tests/test_artifacts.py
+test-autograder: test-autograder-rest test-autograder-artifacts
+test-autograder-rest: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
+	SELFCHECK_JOBS=$(JOBS) $(PY) -m pytest -q -p no:cacheprovider autograder/tests --ignore=$(ARTIFACT_TESTS)
+test-autograder-artifacts: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
+	$(PY) -m pytest -q -p no:cacheprovider $(ARTIFACT_TESTS)
 
 selfcheck: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
 	$(PY) -m autograder selfcheck $(if $(JOBS),--jobs $(JOBS))
@@ -173,7 +191,9 @@ sdist: $(STAMP_VENV)
 # picks another) runs the assignments' and the library's tests. Its venv imports servelab from
 # python/ through a .pth file, with the abi3 extension that `make build` compiled: no second
 # Rust build, and the instructors' references stay importable. (tests/test_assignments_grading.py,
-# which grades the assignments through pytest, runs once, on the first Python.)
+# which grades the assignments through pytest, runs once, on the first Python.) The library's
+# tests all run, under the `compat` Hypothesis profile (10 examples a property instead of ci's
+# 60: a difference between Pythons fails on any input; the ci run explores the inputs).
 PYENV_ROOT   ?= $(HOME)/.pyenv
 PYTHON_OTHER ?= $(firstword $(wildcard $(PYENV_ROOT)/versions/3.10.*/bin/python3.10) $(shell command -v python3.10))
 VENV_OTHER   := $(VENV)/other-python
@@ -182,7 +202,7 @@ STAMP_OTHER  := $(VENV_OTHER)/.deps-stamp
 test-python-other: $(STAMP_BUILD) $(STAMP_OTHER)
 	$(PY_OTHER) -c "import sys, servelab._core as c; print('second Python:', sys.version.split()[0], c.__file__)"
 	$(PY_OTHER) -m pytest -q -p no:cacheprovider assignments
-	$(PY_OTHER) -m pytest -q -p no:cacheprovider tests --ignore=tests/test_assignments_grading.py
+	HYPOTHESIS_PROFILE=compat $(PY_OTHER) -m pytest -q -p no:cacheprovider tests --ignore=tests/test_assignments_grading.py
 
 $(STAMP_OTHER): $(STAMP_BUILD) pyproject.toml
 	@test -n "$(PYTHON_OTHER)" || { echo "no second Python found: install 3.10 (pyenv install 3.10) or set PYTHON_OTHER=/path/to/python3.X" >&2; exit 1; }

@@ -31,6 +31,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -64,13 +65,15 @@ SURVIVORS_FAIL = True
 
 @dataclass
 class Result:
-    """What one check found: ``problems`` (empty: it holds), wall-clock ``seconds``, the
-    calibration ``factor`` of its grading (1.0 when it graded nothing), and for a mutant the
-    manifest tests it made fail (``killed``)."""
+    """What one check found: ``problems`` (empty: it holds), wall-clock ``seconds``, the CPU
+    seconds of its worker and the processes it waited for (``cpu_seconds``: unlike wall-clock
+    time, this does not grow with the machine's load), the calibration ``factor`` of its grading
+    (1.0 when it graded nothing), and for a mutant the manifest tests it made fail (``killed``)."""
 
     name: str
     problems: list[str]
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
     factor: float = 1.0
     killed: tuple[str, ...] = ()
     data: dict | None = field(default=None, repr=False)  # the results.json of its grading, if one
@@ -100,10 +103,11 @@ def full_marks() -> dict[str, int]:
     return {t.id: t.points for t in manifest_of(ROOT).tasks}
 
 
-def reference_submission(into: Path, with_notebooks: bool = False) -> Path:
-    """A submission folder holding the instructors' edit files (the reference solutions), and
-    with ``with_notebooks`` the source notebooks (solutions in place) too."""
-    rels = [rel for task in manifest_of(ROOT).tasks for rel in task.edit]
+def reference_submission(into: Path, with_notebooks: bool = False, tasks: frozenset[str] | None = None) -> Path:
+    """A submission folder holding the instructors' edit files (the reference solutions), of
+    every task or of ``tasks`` only, and with ``with_notebooks`` the source notebooks (solutions
+    in place) too."""
+    rels = [rel for task in manifest_of(ROOT).tasks if tasks is None or task.id in tasks for rel in task.edit]
     if with_notebooks:
         rels += [nb.file for nb in nbgrader.notebooks_of(ROOT)]
     for rel in rels:
@@ -315,13 +319,19 @@ def checks() -> list[Check]:
     return out
 
 
+def _cpu_seconds() -> float:
+    """CPU time (user and system) of this process and of the children it has waited for."""
+    me, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
 def run_one(check: Check, tmp: Path, release_dir: Path, pristine: Path | None = None) -> Result:
     """Runs ``check`` in the new folder ``tmp``; a check that raises is a problem, not a crash.
     ``pristine``: a copy of the release that no check runs in (paste-back checks copy it while
     others run pytest in ``release_dir``); default ``release_dir``."""
     tmp.mkdir(parents=True, exist_ok=True)
     factor, keep = _Factor(), {}
-    start = time.monotonic()
+    start, cpu = time.monotonic(), _cpu_seconds()
     try:
         if check.kind == "reference":
             problems = check_reference(tmp, factor, keep)
@@ -341,8 +351,8 @@ def run_one(check: Check, tmp: Path, release_dir: Path, pristine: Path | None = 
             raise ValueError(f"unknown self-check kind {check.kind!r}")
     except Exception as exc:  # the grader or the check itself broke: that is what we are here to find
         problems = [f"the check raised {type(exc).__name__}: {exc}"]
-    return Result(check.name, problems, round(time.monotonic() - start, 1), factor.value,
-                  keep.get("killed", ()), keep.get("data"))
+    return Result(check.name, problems, round(time.monotonic() - start, 1), round(_cpu_seconds() - cpu, 1),
+                  factor.value, keep.get("killed", ()), keep.get("data"))
 
 
 def _worker_init(nb_course: str | None) -> None:
@@ -417,7 +427,8 @@ def main(jobs: int | None = None) -> int:
     console.print(f"self-check: {len(todo)} checks, {jobs or default_jobs()} at a time")
 
     def done(r: Result) -> None:
-        console.print(f"  {'ok ' if not r.problems else 'FAILED'} {r.name} ({r.seconds:.0f} s)", highlight=False)
+        console.print(f"  {'ok ' if not r.problems else 'FAILED'} {r.name} ({r.seconds:.0f} s, {r.cpu_seconds:.0f} s CPU)",
+                      highlight=False)
 
     with tempfile.TemporaryDirectory(prefix="servelab-selfcheck-") as t:
         results = run_all(Path(t), jobs, todo, done)
@@ -425,17 +436,18 @@ def main(jobs: int | None = None) -> int:
     table.add_column("check")
     table.add_column("result")
     table.add_column("seconds", justify="right")
+    table.add_column("CPU s", justify="right")
     table.add_column("limits x", justify="right")
     for r in results.values():
         table.add_row(r.name, "[green]ok" if not r.problems else "[red]" + "\n".join(r.problems)[:500],
-                      f"{r.seconds:.1f}", f"{r.factor:.2f}")
+                      f"{r.seconds:.1f}", f"{r.cpu_seconds:.1f}", f"{r.factor:.2f}")
     survivors = survivors_of(results)
     failed = sum(bool(r.problems) for r in results.values())
     if survivors:
         failed += SURVIVORS_FAIL
         colour, verdict = ("red", "FAILED") if SURVIVORS_FAIL else ("yellow", "warning")
         table.add_row("every graded test fails under some mutant",
-                      f"[{colour}]{verdict}: {len(survivors)} tests no mutant fails (listed below)", "", "")
+                      f"[{colour}]{verdict}: {len(survivors)} tests no mutant fails (listed below)", "", "", "")
     console.print(table)
     for name in survivors:
         console.print(f"  no mutant fails {name}", highlight=False, soft_wrap=True)

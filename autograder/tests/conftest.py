@@ -84,6 +84,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     terminalreporter.write_sep("-", "autograder self-check")
     terminalreporter.write_line(f"{len(results)} checks; time limits scaled up to x{max(r.factor for r in results.values()):.2f} "
                                 "for the machine's load (autograder/grading/calibrate.py)")
+    # CPU time, unlike wall time, does not grow with the load: what to look at when CI is slow
+    costly = sorted(results.values(), key=lambda r: -r.cpu_seconds)
+    terminalreporter.write_line(f"{sum(r.cpu_seconds for r in costly):.0f} s CPU in all; the most: "
+                                + ", ".join(f"{r.name} {r.cpu_seconds:.0f} s" for r in costly[:5]))
     if all(name in results for name in (c.name for c in selfcheck.checks() if c.kind == "mutant")):
         survivors = selfcheck.survivors_of(results)
         terminalreporter.write_line(f"{len(survivors)} graded tests no mutant fails" + (":" if survivors else ""))
@@ -99,6 +103,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         except Exception:
             pass
         shutil.rmtree(_RUN["dir"], ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def reference_graded(tmp_path_factory) -> tuple[dict, Path]:
+    """The reference solutions and the source notebooks graded once in this process, and where
+    its results.json was written (a folder of its own, a few levels deep): the schema and
+    notebook tests read it, and ``test_selfcheck.py`` compares it with the self-check's grading
+    of the same submission (a regrade in another process)."""
+    from autograder.grading.grade import grade
+    from autograder.sandbox.remote import Limits
+    from autograder.selfcheck import reference_submission
+
+    tmp = tmp_path_factory.mktemp("reference")
+    out = tmp / "deep" / "results.json"
+    # generous limits: a loaded CI machine must not turn a pass into a timeout (scaled by the load, too)
+    return grade(reference_submission(tmp / "ref", with_notebooks=True), out=out, limits=Limits(wall_s=30.0, cpu_s=30)), out
 
 
 @pytest.fixture(scope="session")

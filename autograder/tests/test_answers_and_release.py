@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 import subprocess
 
@@ -12,12 +13,19 @@ from autograder.grading.grade import ROOT, manifest_of
 from autograder.release.repository import PRIVATE, plan, release
 
 
-def test_the_committed_answer_key_is_not_stale():
+@pytest.fixture(scope="module")
+def computed() -> dict:
+    """The answer key computed once from the reference solutions (seconds of CPU each time)."""
+    return answer_key.compute()
+
+
+def test_the_committed_answer_key_is_not_stale(computed, monkeypatch):
+    monkeypatch.setattr(answer_key, "compute", lambda root=ROOT: copy.deepcopy(computed))
     assert answer_key.stale() is None
 
 
-def test_a_changed_value_makes_the_key_stale(monkeypatch):
-    fresh = answer_key.compute()
+def test_a_changed_value_makes_the_key_stale(computed, monkeypatch):
+    fresh = copy.deepcopy(computed)
     task = next(iter(fresh["tasks"]))
     fresh["tasks"][task][0]["value"] = -1
     monkeypatch.setattr(answer_key, "compute", lambda root=ROOT: fresh)
@@ -117,8 +125,8 @@ def test_the_key_answers_all_ten_exercises_and_says_why_it_misses():
     assert "## The lecture's exercises" in (ROOT / "autograder/answers/answer_key.md").read_text()
 
 
-def test_a_changed_exercise_figure_makes_the_key_stale(monkeypatch):
-    fresh = answer_key.compute()
+def test_a_changed_exercise_figure_makes_the_key_stale(computed, monkeypatch):
+    fresh = copy.deepcopy(computed)
     fresh["exercises"][0]["ours"] = -1
     monkeypatch.setattr(answer_key, "compute", lambda root=ROOT: fresh)
     assert "exercises differ" in answer_key.stale()

@@ -2,8 +2,9 @@
 ``make wheel``) hold no answer key, mutant, hostile submission, reference or solution region; the
 wheel is manylinux2014 and carries its licence and metadata; and a student's Python (3.10 and
 3.12, each in a fresh venv outside the repository) installs it and runs a demo and a release's
-``pytest assignments/``: 0 points on the stubs without a collection error, and (on 3.12) full
-marks with the reference solutions pasted back."""
+``pytest assignments/``: 0 points on the stubs without a collection error, and full
+marks with the reference solutions pasted back (on 3.12; on 3.10 ``make test-python-other`` runs
+the course's assignments)."""
 
 from __future__ import annotations
 
@@ -36,8 +37,10 @@ SECRET_PATHS = ("autograder/", "answers/", "answer_key", "mutants/", "hostile/",
 SOLUTION_BEGIN = SOLUTION.begin
 REGION_MARKERS = (SOLUTION.begin, HIDDEN.begin)
 STUDENT_PYTHONS = ("3.10", "3.12")
-# the reference solutions, pasted back into the release, earn full marks on each of them
-FULL_MARKS_PYTHONS = STUDENT_PYTHONS
+# the reference solutions, pasted back into the release, earn full marks with the wheel on the
+# newest (on 3.10, `make test-python-other` runs the course's assignments, hidden tests included,
+# with the same abi3 extension: full marks there too, without a third copy of that run here)
+FULL_MARKS_PYTHONS = ("3.12",)
 # a bound against a hang only: on a shared, loaded machine a release's pytest run can take many
 # minutes of wall time for one of CPU (CI's own time limit bounds the whole run)
 LONG = 3600
@@ -87,8 +90,10 @@ def find_python(version: str) -> str:
 def dist(tmp_path_factory) -> dict[str, Path]:
     """``make sdist wheel`` into a temporary folder: the instructors' copy builds both."""
     out = tmp_path_factory.mktemp("dist")
+    # not the MAKEFLAGS of a `make test` lane (a jobserver this process was not handed)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     run = subprocess.run(["make", "--no-print-directory", "sdist", "wheel", f"DIST={out}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=LONG)
+                         capture_output=True, text=True, timeout=LONG, env=env)
     assert run.returncode == 0, f"make sdist wheel failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     wheels, sdists = sorted(out.glob("*.whl")), sorted(out.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, f"expected one wheel and one sdist, got {os.listdir(out)}"

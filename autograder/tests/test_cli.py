@@ -19,14 +19,19 @@ def run(*args: str, cwd=ROOT) -> subprocess.CompletedProcess:
 
 
 def test_grade_writes_results_and_prints_the_total(tmp_path):
+    # the reference's first task only (the reference's full marks on every task is the
+    # self-check's, graded once per session): the others are missing, and score nothing
+    first = manifest_of(ROOT).tasks[0]
+    ref = reference_submission(tmp_path / "ref", tasks=frozenset({first.id}))
     out = tmp_path / "r.json"
-    done = run("grade", str(reference_submission(tmp_path / "ref")), "--out", str(out))
+    done = run("grade", str(ref), "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(out.read_text())
-    # the Python tasks in full; the notebooks, not in this submission, score nothing but count in max_score
-    total = manifest_of(ROOT).total_points
-    assert data["score"] == total and data["max_score"] > total
-    assert f"total: {total} / {data['max_score']}" in done.stdout
+    # that task in full; the other tasks and the notebooks, not in this submission, score nothing
+    # but count in max_score
+    assert data["score"] == first.points and data["max_score"] > manifest_of(ROOT).total_points
+    assert f"total: {first.points} / {data['max_score']}" in done.stdout
+    assert all("missing file" in t["output"] for t in data["tests"] if t["extra_data"]["task"] != first.id)
 
 
 def test_regenerate_check_agrees_with_the_committed_key():

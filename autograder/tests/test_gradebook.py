@@ -17,7 +17,10 @@ from autograder.selfcheck import notebook_full_marks, reference_submission
 
 def test_grade_all_writes_a_gradebook(tmp_path):
     subs = tmp_path / "subs"
-    reference_submission(subs / "bob", with_notebooks=True)  # notebooks: autograded, merged in
+    # the first task's reference (the reference's full marks on every task is the self-check's),
+    # and the notebooks: autograded, merged in
+    first = manifest_of(ROOT).tasks[0]
+    reference_submission(subs / "bob", with_notebooks=True, tasks=frozenset({first.id}))
     shutil.make_archive(str(subs / "alice"), "zip", subs / "bob")
     (subs / "carol").mkdir()  # submitted nothing
     out = tmp_path / "out"
@@ -25,12 +28,13 @@ def test_grade_all_writes_a_gradebook(tmp_path):
     rows = list(csv.reader(path.open()))
     nb_auto = notebook_full_marks()
     nb_all = {nb.id: sum(c.points for c in cell_points(ROOT / "assignments" / nb.file)) for nb in notebooks_of(ROOT)}
-    total = manifest_of(ROOT).total_points + sum(nb_auto.values())
+    total = first.points + sum(nb_auto.values())
     max_total = manifest_of(ROOT).total_points + sum(nb_all.values())
     assert rows[0][0] == "submission" and rows[0][-3:] == ["manual_pending", "score", "max_score"]
     assert rows[0][1:-3] == [*(t.id for t in manifest_of(ROOT).tasks), *nb_auto]
     assert [r[0] for r in rows[1:]] == ["alice", "bob", "carol"]
     assert [int(r[-2]) for r in rows[1:]] == [total, total, 0]
+    assert [int(r[1]) for r in rows[1:]] == [first.points, first.points, 0] and {r[2] for r in rows[1:]} == {"0"}
     assert [int(r[-1]) for r in rows[1:]] == [max_total] * 3
     assert [int(r[-3]) for r in rows[1:]] == [sum(nb_all.values()) - sum(nb_auto.values())] * 3
     assert sorted(p.name for p in (out / "results").iterdir()) == ["alice.json", "bob.json", "carol.json"]

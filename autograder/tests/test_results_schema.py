@@ -13,7 +13,8 @@ import pytest
 from autograder.grading.grade import grade, manifest_of, ROOT
 from autograder.notebooks.nbgrader import cell_points, notebooks_of
 from autograder.sandbox.remote import Limits
-from autograder.selfcheck import reference_submission
+from autograder.grading.submission import collect, unpack
+from autograder.selfcheck import points_by_task, reference_submission
 
 SCHEMA = json.loads((Path(__file__).with_name("gradescope_results.schema.json")).read_text())
 MANIFEST = manifest_of(ROOT)
@@ -44,9 +45,10 @@ def test_the_schema_rejects_what_gradescope_would():
                                         "output": "", "visibility": "visible"}]}, SCHEMA)
 
 
-def test_reference_results_validate_and_written_atomically(tmp_path):
-    out = tmp_path / "deep" / "results.json"
-    data = grade(reference_submission(tmp_path / "ref"), out=out, limits=QUICK)
+def test_reference_results_validate_and_written_atomically(reference_graded):
+    # the reference graded once per session (conftest.py); test_selfcheck.py compares it with the
+    # self-check's own grading of the reference, in another process
+    data, out = reference_graded
     validate(data)
     assert json.loads(out.read_text()) == data
     assert [p.name for p in out.parent.iterdir()] == ["results.json"]  # no temporary left behind
@@ -81,9 +83,20 @@ def test_a_zip_of_the_repository_grades_like_the_folder(tmp_path):
     with zipfile.ZipFile(archive, "w") as z:
         for p in ref.rglob("*"):
             z.write(p, Path("student-repo") / p.relative_to(ref))
-    data = grade(archive, limits=QUICK)
+    # every task finds in the zip the very files the folder gives it...
+    unpacked = unpack(archive, tmp_path / "unpacked")
+    for task in MANIFEST.tasks:
+        files = collect(unpacked, task.edit)
+        assert isinstance(files, dict), files
+        assert {rel: p.read_bytes() for rel, p in files.items()} == \
+            {rel: (ref / "assignments" / rel).read_bytes() for rel in task.edit}, task.id
+    # ...and grades to full marks from it (one task is enough: grading a task does not depend on
+    # where its files came from, and the reference's full marks on every task is the self-check's)
+    only = frozenset({MANIFEST.tasks[0].id})
+    data = grade(archive, limits=QUICK, only_tasks=only)
     validate(data)
-    assert data["score"] == MANIFEST.total_points
+    assert points_by_task(data) == {t.id: (t.points if t.id in only else 0) for t in MANIFEST.tasks} | \
+        {nb.id: 0 for nb in notebooks_of(ROOT)}
 
 
 def test_not_a_submission_is_a_clear_error_in_the_results(tmp_path):
@@ -100,10 +113,14 @@ def test_regrading_is_byte_identical(tmp_path):
     # a partly wrong submission: Hypothesis finds, shrinks and reports a counterexample
     path.write_text(path.read_text().replace("lm_head = 0 if model.tie_embeddings else embedding", "lm_head = embedding"))
     a, b = tmp_path / "a.json", tmp_path / "b.json"
-    grade(sub, out=a, limits=QUICK)
-    grade(sub, out=b, limits=QUICK)
+    # only the changed task: a regrade of every task is compared in test_selfcheck.py (the
+    # self-check's grading of the reference against this session's, two processes, two loads)
+    only = frozenset({"a1_ledger"})
+    grade(sub, out=a, limits=QUICK, only_tasks=only)
+    grade(sub, out=b, limits=QUICK, only_tasks=only)
     da = json.loads(a.read_text())
-    assert 0 < da["score"] < da["max_score"] and "execution_time" not in da
+    ledger = [t for t in da["tests"] if t["extra_data"]["task"] == "a1_ledger"]
+    assert 0 < sum(t["score"] for t in ledger) < sum(t["max_score"] for t in ledger) and "execution_time" not in da
     assert a.read_bytes() == b.read_bytes()
 
 
@@ -115,8 +132,9 @@ def test_an_honest_submission_may_use_numpy(tmp_path):
                         "return float(np.prod([2, model.n_layers, model.n_kv_heads, model.d_head])) * model.bytes_per_param")
     assert "np.prod" in text
     path.write_text(text)
-    data = grade(sub, limits=Limits(wall_s=30, cpu_s=30))
-    assert data["score"] == MANIFEST.total_points, [t["output"] for t in data["tests"] if t["score"] == 0]
+    data = grade(sub, limits=Limits(wall_s=30, cpu_s=30), only_tasks=frozenset({"a1_ledger"}))  # the changed task
+    assert points_by_task(data)["a1_ledger"] == next(t.points for t in MANIFEST.tasks if t.id == "a1_ledger"), \
+        [t["output"] for t in data["tests"] if t["score"] == 0]
 
 
 def test_regrading_a_crash_at_import_is_byte_identical_too(tmp_path):

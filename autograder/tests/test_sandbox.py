@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from servelab.grading.manifest import tomllib  # tomli on Python 3.10
+
 from autograder.sandbox import os_boundary
 from autograder.grading.grade import ROOT, grade
 from autograder.sandbox.remote import Child, Limits
@@ -91,12 +93,20 @@ def leftovers():
         shutil.rmtree(top, ignore_errors=True)
 
 
+# the tricks that look for what the `leftovers` fixture leaves in /tmp: the self-check grades
+# them without it, so their boxed grading is here; the others' is the self-check's (0 points)
+NEED_LEFTOVERS = ("tmp_leftovers", "neighbour_temp_folder")
+
+
 @pytest.mark.parametrize("name", PAST_THE_HOOK)
 def test_with_the_boundary_off_the_trick_gains_points(name, leftovers, monkeypatch):
     """The control: the same hostile files, graded with only the audit hook, earn points; the
     self-check grades them behind the boundary (0 points). So it is the boundary that stops them."""
-    boxed = grade(HOSTILE / name, limits=HOSTILE_LIMITS, only_tasks=frozenset({"a1_ledger"}))
-    assert points_by_task(boxed)["a1_ledger"] == 0
+    if name in NEED_LEFTOVERS:
+        boxed = grade(HOSTILE / name, limits=HOSTILE_LIMITS, only_tasks=frozenset({"a1_ledger"}))
+        assert points_by_task(boxed)["a1_ledger"] == 0
+    else:  # graded once, by the self-check (test_selfcheck.py), which holds it to this
+        assert tomllib.loads((HOSTILE / name / "expect.toml").read_text())["max_points"] == 0
     monkeypatch.setenv(os_boundary.MODE_VARIABLE, "none")
     exposed = grade(HOSTILE / name, limits=HOSTILE_LIMITS, only_tasks=frozenset({"a1_ledger"}))
     failing = [t["output"][:200] for t in exposed["tests"] if t["status"] != "passed"][:2]

@@ -81,6 +81,17 @@ def test_the_reference_notebooks_manual_cells_are_pending(results):
     assert all(t["status"] == "passed" for t in data["tests"] if t not in manual)
 
 
+def test_a_regrade_in_another_process_is_identical(results, reference_graded):
+    """The reference and the source notebooks graded twice: by the self-check's worker and in
+    this process (conftest.py's ``reference_graded``), under different loads and so different
+    time-limit factors. Every task's and every cell's results are the same, message for message
+    (a test drawing inputs from anything but the grading secret and the files would differ)."""
+    ours, _ = reference_graded
+    theirs = results["reference: full marks"].data
+    assert theirs is not None and len(ours["tests"]) > sum(len(t.tests) for t in manifest_of(ROOT).tasks)
+    assert json.dumps(ours, indent=2) == json.dumps(theirs, indent=2)
+
+
 def test_the_release_folder_has_normal_permissions(results, selfcheck_dir):
     assert (selfcheck_dir / "release").stat().st_mode & 0o777 == normal_mode(file=False)
 

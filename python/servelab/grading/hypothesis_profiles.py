@@ -1,6 +1,10 @@
 """Hypothesis profiles shared by the library's tests, the assignments and the grader.
 
 * ``ci``: modest example counts, derandomized, sized for a 2-core CI machine (``make test``);
+* ``compat``: the library's tests once more on a second Python (``make test-python-other``): every
+  test runs, with a few examples each, derandomized. What differs between Python versions (syntax,
+  the standard library, the extension's stable ABI) fails on any input; exploring the inputs is
+  the ``ci`` run's job, on the first Python;
 * ``grading``: derandomized with a fixed seed and no deadline, so a grade is reproducible;
 * ``student``: the default of ``pytest assignments/`` (``assignments/conftest.py``): Hypothesis'
   100 examples, full shrinking so that a failure ends at the smallest counterexample, and the
@@ -23,6 +27,8 @@ from hypothesis import HealthCheck, Phase, settings
 PROFILES = {
     "ci": dict(max_examples=60, deadline=None, derandomize=True,
                suppress_health_check=[HealthCheck.too_slow]),
+    "compat": dict(max_examples=10, deadline=None, derandomize=True,
+                   suppress_health_check=[HealthCheck.too_slow]),
     "grading": dict(max_examples=100, deadline=None, derandomize=True, print_blob=False,
                     suppress_health_check=list(HealthCheck)),
     "student": dict(max_examples=100, deadline=None, print_blob=False,
@@ -47,7 +53,7 @@ def register_and_load(default: str = "dev") -> str:
     >>> register_and_load()
     Traceback (most recent call last):
     ...
-    ValueError: HYPOTHESIS_PROFILE must be one of ['ci', 'dev', 'grading', 'student', 'thorough'], got 'fast'
+    ValueError: HYPOTHESIS_PROFILE must be one of ['ci', 'compat', 'dev', 'grading', 'student', 'thorough'], got 'fast'
     >>> _ = os.environ.pop("HYPOTHESIS_PROFILE")
     >>> if saved is not None: os.environ["HYPOTHESIS_PROFILE"] = saved
     >>> _ = register_and_load(saved or "ci")

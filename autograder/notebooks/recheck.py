@@ -200,7 +200,9 @@ def recheck(source_nb: Path, submitted_nb: Path, scratch: Path, forbidden: list[
             except SubmissionFailed as exc:
                 out[grade_id] = (False, f"the grader's check of this cell failed: {exc}")
             except Exception as exc:  # an assertion or an error of the test on the student's values
-                out[grade_id] = (False, f"the grader's own check of this cell failed: {type(exc).__name__}: {exc}")
+                # the error alone, as a test cell's would read ("NameError: ..."): the student's
+                # message, and not_answered() recognises an answer cell left unanswered by it
+                out[grade_id] = (False, f"{type(exc).__name__}: {exc}")
             bound_by_tests |= _names(code)[1]
     finally:
         child.close()

@@ -46,7 +46,7 @@ from pathlib import Path
 from servelab.grading.manifest import tomllib  # tomli on Python 3.10
 
 from autograder.grading import calibrate
-from autograder.notebooks import nbgrader
+from autograder.notebooks import nbgrader, recheck
 from autograder.grading.grade import ROOT, grade, manifest_of
 from autograder.release.repository import release
 from autograder.sandbox.remote import Limits
@@ -170,8 +170,8 @@ def check_release_grades_zero(release_dir: Path, report: Callable[[str], None] |
             kind = t["extra_data"]["kind"]
             if t["score"] != 0 or (kind == "manual") != t["output"].startswith("manually graded"):
                 problems.append(f"{t['name']}: expected 0 points and a graded cell, got {t['score']}: {t['output'][:200]!r}")
-            elif kind == "auto" and not t["output"].startswith(("not answered", "NotImplementedError", "NameError",
-                                                                "AssertionError")):
+            elif kind == "auto" and not t["output"].removeprefix(recheck.OWN_CHECK_FAILED).startswith(
+                    ("not answered", "NotImplementedError", "NameError", "AssertionError")):
                 problems.append(f"{t['name']}: expected a failing test cell, got {t['output'][:200]!r}")
             continue
         if "NotImplementedError" not in t["output"]:

@@ -43,6 +43,10 @@ from pathlib import Path
 
 from autograder.sandbox.remote import Child, Limits, RemoteObject, SubmissionFailed, kind_of
 
+# how a failed check's message starts: the student reads that the grader's check, not the
+# notebook's own run, failed (nbgrader.not_answered sees past it to the error)
+OWN_CHECK_FAILED = "the grader's own check of this cell failed: "
+
 MODULE = "notebook_answers"  # the name the student's cells run under in the child
 BLOCKED = ("servelab",)  # the ledger is done by hand; the oracle stays out of the child
 # what a Jupyter kernel has imported before a notebook's first cell, and an honest notebook may
@@ -200,9 +204,7 @@ def recheck(source_nb: Path, submitted_nb: Path, scratch: Path, forbidden: list[
             except SubmissionFailed as exc:
                 out[grade_id] = (False, f"the grader's check of this cell failed: {exc}")
             except Exception as exc:  # an assertion or an error of the test on the student's values
-                # the error alone, as a test cell's would read ("NameError: ..."): the student's
-                # message, and not_answered() recognises an answer cell left unanswered by it
-                out[grade_id] = (False, f"{type(exc).__name__}: {exc}")
+                out[grade_id] = (False, f"{OWN_CHECK_FAILED}{type(exc).__name__}: {exc}")
             bound_by_tests |= _names(code)[1]
     finally:
         child.close()

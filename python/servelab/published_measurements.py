@@ -18,6 +18,11 @@ gpt-fast and torchao's batch-1 runs generate from a prompt of about 5 tokens; th
 generate 200 tokens by default, so the context is taken as 100 (the mean over the run).
 ``bytes_per_param = 1`` marks 8-bit weights (int8 or FP8 weight-only, or TensorRT-LLM's FP8 with
 an FP8 KV cache); a GPU ending ``_FP8`` is priced at its FP8 tensor-core peak (W8A8 FP8 runs).
+
+>>> len(ROWS), sorted({r[1] for r in ROWS})
+(29, ['A100_80GB', 'H100', 'H100_FP8', 'H200_FP8'])
+>>> round(ROWS[0][6] * 1e3, 2)   # Llama-3.1-8B, batch 1, H100, BF16: ms a token
+7.88
 """
 
 GPT_FAST = ("gpt-fast README.md, tables 'Benchmarks' and 'Tensor Parallelism' "

@@ -129,3 +129,18 @@ def test_grid_efficiency_reaches_the_simulator_and_sweep_json():
     assert json.loads(cal_.to_json())["efficiency"] == dataclasses.asdict(slow)
     with pytest.raises(TypeError, match="efficiency must be a servelab.hw_model.Efficiency"):
         Grid(policies=("batch1",), rates=(0.2,), efficiency=0.5)  # type: ignore[arg-type]
+
+
+def test_demo_prints_every_row_and_the_largest_misses(tmp_path):
+    from rich.console import Console
+
+    from servelab.demos import demo_calibration, load
+
+    assert load("calibration") is demo_calibration
+    console = Console(record=True, width=200)
+    c = demo_calibration.run(tmp_path, console)
+    text = console.export_text()
+    assert (tmp_path / "demo_calibration.png").stat().st_size > 10_000
+    assert all(r.label in text for r in c.rows) and f"{c.loo_mape:.1%}" in text
+    worst = c.worst(1)[0]
+    assert f"{worst.label} ({worst.error_after:+.0%}): {cal.likely_cause(worst)}" in text

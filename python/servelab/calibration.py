@@ -10,7 +10,7 @@ checks, so ``hw_model`` can use it without an import cycle.
 
 The fit minimises the sum of squared *relative* errors, ``sum(((pred - measured) / measured)**2)``,
 so a 5 ms decode step and a 400 ms prefill weigh the same. ``max`` makes the error piecewise in
-``(compute, bandwidth)``, so those two are searched on a grid that is refined three times
+``(compute, bandwidth)``, so those two are searched on a grid that is refined four times
 (deterministic, no random start); for each grid point the best ``overhead_s`` is the closed
 form of a one-variable least squares, clipped at zero.
 
@@ -35,6 +35,7 @@ __all__ = ["FIELDS", "fit", "predict", "mape", "leave_one_out", "CalibrationRow"
 FIELDS = ("compute", "bandwidth", "overhead_s")
 # the search box of the two fractions: below 1% of peak no real engine runs a step
 _LO, _HI = 0.01, 1.0
+_N = 61  # grid points a side
 
 
 def predict(compute_s: np.ndarray, memory_s: np.ndarray, comm_s: np.ndarray,
@@ -65,9 +66,9 @@ def fit(compute_s: np.ndarray, memory_s: np.ndarray, comm_s: np.ndarray, measure
     c0, b0, o0 = start
     lo_c, hi_c, lo_b, hi_b = _LO, _HI, _LO, _HI
     best: tuple[float, float, float] = start
-    for _ in range(4):  # a 121 x 121 grid, then three finer ones around the best point
-        cs = np.linspace(lo_c, hi_c, 121) if "compute" in free else np.array([c0])
-        bs = np.linspace(lo_b, hi_b, 121) if "bandwidth" in free else np.array([b0])
+    for _ in range(5):  # a 61 x 61 grid, then four finer ones around the best point
+        cs = np.linspace(lo_c, hi_c, _N) if "compute" in free else np.array([c0])
+        bs = np.linspace(lo_b, hi_b, _N) if "bandwidth" in free else np.array([b0])
         cc, bb = np.meshgrid(cs, bs, indexing="ij")
         cc, bb = cc.ravel(), bb.ravel()
         p = np.maximum(C[None, :] / cc[:, None], M[None, :] / bb[:, None]) + K[None, :]
@@ -75,8 +76,8 @@ def fit(compute_s: np.ndarray, memory_s: np.ndarray, comm_s: np.ndarray, measure
         err = (((p + o[:, None]) / T[None, :] - 1.0) ** 2).sum(axis=1)
         k = int(np.argmin(err))  # the first minimum: ties break the same way every run
         best = (float(cc[k]), float(bb[k]), float(o[k]))
-        step_c = (hi_c - lo_c) / 120 * 2
-        step_b = (hi_b - lo_b) / 120 * 2
+        step_c = (hi_c - lo_c) / (_N - 1) * 2  # two grid steps either side: 15x finer each pass
+        step_b = (hi_b - lo_b) / (_N - 1) * 2
         lo_c, hi_c = max(_LO, best[0] - step_c), min(_HI, best[0] + step_c)
         lo_b, hi_b = max(_LO, best[1] - step_b), min(_HI, best[1] + step_b)
     return best

@@ -217,6 +217,7 @@ _AXES = {"--batch-size": ("batch_size", "static"), "--max-wait": ("max_wait_s", 
 def _grid(args: argparse.Namespace) -> Any:
     """The sweep's grid from the flags, every check naming its flag; counted before it is built."""
     from servelab import sweep as sw
+    from servelab.hw_model import DEFAULT_EFFICIENCY
     from servelab.spec_files import resolve_gpu, resolve_model
 
     given = {flag: getattr(args, flag[2:].replace("-", "_")) for flag in _AXES}
@@ -240,10 +241,9 @@ def _grid(args: argparse.Namespace) -> Any:
             field = _AXES[flag][0]
             yes_no = field in ("ride_along", "chunked_prefill", "prefix_caching")
             axes[field] = [v == "yes" for v in values] if yes_no else values
-    efficiency = _calibrated(args.calibration) if args.calibration else None
+    efficiency = _calibrated(args.calibration) if args.calibration else DEFAULT_EFFICIENCY
     try:
-        grid = sw.Grid(policies=args.policy, rates=rates, model=model, gpu=gpu, **axes,
-                       **({"efficiency": efficiency} if efficiency else {}))
+        grid = sw.Grid(policies=args.policy, rates=rates, model=model, gpu=gpu, efficiency=efficiency, **axes)
     except ValueError as exc:  # what is left: "model ... does not fit gpu ..."
         raise UsageError(str(exc).replace("model ", "--model ", 1).replace(" gpu ", " --gpu ", 1)) from None
     if len(grid) > sw.MAX_POINTS:

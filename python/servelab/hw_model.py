@@ -760,7 +760,7 @@ def kv_transfer_s(model: ModelSpec, tokens: int, link: Link) -> float:
 
 # --- the paper GPU held against real ones (lecture §8.3): measurements and a fitted Efficiency ---
 
-def _preset(value: object, cls: type, what: str) -> Any:
+def _preset(value: object, cls: type[ModelSpec] | type[GpuSpec], what: str) -> Any:
     """A spec itself, or the name of one of this module's presets (``"LLAMA3_8B"`` or its
     ``.name``, ``"Llama-3-8B"``)."""
     if isinstance(value, cls):
@@ -789,7 +789,7 @@ class Measurement:
     >>> Measurement.uniform("LLAMA3_8B", "H100", 4096, 1, 8192, 0.1)
     Traceback (most recent call last):
     ...
-    ValueError: batch needs the KV of 33558528 tokens, but Llama-3-8B on 1 x H100-SXM holds 487819 beside its weights
+    ValueError: batch needs the KV of 33558528 tokens (batch_size=4096 sequences of new_tokens + context_len), but Llama-3-8B on 1 x H100-SXM holds 487819 beside its weights
     """
 
     model: ModelSpec
@@ -809,8 +809,9 @@ class Measurement:
         tp = check_tp(model, gpu, self.tp)
         need, cap = int((new + ctx).sum()), kv_capacity_tokens(model, gpu, 1.0, tp=tp)
         if need > cap:
-            raise ValueError(f"batch needs the KV of {need} tokens, but {model.name} on {tp} x {gpu.name} "
-                             f"holds {cap} beside its weights")
+            raise ValueError(f"batch needs the KV of {need} tokens (batch_size={len(new)} sequences of "
+                             f"new_tokens + context_len), but {model.name} on {tp} x {gpu.name} holds {cap} "
+                             "beside its weights")
         for name, v in (("model", model), ("gpu", gpu), ("tp", tp),
                         ("batch", tuple(zip(new.tolist(), ctx.tolist()))),
                         ("time_s", _checks.real("time_s", self.time_s, 0.0, lo_open=True)),
@@ -823,7 +824,8 @@ class Measurement:
                 context_len: int, time_s: float, tp: int = 1, source: str = "", notes: str = "") -> Measurement:
         """A step of ``batch_size`` equal sequences (what the CSV format holds)."""
         b = _checks.positive_int("batch_size", batch_size, _core.MAX_TOKENS)
-        return cls(model, gpu, ((new_tokens, context_len),) * b, time_s, tp, source, notes)
+        # a preset name is resolved by __post_init__ (the fields hold specs from then on)
+        return cls(model, gpu, ((new_tokens, context_len),) * b, time_s, tp, source, notes)  # type: ignore[arg-type]
 
     @property
     def label(self) -> str:
@@ -855,8 +857,8 @@ def calibrate(measurements: Iterable[Measurement], fit: Sequence[str] | str = _c
         raise ValueError("measurements must hold at least one Measurement, got an empty table")
     for i, m in enumerate(rows):
         _checks.instance(f"measurements[{i}]", m, Measurement, "a servelab.hw_model.Measurement")
-    fields = (fit,) if isinstance(fit, str) else tuple(fit)
-    if not fields or any(f not in _calibration.FIELDS for f in fields):
+    fields = (fit,) if isinstance(fit, str) else tuple(fit) if isinstance(fit, (list, tuple)) else ()
+    if not fields or any(not isinstance(f, str) or f not in _calibration.FIELDS for f in fields):
         raise ValueError(f"fit must name some of {', '.join(_calibration.FIELDS)}, got {fit!r}")
     _checks.instance("start", start, Efficiency, "a servelab.hw_model.Efficiency")
     unit = Efficiency(1.0, 1.0, 0.0)  # each step's seconds at full peak: the fit divides them

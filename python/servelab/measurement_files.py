@@ -27,7 +27,6 @@ import csv
 import dataclasses
 import io
 import os
-import tomllib
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -78,8 +77,12 @@ def read_measurements(path: str | os.PathLike[str]) -> list[Measurement]:
         raise ValueError(f"calibration file {str(p)!r}: cannot read it ({exc.strerror or exc})") from None
     if p.suffix.lower() == ".toml":
         try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10: the same parser, under its PyPI name
+            import tomli as tomllib  # type: ignore[no-redef,import-not-found,unused-ignore]
+        try:
             rows: list[Any] = tomllib.loads(text).get("measurement", [])
-        except tomllib.TOMLDecodeError as exc:
+        except ValueError as exc:  # TOMLDecodeError is a ValueError
             raise ValueError(f"{p.name}: not valid TOML ({exc})") from None
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
             raise ValueError(f"{p.name}: measurements must be [[measurement]] tables")

@@ -305,33 +305,32 @@ def run_point(point: Point, n: int, seed: int, slo: SLO, model: ModelSpec = LLAM
               gpu: GpuSpec = H100, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> Row:
     """Simulates one point (a top-level function, so process pools and clusters can pickle it)."""
     p = dict(point.params)
-    eff = {"efficiency": efficiency}
     if point.policy == "prefix":  # its own workload: a chat service with shared system prompts
         reqs, shared = chat_sessions(n, point.rate, seed, shared_fraction=float(p["shared_fraction"]))
         r = run_continuous_batching(reqs, model, gpu, prefix_caching=bool(p["prefix_caching"]),
-                                    shared_prefixes=shared, **eff)
+                                    shared_prefixes=shared, efficiency=efficiency)
         return _row(point, r, slo, p)
     if point.policy == "tiered":  # multi-turn conversations, a GPU pool that must evict
         reqs, shared = chat_sessions(n, point.rate, seed, turns_mean=TIERED_TURNS_MEAN)
         r = run_continuous_batching(reqs, model, gpu, num_blocks=TIERED_GPU_BLOCKS, prefix_caching=True,
                                     shared_prefixes=shared, host_blocks=int(p["host_blocks"]),
-                                    host_policy=str(p["host_policy"]), **eff)
+                                    host_policy=str(p["host_policy"]), efficiency=efficiency)
         return _row(point, r, slo, p)
     reqs = chat_requests(n, point.rate, seed)
     if point.policy == "static":
         r = run_static_batching(reqs, model, gpu, int(p["batch_size"]), float(p["max_wait_s"]),
-                                bool(p["ride_along"]), **eff)
+                                bool(p["ride_along"]), efficiency=efficiency)
     elif point.policy == "speculative":
         from servelab.engine.speculative import LLAMA32_1B  # the engine's default draft
         r = run_continuous_batching(reqs, model, gpu, speculative=Speculation(
-            int(p["spec_k"]), LLAMA32_1B, float(p["acceptance"]), seed), **eff)
+            int(p["spec_k"]), LLAMA32_1B, float(p["acceptance"]), seed), efficiency=efficiency)
     elif point.policy == "continuous":
         r = run_continuous_batching(reqs, model, gpu, max_num_seqs=int(p["max_num_seqs"]),
-                                    chunked_prefill=bool(p["chunked_prefill"]), **eff)
+                                    chunked_prefill=bool(p["chunked_prefill"]), efficiency=efficiency)
     elif point.policy == "early_reject":
-        r = run_batch1(reqs, model, gpu, admission=EarlyReject(slo.ttft_s, _estimator(p["estimator"])), **eff)
+        r = run_batch1(reqs, model, gpu, admission=EarlyReject(slo.ttft_s, _estimator(p["estimator"])), efficiency=efficiency)
     else:
-        r = run_batch1(reqs, model, gpu, **eff)
+        r = run_batch1(reqs, model, gpu, efficiency=efficiency)
     return _row(point, r, slo, p)
 
 

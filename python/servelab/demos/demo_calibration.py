@@ -6,6 +6,9 @@ on A100, H100 and H200; decode and prefill, batch 1 to 128, 1 to 8 cards, 16- an
 weights). ``hw_model.calibrate`` fits the three discounts to them; the demo prints every row's
 error before and after, the leave-one-out error, the likely cause of the largest misses, and
 plots measured against predicted (``demo_calibration.png``).
+
+>>> len(hw.MEASURED), len({m.gpu.name for m in hw.MEASURED}), max(m.tp for m in hw.MEASURED)
+(29, 4, 8)
 """
 
 from __future__ import annotations

@@ -50,6 +50,15 @@ def _step(spec, torch, weights, batch, new_tokens, context_len, device):
                torch.randn(batch, spec.n_kv_heads, total, spec.d_head, device=device, dtype=torch.bfloat16))
               for _ in layers]
     rep = spec.n_heads // spec.n_kv_heads
+    causal = new_tokens > 1 and context_len == 0  # a prompt from scratch; decode attends to all
+
+    def attend(q, k, v):
+        try:  # torch >= 2.5 reads each KV head once for its group of query heads (GQA)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=rep > 1)
+        except TypeError:  # older torch: copy each KV head for its group (more HBM traffic)
+            if rep > 1:
+                k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
     def norm(x):
         return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5).to(x.dtype)
@@ -59,11 +68,10 @@ def _step(spec, torch, weights, batch, new_tokens, context_len, device):
         for lw, (kc, vc) in zip(layers, caches):
             qkv = norm(x) @ lw["wqkv"].T
             qh, k, v = qkv.split([q_dim, kv_dim, kv_dim], dim=-1)
-            kc[:, :, context_len:] = k.view(batch, new_tokens, spec.n_kv_heads, spec.d_head).transpose(1, 2)
-            vc[:, :, context_len:] = v.view(batch, new_tokens, spec.n_kv_heads, spec.d_head).transpose(1, 2)
-            qh = qh.view(batch, new_tokens, spec.n_heads, spec.d_head).transpose(1, 2)
-            kk, vv = (kc.repeat_interleave(rep, 1), vc.repeat_interleave(rep, 1)) if rep > 1 else (kc, vc)
-            att = F.scaled_dot_product_attention(qh, kk, vv, is_causal=new_tokens > 1 and context_len == 0)
+            kc[:, :, context_len:] = k.reshape(batch, new_tokens, spec.n_kv_heads, spec.d_head).transpose(1, 2)
+            vc[:, :, context_len:] = v.reshape(batch, new_tokens, spec.n_kv_heads, spec.d_head).transpose(1, 2)
+            qh = qh.reshape(batch, new_tokens, spec.n_heads, spec.d_head).transpose(1, 2)
+            att = attend(qh, kc, vc)
             x = x + att.transpose(1, 2).reshape(batch, new_tokens, q_dim) @ lw["wo"].T
             a, b = (norm(x) @ lw["w13"].T).chunk(2, dim=-1)
             x = x + (F.silu(a) * b) @ lw["w2"].T

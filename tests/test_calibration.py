@@ -75,10 +75,55 @@ def test_fit_recovers_known_discounts_and_only_moves_what_it_fits():
     assert (only.compute, only.bandwidth) == (0.70, 0.80) and only.overhead_s > 1.2e-3
 
 
+def test_fit_minimises_relative_not_absolute_error():
+    """With only the overhead free, the optimum of sum(((p + o) / t - 1)**2) has a zero gradient,
+    sum(((p + o) / t - 1) / t) = 0; an absolute-error fit (sum(p + o - t) = 0) lands elsewhere,
+    pulled by the 400 ms prefills."""
+    c = hw.calibrate(hw.MEASURED, fit="overhead_s")
+    p = np.array([r.after_s for r in c.rows]) - c.efficiency.overhead_s
+    t = np.array([r.measured_s for r in c.rows])
+    o = c.efficiency.overhead_s
+    assert o > 0 and abs(np.sum(((p + o) / t - 1) / t)) < 1e-6 * np.sum(1 / t)
+    assert abs(np.sum(p + o - t)) > 1e-3
+
+
+def test_leave_one_out_is_a_fit_to_the_others():
+    rows = list(hw.MEASURED[:6])
+    c = hw.calibrate(rows)
+    others = hw.calibrate(rows[:2] + rows[3:]).efficiency
+    m = rows[2]
+    assert c.rows[2].loo_s == pytest.approx(hw.step_cost(m.model, m.gpu, m.batch, others, tp=m.tp).time_s, rel=1e-12)
+    assert np.isnan(hw.calibrate(rows[:1]).loo_mape)  # one row: nothing to leave out
+
+
+def test_sweep_cli_takes_a_calibration_file(tmp_path, capsys):
+    from servelab import cli
+
+    p = tmp_path / "mine.csv"
+    p.write_text(measurements_csv([dict(model="LLAMA3_8B", gpu="H100", batch_size=b, new_tokens=n, context_len=c,
+                                        time_s=t) for b, n, c, t in ((1, 1, 100, 7.88e-3), (64, 1, 1024, 0.02),
+                                                                     (1, 2048, 0, 0.06), (1, 128, 0, 0.012))]))
+    out = tmp_path / "out"
+    code = cli.main(["sweep", "--policy", "batch1", "--rates", "0.5", "--n", "5", "--no-plots",
+                     "--calibration", str(p), "--out", str(out)])
+    assert code == 0
+    eff = json.loads((out / "sweep.json").read_text())["efficiency"]
+    want = hw.calibrate(read_measurements(p)).efficiency
+    assert eff == dataclasses.asdict(want) and eff != dataclasses.asdict(hw.DEFAULT_EFFICIENCY)
+    p.write_text("model,gpu,batch_size,new_tokens,context_len,time_s\nLLAMA3_8B,H100,1,1,100,0\n")
+    capsys.readouterr()
+    try:
+        code = cli.main(["sweep", "--policy", "batch1", "--rates", "0.5", "--calibration", str(p), "--out", str(out)])
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
+    assert "--calibration: mine.csv row 1: time_s must be a finite number > 0.0, got 0.0" in capsys.readouterr().err
+
+
 def test_default_efficiency_is_untouched():
     """The lecture's numbers are priced with DEFAULT_EFFICIENCY (tests/test_hw_lecture_numbers.py):
     calibrating never changes it."""
-    hw.calibrate(hw.MEASURED)
+    hw.calibrate(hw.MEASURED[:4])
     assert hw.DEFAULT_EFFICIENCY == hw.Efficiency(0.70, 0.80, 0.5e-3)
     assert round(hw.step_cost(hw.LLAMA3_8B, hw.H100, [(1, 512)]).time_s * 1e3, 2) == 6.13
 

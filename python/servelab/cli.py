@@ -5,6 +5,7 @@
     servelab demo list              # what exists
     servelab sweep --policy batch1 static --batch-size 8 32 --rates 0.1:1:0.1 --jobs 2
     servelab sweep --gpu A100_80GB --policy continuous --rates 1 2 4 8
+    servelab sweep --calibration my_card.csv --policy continuous --rates 1 2 4 8
     servelab --version
 
 A bad flag stops the command before any work, with one line that names the flag, and exit

@@ -77,7 +77,7 @@ def read_measurements(path: str | os.PathLike[str]) -> list[Measurement]:
         raise ValueError(f"calibration file {str(p)!r}: cannot read it ({exc.strerror or exc})") from None
     if p.suffix.lower() == ".toml":
         try:
-            import tomllib
+            import tomllib  # type: ignore[import-not-found,unused-ignore]  # 3.11+ (mypy checks as 3.10)
         except ModuleNotFoundError:  # Python 3.10: the same parser, under its PyPI name
             import tomli as tomllib  # type: ignore[no-redef,import-not-found,unused-ignore]
         try:

@@ -106,9 +106,9 @@ def test_a_grid_too_big_is_refused_with_its_count(tmp_path, capsys):
      "--prefix-caching applies to --policy prefix, which is not among --policy continuous"),
     (["--rates", "0"], "--rates must be > 0 (requests/s), got '0'"),
     (["--rates", "1:0.5:0.1"], "--rates must be numbers or start:stop:step with step > 0 and stop >= start"),
-    (["--model", "gpt-5"], "--model must be a preset (LLAMA3_8B, LLAMA3_70B) or a .toml/.json spec file, "
+    (["--model", "gpt-5"], "--model must be a preset (LLAMA3_8B, LLAMA3_70B, LLAMA2_7B, LLAMA2_13B, LLAMA2_70B) or a .toml/.json spec file, "
                            "got 'gpt-5'"),
-    (["--gpu", "B200"], "--gpu must be a preset (H100, H200, A100_80GB) or a .toml/.json spec file, got 'B200'"),
+    (["--gpu", "B200"], "--gpu must be a preset (H100, H200, A100_80GB, H100_FP8, H200_FP8) or a .toml/.json spec file, got 'B200'"),
     (["--model", "LLAMA3_70B"], "--model Llama-3-70B does not fit --gpu H100-SXM"),
     (["--policy", "fifo"], "argument --policy: invalid choice: 'fifo'"),
 ])

@@ -118,6 +118,13 @@ CASES = [
          {"model": hw_model.LLAMA3_70B, "gpu": G, "context_len": 1024, "mem_util": 0.9, "max_tp": 8}),
     Case("hw_model.Link", fn(hw_model.Link), {"name": "l", "bandwidth": 1e9, "latency_s": 1e-6}),
     Case("hw_model.kv_transfer_s", fn(hw_model.kv_transfer_s), {"model": M, "tokens": 512, "link": hw_model.NETWORK_400G}),
+    Case("hw_model.Measurement", fn(hw_model.Measurement),
+         {"model": M, "gpu": G, "batch": [(1, 100), (1, 50)], "time_s": 8e-3, "tp": 2, "source": "s", "notes": "n"}),
+    Case("hw_model.Measurement.uniform", fn(hw_model.Measurement.uniform),
+         {"model": M, "gpu": G, "batch_size": 2, "new_tokens": 1, "context_len": 100, "time_s": 8e-3, "tp": 1,
+          "source": "s", "notes": "n"}),
+    Case("hw_model.calibrate", fn(hw_model.calibrate),
+         {"measurements": hw_model.MEASURED[:3], "fit": ("bandwidth", "overhead_s"), "start": hw_model.DEFAULT_EFFICIENCY}),
     # workload (§4.5)
     Case("workload.Requests", fn(workload.Requests), {"arrival_s": [0.0, 1.0], "prompt_len": [3, 4], "output_len": [2, 1]}),
     Case("workload.Requests.with_arrivals", lambda: REQS.with_arrivals, {"arrival_s": [0.5, 0.6]}),

@@ -5,6 +5,7 @@
     servelab demo list              # what exists
     servelab sweep --policy batch1 static --batch-size 8 32 --rates 0.1:1:0.1 --jobs 2
     servelab sweep --gpu A100_80GB --policy continuous --rates 1 2 4 8
+    servelab sweep --calibration my_card.csv --policy continuous --rates 1 2 4 8
     servelab --version
 
 A bad flag stops the command before any work, with one line that names the flag, and exit
@@ -217,6 +218,7 @@ _AXES = {"--batch-size": ("batch_size", "static"), "--max-wait": ("max_wait_s", 
 def _grid(args: argparse.Namespace) -> Any:
     """The sweep's grid from the flags, every check naming its flag; counted before it is built."""
     from servelab import sweep as sw
+    from servelab.hw_model import DEFAULT_EFFICIENCY
     from servelab.spec_files import resolve_gpu, resolve_model
 
     given = {flag: getattr(args, flag[2:].replace("-", "_")) for flag in _AXES}
@@ -240,14 +242,26 @@ def _grid(args: argparse.Namespace) -> Any:
             field = _AXES[flag][0]
             yes_no = field in ("ride_along", "chunked_prefill", "prefix_caching")
             axes[field] = [v == "yes" for v in values] if yes_no else values
+    efficiency = _calibrated(args.calibration) if args.calibration else DEFAULT_EFFICIENCY
     try:
-        grid = sw.Grid(policies=args.policy, rates=rates, model=model, gpu=gpu, **axes)
+        grid = sw.Grid(policies=args.policy, rates=rates, model=model, gpu=gpu, efficiency=efficiency, **axes)
     except ValueError as exc:  # what is left: "model ... does not fit gpu ..."
         raise UsageError(str(exc).replace("model ", "--model ", 1).replace(" gpu ", " --gpu ", 1)) from None
     if len(grid) > sw.MAX_POINTS:
         raise UsageError(f"the grid has {len(grid):,} points ({len(rates)} rates x {len(grid) // len(rates)} "
                          f"configurations), more than {sw.MAX_POINTS:,}: narrow --rates or the parameter lists")
     return grid
+
+
+def _calibrated(path: str) -> Any:
+    """``--calibration FILE``: the discounts fitted to the file's measurements (lecture §8.3)."""
+    from servelab.hw_model import calibrate
+    from servelab.measurement_files import read_measurements
+
+    try:
+        return calibrate(read_measurements(path)).efficiency
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--calibration: {exc}") from None
 
 
 def _sweep(args: argparse.Namespace, console: Console) -> int:
@@ -336,6 +350,8 @@ def _add_sweep_parser(sub: Any) -> None:
     p.add_argument("--out", default="out/sweep", help="folder for sweep.csv, sweep.json and the plots")
     p.add_argument("--format", nargs="+", default=["csv", "json"], choices=["csv", "json"], help="data files")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--calibration", metavar="FILE",
+                   help="a .csv or .toml of measured step times: price steps with the discounts fitted to them")
     p.set_defaults(func=_sweep)
 
 

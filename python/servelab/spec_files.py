@@ -22,7 +22,7 @@ one file can describe both); ``name`` defaults to the file's stem::
 >>> resolve_gpu("B200")
 Traceback (most recent call last):
 ...
-ValueError: gpu must be a preset (H100, H200, A100_80GB) or a .toml/.json spec file, got 'B200'
+ValueError: gpu must be a preset (H100, H200, A100_80GB, H100_FP8, H200_FP8) or a .toml/.json spec file, got 'B200'
 """
 
 from __future__ import annotations

@@ -28,7 +28,9 @@ prompt tokens (None for the other policies).
 
 The model and GPU are demo 03's (Llama-3-8B on an H100) unless ``Grid(model=..., gpu=...)``
 names another: a :mod:`servelab.hw_model` preset (``"LLAMA3_70B"``, ``"A100_80GB"``), a spec, or
-a TOML/JSON spec file (:mod:`servelab.spec_files`).
+a TOML/JSON spec file (:mod:`servelab.spec_files`). ``Grid(efficiency=...)`` prices every step
+with other discounts than the lecture's, e.g. ``hw_model.calibrate(measurements).efficiency``
+fitted to a real card (``servelab sweep --calibration FILE``); ``sweep.json`` records them.
 
 Points are independent, so they run on any :class:`concurrent.futures.Executor`, or on a Dask
 ``distributed.Client``: rows come back in grid order, and each point is deterministic, so
@@ -87,7 +89,7 @@ from servelab import _checks, lecture
 from servelab._core import MAX_NUM_BLOCKS
 from servelab import metrics as mx
 from servelab.admission import EarlyReject, NoisyPredictor
-from servelab.hw_model import H100, LLAMA3_8B, GpuSpec, ModelSpec, kv_capacity_tokens
+from servelab.hw_model import DEFAULT_EFFICIENCY, H100, LLAMA3_8B, Efficiency, GpuSpec, ModelSpec, kv_capacity_tokens
 from servelab.metrics import SLO
 from servelab.serving_core import Speculation, run_batch1, run_continuous_batching, run_static_batching
 from servelab.spec_files import resolve_gpu, resolve_model
@@ -207,8 +209,10 @@ class Grid:
     host_policy: Sequence[str] = ("lru",)
     model: ModelSpec | str | os.PathLike[str] = LLAMA3_8B
     gpu: GpuSpec | str | os.PathLike[str] = H100
+    efficiency: Efficiency = DEFAULT_EFFICIENCY  # the roofline's discounts (a calibration's, lecture §8.3)
 
     def __post_init__(self) -> None:
+        _checks.instance("efficiency", self.efficiency, Efficiency, "a servelab.hw_model.Efficiency")
         model, gpu = resolve_model(self.model), resolve_gpu(self.gpu)
         if kv_capacity_tokens(model, gpu) <= 0:
             raise ValueError(f"model {model.name} does not fit gpu {gpu.name}: its weights "
@@ -242,7 +246,7 @@ class Grid:
             "host_policy": (lambda v: v in ("lru", "hits"), "'lru' or 'hits'"),
         }
         used = {axis for p in pols for axis in POLICIES[p]}
-        defaults = {f.name: f.default for f in fields(self)}
+        defaults = {f.name: f.default for f in fields(self) if f.name in checks}
         for axis, (ok, what) in checks.items():
             values = _check_values(axis, getattr(self, axis), ok, what)
             if axis not in used and values != defaults[axis]:
@@ -298,35 +302,35 @@ class Row:
 
 
 def run_point(point: Point, n: int, seed: int, slo: SLO, model: ModelSpec = LLAMA3_8B,
-              gpu: GpuSpec = H100) -> Row:
+              gpu: GpuSpec = H100, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> Row:
     """Simulates one point (a top-level function, so process pools and clusters can pickle it)."""
     p = dict(point.params)
     if point.policy == "prefix":  # its own workload: a chat service with shared system prompts
         reqs, shared = chat_sessions(n, point.rate, seed, shared_fraction=float(p["shared_fraction"]))
         r = run_continuous_batching(reqs, model, gpu, prefix_caching=bool(p["prefix_caching"]),
-                                    shared_prefixes=shared)
+                                    shared_prefixes=shared, efficiency=efficiency)
         return _row(point, r, slo, p)
     if point.policy == "tiered":  # multi-turn conversations, a GPU pool that must evict
         reqs, shared = chat_sessions(n, point.rate, seed, turns_mean=TIERED_TURNS_MEAN)
         r = run_continuous_batching(reqs, model, gpu, num_blocks=TIERED_GPU_BLOCKS, prefix_caching=True,
                                     shared_prefixes=shared, host_blocks=int(p["host_blocks"]),
-                                    host_policy=str(p["host_policy"]))
+                                    host_policy=str(p["host_policy"]), efficiency=efficiency)
         return _row(point, r, slo, p)
     reqs = chat_requests(n, point.rate, seed)
     if point.policy == "static":
         r = run_static_batching(reqs, model, gpu, int(p["batch_size"]), float(p["max_wait_s"]),
-                                bool(p["ride_along"]))
+                                bool(p["ride_along"]), efficiency=efficiency)
     elif point.policy == "speculative":
         from servelab.engine.speculative import LLAMA32_1B  # the engine's default draft
         r = run_continuous_batching(reqs, model, gpu, speculative=Speculation(
-            int(p["spec_k"]), LLAMA32_1B, float(p["acceptance"]), seed))
+            int(p["spec_k"]), LLAMA32_1B, float(p["acceptance"]), seed), efficiency=efficiency)
     elif point.policy == "continuous":
         r = run_continuous_batching(reqs, model, gpu, max_num_seqs=int(p["max_num_seqs"]),
-                                    chunked_prefill=bool(p["chunked_prefill"]))
+                                    chunked_prefill=bool(p["chunked_prefill"]), efficiency=efficiency)
     elif point.policy == "early_reject":
-        r = run_batch1(reqs, model, gpu, admission=EarlyReject(slo.ttft_s, _estimator(p["estimator"])))
+        r = run_batch1(reqs, model, gpu, admission=EarlyReject(slo.ttft_s, _estimator(p["estimator"])), efficiency=efficiency)
     else:
-        r = run_batch1(reqs, model, gpu)
+        r = run_batch1(reqs, model, gpu, efficiency=efficiency)
     return _row(point, r, slo, p)
 
 
@@ -356,7 +360,10 @@ class SweepResult:
     def heading(self) -> str:
         """What the sweep ran, for titles: model, GPU, workload, SLO."""
         tpot = "" if not math.isfinite(self.slo.tpot_s) else f", TPOT <= {self.slo.tpot_s * 1e3:g} ms"
-        return (f"Sweep: {self.grid.model_spec.name} on {self.grid.gpu_spec.name}, {self.n} chat requests "
+        e = self.grid.efficiency
+        eff = "" if e == DEFAULT_EFFICIENCY else (f" (discounts: compute {e.compute:.2f}, bandwidth "
+                                                  f"{e.bandwidth:.2f}, overhead {e.overhead_s * 1e3:.2f} ms)")
+        return (f"Sweep: {self.grid.model_spec.name} on {self.grid.gpu_spec.name}{eff}, {self.n} chat requests "
                 f"(seed {self.seed}) per point, {len(self.rows)} points; SLO TTFT <= {self.slo.ttft_s:g} s{tpot}")
 
     def write_plots(self, out_dir: Path) -> list[Path]:
@@ -391,6 +398,7 @@ class SweepResult:
 
         doc = {"n": self.n, "seed": self.seed, "slo": {"ttft_s": self.slo.ttft_s, "tpot_s": clean(self.slo.tpot_s)},
                "model": asdict(self.grid.model_spec), "gpu": asdict(self.grid.gpu_spec),
+               "efficiency": asdict(self.grid.efficiency),
                "rows": [{k: clean(v) for k, v in asdict(r).items()} for r in self.rows]}
         return json.dumps(doc, indent=1, sort_keys=True)
 
@@ -450,7 +458,7 @@ def sweep(grid: Grid, *, n: int = lecture.N_REQUESTS, seed: int = lecture.SEED, 
     if max_points is not None and len(grid) > max_points:
         raise ValueError(f"the grid has {len(grid):,} points, more than max_points={max_points:,}")
     points = grid.points()
-    args = (int(n), int(seed), slo, grid.model_spec, grid.gpu_spec)
+    args = (int(n), int(seed), slo, grid.model_spec, grid.gpu_spec, grid.efficiency)
     rows: list[Row | None] = [None] * len(points)
     own = executor is None and jobs > 1
     ex = ProcessPoolExecutor(max_workers=int(jobs)) if own else executor

@@ -132,7 +132,9 @@
         self.goTime((ev.clientX - rect.left - LEFT) / (W - LEFT - 10) * tEnd);
       };
     });
-    axis(tl, LEFT, W - 10, nr * rh + 2, 0, tEnd, function (v) { return v.toFixed(2) + " s"; });
+    axis(tl, LEFT, W - 10, nr * rh + 2, 0, tEnd, function (v) {
+      return tEnd < 1 ? (v * 1e3).toFixed(tEnd < 0.05 ? 1 : 0) + " ms" : v.toFixed(2) + " s";
+    });
     this.tcursor = svg("line", {y1: 0, y2: nr * rh, stroke: "#000", "stroke-dasharray": "3,2",
                                 "class": "cursor"}, tl);
 
@@ -236,7 +238,8 @@
     var tbl = html("table", {"class": "requests"}, box);
     var head = html("tr", {}, tbl);
     var cols = ["id", "prompt", "output", "arrival", "TTFT", "TPOT", "preempted", "status", "SLO"];
-    if (run.source === "engine") cols.push("generated text");
+    var texts = run.requests.some(function (r) { return r.text; });
+    if (texts) cols.push("generated text");
     cols.forEach(function (c) { html("th", {}, head, c); });
     run.requests.forEach(function (r) {
       var tr = html("tr", {"class": r.miss ? "miss" : ""}, tbl);
@@ -244,7 +247,7 @@
        r.status, r.status === "unservable" ? "-" : (r.miss ? "missed" : "met")].forEach(function (v) {
         html("td", {}, tr, String(v));
       });
-      if (run.source === "engine") html("td", {"class": "text"}, tr, JSON.stringify(r.text));
+      if (texts) html("td", {"class": "text"}, tr, JSON.stringify(r.text));
       tr.onmousemove = function (ev) { showTip(ev, self.requestLines(r)); };
       tr.onmouseleave = hideTip;
     });
@@ -258,7 +261,7 @@
                  "arrival " + r.arrival.toFixed(4) + " s, TTFT " + ms(r.ttft) + ", TPOT " + ms(r.tpot),
                  "preempted " + r.preemptions + " time(s)" + (r.miss ? ", SLO missed" : "")];
     if (r.prompt_text) lines.push("prompt: " + JSON.stringify(r.prompt_text.slice(0, 80)));
-    if (this.run.source === "engine") lines.push("generated: " + JSON.stringify(r.text.slice(0, 80)));
+    if (r.text) lines.push("generated: " + JSON.stringify(r.text.slice(0, 80)));
     return lines;
   };
 

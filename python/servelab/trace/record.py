@@ -155,10 +155,11 @@ class StepRecorder:
                admitted: Iterable[int] = (), preempted: Iterable[int] = (),
                finished: Iterable[int] = (), waiting: Iterable[int] = (),
                running: Iterable[int] = (), allocator: Any = None,
-               blocks_used: int | None = None) -> None:
+               blocks_used: int | None = None,
+               kv: dict[int, tuple[int, int]] | None = None) -> None:
         """One step, read at its end: ``batch`` as the batch log has it; ``allocator`` (a
         :class:`servelab.blocks.BlockAllocator` or its reference twin) for the KV pool, or
-        ``blocks_used`` alone."""
+        ``blocks_used`` (and ``kv``, blocks per request, where known) alone."""
         if len(self.steps) >= self.max_steps:
             raise ValueError(f"a trace holds at most {self.max_steps:,} steps: trace fewer "
                              f"requests (--n) or a lower rate")
@@ -184,7 +185,7 @@ class StepRecorder:
         for rid in finished:
             self.requests[rid].finish_s = end_s
             self.requests[rid].status = "finished"
-        kv, free, cached_free, host, shared = None, 0, 0, 0, 0
+        free, cached_free, host, shared = 0, 0, 0, 0
         used = blocks_used or 0
         if allocator is not None:
             kv, cached_free, shared = _kv_of(allocator)
@@ -251,7 +252,9 @@ def from_engine_result(result: Any, prompt_lens: Sequence[int], *, num_blocks: i
                        source: str = "engine", **config: Any) -> Trace:
     """A finished :class:`~servelab.engine.EngineResult` replayed through the recorder: the
     steps' batches and moves, the blocks in use, the queues rebuilt by the rules' moves (rule 1:
-    arrivals by step; rules 3-4). Without the allocator, ``kv`` stays None."""
+    arrivals by step; rules 3-4). Without the allocator the blocks per request are read from
+    the slots (a block table holds ``ceil(slots / block_size)`` blocks), and are left out
+    (``kv`` None) with ``prefix_caching=True``, where which are shared is not known."""
     rec = StepRecorder(num_blocks=num_blocks, block_size=block_size, token_budget=token_budget,
                        max_num_seqs=max_num_seqs, **config)
     arrivals: dict[int, list[int]] = {}
@@ -264,6 +267,7 @@ def from_engine_result(result: Any, prompt_lens: Sequence[int], *, num_blocks: i
             arrivals.setdefault(r.arrival_step, []).append(r.request_id)
     waiting: list[int] = []
     running: list[int] = []
+    slots: dict[int, int] = {}
     for s in result.steps:
         waiting += arrivals.get(s.index, [])
         for rid in s.preempted:
@@ -274,9 +278,13 @@ def from_engine_result(result: Any, prompt_lens: Sequence[int], *, num_blocks: i
             running.append(rid)
         for rid in s.finished:
             _drop(running, rid)
+        for rid, n, ctx in s.batch:
+            slots[rid] = ctx + n
+        kv = None if config.get("prefix_caching") else \
+            {rid: (-(-slots[rid] // block_size), 0) for rid in running if rid in slots}
         rec.record(s.index, s.clock_s - s.cost_s, s.cost_s, s.batch, admitted=s.admitted,
                    preempted=s.preempted, finished=s.finished, waiting=waiting,
-                   running=running, blocks_used=s.blocks_used)
+                   running=running, blocks_used=s.blocks_used, kv=kv)
     return rec.trace(source)
 
 

@@ -327,8 +327,10 @@ def _failure_page(want: EngineResult, got: EngineResult, calls: list[Call], step
                   token_budget=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
                   prefix_caching=cfg.prefix_caching)
     lens = [prompt_lens.get(i, 0) for i in range(len(want.requests))]
-    test = os.environ.get("PYTEST_CURRENT_TEST", "scheduler").split(" ")[0]
-    path = Path(folder) / re.sub(r"[^A-Za-z0-9_.-]+", "_", test)[-120:] / "trace.html"
+    # one folder a test: "a8_continuous_batching-test_same_batches_as_the_engine"
+    file, _, name = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0].partition("::")
+    test = f"{Path(file).parent.name}-{name}" if name else "scheduler"
+    path = Path(folder) / re.sub(r"[^A-Za-z0-9_.-]+", "_", test)[:120] / "trace.html"
     try:
         write_comparison(from_engine_result(want, lens, **limits),
                          from_engine_result(got, lens, source="yours", **limits),

@@ -4,9 +4,9 @@ Chat-service workloads from :func:`servelab.workload.chat_sessions` (seed 0, Lla
 H100, vLLM's defaults): single-turn requests with one of 4 shared 1024-token system prompts at
 24 req/s, and conversations of 4 turns on average (12 new a second). Per workload three runs:
 
-* **off**: prefix caching off, the event-driven loop (``continuous.rs``, cost per event);
+* **off**: prefix caching off, the event-driven loop (``continuous/event_driven.rs``, cost per event);
 * **on, none**: prefix caching on without ``shared_prefixes``: the per-step loop over
-  the real allocator (``continuous_prefix.rs``), which hashes every prompt token, alone;
+  the real allocator (``continuous/prefix.rs``), which hashes every prompt token, alone;
 * **on**: prefix caching on the shared prefixes.
 
 Rust best of 5 through ``serving_core`` (argument checks and result columns included). Before

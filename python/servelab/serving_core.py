@@ -361,7 +361,7 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     :func:`servelab.workload.chat_sessions`; ``None``: nothing shared but a preempted request's
     own computed blocks) says which earlier request each prompt starts with. The result then
     has ``cached_tokens`` and ``computed_tokens`` per request and ``prefix_hits``. This path
-    steps every running request (``rust/src/sim/continuous_prefix.rs``): slower than the
+    steps every running request (``rust/src/sim/continuous/prefix.rs``): slower than the
     event-driven one, see ``make bench``.
 
     ``host_blocks > 0`` (with prefix caching; §8 milestone 4b) adds a host tier of that many
@@ -372,7 +372,7 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
 
     ``speculative`` (a :class:`Speculation`: ``k``, the draft's ModelSpec, the acceptance
     rate) adds speculative decoding (§8, milestone 4a) on the per-step loop
-    (``rust/src/sim/continuous_per_step.rs``; not with prefix caching). The result then has
+    (``rust/src/sim/continuous/per_step.rs``; not with prefix caching). The result then has
     ``spec_proposed``, ``spec_accepted``, ``spec_steps`` per request, ``draft_busy_s`` and
     :attr:`SimResult.tokens_per_target_step`; with ``k = 0`` it is the plain run.
 

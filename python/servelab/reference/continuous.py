@@ -5,7 +5,7 @@ The steps are planned by the engine's own scheduler
 over the reference paged allocator (:class:`servelab.reference.blocks.BlockAllocator`, no prefix
 caching) with placeholder token ids; this module carries the plans out on counts, prices each
 step with the same IEEE-754 operations as the Rust core (:class:`Pricer`), and jumps the clock
-to the next arrival when nothing waits or runs. The Rust core (``rust/src/sim/continuous.rs``)
+to the next arrival when nothing waits or runs. The Rust core (``rust/src/sim/continuous/event_driven.rs``)
 keeps block *counts* instead and must give the same timestamps bit for bit
 (``tests/test_sim_continuous.py``).
 

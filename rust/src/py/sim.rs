@@ -7,14 +7,14 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::cost::Hardware;
-use super::{add_functions, dict_of, merge, slice, to_dict, ToPy};
+use super::convert::{add_functions, dict_of, merge, slice, to_dict, ToPy};
 use crate::cost::{ModelSpec, Pricer};
 use crate::error::CoreResult;
 use crate::sim::admission::EarlyReject;
 use crate::sim::batch1::{self, AcceptAll};
-use crate::sim::continuous::{self, BatchLog, ContinuousOutput, ContinuousParams, StepExtra};
-use crate::sim::continuous_per_step::{self, SpecOutput, Speculation};
-use crate::sim::continuous_prefix::{self, HostTierOption, PrefixOutput, Prefixes};
+use crate::sim::continuous::per_step::{self, SpecOutput, Speculation};
+use crate::sim::continuous::prefix::{self, HostTierOption, PrefixOutput, Prefixes};
+use crate::sim::continuous::{event_driven, BatchLog, ContinuousOutput, ContinuousParams, StepExtra};
 use crate::sim::fixed_service::{self, FixedOutput};
 use crate::sim::static_batching::{self, StaticParams};
 use crate::sim::{SimOutput, StepTrace, Workload};
@@ -136,8 +136,8 @@ impl ToPy for ContinuousRun {
 
 /// `sim_continuous_batching`'s options, a dict of these keys (`serving_core.run_continuous_batching`
 /// builds it): `card`, a dict keyed by `ContinuousParams`' fields; `per_step` (tests and
-/// benchmarks: the per-step loop of `sim/continuous_per_step.rs`, the same output bit for bit);
-/// `prefix_caching` over `shared` (`sim/continuous_prefix.rs`), with a host tier if `host` =
+/// benchmarks: the per-step loop of `sim/continuous/per_step.rs`, the same output bit for bit);
+/// `prefix_caching` over `shared` (`sim/continuous/prefix.rs`), with a host tier if `host` =
 /// `(host_blocks, host_policy, host_s_per_token)`; speculative decoding if `spec` = `(k,
 /// acceptance per request, seed, draft_model)`.
 #[derive(FromPyObject)]
@@ -153,7 +153,7 @@ struct OneCard<'py> {
     #[pyo3(default)] spec: Option<(i64, PyReadonlyArray1<'py, f64>, u64, ModelSpec)>,
 }
 
-/// Continuous batching (`sim/continuous.rs`) on one card: the dict has `ContinuousOutput`'s keys
+/// Continuous batching (`sim/continuous/event_driven.rs`) on one card: the dict has `ContinuousOutput`'s keys
 /// and the columns each option adds (listed in `serving_core.SimResult`).
 #[pyfunction]
 fn sim_continuous_batching<'py>(
@@ -176,17 +176,17 @@ fn sim_continuous_batching<'py>(
     simulate(py, hw, requests, |pr, w| {
         let out = if let Some((k, acceptance, seed, d)) = &draft {
             let sp = Speculation { k: *k, acceptance, seed: *seed, draft: d };
-            let (o, s) = continuous_per_step::run_speculative(pr, w, &card, &sp, trace, batch_log)?;
+            let (o, s) = per_step::run_speculative(pr, w, &card, &sp, trace, batch_log)?;
             ContinuousRun(o, None, Some(s))
         } else if prefix_caching {
             let prefixes = Prefixes { parent: &parent, len: &plen };
             let host = HostTierOption { host_blocks, policy: &policy, s_per_token };
-            let (o, p) = continuous_prefix::run_tiered(pr, w, &card, &prefixes, true, &host, trace, batch_log)?;
+            let (o, p) = prefix::run_tiered(pr, w, &card, &prefixes, true, &host, trace, batch_log)?;
             ContinuousRun(o, Some(p), None)
         } else if per_step {
-            ContinuousRun(continuous_per_step::run_per_step(pr, w, &card, trace, batch_log)?, None, None)
+            ContinuousRun(per_step::run_per_step(pr, w, &card, trace, batch_log)?, None, None)
         } else {
-            ContinuousRun(continuous::run(pr, w, &card, trace, batch_log)?, None, None)
+            ContinuousRun(event_driven::run(pr, w, &card, trace, batch_log)?, None, None)
         };
         Ok(out)
     })
@@ -194,7 +194,7 @@ fn sim_continuous_batching<'py>(
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_REQUEST_TOKENS", crate::sim::MAX_REQUEST_TOKENS)?;
-    m.add("MAX_SPEC_K", continuous_per_step::MAX_SPEC_K)?;
+    m.add("MAX_SPEC_K", per_step::MAX_SPEC_K)?;
     add_functions!(m, sim_batch1, sim_static_batching, sim_fixed_service, sim_continuous_batching);
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! Continuous batching with prefix caching (lecture §3.5, the course project's milestone 3):
-//! the rules of `servelab.engine` (numbered in its package docstring, summarised in
-//! `continuous.rs`), over the real block allocator of `blocks.rs` with prefix caching on.
+//! the rules of `servelab.engine.scheduler` (numbered in its module docstring, carried out by
+//! [`super::rules`]), over the real block allocator of `blocks` with prefix caching on.
 //!
 //! # Which prompts share what
 //!
@@ -25,7 +25,7 @@
 //!
 //! # Cost
 //!
-//! This loop visits every running request in every step, like `continuous_per_step.rs`, and
+//! This loop visits every running request in every step, like [`super::per_step`], and
 //! hashes every prompt token at allocation: `O(tokens)`, not the event-driven loop's
 //! `O(events)`. A decoder touches the allocator only twice a block (when it takes the block
 //! and when it fills it: the only moments the pool or the cache can tell), writing the slots
@@ -42,9 +42,9 @@
 //! eviction is not priced: it can run in the background as the block is written (as LMCache's
 //! write-through does), where the copy back cannot.
 
-use super::continuous::{ContinuousOutput, ContinuousParams};
-use super::step_rules::{run_steps, Books, Entry, StepHooks, StepPool};
-use super::{Recorder, Workload};
+use super::rules::{run_steps, Books, Entry, StepHooks, StepPool};
+use super::{ContinuousOutput, ContinuousParams};
+use crate::sim::{Recorder, Workload};
 use crate::blocks::BlockAllocator;
 use crate::cost::Pricer;
 use crate::error::{CoreError, CoreResult};
@@ -380,7 +380,7 @@ impl<'p> StepHooks<PrefixPool<'p>> for PrefixSteps<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::continuous;
+    use crate::sim::continuous::event_driven;
     use crate::sim::test_util::{params, price, pricer, random_requests, rng, steps};
 
     #[test]
@@ -427,7 +427,7 @@ mod tests {
             let n = a.len();
             let prm = params(1 + rnd(8) as i64, 1 + rnd(80) as i64, 1 + rnd(8) as i64, 1 + rnd(40) as i64, rnd(2) == 0);
             let w = Workload::new(&a, &p, &l).unwrap();
-            let want = continuous::run(&pricer(), &w, &prm, true, true);
+            let want = event_driven::run(&pricer(), &w, &prm, true, true);
             // sharing declared but prefix caching off: the same as no sharing
             let parent: Vec<i64> = (0..n as i64).map(|i| i - 1).collect();
             let len: Vec<i64> = (0..n).map(|i| if i == 0 { 0 } else { p[i].min(p[i - 1] + l[i - 1]) }).collect();

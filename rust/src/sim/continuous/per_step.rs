@@ -1,9 +1,9 @@
-//! Today's continuous-batching loop, kept as the baseline of the event-driven one
-//! ([`super::continuous::run`]): every step visits every running sequence (its slot check, its
+//! The per-step continuous-batching loop, kept as the baseline of the event-driven one
+//! ([`super::event_driven::run`]): every step visits every running sequence (its slot check, its
 //! share of the step's totals, its sampling). Bench- and test-only: `benchmarks/` times the
 //! event-driven engine against it, and `tests/test_sim_events.py` checks the two agree bit for
-//! bit. The rules are those of `continuous.rs`'s module docs, carried out by `step_rules.rs` on
-//! `continuous::ReqPool` (the event-driven loop's own per-step path runs the same code).
+//! bit. The rules are `servelab.engine.scheduler`'s, carried out by [`super::rules`] on
+//! [`ReqPool`] (the event-driven loop's own per-step path runs the same code).
 //!
 //! # Speculative decoding (§8, milestone 4a)
 //!
@@ -18,9 +18,9 @@
 //! steps as batched decode steps of the draft model at contexts `c, c + 1, ..` (the engine's
 //! `draft_cost_s`). Kept guesses take their slots after the step, as in the engine.
 
-use super::continuous::{ContinuousOutput, ContinuousParams, KvCounts, Req, ReqPool, DONE, WAITING};
-use super::step_rules::{run_steps, Books, Entry, StepHooks};
-use super::{price_shape, Recorder, StepShape, Workload};
+use super::rules::{run_steps, Books, Entry, ReqPool, StepHooks};
+use super::{blocks_for, ContinuousOutput, ContinuousParams, KvCounts, Req, DONE, WAITING};
+use crate::sim::{price_shape, Recorder, StepShape, Workload};
 use crate::cost::{fmt_f64, Pricer};
 use crate::error::{CoreError, CoreResult};
 
@@ -171,10 +171,6 @@ impl<'p> StepHooks<ReqPool<'p>> for PerStep<'_, '_> {
     fn done(&self, pool: &ReqPool<'p>, r: usize) -> bool {
         pool.state[r] == DONE
     }
-}
-
-fn blocks_for(tokens: i64, block_size: i64) -> i64 {
-    (tokens + block_size - 1) / block_size
 }
 
 /// The speculative step on a planned batch: guesses for its decoding entries (widening them

@@ -1,5 +1,6 @@
 """``servelab trace`` and its recorder (servelab.trace): the recorded steps agree with the run's
-own results (the Rust simulator's times and batches, the engine's tokens and times), the
+own results (the Rust simulator's times and batches, the engine's tokens and times), the Rust
+per-step loop's record and the Python twin's are the same trace, the
 recorder adds nothing to a run it watches, the KV and queue bookkeeping adds up at every step,
 the Chrome trace has one complete event per step with the step's duration, the page embeds
 everything and loads nothing, and the command refuses a large run before any work. (The pages
@@ -18,11 +19,13 @@ import pytest
 from servelab import lecture
 from servelab.cli import main
 from servelab.engine import Engine
+from servelab.hw_model import DEFAULT_EFFICIENCY
 from servelab.serving_core import run_continuous_batching
 from servelab.trace import (StepRecorder, chrome_trace, engine_chat, from_engine_result,
                             render_page, run_data, simulate_chat)
+from servelab.trace.runs import simulate
 from servelab.trace.record import MAX_TRACE_STEPS
-from servelab.workload import chat_requests
+from servelab.workload import Requests, chat_requests
 
 SIM = dict(n=30, rate=24.0, num_blocks=384)  # a small run with a queue and preemptions
 
@@ -53,6 +56,42 @@ def test_simulator_times_equal_the_rust_simulators(sim):
     assert [r.finish_s for r in sim.requests] == rust.finish_s.tolist()
     assert [r.preemptions for r in sim.requests] == rust.n_preemptions.tolist()
     assert len(sim.steps) == rust.n_steps
+
+
+def _twin(requests, **limits):
+    from servelab.reference.continuous import run_continuous_batching as twin
+
+    rec = StepRecorder(num_blocks=limits["num_blocks"], block_size=limits["block_size"],
+                       token_budget=limits["max_num_batched_tokens"],
+                       max_num_seqs=limits["max_num_seqs"])
+    twin(requests, lecture.MODEL, lecture.GPU, DEFAULT_EFFICIENCY, recorder=rec, **limits)
+    return rec.trace("simulator")
+
+
+# many decoders of one-token blocks in a pool with no slack: a step preempts several at once
+CROWD = Requests(np.array([0.0192, 0.0325, 0.0343, 0.0344, 0.049, 0.0499]),
+                 np.array([3, 2, 3, 1, 2, 3]), np.array([10, 7, 6, 5, 6, 7]))
+CROWD_LIMITS = dict(num_blocks=13, block_size=1, max_num_seqs=6, max_num_batched_tokens=64,
+                    chunked_prefill=False)
+
+
+@pytest.mark.parametrize("case", ["chat", "crowd"])
+def test_the_rust_record_and_the_python_twins_are_the_same_trace(sim, case):
+    # one recorder, two simulators: the Rust per-step loop's queues (read by runs._read_steps)
+    # and the Python twin calling the recorder itself give the very same steps and requests
+    if case == "chat":
+        limits = {k: lecture.CONTINUOUS[k] for k in ("max_num_seqs", "max_num_batched_tokens",
+                                                     "block_size")}
+        limits.update(num_blocks=SIM["num_blocks"], chunked_prefill=False)
+        python, rust = _twin(chat_requests(SIM["n"], SIM["rate"], lecture.SEED), **limits), sim
+    else:
+        python = _twin(CROWD, **CROWD_LIMITS)
+        rust = simulate(CROWD, model=lecture.MODEL, gpu=lecture.GPU, **CROWD_LIMITS)
+        assert max(len(s.preempted) for s in rust.steps) > 1
+    assert len(python.steps) == len(rust.steps)
+    for a, b in zip(python.steps, rust.steps):
+        assert a == b, a.index
+    assert python.requests == rust.requests
 
 
 def test_every_step_adds_up(sim):

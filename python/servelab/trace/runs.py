@@ -1,9 +1,11 @@
 """The runs ``servelab trace`` records: the simulator on demo 03's chat workload, or the engine on
 tiny_llm with real tokens. Both go through :class:`~servelab.trace.record.StepRecorder`.
 
-The simulator run is the Python twin of the Rust core (:mod:`servelab.reference.continuous`,
-held equal to it batch for batch); its batches are checked once more against the Rust
-simulator's batch log of the same run, so the page shows what ``servelab sweep`` computes.
+The simulator run is the Rust core's per-step loop, asked for its queues after each step
+(``rust/src/sim/continuous/trace.rs``); the event-driven loop that ``servelab sweep`` runs is
+held bit for bit equal to it, so the page shows the sweep's run. (The Python twin,
+:mod:`servelab.reference.continuous`, takes the same recorder: ``tests/test_trace.py`` holds the
+two traces equal.)
 
 >>> t = simulate_chat(n=6, rate=4.0, num_blocks=256)
 >>> len(t.requests), t.steps[0].kinds
@@ -18,9 +20,9 @@ import numpy as np
 
 from servelab import _checks, hw_model, lecture
 from servelab.trace.record import StepRecorder, Trace
-from servelab.workload import chat_requests
+from servelab.workload import Requests, chat_requests
 
-__all__ = ["simulate_chat", "engine_chat", "MAX_SIM_REQUESTS", "MAX_ENGINE_REQUESTS",
+__all__ = ["simulate_chat", "simulate", "engine_chat", "MAX_SIM_REQUESTS", "MAX_ENGINE_REQUESTS",
            "SIM_DEFAULTS", "ENGINE_DEFAULTS"]
 
 # a page draws every step: a few hundred requests of demo 03 make some thousand steps
@@ -49,27 +51,67 @@ def simulate_chat(*, n: int = SIM_DEFAULTS["n"], rate: float = SIM_DEFAULTS["rat
                   max_num_batched_tokens: int = SIM_DEFAULTS["max_num_batched_tokens"],
                   block_size: int = SIM_DEFAULTS["block_size"], chunked_prefill: bool = False,
                   efficiency: hw_model.Efficiency = hw_model.DEFAULT_EFFICIENCY) -> Trace:
-    """``n`` of demo 03's chat requests (§4.5) at ``rate`` req/s through continuous batching."""
-    from servelab.reference.continuous import run_continuous_batching as twin
-    from servelab.serving_core import run_continuous_batching
-
+    """``n`` of demo 03's chat requests (§4.5) at ``rate`` req/s through continuous batching, on
+    the Rust simulator's per-step loop with its queues recorded (``_step_queues=True``; the
+    event-driven loop makes the same run bit for bit), read step by step into the recorder."""
     n = _checks.integer("n", n, 1, MAX_SIM_REQUESTS)
     rate = _checks.positive("rate", rate)
-    requests = chat_requests(n, rate, seed)
-    limits = dict(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                  block_size=block_size, num_blocks=num_blocks, chunked_prefill=chunked_prefill)
-    fast = run_continuous_batching(requests, model, gpu, efficiency=efficiency, batch_log=True,
-                                   **limits)  # checks every limit, names a bad one
+    return simulate(chat_requests(n, rate, seed), model=model, gpu=gpu, num_blocks=num_blocks,
+                    max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                    block_size=block_size, chunked_prefill=chunked_prefill, efficiency=efficiency,
+                    rate=rate, seed=seed)
+
+
+def simulate(requests: Requests, *, model: hw_model.ModelSpec, gpu: hw_model.GpuSpec,
+             num_blocks: int, max_num_seqs: int, max_num_batched_tokens: int, block_size: int,
+             chunked_prefill: bool = False,
+             efficiency: hw_model.Efficiency = hw_model.DEFAULT_EFFICIENCY,
+             **about: Any) -> Trace:
+    """Any :class:`~servelab.workload.Requests` as :func:`simulate_chat` runs its own; ``about``
+    joins the trace's config (the rate and seed, say)."""
+    from servelab.serving_core import run_continuous_batching
+
+    res = run_continuous_batching(requests, model, gpu, max_num_seqs, max_num_batched_tokens,
+                                  block_size, num_blocks, chunked_prefill, efficiency=efficiency,
+                                  trace=True, batch_log=True, _step_queues=True)
     rec = StepRecorder(num_blocks=num_blocks, block_size=block_size,
                        token_budget=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                       model=model.name, gpu=gpu.name, rate=rate, seed=seed,
-                       chunked_prefill=chunked_prefill, prefix_caching=False)
-    twin(requests, model, gpu, efficiency, recorder=rec, **limits)
-    trace = rec.trace("simulator")
-    if [list(s.batch) for s in trace.steps] != fast.batch_log.to_list():
-        raise RuntimeError("the Python twin's batches differ from the Rust simulator's on this "
-                           "run: tests/test_sim_continuous.py should have caught it")
-    return trace
+                       model=model.name, gpu=gpu.name, chunked_prefill=chunked_prefill,
+                       prefix_caching=False, **about)
+    for i, (p, o, a) in enumerate(zip(requests.prompt_len.tolist(), requests.output_len.tolist(),
+                                      requests.arrival_s.tolist())):
+        rec.add_request(i, p, o, a)
+        if res.rejected[i]:
+            rec.unservable(i)
+    _read_steps(rec, res)
+    return rec.trace("simulator")
+
+
+def _read_steps(rec: StepRecorder, res: Any) -> None:
+    """The Rust run's steps into the recorder: the batch log, the step trace, the queues. Who
+    was admitted, preempted or finished follows from the queues of two steps in a row: an entry
+    not running before the step was admitted (rule 4); a request running before and waiting
+    after was preempted (rule 3, newest first); one in the batch that neither runs nor waits
+    after the step finished (rule 6)."""
+    q, log, tr = res.step_queues, res.batch_log, res.trace
+    cols = {k: v.tolist() for k, v in q.items()}
+    batch_ids, new, ctx, offs = (log.request_id.tolist(), log.new_tokens.tolist(),
+                                 log.context_len.tolist(), log.offsets.tolist())
+    before: list[int] = []
+    for s in range(len(offs) - 1):
+        ids = batch_ids[offs[s]:offs[s + 1]]
+        w0, w1 = cols["waiting_offsets"][s], cols["waiting_offsets"][s + 1]
+        r0, r1 = cols["running_offsets"][s], cols["running_offsets"][s + 1]
+        waiting, running = cols["waiting"][w0:w1], cols["running"][r0:r1]
+        still, queued, was = set(running), set(waiting), set(before)
+        rec.record(s, float(tr.start_s[s]), float(tr.step_s[s]),
+                   zip(ids, new[offs[s]:offs[s + 1]], ctx[offs[s]:offs[s + 1]]),
+                   admitted=[r for r in ids if r not in was],
+                   preempted=[r for r in reversed(before) if r in queued],
+                   finished=[r for r in ids if r not in still and r not in queued],
+                   waiting=waiting, running=running, blocks_used=int(tr.kv_blocks[s]),
+                   kv={r: (b, 0) for r, b in zip(running, cols["running_blocks"][r0:r1])})
+        before = running
 
 
 def _prompt(i: int, length: int, shared: bool) -> list[int]:

@@ -14,6 +14,7 @@ use crate::sim::admission::EarlyReject;
 use crate::sim::batch1::{self, AcceptAll};
 use crate::sim::continuous::per_step::{self, SpecOutput, Speculation};
 use crate::sim::continuous::prefix::{self, HostTierOption, PrefixOutput, Prefixes};
+use crate::sim::continuous::trace::StepQueues;
 use crate::sim::continuous::{event_driven, BatchLog, ContinuousOutput, ContinuousParams, StepExtra};
 use crate::sim::fixed_service::{self, FixedOutput};
 use crate::sim::static_batching::{self, StaticParams};
@@ -23,6 +24,7 @@ dict_of!(SimOutput { start_s, first_token_s, finish_s, rejected, batch_id, busy_
 dict_of!(StepTrace { start_s, step_s, batch_size, tokens, n_prefill, n_decode, kv_tokens });
 dict_of!(StepExtra { kv_blocks, n_preempted, n_admitted });
 dict_of!(BatchLog { offsets, request_id, new_tokens, context_len });
+dict_of!(StepQueues { waiting_offsets, waiting, running_offsets, running, running_blocks });
 dict_of!(FixedOutput { start_s, finish_s, rejected, busy_s });
 dict_of!(PrefixOutput {
     cached_tokens, computed_tokens, prefix_hits, prefix_lookups, prefix_evictions, host_hits, host_transfer_s,
@@ -119,14 +121,16 @@ fn sim_static_batching<'py>(
 dict_of!(ContinuousOutput { ..sim, reject_code, n_preemptions, preemptions, peak_kv_blocks, batch_log });
 
 /// A continuous-batching run and the columns prefix caching or speculation adds, in one dict; the
-/// trace's extra columns join the trace's.
-struct ContinuousRun(ContinuousOutput, Option<PrefixOutput>, Option<SpecOutput>);
+/// trace's extra columns join the trace's; `step_queues` (a dict of CSR columns, or None) is
+/// `servelab trace`'s record.
+struct ContinuousRun(ContinuousOutput, Option<PrefixOutput>, Option<SpecOutput>, Option<StepQueues>);
 
 impl ToPy for ContinuousRun {
     fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let ContinuousRun(mut out, prefix, spec) = self;
+        let ContinuousRun(mut out, prefix, spec, queues) = self;
         let trace_extra = out.trace_extra.take();
         let d = ((out, prefix), spec).to_py(py)?.cast_into::<PyDict>()?;
+        d.set_item(pyo3::intern!(py, "step_queues"), queues.to_py(py)?)?;
         if let Some(x) = trace_extra {
             merge(&d.get_item("trace")?.expect("set by to_dict").cast_into::<PyDict>()?, x)?;
         }
@@ -139,7 +143,8 @@ impl ToPy for ContinuousRun {
 /// benchmarks: the per-step loop of `sim/continuous/per_step.rs`, the same output bit for bit);
 /// `prefix_caching` over `shared` (`sim/continuous/prefix.rs`), with a host tier if `host` =
 /// `(host_blocks, host_policy, host_s_per_token)`; speculative decoding if `spec` = `(k,
-/// acceptance per request, seed, draft_model)`.
+/// acceptance per request, seed, draft_model)`; `queues` (`servelab trace`) records the queues
+/// after each step on the per-step loop (`sim/continuous/trace.rs`).
 #[derive(FromPyObject)]
 #[pyo3(from_item_all)]
 struct OneCard<'py> {
@@ -151,6 +156,7 @@ struct OneCard<'py> {
     #[pyo3(default)] shared: Option<Shared<'py>>,
     #[pyo3(default)] host: Option<(i64, String, f64)>,
     #[pyo3(default)] spec: Option<(i64, PyReadonlyArray1<'py, f64>, u64, ModelSpec)>,
+    #[pyo3(default)] queues: bool,
 }
 
 /// Continuous batching (`sim/continuous/event_driven.rs`) on one card: the dict has `ContinuousOutput`'s keys
@@ -159,8 +165,11 @@ struct OneCard<'py> {
 fn sim_continuous_batching<'py>(
     py: Python<'py>, hw: Hardware, requests: Requests<'py>, options: OneCard<'py>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let OneCard { card, trace, batch_log, per_step, prefix_caching, shared, host, spec } = options;
+    let OneCard { card, trace, batch_log, per_step, prefix_caching, shared, host, spec, queues } = options;
     card.validate()?;
+    if queues && (prefix_caching || spec.is_some()) {
+        return Err(PyValueError::new_err("queues=True records plain continuous batching only (no prefix caching, no speculation)"));
+    }
     if prefix_caching && (per_step || spec.is_some()) {
         return Err(PyValueError::new_err(match per_step {
             true => "per_step=True has no prefix caching (the prefix-caching loop is per-step already)",
@@ -177,16 +186,20 @@ fn sim_continuous_batching<'py>(
         let out = if let Some((k, acceptance, seed, d)) = &draft {
             let sp = Speculation { k: *k, acceptance, seed: *seed, draft: d };
             let (o, s) = per_step::run_speculative(pr, w, &card, &sp, trace, batch_log)?;
-            ContinuousRun(o, None, Some(s))
+            ContinuousRun(o, None, Some(s), None)
         } else if prefix_caching {
             let prefixes = Prefixes { parent: &parent, len: &plen };
             let host = HostTierOption { host_blocks, policy: &policy, s_per_token };
             let (o, p) = prefix::run_tiered(pr, w, &card, &prefixes, true, &host, trace, batch_log)?;
-            ContinuousRun(o, Some(p), None)
+            ContinuousRun(o, Some(p), None, None)
+        } else if queues {
+            // the per-step loop records; the event-driven one, its equal bit for bit, does not
+            let (o, q) = per_step::run_recorded(pr, w, &card, trace, batch_log)?;
+            ContinuousRun(o, None, None, Some(q))
         } else if per_step {
-            ContinuousRun(per_step::run_per_step(pr, w, &card, trace, batch_log)?, None, None)
+            ContinuousRun(per_step::run_per_step(pr, w, &card, trace, batch_log)?, None, None, None)
         } else {
-            ContinuousRun(event_driven::run(pr, w, &card, trace, batch_log)?, None, None)
+            ContinuousRun(event_driven::run(pr, w, &card, trace, batch_log)?, None, None, None)
         };
         Ok(out)
     })

@@ -13,7 +13,8 @@
 //! * [`event_driven`]: the default loop, an optimisation of [`rules`] that prices a step from
 //!   integer totals and visits a request only at its events (and runs [`rules`] itself in the
 //!   rare step that preempts);
-//! * [`prefix`]: the loop with prefix caching, over the real block allocator.
+//! * [`prefix`]: the loop with prefix caching, over the real block allocator;
+//! * [`trace`]: the per-step record of the queues and the KV pool (`servelab trace`).
 //!
 //! # The KV pool, by counts
 //!
@@ -30,6 +31,7 @@ pub mod event_driven;
 pub mod per_step;
 pub mod prefix;
 pub(crate) mod rules;
+pub mod trace;
 
 use crate::blocks::{MAX_BLOCK_SIZE, MAX_NUM_BLOCKS};
 use crate::error::{CoreError, CoreResult};

@@ -59,6 +59,9 @@ pub(crate) trait StepHooks<P: StepPool> {
     fn sample(&mut self, pool: &mut P, rec: &mut Recorder<'_>, e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool>;
     /// Whether `r` has sampled its last token.
     fn done(&self, pool: &P, r: usize) -> bool;
+    /// The step is over: the queues as they stand (`servelab trace` records them: [`super::trace`]).
+    #[inline(always)]
+    fn end_step(&mut self, _pool: &P, _waiting: &VecDeque<usize>, _running: &[usize]) {}
 }
 
 /// What a loop records beside the clock: rejections, preemptions, the trace's extra columns,
@@ -299,6 +302,7 @@ pub(crate) fn run_steps<P: StepPool, H: StepHooks<P>>(
             running.retain(|&r| !hooks.done(pool, r));
         }
         books.end_step(pool.blocks_used(), plan.n_preempted, plan.n_admitted);
+        hooks.end_step(pool, &waiting, &running);
         t = end;
     }
 }

@@ -107,7 +107,7 @@ def _trace(args: argparse.Namespace, console: Any, check_out_dir: Callable[[Path
     model = resolve_model(args.model, "--model")
     gpu = resolve_gpu(args.gpu, "--gpu")
     out = check_out_dir(Path(args.out))
-    kw = {k: (getattr(args, k) if getattr(args, k) is not None else defaults[k])
+    kw: dict[str, Any] = {k: (getattr(args, k) if getattr(args, k) is not None else defaults[k])
           for k in ("n", "rate", "num_blocks", "block_size", "max_num_seqs",
                     "max_num_batched_tokens")}
     kw.update(seed=args.seed, model=model, gpu=gpu, chunked_prefill=args.policy == "chunked")

@@ -31,11 +31,11 @@ MAX_ENGINE_REQUESTS = 64  # tiny_llm computes every token in numpy
 
 # demo 03's workload (§4.5) at a rate past what 64 requests' KV fits in 1,024 blocks: batching,
 # a queue and preemptions all show within 80 requests
-SIM_DEFAULTS = dict(n=80, rate=24.0, num_blocks=1024, max_num_seqs=lecture.CONTINUOUS["max_num_seqs"],
+SIM_DEFAULTS: dict[str, Any] = dict(n=80, rate=24.0, num_blocks=1024, max_num_seqs=lecture.CONTINUOUS["max_num_seqs"],
                     max_num_batched_tokens=lecture.CONTINUOUS["max_num_batched_tokens"],
                     block_size=lecture.CONTINUOUS["block_size"])
 # the engine's tiny pool (demo paged's sizes, smaller): 16 chat-shaped requests overflow it
-ENGINE_DEFAULTS = dict(n=16, rate=60.0, num_blocks=20, max_num_seqs=8, max_num_batched_tokens=256,
+ENGINE_DEFAULTS: dict[str, Any] = dict(n=16, rate=60.0, num_blocks=20, max_num_seqs=8, max_num_batched_tokens=256,
                        block_size=8)
 
 _QUESTIONS = ("Why does a decode step read every weight once? ", "What is a KV block? ",

@@ -37,7 +37,8 @@
     for (var i = 0; i <= 5; i++) {
       var x = x0 + (x1 - x0) * i / 5;
       svg("line", {x1: x, x2: x, y1: y, y2: y + 4, stroke: "#888"}, g);
-      svg("text", {x: x, y: y + 15, "text-anchor": "middle", "class": "tick"}, g).textContent =
+      svg("text", {x: x, y: y + 15, "text-anchor": i === 5 ? "end" : i === 0 ? "start" : "middle",
+                   "class": "tick"}, g).textContent =
         fmt(lo + (hi - lo) * i / 5);
     }
   }

@@ -41,7 +41,7 @@ ENGINE_DEFAULTS: dict[str, Any] = dict(n=16, rate=60.0, num_blocks=20, max_num_s
 _QUESTIONS = ("Why does a decode step read every weight once? ", "What is a KV block? ",
               "When is a request preempted? ", "How long is the first token? ",
               "What does the token budget cap? ", "Which request waits longest? ")
-_SYSTEM = "You are a helpful assistant for the servelab course. Answer briefly. "
+_SYSTEM = "System: servelab's tutor, brief\n"  # 32 bytes: 4 whole blocks of 8, shared
 
 
 def simulate_chat(*, n: int = SIM_DEFAULTS["n"], rate: float = SIM_DEFAULTS["rate"],
@@ -115,8 +115,9 @@ def _read_steps(rec: StepRecorder, res: Any) -> None:
 
 
 def _prompt(i: int, length: int, shared: bool) -> list[int]:
-    text = (_SYSTEM if shared else "") + _QUESTIONS[i % len(_QUESTIONS)] * 8
-    return list(text.encode("ascii"))[:max(length, len(_SYSTEM) + 8 if shared else 1)]
+    """``length`` bytes of questions, after the one system prompt when ``shared``."""
+    question = (_QUESTIONS[i % len(_QUESTIONS)] * 8)[:max(length, 1)]
+    return list(((_SYSTEM if shared else "") + question).encode("ascii"))
 
 
 def engine_chat(*, n: int = ENGINE_DEFAULTS["n"], rate: float = ENGINE_DEFAULTS["rate"],
@@ -153,7 +154,7 @@ def engine_chat(*, n: int = ENGINE_DEFAULTS["n"], rate: float = ENGINE_DEFAULTS[
         engine.add_request(prompts[-1], int(m),
                            Temperature(0.9, seed=int(rng.integers(1 << 31))), arrival_s=float(a))
     result = engine.run()
-    texts = {r.request_id: decode(r.tokens) for r in result.requests}
+    texts = {r.request_id: decode(r.tokens) for r in result.requests if r.tokens}
     trace = engine.recorder.trace("engine", texts)
     for r in trace.requests:
         r.prompt_text = decode(prompts[r.request_id])

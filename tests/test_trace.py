@@ -75,7 +75,7 @@ CROWD_LIMITS = dict(num_blocks=13, block_size=1, max_num_seqs=6, max_num_batched
                     chunked_prefill=False)
 
 
-@pytest.mark.parametrize("case", ["chat", "crowd"])
+@pytest.mark.parametrize("case", ["chat", "crowd", "chunked"])
 def test_the_rust_record_and_the_python_twins_are_the_same_trace(sim, case):
     # one recorder, two simulators: the Rust per-step loop's queues (read by runs._read_steps)
     # and the Python twin calling the recorder itself give the very same steps and requests
@@ -84,10 +84,17 @@ def test_the_rust_record_and_the_python_twins_are_the_same_trace(sim, case):
                                                      "block_size")}
         limits.update(num_blocks=SIM["num_blocks"], chunked_prefill=False)
         python, rust = _twin(chat_requests(SIM["n"], SIM["rate"], lecture.SEED), **limits), sim
-    else:
+    elif case == "crowd":
         python = _twin(CROWD, **CROWD_LIMITS)
         rust = simulate(CROWD, model=lecture.MODEL, gpu=lecture.GPU, **CROWD_LIMITS)
         assert max(len(s.preempted) for s in rust.steps) > 1
+    else:  # chunked prefill: a long prompt's chunks over several steps
+        limits = dict(CROWD_LIMITS, block_size=2, num_blocks=24, max_num_batched_tokens=4,
+                      chunked_prefill=True)
+        python = _twin(CROWD, **limits)
+        rust = simulate(CROWD, model=lecture.MODEL, gpu=lecture.GPU, **limits)
+        # a later chunk of a prompt: a prefill entry on top of computed tokens
+        assert any(k == "prefill" and c > 0 for s in rust.steps for (_, _, c), k in zip(s.batch, s.kinds))
     assert len(python.steps) == len(rust.steps)
     for a, b in zip(python.steps, rust.steps):
         assert a == b, a.index
@@ -130,6 +137,12 @@ def test_engine_trace_holds_the_engines_tokens_and_times(eng):
         # counted once per request holding it, a shared block is counted at least twice
         assert sum(b for b, _ in s.kv.values()) - sum(sh for _, sh in s.kv.values()) \
             + s.shared_blocks <= s.blocks_used
+
+
+def test_the_host_tier_shows_in_an_engine_trace():
+    t = engine_chat(n=12, prefix_caching=True, host_blocks=8, num_blocks=12)
+    assert t.config["host_blocks"] == 8
+    assert 0 < max(s.host_blocks_used for s in t.steps) <= 8
 
 
 def _engine(recorder=None):

@@ -31,8 +31,10 @@ if BROWSER is None:
 
 def dom(page: Path, tmp_path: Path) -> str:
     """The page's DOM after its script ran, as Chromium serialises it."""
+    # every network request would fail (a proxy that is not there): the page must not need one
     proc = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu",
                            "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+                           "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
                            "--dump-dom", page.resolve().as_uri()],
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -59,6 +61,7 @@ def test_the_default_runs_render_with_every_step_and_request(tmp_path, capsys, e
     assert main(["trace", *(["--engine"] if engine else []), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     steps = int(re.search(r"([\d,]+) steps", printed).group(1).replace(",", ""))
+    assert int(re.search(r"largest batch (\d+)", printed).group(1)) > 1  # batching
     n = (ENGINE_DEFAULTS if engine else SIM_DEFAULTS)["n"]
     text = dom(out / "trace.html", tmp_path)
     drawn_without_error(text, 1)

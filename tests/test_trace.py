@@ -176,6 +176,17 @@ def test_the_recorder_changes_nothing_and_a_replay_records_the_same_steps():
     assert [s.kv for s in replay.steps] == [s.kv for s in live.steps]
 
 
+def test_a_replay_with_prefix_caching_leaves_the_blocks_per_request_out():
+    # which blocks are shared is not in an EngineResult: the a10 page shows the pool's total
+    plain = _engine().run()
+    replay = from_engine_result(plain, [3] * 6, num_blocks=8, block_size=4, token_budget=64,
+                                max_num_seqs=3, prefix_caching=True)
+    assert all(s.kv is None for s in replay.steps)
+    assert [s.blocks_used for s in replay.steps] == [s.blocks_used for s in plain.steps]
+    page = render_page([run_data(replay, "a10")])
+    assert ',null]' in page  # the step arrays end with kv = null
+
+
 def test_a_trace_too_long_is_refused():
     rec = StepRecorder(num_blocks=4, block_size=4, token_budget=8, max_num_seqs=1, max_steps=2)
     rec.add_request(0, 3, 9, 0.0)

@@ -69,7 +69,8 @@ _ON_ERROR = ("window.onerror = function (msg, src, line) { var e = document.getE
 
 
 def _num(x: float) -> float | None:
-    return None if x != x or math.isinf(x) else float(x)
+    """A time for the page: null for NaN, to the nanosecond (the page shows microseconds)."""
+    return None if x != x or math.isinf(x) else round(float(x), 9)
 
 
 def run_data(trace: Trace, title: str, ttft_s: float = lecture.LECTURE_SLO.ttft_s,
@@ -79,16 +80,16 @@ def run_data(trace: Trace, title: str, ttft_s: float = lecture.LECTURE_SLO.ttft_
     preempted_at: dict[int, list[float]] = {}
     for s in trace.steps:
         for rid in s.preempted:
-            preempted_at.setdefault(rid, []).append(s.start_s)
+            preempted_at.setdefault(rid, []).append(_num(s.start_s))
     requests = [{"id": r.request_id, "prompt": r.prompt_len, "out": r.max_new_tokens,
-                 "arrival": r.arrival_s, "ttft": _num(r.ttft_s), "tpot": _num(r.tpot_s),
+                 "arrival": _num(r.arrival_s), "ttft": _num(r.ttft_s), "tpot": _num(r.tpot_s),
                  "finish": _num(r.finish_s), "preemptions": r.preemptions,
                  "preempted_at": preempted_at.get(r.request_id, []), "status": r.status,
                  "miss": r.request_id in misses, "text": r.text, "prompt_text": r.prompt_text}
                 for r in trace.requests]
-    segments = {str(rid): [[_KIND[k], t0, t1, s0, s1] for k, t0, t1, s0, s1 in spans]
+    segments = {str(rid): [[_KIND[k], _num(t0), _num(t1), s0, s1] for k, t0, t1, s0, s1 in spans]
                 for rid, spans in all_segments(trace).items()}
-    steps = [[s.index, s.start_s, s.dur_s,
+    steps = [[s.index, _num(s.start_s), _num(s.dur_s),
               [[r, n, c, _KIND[k]] for (r, n, c), k in zip(s.batch, s.kinds)],
               list(s.admitted), list(s.preempted), list(s.finished), list(s.running),
               list(s.waiting), len(s.running), s.blocks_used, s.free_blocks,

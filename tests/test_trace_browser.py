@@ -99,3 +99,4 @@ def test_the_failure_page_shows_both_runs_and_the_differing_step(tmp_path, monke
         assert count(r'<g class="req[ "]', run) == len(failing.REQUESTS)
     compare = text.split('<section class="run"')[0]
     assert count(r'<tr class="differs">', compare) == 1
+    assert count(r'<span class="bad">', compare) == 1  # the entry your run lacks

@@ -63,6 +63,8 @@ def test_the_message_names_a_page_of_the_differing_step(tmp_path, monkeypatch):
     assert len(want_run["steps"]) == len(got_run["steps"]) == step + 1  # cut after the step
     rows = data["diff"]["rows"]
     assert [r[1] == r[2] for r in rows] == [True] * step + [False]  # only the last one differs
+    marked = [[text for text, bad in parts if bad] for parts in rows[step][1:]]
+    assert marked == [["[2, 2, 0]"], []]  # the engine's admission of request 2, which yours lacks
     assert want_run["steps"][step][3] != got_run["steps"][step][3]  # the batches differ
 
 

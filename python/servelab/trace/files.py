@@ -47,17 +47,34 @@ def write_trace(trace: Trace, out_dir: Path | str, title: str, **slo: float) -> 
     return [_write_atomic(out / "trace.html", page), _write_atomic(out / "trace.json", chrome)]
 
 
-def _cell(s: StepRecord | None) -> str:
+def _parts(s: StepRecord | None, other: StepRecord | None) -> list[list[Any]]:
+    """A step as ``[[text, differs], ...]``: each batch entry, then the preempted list; an
+    entry the other run's step does not have, or a preempted list unlike its, is marked."""
     if s is None:
-        return "no step"
-    return f"batch {[list(e) for e in s.batch]}, preempted {list(s.preempted)}"
+        return [["no step", other is not None]]
+    theirs = set() if other is None else set(other.batch)
+    parts: list[list[Any]] = [[str(list(e)), e not in theirs] for e in s.batch]
+    same = other is not None and other.preempted == s.preempted
+    parts.append([f"preempted {list(s.preempted)}", not same])
+    return parts
 
 
 def comparison_rows(want: Trace, got: Trace, upto: int) -> list[list[Any]]:
-    """``[step, want's cell, got's cell]`` for steps 0..``upto``."""
+    """``[step, want's parts, got's parts]`` for steps 0..``upto`` (see :func:`_parts`).
+
+    >>> from servelab.trace.record import StepRecorder
+    >>> def one(batch):
+    ...     rec = StepRecorder(num_blocks=4, block_size=4, token_budget=8, max_num_seqs=2)
+    ...     rec.add_request(0, 3, 1, 0.0); rec.add_request(1, 2, 1, 0.0)
+    ...     rec.record(0, 0.0, 1.0, batch, admitted=[r for r, _, _ in batch])
+    ...     return rec.trace("x")
+    >>> comparison_rows(one([(0, 3, 0), (1, 2, 0)]), one([(0, 3, 0)]), 0)[0][1]
+    [['[0, 3, 0]', False], ['[1, 2, 0]', True], ['preempted []', False]]
+    """
     def at(t: Trace, i: int) -> StepRecord | None:
         return t.steps[i] if i < len(t.steps) else None
-    return [[i, _cell(at(want, i)), _cell(at(got, i))] for i in range(upto + 1)]
+    return [[i, _parts(at(want, i), at(got, i)), _parts(at(got, i), at(want, i))]
+            for i in range(upto + 1)]
 
 
 def write_comparison(want: Trace, got: Trace, step: int, message: str, path: Path | str,

@@ -360,7 +360,12 @@
     d.rows.forEach(function (row) {
       var tr = html("tr", {"class": row[0] === d.step ? "differs" : ""}, t);
       html("td", {}, tr, String(row[0]));
-      [row[1], row[2]].forEach(function (cell) { html("td", {}, tr, cell); });
+      [row[1], row[2]].forEach(function (parts) {
+        var td = html("td", {}, tr);
+        parts.forEach(function (p, k) {
+          html("span", {"class": p[1] ? "bad" : ""}, td, (k ? " " : "") + p[0]);
+        });
+      });
     });
   }
 

@@ -15,7 +15,8 @@ finish, preemptions, preempted_at, status, miss, text, prompt_text``), ``segment
 context_len, kind], ...], admitted, preempted, finished, running, waiting, len(running),
 blocks_used, free_blocks, cached_free_blocks, shared_blocks, host_blocks_used, kv]`` where
 ``kv`` is ``[[id, blocks, shared], ...]`` or null. ``diff`` (two runs only): ``step``,
-``message`` and ``rows`` (``[step, first run's cell, second run's cell]``).
+``message`` and ``rows`` (``[step, first run's parts, second run's parts]``, each part
+``[text, differs]``: :func:`servelab.trace.files.comparison_rows`).
 
 The script reports its own errors into ``<pre id="errors">`` and sets ``data-rendered`` on the
 body once drawn, so a headless browser's ``--dump-dom`` shows whether it ran
@@ -59,9 +60,14 @@ tr.miss td { color: #b00; } tr.differs td { background: #fde0dc; font-weight: 60
 table.sidebyside td { text-align: left; font-family: monospace; }
 .detail p { margin: 2px 0; } #tip { position: absolute; display: none; background: #222; color: #fff;
   padding: 4px 8px; border-radius: 3px; white-space: pre; font-size: 12px; pointer-events: none; z-index: 9; }
-#errors { color: #b00; }
+#errors { color: #b00; } span.bad { background: #d62728; color: #fff; padding: 0 2px; }
 """
 
+
+_ABOUT = {False: "Made by <code>servelab trace</code>; the same run for Perfetto is "
+                 "<code>trace.json</code>.",
+          True: "Both runs up to the first step where they differ, that step marked in red "
+                "(what differs in it too); the arrow keys step both runs together."}
 
 # before the page's script, so that an error anywhere in it is shown (and seen by --dump-dom)
 _ON_ERROR = ("window.onerror = function (msg, src, line) { var e = document.getElementById('errors');"
@@ -112,7 +118,7 @@ def render_page(runs: Sequence[dict[str, Any]], heading: str = "servelab trace",
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{title}</title><style>{_STYLE}</style><script>{_ON_ERROR}</script></head>\n<body>\n<h1>{title}</h1>\n"
             f"<p>Scrub with the slider or the arrow keys, click a step or a request to go there, "
-            f"hover for numbers. Made by <code>servelab trace</code>; the same run for Perfetto "
-            f"is <code>trace.json</code>.</p>\n<pre id=\"errors\"></pre><div id=\"runs\"></div>"
+            f"hover for numbers. {_ABOUT[diff is not None]}</p>\n"
+            f"<pre id=\"errors\"></pre><div id=\"runs\"></div>"
             f"<div id=\"tip\"></div>\n<script type=\"application/json\" id=\"trace-data\">{data}"
             f"</script>\n<script>{script}</script>\n</body></html>\n")

@@ -158,6 +158,9 @@ def test_the_continuous_files_lean_on_the_vocabulary_and_the_rules_alone():
     for name in ("per_step", "prefix", "rules"):
         inside = {m for m in graph[f"{folder}::{name}"] if m.startswith(folder + "::")}
         assert inside <= {f"{folder}::rules"}, (name, inside)
+    # the event-driven prefix loop is an optimisation of the per-step one, on its pool
+    inside = {m for m in graph[f"{folder}::prefix_events"] if m.startswith(folder + "::")}
+    assert inside <= {f"{folder}::rules", f"{folder}::prefix"}, inside
     assert not {m for m in graph[folder] if m.startswith(folder + "::")}, graph[folder]
 
 

@@ -160,6 +160,9 @@ def test_the_continuous_files_lean_on_the_vocabulary_and_the_rules_alone():
         # trace.rs: the per-step record servelab trace asks for, a leaf beside the vocabulary
         assert inside <= {f"{folder}::rules", f"{folder}::trace"}, (name, inside)
     assert not {m for m in graph[f"{folder}::trace"] if m.startswith(folder + "::")}
+    # the event-driven prefix loop is an optimisation of the per-step one, on its pool
+    inside = {m for m in graph[f"{folder}::prefix_events"] if m.startswith(folder + "::")}
+    assert inside <= {f"{folder}::rules", f"{folder}::prefix"}, inside
     assert not {m for m in graph[folder] if m.startswith(folder + "::")}, graph[folder]
 
 

@@ -127,6 +127,29 @@ pub struct BlockAllocator {
     num_evictions: u64,
     num_copies: u64,
     tier: Tier,
+    watch: Watch,
+}
+
+/// The keys a waiting request's allocation failed on, and a count of the events that could
+/// make it succeed now (a simulator's blocked queue head is retried only after one: a failed
+/// allocation changes nothing, so retrying it unchanged is wasted hashing). Whether an
+/// allocation fits depends on the free blocks and on its hits on blocks in use; beside a free
+/// (seen by the caller as more free blocks), only these raise the hits: one of its keys
+/// registered, or a block holding one of its keys taken out of the free queue as another
+/// sequence's hit. Evictions and host-tier moves only ever lower them.
+#[derive(Debug, Clone, Default)]
+struct Watch {
+    keys: Map<u64, ()>,
+    events: u64,
+}
+
+impl Watch {
+    #[inline]
+    fn saw(&mut self, key: u64) {
+        if !self.keys.is_empty() && self.keys.contains_key(&key) {
+            self.events += 1;
+        }
+    }
 }
 
 pub(super) fn check_token(name: &str, t: i64) -> CoreResult<u32> {
@@ -262,6 +285,7 @@ impl BlockAllocator {
                 num_offloads: 0,
                 num_host_evictions: 0,
             },
+            watch: Watch::default(),
         })
     }
 
@@ -313,29 +337,20 @@ impl BlockAllocator {
     /// Offers `seq`'s full blocks `seq.marked..upto` to the cache, in order: each becomes the
     /// cached block of its key unless another block already is (first wins).
     /// A free function over the fields it needs, so that a sequence can be borrowed meanwhile.
-    fn mark_blocks(cache: &mut Map<u64, u32>, blocks: &mut [Block], tier: &mut Tier, seq: &mut Seq, upto: usize) {
+    fn mark_blocks(cache: &mut Map<u64, u32>, blocks: &mut [Block], tier: &mut Tier, watch: &mut Watch, seq: &mut Seq, upto: usize) {
         for i in seq.marked..upto {
             let key = seq.keys[i];
             if let std::collections::hash_map::Entry::Vacant(e) = cache.entry(key) {
                 let b = seq.table[i];
                 e.insert(b);
                 tier.supersede(key);
+                watch.saw(key);
                 let blk = &mut blocks[b as usize];
                 blk.key = Some(key);
                 blk.parent_key = if i == 0 { ROOT_KEY } else { seq.keys[i - 1] };
             }
         }
         seq.marked = seq.marked.max(upto);
-    }
-
-    fn chain_keys(&self, tokens: &[u32]) -> Vec<u64> {
-        let mut keys = Vec::with_capacity(tokens.len() / self.block_size);
-        let mut parent = ROOT_KEY;
-        for chunk in tokens.chunks_exact(self.block_size) {
-            parent = block_key(parent, chunk);
-            keys.push(parent);
-        }
-        keys
     }
 
     // ---- operations ------------------------------------------------------------------------
@@ -351,6 +366,48 @@ impl BlockAllocator {
 
     /// `allocate` of checked tokens (`tokens` must not be empty; `computed <= tokens.len()`).
     pub(super) fn try_allocate(&mut self, seq_id: i64, tokens: &[u32], computed: usize) -> Result<&[u32], OpError> {
+        let keys = if self.prefix_caching { self.chain_keys(tokens) } else { Vec::new() };
+        self.try_allocate_keyed(seq_id, tokens, &keys, computed)
+    }
+
+    /// The chain keys of `tokens`' full blocks, as `allocate` computes them: a caller that may
+    /// allocate the same tokens many times (a simulator's waiting queue head) hashes them once
+    /// and hands them to [`BlockAllocator::allocate_keyed`].
+    pub fn chain_keys(&self, tokens: &[u32]) -> Vec<u64> {
+        let mut keys = Vec::with_capacity(tokens.len() / self.block_size);
+        let mut parent = ROOT_KEY;
+        for chunk in tokens.chunks_exact(self.block_size) {
+            parent = block_key(parent, chunk);
+            keys.push(parent);
+        }
+        keys
+    }
+
+    /// `allocate(seq_id, tokens, Some(computed))` of checked tokens whose chain keys are
+    /// `keys` (from [`BlockAllocator::chain_keys`] on the same tokens and allocator; empty
+    /// without prefix caching). `Ok(false)`: the pool is short, and nothing changed.
+    pub fn allocate_keyed(&mut self, seq_id: i64, tokens: &[u32], keys: &[u64], computed: usize) -> CoreResult<bool> {
+        debug_assert_eq!(keys.len(), if self.prefix_caching { tokens.len() / self.block_size } else { 0 });
+        match self.try_allocate_keyed(seq_id, tokens, keys, computed.min(tokens.len())) {
+            Ok(_) => Ok(true),
+            Err(OpError::OutOfBlocks { .. }) => Ok(false),
+            Err(OpError::Other(e)) => Err(e),
+        }
+    }
+
+    /// Watches `keys` (a waiting request's, after its allocation failed): from now on
+    /// [`BlockAllocator::watch_events`] counts the events that could make it fit (see
+    /// `Watch`). An empty slice stops watching.
+    pub fn watch(&mut self, keys: &[u64]) {
+        self.watch.keys.clear();
+        self.watch.keys.extend(keys.iter().map(|&k| (k, ())));
+    }
+
+    pub fn watch_events(&self) -> u64 {
+        self.watch.events
+    }
+
+    fn try_allocate_keyed(&mut self, seq_id: i64, tokens: &[u32], keys: &[u64], computed: usize) -> Result<&[u32], OpError> {
         if tokens.is_empty() {
             return Err(CoreError::invalid("token_ids must not be empty").into());
         }
@@ -360,7 +417,6 @@ impl BlockAllocator {
         let bs = self.block_size;
         let n = tokens.len();
         let n_blocks = n.div_ceil(bs);
-        let keys = if self.prefix_caching { self.chain_keys(tokens) } else { Vec::new() };
         // Longest verified cached prefix, leaving at least one token to compute.
         let max_hits = if self.prefix_caching { (n - 1) / bs } else { 0 };
         // A hit is `Some(b)` (GPU block b) or `None` (a key found on the host tier).
@@ -396,6 +452,9 @@ impl BlockAllocator {
         for &b in hits.iter().flatten() {
             let blk = &mut self.blocks[b as usize];
             if blk.ref_count == 0 {
+                if let Some(k) = blk.key {
+                    self.watch.saw(k); // a free hit becomes a hit on a block in use
+                }
                 self.unlink(b);
             }
             let blk = &mut self.blocks[b as usize];
@@ -422,6 +481,7 @@ impl BlockAllocator {
                     blk.key = Some(keys[i]);
                     blk.parent_key = e.parent_key;
                     self.cache.insert(keys[i], b);
+                    self.watch.saw(keys[i]);
                     table.push(b);
                 }
             }
@@ -431,9 +491,9 @@ impl BlockAllocator {
             self.blocks[b as usize].tokens.extend_from_slice(&tokens[i * bs..n.min((i + 1) * bs)]);
             table.push(b);
         }
-        let mut seq = Seq { table, keys, marked: hits.len(), num_tokens: n, num_cached_tokens: hits.len() * bs };
+        let mut seq = Seq { table, keys: keys.to_vec(), marked: hits.len(), num_tokens: n, num_cached_tokens: hits.len() * bs };
         let upto = (computed / bs).min(seq.keys.len());
-        Self::mark_blocks(&mut self.cache, &mut self.blocks, &mut self.tier, &mut seq, upto);
+        Self::mark_blocks(&mut self.cache, &mut self.blocks, &mut self.tier, &mut self.watch, &mut seq, upto);
         Ok(&self.seqs.entry(seq_id).or_insert(seq).table)
     }
 
@@ -444,7 +504,7 @@ impl BlockAllocator {
         let seq = self.seqs.get_mut(&seq_id).ok_or_else(|| unknown(seq_id))?;
         let c = check_num_computed(Some(num_computed), seq.num_tokens)?;
         let upto = (c / self.block_size).min(seq.keys.len());
-        Self::mark_blocks(&mut self.cache, &mut self.blocks, &mut self.tier, seq, upto);
+        Self::mark_blocks(&mut self.cache, &mut self.blocks, &mut self.tier, &mut self.watch, seq, upto);
         Ok(())
     }
 
@@ -489,7 +549,7 @@ impl BlockAllocator {
             seq.keys.push(block_key(parent, &self.blocks[dst as usize].tokens));
             // the new token's predecessors are computed: offer every block up to this one
             let upto = seq.keys.len();
-            Self::mark_blocks(&mut self.cache, &mut self.blocks, &mut self.tier, seq, upto);
+            Self::mark_blocks(&mut self.cache, &mut self.blocks, &mut self.tier, &mut self.watch, seq, upto);
         }
         Ok(copy)
     }
@@ -521,7 +581,7 @@ impl BlockAllocator {
                 let parent = seq.keys.last().copied().unwrap_or(ROOT_KEY);
                 seq.keys.push(block_key(parent, &self.blocks[last as usize].tokens));
                 let upto = seq.keys.len();
-                Self::mark_blocks(&mut self.cache, &mut self.blocks, &mut self.tier, seq, upto);
+                Self::mark_blocks(&mut self.cache, &mut self.blocks, &mut self.tier, &mut self.watch, seq, upto);
             }
         }
         Ok(())

@@ -13,7 +13,8 @@ use crate::error::CoreResult;
 use crate::sim::admission::EarlyReject;
 use crate::sim::batch1::{self, AcceptAll};
 use crate::sim::continuous::per_step::{self, SpecOutput, Speculation};
-use crate::sim::continuous::prefix::{self, HostTierOption, PrefixOutput, Prefixes};
+use crate::sim::continuous::prefix::{HostTierOption, PrefixOutput, Prefixes};
+use crate::sim::continuous::prefix_events;
 use crate::sim::continuous::trace::StepQueues;
 use crate::sim::continuous::{event_driven, BatchLog, ContinuousOutput, ContinuousParams, StepExtra};
 use crate::sim::fixed_service::{self, FixedOutput};
@@ -141,7 +142,7 @@ impl ToPy for ContinuousRun {
 /// `sim_continuous_batching`'s options, a dict of these keys (`serving_core.run_continuous_batching`
 /// builds it): `card`, a dict keyed by `ContinuousParams`' fields; `per_step` (tests and
 /// benchmarks: the per-step loop of `sim/continuous/per_step.rs`, the same output bit for bit);
-/// `prefix_caching` over `shared` (`sim/continuous/prefix.rs`), with a host tier if `host` =
+/// `prefix_caching` over `shared` (`sim/continuous/prefix_events.rs`), with a host tier if `host` =
 /// `(host_blocks, host_policy, host_s_per_token)`; speculative decoding if `spec` = `(k,
 /// acceptance per request, seed, draft_model)`; `queues` (`servelab trace`) records the queues
 /// after each step on the per-step loop (`sim/continuous/trace.rs`).
@@ -190,7 +191,7 @@ fn sim_continuous_batching<'py>(
         } else if prefix_caching {
             let prefixes = Prefixes { parent: &parent, len: &plen };
             let host = HostTierOption { host_blocks, policy: &policy, s_per_token };
-            let (o, p) = prefix::run_tiered(pr, w, &card, &prefixes, true, &host, trace, batch_log)?;
+            let (o, p) = prefix_events::run_tiered(pr, w, &card, &prefixes, true, &host, trace, batch_log)?;
             ContinuousRun(o, Some(p), None, None)
         } else if queues {
             // the per-step loop records; the event-driven one, its equal bit for bit, does not

@@ -10,7 +10,7 @@
 //!
 //! # With prefix caching (§3.5): [`run_prefix`]
 //!
-//! Each card runs `prefix::run` on its own requests. The routers then decide from
+//! Each card runs `prefix_events::run` on its own requests. The routers then decide from
 //! the request list alone ([`static_cards`]: round robin or prefix affinity), so no card needs
 //! to pause. A request's prefix parent may sit on another card (round robin): [`card_prefixes`]
 //! then re-points it at the earlier request on its own card with which it shares the longest
@@ -20,7 +20,8 @@
 //! been evicted and a shorter one is cached (the simulator follows one parent).
 
 use super::continuous::event_driven;
-use super::continuous::prefix::{self, PrefixOutput, Prefixes};
+use super::continuous::prefix::{PrefixOutput, Prefixes};
+use super::continuous::prefix_events;
 use super::continuous::ContinuousParams;
 use super::pool::{serve, PoolRequests};
 use super::router::{by_card, check_cards, static_cards, Router};
@@ -198,7 +199,7 @@ pub fn run_prefix(
         let sub = Workload::new(&at, &pl, &ol)?;
         let (parent, len) = card_prefixes(prefixes, w, &idx);
         let sub_pf = Prefixes { parent: &parent, len: &len };
-        let (o, p) = prefix::run(pricer, &sub, params, &sub_pf, true, false, false)?;
+        let (o, p) = prefix_events::run(pricer, &sub, params, &sub_pf, true, false, false)?;
         out.gather(c, &idx, &o.sim, o.peak_kv_blocks);
         for (k, &i) in idx.iter().enumerate() {
             out.reject_code[i] = o.reject_code[k];
@@ -237,7 +238,7 @@ mod tests {
         let w = Workload::new(&a, &p, &l).unwrap();
         let (parent, len) = ([-1, 0, 1, 0], [0, 100, 130, 64]);
         let pf = Prefixes { parent: &parent, len: &len };
-        let want = prefix::run(&pricer(), &w, &params(), &pf, true, false, false).unwrap();
+        let want = prefix_events::run(&pricer(), &w, &params(), &pf, true, false, false).unwrap();
         for router in [Router::RoundRobin, Router::PrefixAffinity] {
             let (got, pre) = run_prefix(&pricer(), &w, &params(), &pf, 1, router).unwrap();
             assert_eq!(got.sim, want.0.sim);

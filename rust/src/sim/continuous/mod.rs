@@ -13,7 +13,9 @@
 //! * [`event_driven`]: the default loop, an optimisation of [`rules`] that prices a step from
 //!   integer totals and visits a request only at its events (and runs [`rules`] itself in the
 //!   rare step that preempts);
-//! * [`prefix`]: the loop with prefix caching, over the real block allocator;
+//! * [`prefix`]: the loop with prefix caching, over the real block allocator, step by step;
+//! * [`prefix_events`]: the same at a cost per event (the default), as [`event_driven`] is to
+//!   [`per_step`];
 //! * [`trace`]: the per-step record of the queues and the KV pool (`servelab trace`).
 //!
 //! # The KV pool, by counts
@@ -30,6 +32,7 @@
 pub mod event_driven;
 pub mod per_step;
 pub mod prefix;
+pub mod prefix_events;
 pub(crate) mod rules;
 pub mod trace;
 

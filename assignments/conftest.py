@@ -3,6 +3,7 @@
 instead of a Hypothesis report (``servelab.grading.fail_fast``). The Hypothesis profile is
 ``student`` unless ``HYPOTHESIS_PROFILE`` names another. (The autograder does not use this file.)"""
 
+import os
 import sys
 from pathlib import Path
 
@@ -15,6 +16,10 @@ except ModuleNotFoundError as missing:  # a pytest from outside the project's .v
     raise SystemExit(4) from None  # 4: pytest's "usage error"
 
 register_and_load("student")
+
+# a8/a10: a step that differs from the engine's gets a page of both runs, here (local runs only;
+# scheduler_harness.TRACE_DIR_VARIABLE)
+os.environ.setdefault("SERVELAB_TRACE_DIR", str(Path(__file__).resolve().parent.parent / "out" / "failures"))
 
 # helpers given to several tasks (a5's and a6's event queue and step price) are kept once, in
 # given/; the grader copies each into the sandbox of a task that imports it. Last on the path:

@@ -33,13 +33,20 @@ the step, the state and the plan.
 from __future__ import annotations
 
 import numbers
+import os
+import re
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from servelab.blocks import OutOfBlocks
 from servelab.engine import Engine, EngineResult, Plan, Request, SchedulerState, Seq
 
 __all__ = ["ScheduleError", "CheckedScheduler", "run_driven", "run_prefix", "step_limit",
-           "assert_same_steps"]
+           "assert_same_steps", "TRACE_DIR_VARIABLE"]
+
+# the folder for the failure page of assert_same_steps, set by assignments/conftest.py for a
+# local run only; the grader does not read that conftest, so it writes no page
+TRACE_DIR_VARIABLE = "SERVELAB_TRACE_DIR"
 
 Call = tuple[SchedulerState, Plan]  # (the state the student saw, the plan as checked)
 
@@ -295,7 +302,39 @@ def assert_same_steps(want: EngineResult, got: EngineResult, calls: list[Call], 
         w = (want_log[s], list(want.steps[s].preempted)) if s < len(want_log) else "no step"
         g = (got_log[s], list(got.steps[s].preempted)) if s < len(got_log) else "no step"
         if w != g:
-            raise ScheduleError(
-                f"{what}: step {s}: expected (batch [(request_id, new_tokens, context_len)], "
-                f"preempted) {w}, got {g}; your last calls (arguments, returned): "
-                f"{calls[:s + 1][-3:]}")
+            message = (f"{what}: step {s}: expected (batch [(request_id, new_tokens, "
+                       f"context_len)], preempted) {w}, got {g}")
+            page = _failure_page(want, got, calls, s, message)
+            raise ScheduleError(f"{message}; your last calls (arguments, returned): "
+                                f"{calls[:s + 1][-3:]}{page}")
+
+
+def _failure_page(want: EngineResult, got: EngineResult, calls: list[Call], step: int,
+                  message: str) -> str:
+    """Where the page of both runs up to ``step`` was written (as the message's last words), or
+    "" when :data:`TRACE_DIR_VARIABLE` is unset (the grader) or the page cannot be written."""
+    folder = os.environ.get(TRACE_DIR_VARIABLE)
+    if not folder or not calls:
+        return ""
+    from servelab.trace import from_engine_result, write_comparison
+
+    prompt_lens: dict[int, int] = {}
+    for view, _ in calls:  # a request is seen waiting before it ever runs: its prompt's length
+        for seq in view.waiting:
+            prompt_lens.setdefault(seq.request_id, len(seq.tokens))
+    cfg = calls[0][0].config
+    limits = dict(num_blocks=cfg.num_blocks, block_size=cfg.block_size,
+                  token_budget=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
+                  prefix_caching=cfg.prefix_caching)
+    lens = [prompt_lens.get(i, 0) for i in range(len(want.requests))]
+    # one folder a test: "a8_continuous_batching-test_same_batches_as_the_engine"
+    file, _, name = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0].partition("::")
+    test = f"{Path(file).parent.name}-{name}" if name else "scheduler"
+    path = Path(folder) / re.sub(r"[^A-Za-z0-9_.-]+", "_", test)[:120] / "trace.html"
+    try:
+        write_comparison(from_engine_result(want, lens, **limits),
+                         from_engine_result(got, lens, source="yours", **limits),
+                         step, message, path)
+    except (OSError, ValueError) as exc:  # the message stays what it was, with a word on why
+        return f" (no trace page: {exc})"
+    return f"\n  both runs up to step {step}, side by side: {path.resolve().as_uri()}"

@@ -4,7 +4,7 @@ per simulated step and per request, beside the plain run.
 4,096 chat requests (seed 0) with vLLM's defaults, at 2 req/s (batches of a few) and at 16 req/s
 (dozens running). Per workload, side by side in one process:
 
-* **off, events**: no speculation, the event-driven loop (``continuous.rs``, the default);
+* **off, events**: no speculation, the event-driven loop (``continuous/event_driven.rs``, the default);
 * **off, per-step**: the per-sequence-step loop (``_per_step=True``), the loop speculation runs on;
 * **k=0**: the speculative option with no guess: the plain run bit for bit (checked), so this
   row is the option's own overhead on the per-step loop;

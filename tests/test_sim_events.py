@@ -1,9 +1,9 @@
 """The event-driven continuous-batching simulator against the per-sequence-step loop it replaced
 (issue 17), bit for bit, on 200 seeded random workloads.
 
-The event-driven engine (``rust/src/sim/continuous.rs``) keeps the decoding requests as integer
+The event-driven engine (``rust/src/sim/continuous/event_driven.rs``) keeps the decoding requests as integer
 aggregates and visits a request only at its events; the per-step loop
-(``rust/src/sim/continuous_per_step.rs``, reached with ``_per_step=True``) visits every running
+(``rust/src/sim/continuous/per_step.rs``, reached with ``_per_step=True``) visits every running
 sequence in every step. Both must give the same batches, so the same step totals, so the same
 IEEE-754 clock: every column is compared by its bits, the totals exactly, the trace and the
 batch log entry by entry.

@@ -1,4 +1,4 @@
-"""The prefix simulator with a host tier (§8 milestone 4b, `rust/src/sim/continuous_prefix.rs`)."""
+"""The prefix simulator with a host tier (§8 milestone 4b, `rust/src/sim/continuous/prefix.rs`)."""
 
 from __future__ import annotations
 

@@ -97,7 +97,7 @@ def sim_continuous_batching(hw: _Hardware, requests: Requests, options: dict[str
 
 MAX_SPEC_K: int
 
-# ---- paged KV block allocator (rust/src/blocks.rs) -------------------------------------------
+# ---- paged KV block allocator (rust/src/blocks/) --------------------------------------------
 
 MAX_NUM_BLOCKS: int
 MAX_BLOCK_SIZE: int

@@ -6,7 +6,7 @@ sequence a *block table*, so memory is taken a block at a time, shared between s
 (``fork``, prefix caching) and given back the moment a request ends.
 
 :class:`BlockAllocator` is the bookkeeping half: which block holds which tokens of which
-sequence. It runs in Rust (``servelab._core``, file ``rust/src/blocks.rs``). (The course's own
+sequence. It runs in Rust (``servelab._core``, folder ``rust/src/blocks/``). (The course's own
 copy also holds a pure-Python twin of the same rules, checked against it operation by operation
 by a Hypothesis state machine.)
 

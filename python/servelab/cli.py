@@ -6,6 +6,7 @@
     servelab sweep --policy batch1 static --batch-size 8 32 --rates 0.1:1:0.1 --jobs 2
     servelab sweep --gpu A100_80GB --policy continuous --rates 1 2 4 8
     servelab sweep --calibration my_card.csv --policy continuous --rates 1 2 4 8
+    servelab trace --out out/trace  # one run step by step: trace.html, trace.json
     servelab --version
 
 A bad flag stops the command before any work, with one line that names the flag, and exit
@@ -367,6 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default="out", help="folder for plots")
     demo.set_defaults(func=_demo)
     _add_sweep_parser(sub)
+    from servelab.trace.command import add_trace_parser
+    add_trace_parser(sub, check_out_dir)
     return parser
 
 

@@ -216,6 +216,9 @@ class SimResult:
     spec_accepted: np.ndarray | None = field(default=None)
     spec_steps: np.ndarray | None = field(default=None)
     draft_busy_s: float = 0.0
+    # continuous batching with _step_queues=True (servelab.trace): after each step, the waiting
+    # ids, the running ids and their blocks, as CSR columns (rust/src/sim/continuous/trace.rs)
+    step_queues: dict[str, np.ndarray] | None = field(default=None)
 
     @property
     def tokens_per_target_step(self) -> float:
@@ -285,7 +288,7 @@ def _result(policy: str, params: dict[str, Any], requests: Requests, model: Mode
         prefix_evictions=int(d.get("prefix_evictions", 0)), host_hits=int(d.get("host_hits", 0)),
         host_transfer_s=float(d.get("host_transfer_s", 0.0)), spec_proposed=d.get("spec_proposed"),
         spec_accepted=d.get("spec_accepted"), spec_steps=d.get("spec_steps"),
-        draft_busy_s=float(d.get("draft_busy_s", 0.0)))
+        draft_busy_s=float(d.get("draft_busy_s", 0.0)), step_queues=d.get("step_queues"))
 
 
 def run_batch1(requests: Requests, model: ModelSpec, gpu: GpuSpec, admission: EarlyReject | None = None, *,
@@ -341,7 +344,7 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
                             prefix_caching: bool = False, shared_prefixes: SharedPrefixes | None = None,
                             host_blocks: int = 0, host_policy: str = "lru",
                             speculative: Speculation | None = None,
-                            _per_step: bool = False) -> SimResult:
+                            _per_step: bool = False, _step_queues: bool = False) -> SimResult:
     """Continuous batching (§4.5 policy 3: Orca's iteration-level scheduling over vLLM's paged
     KV blocks, §2.4): the batch is chosen anew at every step, with the rules of
     :mod:`servelab.engine.scheduler`, so that on the same requests it makes the engine's batches.
@@ -361,7 +364,7 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     :func:`servelab.workload.chat_sessions`; ``None``: nothing shared but a preempted request's
     own computed blocks) says which earlier request each prompt starts with. The result then
     has ``cached_tokens`` and ``computed_tokens`` per request and ``prefix_hits``. This path
-    steps every running request (``rust/src/sim/continuous_prefix.rs``): slower than the
+    steps every running request (``rust/src/sim/continuous/prefix.rs``): slower than the
     event-driven one, see ``make bench``.
 
     ``host_blocks > 0`` (with prefix caching; §8 milestone 4b) adds a host tier of that many
@@ -372,7 +375,7 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
 
     ``speculative`` (a :class:`Speculation`: ``k``, the draft's ModelSpec, the acceptance
     rate) adds speculative decoding (§8, milestone 4a) on the per-step loop
-    (``rust/src/sim/continuous_per_step.rs``; not with prefix caching). The result then has
+    (``rust/src/sim/continuous/per_step.rs``; not with prefix caching). The result then has
     ``spec_proposed``, ``spec_accepted``, ``spec_steps`` per request, ``draft_busy_s`` and
     :attr:`SimResult.tokens_per_target_step`; with ``k = 0`` it is the plain run.
 
@@ -384,7 +387,8 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     so memory stays linear in the number of requests. The simulator costs per event (arrival,
     admission, end of a prefill, finish, preemption), not per sequence-step; ``_per_step=True``
     (tests and benchmarks only) runs the per-sequence-step loop it replaced, with the same
-    output bit for bit.
+    output bit for bit. ``_step_queues=True`` (``servelab trace``) runs that loop and records the
+    queues and each running request's blocks after every step (``SimResult.step_queues``).
 
     >>> from servelab.hw_model import LLAMA3_8B, H100
     >>> reqs = Requests(arrival_s=[0.0, 0.0], prompt_len=[512, 512], output_len=[2, 2])
@@ -453,7 +457,8 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
                               "num_blocks": blocks, "chunked_prefill": chunked}
     d = _core.sim_continuous_batching((model, gpu, efficiency), requests, dict(
         card=params, trace=_checks.flag("trace", trace), batch_log=_checks.flag("batch_log", batch_log),
-        per_step=per_step, prefix_caching=caching, shared=sp, host=tier, spec=spec))
+        per_step=per_step, prefix_caching=caching, shared=sp, host=tier, spec=spec,
+        queues=_checks.flag("_step_queues", _step_queues)))
     if caching:
         params["prefix_caching"] = True
     if host:

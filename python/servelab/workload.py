@@ -364,7 +364,7 @@ class SharedPrefixes:
     the first request that used its system prompt, with ``length`` the system prompt's; turn
     ``k`` of a conversation names turn ``k - 1``, with ``length`` that turn's whole prompt and
     output. Parents form trees: a system prompt's group is the requests below its first user.
-    The simulator turns this into token ids (``rust/src/sim/continuous_prefix.rs``) and checks
+    The simulator turns this into token ids (``rust/src/sim/continuous/prefix.rs``) and checks
     it against the workload: ``parent[i] < i``; ``length[i]`` at most ``prompt_len[i]`` and the
     parent's ``prompt_len + output_len``.
 

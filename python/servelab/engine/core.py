@@ -68,6 +68,8 @@ class Engine:
     prefix cache a host tier (§8 milestone 4b, :mod:`servelab.engine.offload`): evicted blocks'
     KV is kept host-side and copied back on a hit, each copy priced with
     ``hw_model.kv_host_transfer_s`` on top of its step; the tokens stay the same.
+    ``recorder``: a :class:`servelab.trace.StepRecorder` given each step's batch, queues and KV
+    pool (``servelab trace --engine``); None (the default) records nothing.
 
     >>> Engine(num_blocks=0)
     Traceback (most recent call last):
@@ -81,7 +83,7 @@ class Engine:
                  cost_model: hw_model.ModelSpec = hw_model.LLAMA3_8B,
                  gpu: hw_model.GpuSpec = hw_model.H100, model: TinyLLM | None = None,
                  scheduler: Scheduler | None = None, host_blocks: int = 0,
-                 host_policy: str = "lru") -> None:
+                 host_policy: str = "lru", recorder: Any = None) -> None:
         _checks.instance("config", config, ModelConfig, "a ModelConfig")
         self.limits = SchedulerConfig(block_size, num_blocks, max_num_seqs, max_num_batched_tokens,
                                       chunked_prefill, prefix_caching)
@@ -112,6 +114,7 @@ class Engine:
         self.steps: list[EngineStep] = []
         self.clock_s = 0.0
         self._started = False
+        self.recorder = recorder
 
     # ---- input -------------------------------------------------------------------------------
 
@@ -208,6 +211,8 @@ class Engine:
                               tuple(len(g) for g in plan.draft),
                               tuple(accepted) if plan.draft else ())
         self.steps.append(step)
+        if self.recorder is not None:
+            self.recorder.engine_step(self, step)
         return step
 
     def _arrive(self, s: int) -> None:

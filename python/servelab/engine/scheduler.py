@@ -3,7 +3,7 @@
 A step is *planned* by a scheduler, ``schedule(state) -> Plan``, and *carried out* by
 :class:`servelab.engine.Engine` (the forward on tiny_llm, sampling, the price). The same
 scheduler plans the steps of the pure-Python simulator (:mod:`servelab.reference.continuous`);
-the Rust simulator (``rust/src/sim/continuous.rs``) is its fast twin, held equal batch for batch
+the Rust simulator (``rust/src/sim/continuous/event_driven.rs``) is its fast twin, held equal batch for batch
 by ``tests/test_sim_continuous.py``. Another policy (a speculative step, an offload decision, a
 router) plugs in as another object with a ``schedule`` method: ``Engine(scheduler=...)``.
 

@@ -5,7 +5,7 @@ The steps are planned by the engine's own scheduler
 over the reference paged allocator (:class:`servelab.reference.blocks.BlockAllocator`, no prefix
 caching) with placeholder token ids; this module carries the plans out on counts, prices each
 step with the same IEEE-754 operations as the Rust core (:class:`Pricer`), and jumps the clock
-to the next arrival when nothing waits or runs. The Rust core (``rust/src/sim/continuous.rs``)
+to the next arrival when nothing waits or runs. The Rust core (``rust/src/sim/continuous/event_driven.rs``)
 keeps block *counts* instead and must give the same timestamps bit for bit
 (``tests/test_sim_continuous.py``).
 
@@ -42,7 +42,9 @@ def unservable(prompt: int, output: int, config: SchedulerConfig) -> int:
 def run_continuous_batching(requests: Any, model: Any, gpu: Any, efficiency: Any, *,
                             max_num_seqs: int, max_num_batched_tokens: int, block_size: int,
                             num_blocks: int, chunked_prefill: bool = False, trace: bool = False,
-                            batch_log: bool = False) -> dict[str, Any]:
+                            batch_log: bool = False, recorder: Any = None) -> dict[str, Any]:
+    """``recorder``: a :class:`servelab.trace.StepRecorder` given every arrival and step
+    (``servelab trace``); None records nothing."""
     pricer = Pricer(model, gpu, efficiency)
     config = SchedulerConfig(block_size, num_blocks, max_num_seqs, max_num_batched_tokens,
                              chunked_prefill)
@@ -73,6 +75,10 @@ def run_continuous_batching(requests: Any, model: Any, gpu: Any, efficiency: Any
     while True:
         while nxt < n and arrival[nxt] <= t:  # rule 1
             reject_code[nxt] = unservable(prompt[nxt], output[nxt], config)
+            if recorder is not None:
+                recorder.add_request(nxt, prompt[nxt], output[nxt], arrival[nxt])
+                if reject_code[nxt]:
+                    recorder.unservable(nxt)
             if not reject_code[nxt]:
                 waiting.append(seqs[nxt])
             nxt += 1
@@ -136,6 +142,12 @@ def run_continuous_batching(requests: Any, model: Any, gpu: Any, efficiency: Any
                                          n_prefill, n_decode, kv, used, len(plan.preempted),
                                          len(plan.admitted))):
                 rows[key].append(value)
+        if recorder is not None:
+            recorder.record(n_steps - 1, t, step_s, entries, admitted=plan.admitted,
+                            preempted=plan.preempted, allocator=pool,
+                            finished=[r for r, _, _ in entries if finish[r] == end],
+                            waiting=[q.request_id for q in waiting],
+                            running=[q.request_id for q in running])
         t = end
 
     out: dict[str, Any] = {

@@ -73,7 +73,7 @@ def static_route(parent: Sequence[int], n_cards: int, router: str) -> list[int]:
 
 def token_runs(parent: Sequence[int], length: Sequence[int], r: int, total: int) -> list[tuple[int, int]]:
     """Request ``r``'s first ``total`` synthetic tokens as runs ``(origin, end)`` (each token the
-    request it is the own token of, ``rust/src/sim/continuous_prefix.rs``).
+    request it is the own token of, ``rust/src/sim/continuous/prefix.rs``).
 
     >>> token_runs([-1, 0, 1], [0, 3, 5], 2, 7)
     [(0, 3), (1, 5), (2, 7)]

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeSet;
 
-use super::Map;
+use super::keys::{block_key, Map};
 use crate::error::{CoreError, CoreResult};
 
 /// Which entry a full host tier drops.
@@ -125,10 +125,61 @@ impl HostTier {
         }
         for &(r, s, k) in &self.order {
             match self.entries.get(&k) {
-                Some(e) if self.rank(e) == (r, s) && super::block_key(e.parent_key, &e.tokens) == k => {}
+                Some(e) if self.rank(e) == (r, s) && block_key(e.parent_key, &e.tokens) == k => {}
                 _ => return Err(format!("host tier: key {k} out of step with its entry")),
             }
         }
         Ok(())
+    }
+}
+
+/// What moved between the tiers (see `BlockAllocator::take_transfers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransferKind {
+    /// A cached GPU block was evicted: copy its KV to the host under `key` before the block is
+    /// written again.
+    Offload,
+    /// A prompt hit `key` on the host: copy its KV into the fresh GPU block.
+    Recall,
+    /// The host dropped `key` (tier full, or a GPU copy of the same prefix was registered).
+    Drop,
+}
+
+impl TransferKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            TransferKind::Offload => "offload",
+            TransferKind::Recall => "recall",
+            TransferKind::Drop => "drop",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transfer {
+    pub kind: TransferKind,
+    /// The GPU block (none for a drop).
+    pub block: Option<u32>,
+    pub key: u64,
+    /// The hit count of the entry that moved (what the `hits` policy ranks by).
+    pub hits: u32,
+}
+
+/// The host tier and the log of what crossed the host link, borrowed apart from the blocks.
+#[derive(Debug, Clone)]
+pub(super) struct Tier {
+    pub(super) host: HostTier,
+    pub(super) log: Vec<Transfer>,
+    pub(super) num_host_hits: u64,
+    pub(super) num_offloads: u64,
+    pub(super) num_host_evictions: u64,
+}
+
+impl Tier {
+    /// A key is being registered on the GPU: a host copy of it is now redundant.
+    pub(super) fn supersede(&mut self, key: u64) {
+        if let Some(e) = if self.host.is_empty() { None } else { self.host.take(key) } {
+            self.log.push(Transfer { kind: TransferKind::Drop, block: None, key, hits: e.hits });
+        }
     }
 }

@@ -5,7 +5,7 @@
 //! or array of machine integers; when it fails, a slow path walks the items with
 //! `operator.index` to name the first bad one exactly as the reference would.
 
-use super::{add_functions, dict_of, repr, slice, type_name, ToPy};
+use super::convert::{add_functions, dict_of, repr, slice, type_name, ToPy};
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;

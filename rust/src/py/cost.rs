@@ -4,7 +4,7 @@
 //! dataclasses of `servelab.hw_model`), read by attribute name straight into the core structs;
 //! costs come back as dicts keyed by the core's field names.
 
-use super::{add_functions, dict_of, repr, slice, type_name, ToPy};
+use super::convert::{add_functions, dict_of, repr, slice, type_name, ToPy};
 use numpy::{Element, PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadwriteArray1};
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;

@@ -2,17 +2,16 @@
 //!
 //! One file per core module (`py/cost.rs` binds `cost.rs`, ...), each with a `register`
 //! function called below. The core types cross as they are: specs are read straight into
-//! `cost.rs`'s structs (`py/cost.rs`), results leave as dicts through [`ToPy`]. Every
+//! `cost.rs`'s structs (`py/cost.rs`), results leave as dicts through `convert.rs`'s `ToPy`. Every
 //! `CoreError` becomes a Python exception here; nothing in the core panics on user input.
 
 use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
-use pyo3::IntoPyObjectExt;
 
 use crate::error::CoreError;
 
 mod blocks;
+mod convert;
 mod cost;
 mod parallel;
 mod sim;
@@ -26,97 +25,6 @@ impl From<CoreError> for PyErr {
         }
     }
 }
-
-/// A 1-D numpy array's data as a slice; a non-contiguous array is a ValueError naming `name`
-/// (the Python wrappers pass `np.ascontiguousarray`, so users rarely see it).
-fn slice<'a, T: numpy::Element>(name: &str, a: &'a numpy::PyReadonlyArray1<'_, T>) -> PyResult<&'a [T]> {
-    a.as_slice()
-        .map_err(|_| PyValueError::new_err(format!("{name} must be a contiguous 1-D array")))
-}
-
-/// What Python gets for a core value: a column (`Vec`) becomes a numpy array (moved, not
-/// copied), a number stays a number, `None` stays `None`, a struct of columns becomes a dict
-/// (see [`dict_of!`]).
-pub(crate) trait ToPy {
-    fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>>;
-}
-
-impl<T: numpy::Element> ToPy for Vec<T> {
-    fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        Ok(numpy::IntoPyArray::into_pyarray(self, py).into_any())
-    }
-}
-
-impl<T: ToPy> ToPy for Option<T> {
-    fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.map_or_else(|| Ok(py.None().into_bound(py)), |v| v.to_py(py))
-    }
-}
-
-macro_rules! scalars_to_py {
-    ($($t:ty),*) => {$(
-        impl ToPy for $t {
-            fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-                self.into_bound_py_any(py)
-            }
-        }
-    )*};
-}
-scalars_to_py!(bool, f64, i64, u64, usize);
-
-/// A result and the extra columns some runs add: one dict, the extra keys after the result's.
-impl<A: ToPy, B: ToPy> ToPy for (A, Option<B>) {
-    fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let d = to_dict(py, self.0)?;
-        if let Some(extra) = self.1 {
-            merge(&d, extra)?;
-        }
-        Ok(d.into_any())
-    }
-}
-
-/// `ToPy` for a struct of the core: the dict of the fields listed, keyed by their names; with
-/// `..base` first, the fields of `base` (itself a `ToPy` dict) come first, flattened in.
-macro_rules! dict_of {
-    ($ty:path { $(..$base:ident,)? $($field:ident),* $(,)? }) => {
-        impl $crate::py::ToPy for $ty {
-            fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-                let d = pyo3::types::PyDict::new(py);
-                $( $crate::py::merge(&d, self.$base)?; )?
-                $( d.set_item(pyo3::intern!(py, stringify!($field)), $crate::py::ToPy::to_py(self.$field, py)?)?; )*
-                Ok(d.into_any())
-            }
-        }
-    };
-}
-use dict_of;
-
-/// The dict that [`ToPy`] made of `value`.
-fn to_dict<'py>(py: Python<'py>, value: impl ToPy) -> PyResult<Bound<'py, PyDict>> {
-    Ok(value.to_py(py)?.cast_into::<PyDict>()?)
-}
-
-/// Adds the items of `value`'s dict to `d`.
-fn merge(d: &Bound<'_, PyDict>, value: impl ToPy) -> PyResult<()> {
-    d.update(to_dict(d.py(), value)?.as_mapping())
-}
-
-/// The type's name of `obj`, and its `repr`, for messages.
-fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
-}
-
-fn repr(obj: &Bound<'_, PyAny>) -> String {
-    obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".into())
-}
-
-/// Adds the `#[pyfunction]`s listed to module `$m`.
-macro_rules! add_functions {
-    ($m:expr, $($f:ident),* $(,)?) => {{
-        $( $m.add_function(wrap_pyfunction!($f, $m)?)?; )*
-    }};
-}
-use add_functions;
 
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {

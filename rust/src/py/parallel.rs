@@ -8,9 +8,9 @@ use pyo3::types::PyDict;
 
 use super::cost::Hardware;
 use super::sim::{prefix_columns, simulate, Requests, Shared};
-use super::{add_functions, dict_of};
+use super::convert::{add_functions, dict_of};
 use crate::sim::continuous::ContinuousParams;
-use crate::sim::continuous_prefix::Prefixes;
+use crate::sim::continuous::prefix::Prefixes;
 use crate::sim::data_parallel::{self, PoolOutput};
 use crate::sim::disaggregated::{self, DisaggOutput, Link};
 use crate::sim::router::Router;

@@ -7,14 +7,16 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::cost::Hardware;
-use super::{add_functions, dict_of, merge, slice, to_dict, ToPy};
+use super::convert::{add_functions, dict_of, merge, slice, to_dict, ToPy};
 use crate::cost::{ModelSpec, Pricer};
 use crate::error::CoreResult;
 use crate::sim::admission::EarlyReject;
 use crate::sim::batch1::{self, AcceptAll};
-use crate::sim::continuous::{self, BatchLog, ContinuousOutput, ContinuousParams, StepExtra};
-use crate::sim::continuous_per_step::{self, SpecOutput, Speculation};
-use crate::sim::continuous_prefix::{self, HostTierOption, PrefixOutput, Prefixes};
+use crate::sim::continuous::per_step::{self, SpecOutput, Speculation};
+use crate::sim::continuous::prefix::{HostTierOption, PrefixOutput, Prefixes};
+use crate::sim::continuous::prefix_events;
+use crate::sim::continuous::trace::StepQueues;
+use crate::sim::continuous::{event_driven, BatchLog, ContinuousOutput, ContinuousParams, StepExtra};
 use crate::sim::fixed_service::{self, FixedOutput};
 use crate::sim::static_batching::{self, StaticParams};
 use crate::sim::{SimOutput, StepTrace, Workload};
@@ -23,6 +25,7 @@ dict_of!(SimOutput { start_s, first_token_s, finish_s, rejected, batch_id, busy_
 dict_of!(StepTrace { start_s, step_s, batch_size, tokens, n_prefill, n_decode, kv_tokens });
 dict_of!(StepExtra { kv_blocks, n_preempted, n_admitted });
 dict_of!(BatchLog { offsets, request_id, new_tokens, context_len });
+dict_of!(StepQueues { waiting_offsets, waiting, running_offsets, running, running_blocks });
 dict_of!(FixedOutput { start_s, finish_s, rejected, busy_s });
 dict_of!(PrefixOutput {
     cached_tokens, computed_tokens, prefix_hits, prefix_lookups, prefix_evictions, host_hits, host_transfer_s,
@@ -119,14 +122,16 @@ fn sim_static_batching<'py>(
 dict_of!(ContinuousOutput { ..sim, reject_code, n_preemptions, preemptions, peak_kv_blocks, batch_log });
 
 /// A continuous-batching run and the columns prefix caching or speculation adds, in one dict; the
-/// trace's extra columns join the trace's.
-struct ContinuousRun(ContinuousOutput, Option<PrefixOutput>, Option<SpecOutput>);
+/// trace's extra columns join the trace's; `step_queues` (a dict of CSR columns, or None) is
+/// `servelab trace`'s record.
+struct ContinuousRun(ContinuousOutput, Option<PrefixOutput>, Option<SpecOutput>, Option<StepQueues>);
 
 impl ToPy for ContinuousRun {
     fn to_py<'py>(self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let ContinuousRun(mut out, prefix, spec) = self;
+        let ContinuousRun(mut out, prefix, spec, queues) = self;
         let trace_extra = out.trace_extra.take();
         let d = ((out, prefix), spec).to_py(py)?.cast_into::<PyDict>()?;
+        d.set_item(pyo3::intern!(py, "step_queues"), queues.to_py(py)?)?;
         if let Some(x) = trace_extra {
             merge(&d.get_item("trace")?.expect("set by to_dict").cast_into::<PyDict>()?, x)?;
         }
@@ -136,10 +141,11 @@ impl ToPy for ContinuousRun {
 
 /// `sim_continuous_batching`'s options, a dict of these keys (`serving_core.run_continuous_batching`
 /// builds it): `card`, a dict keyed by `ContinuousParams`' fields; `per_step` (tests and
-/// benchmarks: the per-step loop of `sim/continuous_per_step.rs`, the same output bit for bit);
-/// `prefix_caching` over `shared` (`sim/continuous_prefix.rs`), with a host tier if `host` =
+/// benchmarks: the per-step loop of `sim/continuous/per_step.rs`, the same output bit for bit);
+/// `prefix_caching` over `shared` (`sim/continuous/prefix_events.rs`), with a host tier if `host` =
 /// `(host_blocks, host_policy, host_s_per_token)`; speculative decoding if `spec` = `(k,
-/// acceptance per request, seed, draft_model)`.
+/// acceptance per request, seed, draft_model)`; `queues` (`servelab trace`) records the queues
+/// after each step on the per-step loop (`sim/continuous/trace.rs`).
 #[derive(FromPyObject)]
 #[pyo3(from_item_all)]
 struct OneCard<'py> {
@@ -151,16 +157,20 @@ struct OneCard<'py> {
     #[pyo3(default)] shared: Option<Shared<'py>>,
     #[pyo3(default)] host: Option<(i64, String, f64)>,
     #[pyo3(default)] spec: Option<(i64, PyReadonlyArray1<'py, f64>, u64, ModelSpec)>,
+    #[pyo3(default)] queues: bool,
 }
 
-/// Continuous batching (`sim/continuous.rs`) on one card: the dict has `ContinuousOutput`'s keys
+/// Continuous batching (`sim/continuous/event_driven.rs`) on one card: the dict has `ContinuousOutput`'s keys
 /// and the columns each option adds (listed in `serving_core.SimResult`).
 #[pyfunction]
 fn sim_continuous_batching<'py>(
     py: Python<'py>, hw: Hardware, requests: Requests<'py>, options: OneCard<'py>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let OneCard { card, trace, batch_log, per_step, prefix_caching, shared, host, spec } = options;
+    let OneCard { card, trace, batch_log, per_step, prefix_caching, shared, host, spec, queues } = options;
     card.validate()?;
+    if queues && (prefix_caching || spec.is_some()) {
+        return Err(PyValueError::new_err("queues=True records plain continuous batching only (no prefix caching, no speculation)"));
+    }
     if prefix_caching && (per_step || spec.is_some()) {
         return Err(PyValueError::new_err(match per_step {
             true => "per_step=True has no prefix caching (the prefix-caching loop is per-step already)",
@@ -176,17 +186,21 @@ fn sim_continuous_batching<'py>(
     simulate(py, hw, requests, |pr, w| {
         let out = if let Some((k, acceptance, seed, d)) = &draft {
             let sp = Speculation { k: *k, acceptance, seed: *seed, draft: d };
-            let (o, s) = continuous_per_step::run_speculative(pr, w, &card, &sp, trace, batch_log)?;
-            ContinuousRun(o, None, Some(s))
+            let (o, s) = per_step::run_speculative(pr, w, &card, &sp, trace, batch_log)?;
+            ContinuousRun(o, None, Some(s), None)
         } else if prefix_caching {
             let prefixes = Prefixes { parent: &parent, len: &plen };
             let host = HostTierOption { host_blocks, policy: &policy, s_per_token };
-            let (o, p) = continuous_prefix::run_tiered(pr, w, &card, &prefixes, true, &host, trace, batch_log)?;
-            ContinuousRun(o, Some(p), None)
+            let (o, p) = prefix_events::run_tiered(pr, w, &card, &prefixes, true, &host, trace, batch_log)?;
+            ContinuousRun(o, Some(p), None, None)
+        } else if queues {
+            // the per-step loop records; the event-driven one, its equal bit for bit, does not
+            let (o, q) = per_step::run_recorded(pr, w, &card, trace, batch_log)?;
+            ContinuousRun(o, None, None, Some(q))
         } else if per_step {
-            ContinuousRun(continuous_per_step::run_per_step(pr, w, &card, trace, batch_log)?, None, None)
+            ContinuousRun(per_step::run_per_step(pr, w, &card, trace, batch_log)?, None, None, None)
         } else {
-            ContinuousRun(continuous::run(pr, w, &card, trace, batch_log)?, None, None)
+            ContinuousRun(event_driven::run(pr, w, &card, trace, batch_log)?, None, None, None)
         };
         Ok(out)
     })
@@ -194,7 +208,7 @@ fn sim_continuous_batching<'py>(
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_REQUEST_TOKENS", crate::sim::MAX_REQUEST_TOKENS)?;
-    m.add("MAX_SPEC_K", continuous_per_step::MAX_SPEC_K)?;
+    m.add("MAX_SPEC_K", per_step::MAX_SPEC_K)?;
     add_functions!(m, sim_batch1, sim_static_batching, sim_fixed_service, sim_continuous_batching);
     Ok(())
 }

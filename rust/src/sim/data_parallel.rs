@@ -1,16 +1,16 @@
 //! Data parallelism (course project §8.1, milestone 1): `n` identical cards, each running
-//! continuous batching (`continuous.rs`'s resumable [`continuous::Card`], fed by `pool.rs`) on
+//! continuous batching (the event-driven loop's resumable [`event_driven::Card`], fed by `pool.rs`) on
 //! the requests a [`Router`] sends it.
 //!
 //! Each card is simulated on its own requests alone, so a card's clock, batches and KV pool are
 //! exactly those of one card serving that sub-workload: with one replica the run *is*
-//! `continuous::run` on the whole workload, bit for bit. The per-request columns are gathered
+//! `event_driven::run` on the whole workload, bit for bit. The per-request columns are gathered
 //! back into request order; the totals (`busy_s`, `flops`, `n_steps`) add over cards, and
 //! [`PoolOutput`] keeps them per card too.
 //!
 //! # With prefix caching (§3.5): [`run_prefix`]
 //!
-//! Each card runs `continuous_prefix::run` on its own requests. The routers then decide from
+//! Each card runs `prefix_events::run` on its own requests. The routers then decide from
 //! the request list alone ([`static_cards`]: round robin or prefix affinity), so no card needs
 //! to pause. A request's prefix parent may sit on another card (round robin): [`card_prefixes`]
 //! then re-points it at the earlier request on its own card with which it shares the longest
@@ -19,8 +19,10 @@
 //! would. What it can miss: a prefix shared with two card-mates at once where the best one has
 //! been evicted and a shorter one is cached (the simulator follows one parent).
 
-use super::continuous::{self, ContinuousParams};
-use super::continuous_prefix::{self, PrefixOutput, Prefixes};
+use super::continuous::event_driven;
+use super::continuous::prefix::{PrefixOutput, Prefixes};
+use super::continuous::prefix_events;
+use super::continuous::ContinuousParams;
 use super::pool::{serve, PoolRequests};
 use super::router::{by_card, check_cards, static_cards, Router};
 use super::{Recorder, SimOutput, Workload};
@@ -95,7 +97,7 @@ pub fn run(
         one_token: false,
     };
     let mut out = empty(pricer, w.len(), cards);
-    let new_card = || continuous::Card::new(pricer, params, 0, false, false);
+    let new_card = || event_driven::Card::new(pricer, params, 0, false, false);
     for (c, card) in serve(cards, new_card, reqs, router)?.into_iter().enumerate() {
         let o = card.sim.finish();
         out.gather(c, &card.idx, &o.sim, o.peak_kv_blocks);
@@ -109,7 +111,7 @@ pub fn run(
 
 /// Request `r`'s whole sequence (prompt and output, `total` tokens) as runs `(origin, end)`:
 /// positions up to `end` past the previous run hold `origin`'s own tokens (the synthetic token
-/// ids of `continuous_prefix.rs`).
+/// ids of `continuous/prefix.rs`).
 fn runs(prefixes: &Prefixes<'_>, r: usize, total: i64) -> Vec<(usize, i64)> {
     let mut chain = Vec::new();
     let (mut cur, mut lim) = (r, total);
@@ -197,7 +199,7 @@ pub fn run_prefix(
         let sub = Workload::new(&at, &pl, &ol)?;
         let (parent, len) = card_prefixes(prefixes, w, &idx);
         let sub_pf = Prefixes { parent: &parent, len: &len };
-        let (o, p) = continuous_prefix::run(pricer, &sub, params, &sub_pf, true, false, false)?;
+        let (o, p) = prefix_events::run(pricer, &sub, params, &sub_pf, true, false, false)?;
         out.gather(c, &idx, &o.sim, o.peak_kv_blocks);
         for (k, &i) in idx.iter().enumerate() {
             out.reject_code[i] = o.reject_code[k];
@@ -222,7 +224,7 @@ mod tests {
     fn one_replica_is_one_card() {
         let (a, p, l) = ([0.0, 0.001, 0.002, 0.5], [100, 30, 200, 7], [20, 50, 3, 9]);
         let w = Workload::new(&a, &p, &l).unwrap();
-        let want = continuous::run(&pricer(), &w, &params(), false, false).unwrap();
+        let want = event_driven::run(&pricer(), &w, &params(), false, false).unwrap();
         for router in [Router::RoundRobin, Router::LeastTokens] {
             let got = run(&pricer(), &w, &params(), 1, router).unwrap();
             assert_eq!(got.sim, want.sim);
@@ -236,7 +238,7 @@ mod tests {
         let w = Workload::new(&a, &p, &l).unwrap();
         let (parent, len) = ([-1, 0, 1, 0], [0, 100, 130, 64]);
         let pf = Prefixes { parent: &parent, len: &len };
-        let want = continuous_prefix::run(&pricer(), &w, &params(), &pf, true, false, false).unwrap();
+        let want = prefix_events::run(&pricer(), &w, &params(), &pf, true, false, false).unwrap();
         for router in [Router::RoundRobin, Router::PrefixAffinity] {
             let (got, pre) = run_prefix(&pricer(), &w, &params(), &pf, 1, router).unwrap();
             assert_eq!(got.sim, want.0.sim);
@@ -266,7 +268,7 @@ mod tests {
         let w = Workload::new(&a, &p, &l).unwrap();
         let got = run(&pricer(), &w, &params(), 2, Router::RoundRobin).unwrap();
         let w0 = Workload::new(&[0.0, 0.01], &[100, 200], &[20, 3]).unwrap();
-        let alone = continuous::run(&pricer(), &w0, &params(), false, false).unwrap();
+        let alone = event_driven::run(&pricer(), &w0, &params(), false, false).unwrap();
         assert_eq!(got.sim.finish_s[0], alone.sim.finish_s[0]);
         assert_eq!(got.sim.finish_s[2], alone.sim.finish_s[1]);
         assert_eq!(got.card, vec![0, 1, 0, 1]);
@@ -296,7 +298,7 @@ mod tests {
             let alone = |idx: &[usize]| {
                 let col = |v: &[i64]| idx.iter().map(|&i| v[i]).collect::<Vec<_>>();
                 let at: Vec<f64> = idx.iter().map(|&i| a[i]).collect();
-                continuous::run(&pricer(), &Workload::new(&at, &col(&p), &col(&l)).unwrap(), &prm, false, false).unwrap()
+                event_driven::run(&pricer(), &Workload::new(&at, &col(&p), &col(&l)).unwrap(), &prm, false, false).unwrap()
             };
             let got = run(&pricer(), &w, &prm, cards as i64, Router::LeastTokens).unwrap();
             // the plain definition

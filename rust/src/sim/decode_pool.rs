@@ -18,7 +18,7 @@
 //! (`ceil((prompt + output - 1) / block_size) > num_blocks`) is rejected at arrival; the
 //! disaggregated simulator rejects those before their prefill, so it never sends one here.
 //!
-//! Costs per event, as `continuous.rs` does: the running requests are kept as a count and a
+//! Costs per event, as `continuous/event_driven.rs` does: the running requests are kept as a count and a
 //! sum of contexts (each grows by one per step), and their last steps in a min-heap.
 
 use std::cmp::Reverse;
@@ -52,7 +52,7 @@ pub fn run(
     Ok(card.finish())
 }
 
-/// A decode card, resumable as `continuous::Card` is (the same argument: it stops at the top
+/// A decode card, resumable as `event_driven::Card` is (the same argument: it stops at the top
 /// of its loop, before the arrivals and admissions of a step that starts at `until` or later).
 pub struct DecodeCard<'p> {
     params: ContinuousParams,

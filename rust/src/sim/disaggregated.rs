@@ -8,7 +8,7 @@
 //!    more blocks than a decode card holds (`REJECT_BLOCKS`), or, without chunked prefill, its
 //!    prompt exceeds the token budget (`REJECT_BUDGET`); rejected requests never reach a card;
 //! 2. the prefill router sends it to a prefill card, which runs continuous batching
-//!    (`continuous.rs`, unchanged) on requests of one output token: the prefill samples the
+//!    (`continuous/event_driven.rs`, unchanged) on requests of one output token: the prefill samples the
 //!    first token, so `first_token_s` is the end of the prefill and TTFT never waits for the
 //!    link (as in DistServe). Its blocks free when the prefill ends (the copy to the link is
 //!    not modelled as holding them);
@@ -21,7 +21,8 @@
 //!
 //! Both pools use the same `ContinuousParams` (seats, token budget, KV blocks per card).
 
-use super::continuous::{self, ContinuousParams, REJECT_BLOCKS, REJECT_BUDGET, REJECT_NONE};
+use super::continuous::event_driven;
+use super::continuous::{ContinuousParams, REJECT_BLOCKS, REJECT_BUDGET, REJECT_NONE};
 use super::data_parallel::{empty, PoolOutput};
 use super::decode_pool::DecodeCard;
 use super::pool::{serve, PoolRequests};
@@ -114,7 +115,7 @@ pub fn run(
 
     // 2. the prefill pool: continuous batching of one-token requests
     let prefill = PoolRequests { order: &served, arrival: w.arrival_s, prompt: pl, output: ol, one_token: true };
-    let new_card = || continuous::Card::new(pricer, params, 0, false, false);
+    let new_card = || event_driven::Card::new(pricer, params, 0, false, false);
     for (c, card) in serve(np, new_card, prefill, router)?.into_iter().enumerate() {
         let o = card.sim.finish();
         out.gather(c, &card.idx, &o.sim, o.peak_kv_blocks);

@@ -4,9 +4,9 @@
 //!
 //! One file per policy: [`batch1`] (one request at a time, FCFS) and [`static_batching`]
 //! (start a batch when `batch_size` wait or the oldest has waited `max_wait_s`, run it until its
-//! longest request ends), [`continuous`] and its per-step and prefix-caching loops. The rules of
-//! a continuous-batching step that visits every running request are written once, in
-//! `step_rules.rs`, for those three loops.
+//! longest request ends), [`continuous`] (a folder: its event-driven, per-step and prefix-caching loops). The rules of
+//! a continuous-batching step are carried out once, in `continuous/rules.rs`, for those three
+//! loops.
 //!
 //! # What a step costs: the context convention
 //!
@@ -40,8 +40,6 @@
 pub mod admission;
 pub mod batch1;
 pub mod continuous;
-pub mod continuous_per_step;
-pub mod continuous_prefix;
 pub mod data_parallel;
 pub mod decode_pool;
 pub mod disaggregated;
@@ -49,7 +47,6 @@ pub mod fixed_service;
 pub mod pool;
 pub mod router;
 pub mod static_batching;
-mod step_rules;
 
 use crate::cost::{fmt_f64, Pricer, StepCost};
 use crate::error::{CoreError, CoreResult};

@@ -1,11 +1,12 @@
 //! A pool of cards behind a router (course project §8.1): each card is a resumable one-card
-//! simulator (`continuous::Card`, or `decode_pool::DecodeCard` in a disaggregated decode pool)
+//! simulator (`event_driven::Card`, or `decode_pool::DecodeCard` in a disaggregated decode pool)
 //! fed the requests routed to it, one at a time, as the router reaches their arrival times.
 //!
 //! Data parallelism is one pool; disaggregation is two (prefill, then decode), so both build
 //! their pools with [`serve`].
 
-use super::continuous::{self, REJECT_NONE};
+use super::continuous::event_driven;
+use super::continuous::REJECT_NONE;
 use super::decode_pool::DecodeCard;
 use super::router::{route, Card, Router};
 use super::Workload;
@@ -25,15 +26,15 @@ pub(crate) trait Resumable {
     fn rejects(&self, prompt: i64, output: i64) -> bool;
 }
 
-impl Resumable for continuous::Card<'_> {
+impl Resumable for event_driven::Card<'_> {
     fn advance(&mut self, w: &Workload<'_>, until: f64) -> CoreResult<()> {
-        continuous::Card::advance(self, w, until)
+        event_driven::Card::advance(self, w, until)
     }
     fn track_finished(&mut self) {
-        continuous::Card::track_finished(self)
+        event_driven::Card::track_finished(self)
     }
     fn drain_finished(&mut self, f: impl FnMut(usize, f64)) {
-        continuous::Card::drain_finished(self, f)
+        event_driven::Card::drain_finished(self, f)
     }
     fn rejects(&self, prompt: i64, output: i64) -> bool {
         self.params().unservable(prompt, output) != REJECT_NONE

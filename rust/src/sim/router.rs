@@ -19,7 +19,7 @@
 //! Which requests of a card have finished by time `t` depends only on the requests routed to
 //! it so far, all of which arrived by `t`: a step that ends by `t` started before `t`, and a
 //! step only serves requests that arrived by its start. So the cards are resumable
-//! ([`Card`], over `continuous::Card`): before choosing a card for a request arriving at `t`,
+//! ([`Card`], over `event_driven::Card`): before choosing a card for a request arriving at `t`,
 //! [`route`] runs each card forward over the steps that start before `t` and collects the
 //! requests those steps finished. No card is ever run twice: least-tokens costs one run of
 //! each card plus `O(cards)` per request, as round robin does (`make bench` shows both). The

@@ -1,9 +1,9 @@
-//! Today's continuous-batching loop, kept as the baseline of the event-driven one
-//! ([`super::continuous::run`]): every step visits every running sequence (its slot check, its
+//! The per-step continuous-batching loop, kept as the baseline of the event-driven one
+//! ([`super::event_driven::run`]): every step visits every running sequence (its slot check, its
 //! share of the step's totals, its sampling). Bench- and test-only: `benchmarks/` times the
 //! event-driven engine against it, and `tests/test_sim_events.py` checks the two agree bit for
-//! bit. The rules are those of `continuous.rs`'s module docs, carried out by `step_rules.rs` on
-//! `continuous::ReqPool` (the event-driven loop's own per-step path runs the same code).
+//! bit. The rules are `servelab.engine.scheduler`'s, carried out by [`super::rules`] on
+//! [`ReqPool`] (the event-driven loop's own per-step path runs the same code).
 //!
 //! # Speculative decoding (§8, milestone 4a)
 //!
@@ -18,9 +18,12 @@
 //! steps as batched decode steps of the draft model at contexts `c, c + 1, ..` (the engine's
 //! `draft_cost_s`). Kept guesses take their slots after the step, as in the engine.
 
-use super::continuous::{ContinuousOutput, ContinuousParams, KvCounts, Req, ReqPool, DONE, WAITING};
-use super::step_rules::{run_steps, Books, Entry, StepHooks};
-use super::{price_shape, Recorder, StepShape, Workload};
+use std::collections::VecDeque;
+
+use super::rules::{run_steps, Books, Entry, ReqPool, StepHooks};
+use super::trace::StepQueues;
+use super::{blocks_for, ContinuousOutput, ContinuousParams, KvCounts, Req, DONE, WAITING};
+use crate::sim::{price_shape, Recorder, StepShape, Workload};
 use crate::cost::{fmt_f64, Pricer};
 use crate::error::{CoreError, CoreResult};
 
@@ -91,7 +94,19 @@ pub fn run_per_step(
     trace: bool,
     batch_log: bool,
 ) -> CoreResult<ContinuousOutput> {
-    run_loop(pricer, w, params, None, trace, batch_log).map(|(o, _)| o)
+    run_loop(pricer, w, params, None, None, trace, batch_log).map(|(o, _, _)| o)
+}
+
+/// [`run_per_step`] with the queues recorded after each step ([`super::trace`]).
+pub fn run_recorded(
+    pricer: &Pricer,
+    w: &Workload<'_>,
+    params: &ContinuousParams,
+    trace: bool,
+    batch_log: bool,
+) -> CoreResult<(ContinuousOutput, StepQueues)> {
+    run_loop(pricer, w, params, None, Some(StepQueues::default()), trace, batch_log)
+        .map(|(o, _, q)| (o, q.expect("recording was on")))
 }
 
 /// [`run_per_step`] with speculative decoding (see the module docs).
@@ -104,7 +119,7 @@ pub fn run_speculative(
     batch_log: bool,
 ) -> CoreResult<(ContinuousOutput, SpecOutput)> {
     spec.validate(w.len())?;
-    run_loop(pricer, w, params, Some(spec), trace, batch_log).map(|(o, s)| (o, s.expect("speculation was on")))
+    run_loop(pricer, w, params, Some(spec), None, trace, batch_log).map(|(o, s, _)| (o, s.expect("speculation was on")))
 }
 
 fn run_loop(
@@ -112,9 +127,10 @@ fn run_loop(
     w: &Workload<'_>,
     params: &ContinuousParams,
     spec: Option<&Speculation<'_>>,
+    queues: Option<StepQueues>,
     trace: bool,
     batch_log: bool,
-) -> CoreResult<(ContinuousOutput, Option<SpecOutput>)> {
+) -> CoreResult<(ContinuousOutput, Option<SpecOutput>, Option<StepQueues>)> {
     params.validate()?;
     let n = w.len();
     let mut rec = Recorder::new(pricer, n, trace);
@@ -130,9 +146,10 @@ fn run_loop(
             (sp, so)
         }),
         guessed: Vec::new(),
+        queues,
     };
     run_steps(&mut pool, &mut hooks, params, w, &mut rec, &mut books)?;
-    Ok((books.finish(rec), hooks.spec.map(|(_, so)| so)))
+    Ok((books.finish(rec), hooks.spec.map(|(_, so)| so), hooks.queues))
 }
 
 /// This loop's own part (the rules and the pool are [`ReqPool`]'s): speculation.
@@ -142,6 +159,8 @@ struct PerStep<'a, 's> {
     spec: Option<(&'a Speculation<'s>, SpecOutput)>,
     /// per batch entry with speculation: (guesses, kept)
     guessed: Vec<(i64, i64)>,
+    /// `servelab trace`'s record, when asked
+    queues: Option<StepQueues>,
 }
 
 impl<'p> StepHooks<ReqPool<'p>> for PerStep<'_, '_> {
@@ -171,10 +190,13 @@ impl<'p> StepHooks<ReqPool<'p>> for PerStep<'_, '_> {
     fn done(&self, pool: &ReqPool<'p>, r: usize) -> bool {
         pool.state[r] == DONE
     }
-}
 
-fn blocks_for(tokens: i64, block_size: i64) -> i64 {
-    (tokens + block_size - 1) / block_size
+    #[inline]
+    fn end_step(&mut self, pool: &ReqPool<'p>, waiting: &VecDeque<usize>, running: &[usize]) {
+        if let Some(q) = self.queues.as_mut() {
+            q.record(waiting, running, |r| blocks_for(pool.req[r].held as i64, self.params.block_size));
+        }
+    }
 }
 
 /// The speculative step on a planned batch: guesses for its decoding entries (widening them

@@ -1,16 +1,24 @@
-//! Rules 1-6 of continuous batching (numbered in `continuous.rs`'s module docs) for a step that
-//! visits every running request, written once. Three loops step this way:
-//! `continuous_per_step.rs` (the baseline, and speculative decoding), `continuous_prefix.rs`
-//! (over the real block allocator) and the rare preempting step of the event-driven
-//! `continuous.rs`, whose fast path also admits through [`admit`]. Each loop says through
-//! [`StepPool`] how its requests and its KV pool answer; the functions are generic, so each loop
-//! gets its own machine code and pays nothing for the others.
+//! Rules 1-6 of continuous batching, the only code for them. What the rules say is written once,
+//! in `servelab.engine.scheduler` (python/servelab/engine/scheduler.py, its module docstring
+//! numbers them); each function here names the rule it carries out and links there rather than
+//! restating it.
+//!
+//! The functions carry out a step that visits every running request. Three loops step this way:
+//! [`super::per_step`] (the baseline, and speculative decoding), [`super::prefix`] (over the real
+//! block allocator) and the rare preempting step of [`super::event_driven`], whose fast path is
+//! an optimisation of these rules (integer totals instead of visits) and admits through
+//! [`admit`]. Each loop says through [`StepPool`] how its requests and its KV pool answer; the
+//! functions are generic, so each loop gets its own machine code and pays nothing for the others.
+//! [`ReqPool`] is the pool by counts ([`KvCounts`]) that the per-step and event-driven loops share.
 
 use std::collections::VecDeque;
 
-use super::continuous::{add_entry, arrive, BatchLog, ContinuousOutput, ContinuousParams, StepExtra, REJECT_NONE};
-use super::{Recorder, StepShape, Workload};
+use super::{
+    blocks_for, BatchLog, ContinuousOutput, ContinuousParams, KvCounts, Req, StepExtra, DONE, PREFILLING, REJECT_BLOCKS,
+    REJECT_BUDGET, REJECT_NONE, WAITING,
+};
 use crate::error::{CoreError, CoreResult};
+use crate::sim::{Recorder, StepShape, Workload};
 
 /// One batch entry, in batch order: (request, new tokens, decoding?).
 pub(crate) type Entry = (usize, i64, bool);
@@ -51,6 +59,9 @@ pub(crate) trait StepHooks<P: StepPool> {
     fn sample(&mut self, pool: &mut P, rec: &mut Recorder<'_>, e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool>;
     /// Whether `r` has sampled its last token.
     fn done(&self, pool: &P, r: usize) -> bool;
+    /// The step is over: the queues as they stand (`servelab trace` records them: [`super::trace`]).
+    #[inline(always)]
+    fn end_step(&mut self, _pool: &P, _waiting: &VecDeque<usize>, _running: &[usize]) {}
 }
 
 /// What a loop records beside the clock: rejections, preemptions, the trace's extra columns,
@@ -144,10 +155,8 @@ pub(crate) struct Plan {
     pub(crate) n_admitted: i64,
 }
 
-/// Rules 2-4 of the step starting at `t`: the running requests, oldest admitted first, while
-/// the budget lasts (a prefilling one takes a chunk of its prompt, a decoding one a slot, for
-/// which rule 3 preempts the newest running requests), then admission if nobody was preempted.
-/// Fills `batch`; an empty batch is an error.
+/// Rules 2-4 (`servelab.engine.scheduler`) of the step starting at `t`: fills `batch` from
+/// `running`, preempting into `waiting`, then admits from `waiting`; an empty batch is an error.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub(crate) fn plan_step<P: StepPool>(
@@ -205,9 +214,9 @@ pub(crate) fn plan_step<P: StepPool>(
     Ok(Plan { budget, n_preempted, n_admitted })
 }
 
-/// Rule 4: strict FCFS admission at `t` while seats (`others` running elsewhere plus
-/// `running`), `budget` and blocks last; each admitted request joins `running` and hands
-/// `piece(request, new tokens)` its first piece. Returns how many it admitted.
+/// Rule 4 (`servelab.engine.scheduler`) at `t`: the seats taken are `others` (running
+/// elsewhere: the event-driven loop's decoders) plus `running`; each admitted request joins
+/// `running` and hands `piece(request, new tokens)` its first piece. Returns how many it admitted.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(crate) fn admit<P: StepPool>(
@@ -293,6 +302,166 @@ pub(crate) fn run_steps<P: StepPool, H: StepHooks<P>>(
             running.retain(|&r| !hooks.done(pool, r));
         }
         books.end_step(pool.blocks_used(), plan.n_preempted, plan.n_admitted);
+        hooks.end_step(pool, &waiting, &running);
         t = end;
     }
 }
+
+impl ContinuousParams {
+    /// Rule 1: why a request of `prompt` and `output` tokens can never run (or `REJECT_NONE`).
+    pub fn unservable(&self, prompt: i64, output: i64) -> i8 {
+        let need = prompt + output - 1; // the last token is never fed back (§2.1)
+        if blocks_for(need, self.block_size) > self.num_blocks {
+            REJECT_BLOCKS
+        } else if !self.chunked_prefill && need > self.max_num_batched_tokens {
+            REJECT_BUDGET
+        } else {
+            REJECT_NONE
+        }
+    }
+}
+
+/// Rule 1 (`servelab.engine.scheduler`) at `t`, for the requests from `*next` on: each joins
+/// `waiting` or is rejected with its reason ([`ContinuousParams::unservable`]). Shared by every
+/// continuous-batching loop.
+pub(crate) fn arrive(
+    params: &ContinuousParams,
+    w: &Workload<'_>,
+    t: f64,
+    next: &mut usize,
+    waiting: &mut VecDeque<usize>,
+    reject_code: &mut [i8],
+    rec: &mut Recorder<'_>,
+) {
+    while *next < w.len() && w.arrival_s[*next] <= t {
+        let i = *next;
+        let code = params.unservable(w.prompt_len[i], w.output_len[i]);
+        if code == REJECT_NONE {
+            waiting.push_back(i);
+        } else {
+            reject_code[i] = code;
+            rec.out().rejected[i] = true;
+        }
+        *next += 1;
+    }
+}
+
+/// Rule 5 for one batch entry: request `r` computes `nt` new tokens on top of `c` in its KV
+/// (it holds `held` slots); adds them to the step's integer totals and, when kept, to the
+/// batch log. A prefilling entry that reaches `held` ends its (re)prefill: it samples a token.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) fn add_entry(
+    shape: &mut StepShape,
+    log: Option<&mut BatchLog>,
+    r: usize,
+    nt: i64,
+    c: i64,
+    held: i64,
+    decoding: bool,
+) {
+    let (nn, cc) = (nt as i128, c as i128);
+    shape.seqs += 1;
+    shape.tokens += nt;
+    shape.keys += nn * cc + nn * (nn + 1) / 2;
+    shape.ctx_tokens += cc;
+    if decoding {
+        shape.n_decode += 1;
+    } else if c + nt == held {
+        shape.n_prefill += 1;
+    }
+    if let Some(l) = log {
+        l.request_id.push(r as i64);
+        l.new_tokens.push(nt);
+        l.context_len.push(c);
+    }
+}
+
+/// Rule 6 for request `r`, all of whose tokens are computed at `end`: it samples `sampled` (1,
+/// or more with speculation; the first sets `first_token_s`); the last (`output` of them)
+/// finishes it and frees its blocks. Returns whether it finished.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) fn sample_token(rec: &mut Recorder<'_>, kv: &mut KvCounts, s: &mut Req, state: &mut u8, r: usize, sampled: i64, output: i64, end: f64) -> bool {
+    s.generated += sampled as i32; // <= output
+    let last = s.generated as i64 == output;
+    rec.sampled(r, end, last);
+    if last {
+        kv.free(s.held as i64);
+        s.held = 0;
+        *state = DONE;
+    }
+    last
+}
+
+/// The requests and pool by counts as the rules see them, for [`super::per_step`] and the
+/// per-step path of [`super::event_driven`]: `c` is the computed tokens of a
+/// request (the per-step path turns the decoders' offsets back first).
+pub(crate) struct ReqPool<'a> {
+    pub(crate) pl: &'a [i64],
+    pub(crate) req: &'a mut [Req],
+    pub(crate) state: &'a mut [u8],
+    pub(crate) kv: &'a mut KvCounts,
+}
+
+impl ReqPool<'_> {
+    /// Rule 6 for request `r`, which computed `nt` tokens in the step ending at `end`: once all
+    /// its tokens are computed, it samples `sampled` ([`sample_token`]). Returns whether it
+    /// finished.
+    #[inline]
+    pub(crate) fn compute(&mut self, rec: &mut Recorder<'_>, r: usize, nt: i64, sampled: i64, output: i64, end: f64) -> bool {
+        let s = &mut self.req[r];
+        s.c += nt;
+        s.c >= s.held as i64 && sample_token(rec, self.kv, s, &mut self.state[r], r, sampled, output, end)
+    }
+}
+
+impl StepPool for ReqPool<'_> {
+    #[inline]
+    fn counts(&self, r: usize) -> (i64, i64) {
+        (self.req[r].c, self.req[r].held as i64)
+    }
+
+    #[inline]
+    fn must_preempt(&self, r: usize) -> bool {
+        !self.kv.can_append(self.req[r].held as i64)
+    }
+
+    #[inline]
+    fn append(&mut self, r: usize) -> CoreResult<()> {
+        self.kv.append(self.req[r].held as i64);
+        self.req[r].held += 1;
+        Ok(())
+    }
+
+    #[inline]
+    fn preempt(&mut self, r: usize) -> CoreResult<()> {
+        self.kv.free(self.req[r].held as i64);
+        self.req[r].c = 0;
+        self.req[r].held = 0;
+        self.state[r] = WAITING;
+        Ok(())
+    }
+
+    #[inline]
+    fn tokens(&self, r: usize) -> i64 {
+        self.pl[r] + self.req[r].generated as i64
+    }
+
+    #[inline]
+    fn allocate(&mut self, r: usize, tokens: i64) -> CoreResult<Option<i64>> {
+        if !self.kv.allocate(tokens) {
+            return Ok(None);
+        }
+        self.state[r] = PREFILLING;
+        self.req[r].held = tokens as i32; // <= prompt + output (both <= MAX_REQUEST_TOKENS)
+        self.req[r].c = 0;
+        Ok(Some(0))
+    }
+
+    #[inline]
+    fn blocks_used(&self) -> i64 {
+        self.kv.blocks_used()
+    }
+}
+

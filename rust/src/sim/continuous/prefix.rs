@@ -1,6 +1,6 @@
 //! Continuous batching with prefix caching (lecture §3.5, the course project's milestone 3):
-//! the rules of `servelab.engine` (numbered in its package docstring, summarised in
-//! `continuous.rs`), over the real block allocator of `blocks.rs` with prefix caching on.
+//! the rules of `servelab.engine.scheduler` (numbered in its module docstring, carried out by
+//! [`super::rules`]), over the real block allocator of `blocks` with prefix caching on.
 //!
 //! # Which prompts share what
 //!
@@ -25,7 +25,7 @@
 //!
 //! # Cost
 //!
-//! This loop visits every running request in every step, like `continuous_per_step.rs`, and
+//! This loop visits every running request in every step, like [`super::per_step`], and
 //! hashes every prompt token at allocation: `O(tokens)`, not the event-driven loop's
 //! `O(events)`. A decoder touches the allocator only twice a block (when it takes the block
 //! and when it fills it: the only moments the pool or the cache can tell), writing the slots
@@ -42,9 +42,9 @@
 //! eviction is not priced: it can run in the background as the block is written (as LMCache's
 //! write-through does), where the copy back cannot.
 
-use super::continuous::{ContinuousOutput, ContinuousParams};
-use super::step_rules::{run_steps, Books, Entry, StepHooks, StepPool};
-use super::{Recorder, Workload};
+use super::rules::{run_steps, Books, Entry, StepHooks, StepPool};
+use super::{ContinuousOutput, ContinuousParams};
+use crate::sim::{Recorder, Workload};
 use crate::blocks::BlockAllocator;
 use crate::cost::Pricer;
 use crate::error::{CoreError, CoreResult};
@@ -90,7 +90,7 @@ impl Prefixes<'_> {
 
     /// The synthetic token ids of request `r`'s first `k` tokens into `out` (see the module
     /// docs): an iterative walk up the parents, so a long conversation needs no deep stack.
-    fn tokens(&self, r: usize, k: usize, chain: &mut Vec<(usize, usize)>, out: &mut Vec<i64>) {
+    fn tokens(&self, r: usize, k: usize, chain: &mut Vec<(usize, usize)>, out: &mut Vec<u32>) {
         chain.clear();
         let (mut cur, mut lim) = (r, k);
         loop {
@@ -104,7 +104,7 @@ impl Prefixes<'_> {
         }
         out.clear();
         for &(origin, end) in chain.iter().rev() {
-            out.resize(end.max(out.len()), origin as i64);
+            out.resize(end.max(out.len()), origin as u32); // <= u32::MAX: checked by `PrefixPool::new`
         }
     }
 }
@@ -157,14 +157,16 @@ impl PrefixOutput {
 
 /// The live state of one request.
 #[derive(Debug, Clone, Copy, Default)]
-struct Live {
-    /// tokens whose KV is in the pool
-    computed: i64,
+pub(super) struct Live {
+    /// tokens whose KV is in the pool (the event-driven loop keeps `computed - step` for a
+    /// decoding request, as `event_driven.rs` does)
+    pub(super) computed: i64,
     /// token slots the pool holds for it (0 while waiting)
-    held: i64,
-    /// decoded slots not yet written into the allocator (see [`PrefixPool::append`])
-    pending: i64,
-    generated: i64,
+    pub(super) held: i64,
+    /// decoded slots not yet written into the allocator (see [`PrefixPool::append`]; the
+    /// event-driven loop keeps the slots written instead, for a decoding request)
+    pub(super) pending: i64,
+    pub(super) generated: i64,
 }
 
 /// Runs continuous batching with prefix caching over a validated workload, one sequence-step
@@ -193,64 +195,105 @@ pub fn run_tiered(
     trace: bool,
     batch_log: bool,
 ) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
-    params.validate()?;
-    if !(host.s_per_token.is_finite() && host.s_per_token >= 0.0) {
-        return Err(CoreError::invalid(format!(
-            "host_s_per_token must be a finite number >= 0, got {}", host.s_per_token
-        )));
-    }
-    prefixes.validate(w)?;
+    let mut pool = PrefixPool::new(w, params, prefixes, prefix_caching, host)?;
     let n = w.len();
-    if n > u32::MAX as usize {
-        // a request's index is its synthetic token id, and token ids are u32
-        return Err(CoreError::invalid(format!(
-            "arrival_s must hold at most {} requests with prefix caching, got {n} (split the workload)",
-            u32::MAX
-        )));
-    }
     let mut rec = Recorder::new(pricer, n, trace);
     let mut books = Books::new(n, trace, batch_log);
-    let mut pool = PrefixPool {
-        params,
-        prefixes,
-        pl: w.prompt_len,
-        live: vec![Live::default(); n],
-        kv: BlockAllocator::with_host_tier(params.num_blocks, params.block_size, prefix_caching, host.host_blocks, host.policy)?,
-        pre: PrefixOutput::empty(n),
-        recalled: 0,
-        chain: Vec::new(),
-        toks: Vec::new(),
-    };
     run_steps(&mut pool, &mut PrefixSteps { host, ol: w.output_len }, params, w, &mut rec, &mut books)?;
-    let (kv, mut pre) = (pool.kv, pool.pre);
-    pre.prefix_hits = kv.num_hits();
-    pre.prefix_lookups = kv.num_lookups();
-    pre.prefix_evictions = kv.num_evictions();
-    pre.host_hits = kv.num_host_hits();
-    Ok((books.finish(rec), pre))
+    Ok((books.finish(rec), pool.finish()))
 }
 
 /// An allocator error other than OutOfBlocks would be a bug here: report it, never panic.
-fn internal(e: CoreError) -> CoreError {
+pub(super) fn internal(e: CoreError) -> CoreError {
     CoreError::invalid(format!("internal error: {e}"))
 }
 
-/// This loop's requests and pool: one [`Live`] per request over the real [`BlockAllocator`].
-struct PrefixPool<'a> {
-    params: &'a ContinuousParams,
+/// The requests and pool of both prefix-caching loops (this file's per-step one and
+/// `prefix_events.rs`): one [`Live`] per request over the real [`BlockAllocator`].
+pub(super) struct PrefixPool<'a> {
+    pub(super) params: &'a ContinuousParams,
     prefixes: &'a Prefixes<'a>,
     pl: &'a [i64],
-    live: Vec<Live>,
-    kv: BlockAllocator,
-    pre: PrefixOutput,
+    pub(super) live: Vec<Live>,
+    pub(super) kv: BlockAllocator,
+    pub(super) pre: PrefixOutput,
     /// prompt blocks this step's admissions recalled from the host tier
     recalled: u64,
-    /// buffers of [`Prefixes::tokens`]
+    /// per request, when it was last admitted (a count of admissions): the order of the
+    /// rules' running list, which the event-driven loop keeps without the list
+    pub(super) admitted: Vec<u64>,
+    admissions: u64,
+    /// the waiting request whose allocation failed last, kept until it fits (see `allocate`)
+    blocked: Option<Blocked>,
+    /// buffers of [`Prefixes::tokens`] and of the chain keys
     chain: Vec<(usize, usize)>,
-    toks: Vec<i64>,
+    toks: Vec<u32>,
+    keys: Vec<u64>,
 }
 
-impl PrefixPool<'_> {
+/// A waiting request whose allocation of `tokens` failed: its token ids and chain keys (hashed
+/// once), and the pool's free blocks and watched events then. Until either grows the same
+/// allocation fails again (the allocator's `Watch` says why), so it is not tried, nor hashed.
+struct Blocked {
+    r: usize,
+    tokens: i64,
+    free: usize,
+    events: u64,
+    toks: Vec<u32>,
+    keys: Vec<u64>,
+}
+
+impl<'a> PrefixPool<'a> {
+    /// Checks the run's options (the errors name the value) and sets up an empty pool.
+    pub(super) fn new(
+        w: &Workload<'a>,
+        params: &'a ContinuousParams,
+        prefixes: &'a Prefixes<'a>,
+        prefix_caching: bool,
+        host: &HostTierOption<'_>,
+    ) -> CoreResult<Self> {
+        params.validate()?;
+        if !(host.s_per_token.is_finite() && host.s_per_token >= 0.0) {
+            return Err(CoreError::invalid(format!(
+                "host_s_per_token must be a finite number >= 0, got {}", host.s_per_token
+            )));
+        }
+        prefixes.validate(w)?;
+        let n = w.len();
+        if n > u32::MAX as usize {
+            // a request's index is its synthetic token id, and token ids are u32
+            return Err(CoreError::invalid(format!(
+                "arrival_s must hold at most {} requests with prefix caching, got {n} (split the workload)",
+                u32::MAX
+            )));
+        }
+        Ok(PrefixPool {
+            params,
+            prefixes,
+            pl: w.prompt_len,
+            live: vec![Live::default(); n],
+            kv: BlockAllocator::with_host_tier(params.num_blocks, params.block_size, prefix_caching, host.host_blocks, host.policy)?,
+            pre: PrefixOutput::empty(n),
+            recalled: 0,
+            admitted: vec![0; n],
+            admissions: 0,
+            blocked: None,
+            chain: Vec::new(),
+            toks: Vec::new(),
+            keys: Vec::new(),
+        })
+    }
+
+    /// What prefix caching did, the allocator's counters included.
+    pub(super) fn finish(self) -> PrefixOutput {
+        let (kv, mut pre) = (self.kv, self.pre);
+        pre.prefix_hits = kv.num_hits();
+        pre.prefix_lookups = kv.num_lookups();
+        pre.prefix_evictions = kv.num_evictions();
+        pre.host_hits = kv.num_host_hits();
+        pre
+    }
+
     /// A block holds `block_size` slots; the last block of a sequence here is never shared (no
     /// fork; a hit is never the last block), so an append needs a block exactly when `held` is
     /// a multiple of the block size.
@@ -309,15 +352,43 @@ impl StepPool for PrefixPool<'_> {
         self.pl[r] + self.live[r].generated
     }
 
+    /// Rule 4's allocation. A queue head that does not fit is tried again at every step until
+    /// it does; its tokens are hashed once ([`Blocked`]) and the allocation is skipped while
+    /// nothing happened that could make it fit (the same answer: a failed allocation changes
+    /// nothing, counters included).
     #[inline]
     fn allocate(&mut self, r: usize, tokens: i64) -> CoreResult<Option<i64>> {
-        self.prefixes.tokens(r, tokens as usize, &mut self.chain, &mut self.toks);
-        let recalls_before = self.kv.num_host_hits();
-        match self.kv.allocate(r as i64, &self.toks, Some(0)) {
-            Ok(_) => {}
-            Err(CoreError::OutOfBlocks(_)) => return Ok(None),
-            Err(e) => return Err(internal(e)),
+        let kept = self.blocked.as_ref().is_some_and(|b| b.r == r && b.tokens == tokens);
+        if kept {
+            let b = self.blocked.as_ref().expect("kept");
+            if self.kv.num_free_blocks() <= b.free && self.kv.watch_events() == b.events {
+                return Ok(None);
+            }
+        } else {
+            self.prefixes.tokens(r, tokens as usize, &mut self.chain, &mut self.toks);
+            self.keys = if self.kv.prefix_caching() { self.kv.chain_keys(&self.toks) } else { Vec::new() };
         }
+        let (toks, keys) = match (&self.blocked, kept) {
+            (Some(b), true) => (&b.toks, &b.keys),
+            _ => (&self.toks, &self.keys),
+        };
+        let recalls_before = self.kv.num_host_hits();
+        if !self.kv.allocate_keyed(r as i64, toks, keys, 0).map_err(internal)? {
+            if !kept {
+                self.kv.watch(&self.keys);
+                let (toks, keys) = (std::mem::take(&mut self.toks), std::mem::take(&mut self.keys));
+                self.blocked = Some(Blocked { r, tokens, free: 0, events: 0, toks, keys });
+            }
+            let b = self.blocked.as_mut().expect("set above");
+            (b.free, b.events) = (self.kv.num_free_blocks(), self.kv.watch_events());
+            return Ok(None);
+        }
+        if kept {
+            self.blocked = None;
+            self.kv.watch(&[]);
+        }
+        self.admitted[r] = self.admissions;
+        self.admissions += 1;
         self.recalled += self.kv.num_host_hits() - recalls_before;
         let cached = self.kv.num_cached_tokens(r as i64).map_err(internal)? as i64;
         self.pre.cached_tokens[r] += cached;
@@ -332,10 +403,10 @@ impl StepPool for PrefixPool<'_> {
     }
 }
 
-/// This loop's own part around the rules: the host tier's copies, sampling.
-struct PrefixSteps<'a> {
-    host: &'a HostTierOption<'a>,
-    ol: &'a [i64],
+/// The prefix-caching loops' own part around the rules: the host tier's copies, sampling.
+pub(super) struct PrefixSteps<'a> {
+    pub(super) host: &'a HostTierOption<'a>,
+    pub(super) ol: &'a [i64],
 }
 
 impl<'p> StepHooks<PrefixPool<'p>> for PrefixSteps<'_> {
@@ -380,7 +451,7 @@ impl<'p> StepHooks<PrefixPool<'p>> for PrefixSteps<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::continuous;
+    use crate::sim::continuous::event_driven;
     use crate::sim::test_util::{params, price, pricer, random_requests, rng, steps};
 
     #[test]
@@ -427,7 +498,7 @@ mod tests {
             let n = a.len();
             let prm = params(1 + rnd(8) as i64, 1 + rnd(80) as i64, 1 + rnd(8) as i64, 1 + rnd(40) as i64, rnd(2) == 0);
             let w = Workload::new(&a, &p, &l).unwrap();
-            let want = continuous::run(&pricer(), &w, &prm, true, true);
+            let want = event_driven::run(&pricer(), &w, &prm, true, true);
             // sharing declared but prefix caching off: the same as no sharing
             let parent: Vec<i64> = (0..n as i64).map(|i| i - 1).collect();
             let len: Vec<i64> = (0..n).map(|i| if i == 0 { 0 } else { p[i].min(p[i - 1] + l[i - 1]) }).collect();

@@ -1,0 +1,701 @@
+//! The event-driven loop, the default: an optimisation of [`super::rules`] that makes the same
+//! steps without visiting every running request in every step. The rules themselves (what a
+//! step does, in which order) are `servelab.engine.scheduler`'s; this file only changes how
+//! much each step costs to compute, never what it decides.
+//!
+//! # A cost per event, not per sequence-step
+//!
+//! A step's price needs only integer totals (sequences, new tokens, attention keys, cached
+//! tokens), and in a decode step every decoding request adds exactly one token to its context.
+//! So [`run`] does not visit the decoding requests: it keeps their count and the sum of their
+//! contexts, and stores for each one `computed - step`, which stays put while it decodes. The
+//! events are found by counters, not divisions: the requests that need a new KV block in step
+//! `s` are those whose offset is `-s` modulo `block_size` (a count per residue), and the step in
+//! which a request samples its last token is known when it starts decoding (a min-heap). A step
+//! then costs O(1) plus its events: arrivals, admissions, prefill chunks, finishes
+//! ([`Card::event_step`], each of its parts named for the rule it stands in for).
+//!
+//! The rare step in which the pool runs out of blocks (rule 3 preempts) runs the rules
+//! themselves ([`Card::rules_step`]): the offsets are turned back into counts, the step runs as
+//! in [`super::per_step`], and the aggregates are rebuilt. The clock is bit for bit that of the
+//! per-step loop: the step's totals are exact integers, priced by the same [`Pricer`]
+//! arithmetic and added to the clock one step at a time (`t + a + a` is not `t + 2a` in floating
+//! point: no step is skipped). `tests/test_sim_events.py` checks it on 200 random workloads
+//! against the per-step loop, which stays available to the tests and the benchmark (`per_step`
+//! in the bindings).
+//!
+//! When nothing is waiting or running, the clock jumps to the next arrival (the engine logs an
+//! idle step of cost 0 there instead; the batches are the same).
+//!
+//! # Memory
+//!
+//! Per request a fixed number of words (its 16-byte state, one state byte and its output
+//! columns); the waiting queue and the running list hold indices. Per-step data (the trace, the
+//! batch log) is kept only when asked for.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use super::rules::{admit, add_entry, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, sample_token, Books, Entry, ReqPool};
+use super::{check_count, ContinuousOutput, ContinuousParams, KvCounts, Req, DECODING, DONE, WAITING};
+use crate::cost::Pricer;
+use crate::error::{CoreError, CoreResult};
+use crate::sim::{Recorder, StepShape, Workload};
+
+/// The decoding requests, by their aggregates: what a step of them costs and which events
+/// (a block boundary, a last token) fall in which step are known without visiting them.
+struct Decoders {
+    /// decoding requests in admission order (the order of `running` in the rules); entries of
+    /// finished requests stay as tombstones until the next compaction
+    order: Vec<u32>,
+    live: i64,
+    /// sum of `c` over the live ones: the step's context tokens are `sum_c + live * step`
+    sum_c: i128,
+    /// how many live ones have `c` congruent to `k` modulo `block_size`: those whose held slots
+    /// are a multiple of `block_size` in step `s` (they need a new block) have `k = -s mod bs`
+    by_residue: Vec<u32>,
+    /// (step in which it samples its last token, request), earliest first
+    finish: BinaryHeap<Reverse<(i64, u32)>>,
+}
+
+impl Decoders {
+    fn new(block_size: i64) -> Self {
+        Decoders {
+            order: Vec::new(),
+            live: 0,
+            sum_c: 0,
+            // a block size is at most MAX_BLOCK_SIZE (65,536): one counter per residue
+            by_residue: vec![0; block_size as usize],
+            finish: BinaryHeap::new(),
+        }
+    }
+
+    /// Adds request `r` (prompt `p`, `out` output tokens), which holds `computed` tokens after
+    /// step `step - 1`, at the end of the admission order.
+    fn push(&mut self, r: usize, req: &mut Req, p: i64, out: i64, step: i64) {
+        let c = req.c - step;
+        req.c = c;
+        self.order.push(r as u32);
+        self.live += 1;
+        self.sum_c += c as i128;
+        let k = c.rem_euclid(self.by_residue.len() as i64) as usize;
+        self.by_residue[k] += 1;
+        // after step s it has generated c + s + 2 - p tokens: the last one comes in step
+        // out + p - 2 - c (>= step, since it has not generated all of them yet)
+        self.finish.push(Reverse((out + p - 2 - c, r as u32)));
+    }
+
+    /// Removes a finished request (its `order` entry becomes a tombstone).
+    fn remove(&mut self, c: i64) {
+        self.live -= 1;
+        self.sum_c -= c as i128;
+        let k = c.rem_euclid(self.by_residue.len() as i64) as usize;
+        self.by_residue[k] -= 1;
+    }
+
+    /// How many of them need a new block in step `step`.
+    fn crossing(&self, step: i64) -> i64 {
+        let bs = self.by_residue.len() as i64;
+        self.by_residue[(-step).rem_euclid(bs) as usize] as i64
+    }
+
+    fn clear(&mut self) {
+        self.order.clear();
+        self.live = 0;
+        self.sum_c = 0;
+        self.by_residue.iter_mut().for_each(|k| *k = 0);
+        self.finish.clear();
+    }
+}
+
+/// Runs continuous batching over a validated workload, at a cost per event (arrival,
+/// admission, end of a prefill chunk, finish, preemption) rather than per sequence-step; the
+/// module docs say how, and why the clock's bits are those of the per-step loop
+/// ([`super::per_step::run_per_step`]).
+pub fn run(
+    pricer: &Pricer,
+    w: &Workload<'_>,
+    params: &ContinuousParams,
+    trace: bool,
+    batch_log: bool,
+) -> CoreResult<ContinuousOutput> {
+    let mut card = Card::new(pricer, params, w.len(), trace, batch_log)?;
+    card.advance(w, f64::INFINITY)?;
+    Ok(card.finish())
+}
+
+/// One card running [`run`]'s loop, resumable: it can stop at any time `t`, be handed more
+/// requests (arriving at `t` or later), and go on. Several cards behind a router
+/// (`router.rs`) advance this way side by side, so the router sees what each card has
+/// finished by each arrival without running any card twice.
+///
+/// Why stopping changes nothing: [`Card::advance`] runs exactly the steps that *start* before
+/// `until`, and a step starting at `s` only sees requests that arrived by `s`; requests handed
+/// over later arrive at `until` or after, so no step already run could have seen them. The card
+/// stops at the top of the loop (before rule 1 admits the requests of the next step), which is
+/// where the uninterrupted run would be at that time too; so any sequence of `advance` calls on
+/// growing prefixes of a workload gives [`run`]'s output on the whole of it, bit for bit
+/// (`stopping_anywhere_changes_nothing` checks it).
+pub struct Card<'p> {
+    params: ContinuousParams,
+    rec: Recorder<'p>,
+    books: Books,
+    req: Vec<Req>,
+    state: Vec<u8>,
+    kv: KvCounts,
+    waiting: VecDeque<usize>,
+    dec: Decoders,
+    /// the running requests that are not decoding, in admission order: they always come after
+    /// every decoding one in the rules' `running` order (see `prefilling_is_a_suffix`)
+    prefilling: Vec<usize>,
+    /// (request, new tokens, context) of the step's prefill pieces
+    pieces: Vec<(usize, i64, i64)>,
+    scratch: Scratch,
+    /// first request not arrived yet
+    next: usize,
+    /// steps run so far
+    step: i64,
+    /// the clock: when the next step may start
+    t: f64,
+}
+
+impl<'p> Card<'p> {
+    /// An empty card; `n` requests' worth of columns are allocated up front (more grow as
+    /// needed).
+    pub fn new(pricer: &'p Pricer, params: &ContinuousParams, n: usize, trace: bool, batch_log: bool) -> CoreResult<Self> {
+        params.validate()?;
+        check_count(n)?;
+        Ok(Card {
+            params: *params,
+            rec: Recorder::new(pricer, n, trace),
+            books: Books::new(n, trace, batch_log),
+            req: vec![Req::default(); n],
+            state: vec![WAITING; n],
+            kv: KvCounts::new(params.num_blocks, params.block_size),
+            waiting: VecDeque::new(),
+            dec: Decoders::new(params.block_size),
+            prefilling: Vec::new(),
+            pieces: Vec::new(),
+            scratch: Scratch::default(),
+            next: 0,
+            step: 0,
+            t: 0.0,
+        })
+    }
+
+    pub fn params(&self) -> &ContinuousParams {
+        &self.params
+    }
+
+    /// From now on, list the requests that finish, for [`Card::drain_finished`].
+    pub fn track_finished(&mut self) {
+        self.rec.track_finished();
+    }
+
+    /// Calls `f(request, finish_s)` for each request finished since the last call, in the
+    /// order they finished.
+    pub fn drain_finished(&mut self, f: impl FnMut(usize, f64)) {
+        self.rec.drain_finished(f);
+    }
+
+    /// Runs every step that starts before `until` (`f64::INFINITY`: to the end) over `w`, a
+    /// workload of which every earlier call saw a prefix; the requests it adds must arrive no
+    /// earlier than any earlier call's `until` (the type's docs say why then nothing changes).
+    pub fn advance(&mut self, w: &Workload<'_>, until: f64) -> CoreResult<()> {
+        self.grow(w.len())?;
+        // the counters live in locals while the loop runs (registers, not memory)
+        let (mut next, mut step, mut t) = (self.next, self.step, self.t);
+        loop {
+            arrive(&self.params, w, t, &mut next, &mut self.waiting, &mut self.books.reject_code, &mut self.rec); // rule 1
+            if self.waiting.is_empty() && self.dec.live == 0 && self.prefilling.is_empty() {
+                if next == w.len() {
+                    break; // done, unless more requests come
+                }
+                t = w.arrival_s[next]; // idle: jump to the next arrival
+                continue;
+            }
+            if t >= until {
+                break;
+            }
+            let after = step.checked_add(1).ok_or_else(counter_overflow)?;
+            t = if self.pool_runs_short(step) { self.rules_step(w, t, step)? } else { self.event_step(w, t, step)? };
+            step = after;
+        }
+        (self.next, self.step, self.t) = (next, step, t);
+        Ok(())
+    }
+
+    /// Makes room for the requests of a workload of `n` (a router hands them over as it goes).
+    fn grow(&mut self, n: usize) -> CoreResult<()> {
+        if n > self.state.len() {
+            check_count(n)?;
+            self.rec.grow(n);
+            self.books.grow(n);
+            self.req.resize(n, Req::default());
+            self.state.resize(n, WAITING);
+        }
+        Ok(())
+    }
+
+    /// Whether step `step` must preempt (rule 3): more decoding requests cross a block boundary
+    /// than blocks are free. (The budget never cuts the decoding requests short: every running
+    /// request took at least one token of the budget in the step that admitted or ran it, so at
+    /// most `max_num_batched_tokens` run; the test is a guard.)
+    #[inline(always)]
+    fn pool_runs_short(&self, step: i64) -> bool {
+        self.dec.live > self.params.max_num_batched_tokens || self.dec.crossing(step) > self.kv.num_free_blocks()
+    }
+
+    /// The rare step in which the pool runs out of blocks: the rules themselves, visiting every
+    /// running request ([`RulesStep`]). Returns the step's end.
+    fn rules_step(&mut self, w: &Workload<'_>, t: f64, step: i64) -> CoreResult<f64> {
+        let mut ctx = RulesStep {
+            params: &self.params,
+            ol: w.output_len,
+            rec: &mut self.rec,
+            pool: ReqPool { pl: w.prompt_len, req: &mut self.req, state: &mut self.state, kv: &mut self.kv },
+            waiting: &mut self.waiting,
+            dec: &mut self.dec,
+            prefilling: &mut self.prefilling,
+            books: &mut self.books,
+            scratch: &mut self.scratch,
+        };
+        let (end, n_preempted, n_admitted) = ctx.run(t, step)?;
+        self.books.end_step(self.kv.blocks_used(), n_preempted, n_admitted);
+        Ok(end)
+    }
+
+    /// A step in which nobody is preempted, from integer totals: the decoding requests as one
+    /// aggregate, the prefill pieces and admissions one by one. Each part stands in for the
+    /// rule it names and makes the same decision. Returns the step's end.
+    #[inline(always)]
+    fn event_step(&mut self, w: &Workload<'_>, t: f64, step: i64) -> CoreResult<f64> {
+        let mut shape = self.decode_aggregate(step); // rule 2, decoding requests
+        let mut left = self.params.max_num_batched_tokens - self.dec.live;
+        self.plan_prefill_pieces(&mut left); // rule 2, prefilling requests
+        let n_admitted = if self.waiting.is_empty() { 0 } else { self.admit_waiting(w, &mut left, t)? }; // rule 4
+        if shape.seqs == 0 && self.pieces.is_empty() {
+            return Err(nothing_scheduled(t));
+        }
+        self.price_pieces(&mut shape); // rule 5
+        let end = self.rec.step(t, shape);
+        self.retire_decoders(step, end); // rule 6, decoding requests
+        self.end_prefill_pieces(w, step + 1, end); // rule 6, prefill pieces
+        if self.dec.order.len() > 2 * self.dec.live as usize + 64 {
+            let state = &self.state;
+            self.dec.order.retain(|&r| state[r as usize] == DECODING);
+        }
+        self.books.end_step(self.kv.blocks_used(), 0, n_admitted);
+        Ok(end)
+    }
+
+    /// Rule 2 for the decoding requests: all of them, one token each; those crossing a block
+    /// boundary take a new block (enough are free: nobody is preempted, so rule 3 does not
+    /// apply). Their share of the step's shape comes from the aggregates; the batch log, when
+    /// kept, is the only thing that visits them.
+    #[inline(always)]
+    fn decode_aggregate(&mut self, step: i64) -> StepShape {
+        let dec = &self.dec;
+        self.kv.take(dec.crossing(step));
+        let ctx_dec = dec.sum_c + (dec.live as i128) * (step as i128);
+        if let Some(l) = self.books.log.as_mut() {
+            for &r in &dec.order {
+                if self.state[r as usize] == DECODING {
+                    l.request_id.push(r as i64);
+                    l.new_tokens.push(1);
+                    l.context_len.push(self.req[r as usize].c + step);
+                }
+            }
+        }
+        StepShape {
+            seqs: dec.live,
+            tokens: dec.live,
+            keys: ctx_dec + dec.live as i128,
+            ctx_tokens: ctx_dec,
+            n_prefill: 0,
+            n_decode: dec.live,
+        }
+    }
+
+    /// Rule 2 for the prefilling requests: the rest of their prompt, in admission order, while
+    /// the budget `left` lasts (only the last piece can be a partial chunk).
+    #[inline(always)]
+    fn plan_prefill_pieces(&mut self, left: &mut i64) {
+        self.pieces.clear();
+        for &r in self.prefilling.iter() {
+            if *left == 0 {
+                break;
+            }
+            let s = self.req[r];
+            let nt = (s.held as i64 - s.c).min(*left);
+            self.pieces.push((r, nt, s.c));
+            *left -= nt;
+        }
+    }
+
+    /// Rule 4: admission (nobody was preempted), through the rules' own [`admit`]; each
+    /// admitted request adds its first piece. Returns how many it admitted.
+    #[inline(always)]
+    fn admit_waiting(&mut self, w: &Workload<'_>, left: &mut i64, t: f64) -> CoreResult<i64> {
+        let Card { params, rec, req, state, kv, waiting, dec, prefilling, pieces, .. } = self;
+        let mut pool = ReqPool { pl: w.prompt_len, req, state, kv };
+        let piece = |r, nt| pieces.push((r, nt, 0));
+        admit(&mut pool, params, dec.live, prefilling, waiting, left, rec, t, piece)
+    }
+
+    /// Rule 5: the prefill pieces' share of the step's shape (integer totals, as the per-step
+    /// loop sums them), and the batch log's row closed.
+    #[inline(always)]
+    fn price_pieces(&mut self, shape: &mut StepShape) {
+        for &(r, nt, c) in self.pieces.iter() {
+            add_entry(shape, self.books.log.as_mut(), r, nt, c, self.req[r].held as i64, false);
+        }
+        self.books.end_batch();
+    }
+
+    /// Rule 6 for the decoding requests: those whose last token step `step` samples (known
+    /// since they started decoding: the heap's front) leave, freeing their blocks.
+    #[inline(always)]
+    fn retire_decoders(&mut self, step: i64, end: f64) {
+        while let Some(&Reverse((last, r))) = self.dec.finish.peek() {
+            if last > step {
+                break;
+            }
+            debug_assert_eq!(last, step, "a decoding request outlived its last token");
+            self.dec.finish.pop();
+            let r = r as usize;
+            let c = self.req[r].c;
+            self.dec.remove(c);
+            self.kv.free(c + step + 1); // it held every computed token
+            self.state[r] = DONE;
+            self.rec.set_finish(r, end);
+        }
+    }
+
+    /// Rule 6 for the prefill pieces: a completed prefill samples a token and, unless that was
+    /// its last, joins the decoders from step `next_step` on; the completed ones are the first
+    /// pieces (only the last piece can be a partial chunk).
+    #[inline(always)]
+    fn end_prefill_pieces(&mut self, w: &Workload<'_>, next_step: i64, end: f64) {
+        let (pl, ol) = (w.prompt_len, w.output_len);
+        let mut completed = 0;
+        for &(r, nt, _) in self.pieces.iter() {
+            let s = &mut self.req[r];
+            s.c += nt;
+            if s.c < s.held as i64 {
+                break;
+            }
+            completed += 1;
+            if !sample_token(&mut self.rec, &mut self.kv, s, &mut self.state[r], r, 1, ol[r], end) {
+                self.state[r] = DECODING;
+                self.dec.push(r, s, pl[r], ol[r], next_step);
+            }
+        }
+        self.prefilling.drain(..completed);
+    }
+
+    /// The run so far (after `advance(.., f64::INFINITY)`: the whole run).
+    pub fn finish(self) -> ContinuousOutput {
+        self.books.finish(self.rec)
+    }
+}
+
+/// Buffers of the per-step path, kept between its (rare) steps.
+#[derive(Default)]
+struct Scratch {
+    running: Vec<usize>,
+    batch: Vec<Entry>,
+}
+
+/// One step the per-step way (rules 2-6 visiting every running request), for the steps the
+/// aggregates cannot take: it turns the decoding requests' offsets back into counts, runs the
+/// step with the rules of [`super::rules`] (as [`super::per_step`] does), and rebuilds the
+/// aggregates.
+struct RulesStep<'a, 'b> {
+    params: &'a ContinuousParams,
+    ol: &'a [i64],
+    rec: &'a mut Recorder<'b>,
+    pool: ReqPool<'a>,
+    waiting: &'a mut VecDeque<usize>,
+    dec: &'a mut Decoders,
+    prefilling: &'a mut Vec<usize>,
+    books: &'a mut Books,
+    scratch: &'a mut Scratch,
+}
+
+impl RulesStep<'_, '_> {
+    /// Returns (end of the step, requests preempted, requests admitted). Kept out of line: a
+    /// rare step must not crowd the fast path's registers.
+    #[inline(never)]
+    fn run(&mut self, t: f64, step: i64) -> CoreResult<(f64, i64, i64)> {
+        let (params, pl, ol) = (self.params, self.pool.pl, self.ol);
+        let Scratch { running, batch } = &mut *self.scratch;
+        running.clear();
+        for &r in &self.dec.order {
+            let r = r as usize;
+            if self.pool.state[r] == DECODING {
+                let computed = self.pool.req[r].c + step;
+                self.pool.req[r] = Req { c: computed, held: computed as i32, generated: (computed + 1 - pl[r]) as i32 };
+                running.push(r);
+            }
+        }
+        running.extend(self.prefilling.drain(..));
+        self.dec.clear();
+
+        let plan = plan_step(&mut self.pool, params, running, self.waiting, batch, self.books, self.rec, t)?; // rules 2-4
+        let shape = batch_shape(&self.pool, batch, self.books); // rule 5
+        let end = self.rec.step(t, shape);
+
+        for &(r, nt, _) in batch.iter() {
+            self.pool.compute(self.rec, r, nt, 1, ol[r], end); // rule 6
+        }
+        let ReqPool { req, state, .. } = &mut self.pool;
+
+        // back to aggregates: the decoding requests first, the prefilling ones after (a request
+        // is only admitted once every older one is decoding or ends its prefill in that step:
+        // a partial chunk uses up the budget; so the prefilling ones are a suffix of `running`)
+        for &r in running.iter() {
+            match state[r] {
+                DONE => {}
+                _ if req[r].c == req[r].held as i64 => {
+                    if !self.prefilling.is_empty() {
+                        return Err(CoreError::invalid(format!(
+                            "internal error: at t={t} request {r} decodes after a prefilling request"
+                        )));
+                    }
+                    state[r] = DECODING;
+                    self.dec.push(r, &mut req[r], pl[r], ol[r], step + 1);
+                }
+                _ => self.prefilling.push(r),
+            }
+        }
+        Ok((end, plan.n_preempted, plan.n_admitted))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::continuous::{REJECT_BLOCKS, REJECT_BUDGET, REJECT_NONE};
+    use crate::sim::test_util::{params, price, pricer, random_requests, rng, steps, with_batch1};
+
+    fn go(a: &[f64], p: &[i64], l: &[i64], prm: ContinuousParams) -> ContinuousOutput {
+        let w = Workload::new(a, p, l).unwrap();
+        run(&pricer(), &w, &prm, true, true).unwrap()
+    }
+
+    /// Two requests by hand: r1 arrives while r0 decodes and joins the running batch at once.
+    #[test]
+    fn a_late_request_joins_the_running_batch() {
+        let p = params(8, 256, 4, 16, false);
+        let t1 = price(&[(5, 0)]);
+        let o = go(&[0.0, t1], &[5, 11], &[4, 3], p);
+        assert_eq!(
+            steps(&o),
+            vec![
+                vec![(0, 5, 0)],
+                vec![(0, 1, 5), (1, 11, 0)],
+                vec![(0, 1, 6), (1, 1, 11)],
+                vec![(0, 1, 7), (1, 1, 12)],
+            ]
+        );
+        let t2 = t1 + price(&[(1, 5), (11, 0)]);
+        let t3 = t2 + price(&[(1, 6), (1, 11)]);
+        let t4 = t3 + price(&[(1, 7), (1, 12)]);
+        assert_eq!(o.sim.start_s, vec![0.0, t1]);
+        assert_eq!(o.sim.first_token_s, vec![t1, t2]);
+        assert_eq!(o.sim.finish_s, vec![t4, t4]);
+        let tr = o.sim.trace.as_ref().unwrap();
+        assert_eq!(tr.n_prefill, vec![1, 1, 0, 0]);
+        assert_eq!(tr.n_decode, vec![0, 1, 2, 2]);
+        // blocks of 4: r0 holds 5..8 slots (2 blocks), r1 11..13 (3, then 4 blocks at 13)
+        assert_eq!(o.trace_extra.as_ref().unwrap().kv_blocks, vec![2, 5, 5, 0]);
+    }
+
+    /// A pool of 3 blocks of 2 slots, three requests at t = 0, by hand.
+    /// * step 0: r0 (2 tokens, 1 block), r1 (2, 1) and r2 (1, 1) are admitted; r2 (one output
+    ///   token) finishes at once and frees its block;
+    /// * step 1: r0's slot 3 needs a block: it takes the free one; r1's needs one too, none is
+    ///   left: r1, the newest, is preempted (its block freed) and goes back to the queue;
+    /// * steps 2-3: r0 decodes alone; r1 needs 2 blocks for its 3 tokens (prompt + 1 generated)
+    ///   and only 1 is free until r0 finishes at the end of step 3;
+    /// * step 4: r1 recomputes its 3 tokens in one prefill, step 5 decodes its last token.
+    #[test]
+    fn preemption_by_recompute_by_hand() {
+        let o = go(&[0.0, 0.0, 0.0], &[2, 2, 1], &[4, 3, 1], params(8, 64, 2, 3, false));
+        assert_eq!(
+            steps(&o),
+            vec![
+                vec![(0, 2, 0), (1, 2, 0), (2, 1, 0)],
+                vec![(0, 1, 2)],
+                vec![(0, 1, 3)],
+                vec![(0, 1, 4)],
+                vec![(1, 3, 0)],
+                vec![(1, 1, 3)],
+            ]
+        );
+        let t1 = price(&[(2, 0), (2, 0), (1, 0)]);
+        let t4 = t1 + price(&[(1, 2)]) + price(&[(1, 3)]) + price(&[(1, 4)]);
+        let t6 = t4 + price(&[(3, 0)]) + price(&[(1, 3)]);
+        assert_eq!(o.sim.start_s, vec![0.0, 0.0, 0.0]); // a recompute keeps the first start
+        assert_eq!(o.sim.batch_id, vec![0, 1, 2]);
+        assert_eq!(o.sim.first_token_s, vec![t1, t1, t1]); // ... and the first token
+        assert_eq!(o.sim.finish_s, vec![t4, t6, t1]);
+        assert_eq!((o.preemptions, o.n_preemptions.clone()), (1, vec![0, 1, 0]));
+        let x = o.trace_extra.as_ref().unwrap();
+        assert_eq!(x.kv_blocks, vec![2, 2, 2, 0, 2, 0]);
+        assert_eq!(x.n_preempted, vec![0, 1, 0, 0, 0, 0]);
+        assert_eq!(x.n_admitted, vec![3, 0, 0, 0, 1, 0]);
+        let tr = o.sim.trace.as_ref().unwrap();
+        assert_eq!(tr.n_prefill, vec![3, 0, 0, 0, 1, 0]);
+        assert_eq!(tr.n_decode, vec![0, 1, 1, 1, 0, 1]);
+    }
+
+    #[test]
+    fn chunked_prefill_splits_a_long_prompt_over_steps() {
+        let p = params(8, 8, 16, 64, true);
+        let o = go(&[0.0, 0.0], &[20, 3], &[2, 2], p);
+        assert_eq!(
+            steps(&o),
+            vec![vec![(0, 8, 0)], vec![(0, 8, 8)], vec![(0, 4, 16), (1, 3, 0)], vec![(0, 1, 20), (1, 1, 3)]]
+        );
+        let tr = o.sim.trace.unwrap();
+        assert_eq!(tr.n_prefill, vec![0, 0, 2, 0]);
+        assert_eq!(tr.tokens, vec![8, 8, 7, 2]);
+        // r0 starts with its first chunk, r1 when it is admitted (step 2)
+        assert_eq!(o.sim.start_s, vec![0.0, tr.start_s[2]]);
+        assert_eq!(o.sim.first_token_s, vec![tr.start_s[3], tr.start_s[3]]);
+    }
+
+    #[test]
+    fn unservable_requests_are_rejected_with_a_reason() {
+        let p = params(8, 16, 4, 8, false);
+        // r0: need = 17 + 1 - 1 = 17 tokens > the budget of 16 (5 blocks would fit);
+        // r1: need = 30 + 8 - 1 = 37 tokens, 10 blocks > 8
+        let o = go(&[0.0, 0.0, 1.0], &[17, 30, 3], &[1, 8, 2], p);
+        assert_eq!(o.reject_code, vec![REJECT_BUDGET, REJECT_BLOCKS, REJECT_NONE]);
+        assert_eq!(o.sim.rejected, vec![true, true, false]);
+        assert!(o.sim.start_s[0].is_nan() && o.sim.finish_s[1].is_nan());
+        assert_eq!(o.sim.start_s[2], 1.0);
+        // with chunked prefill the budget no longer matters
+        let o = go(&[0.0], &[17], &[1], params(8, 16, 4, 5, true));
+        assert_eq!(o.reject_code, vec![REJECT_NONE]);
+    }
+
+    #[test]
+    fn bad_params_name_the_argument() {
+        let w = Workload::new(&[0.0], &[1], &[1]).unwrap();
+        for (prm, msg) in [
+            (params(0, 1, 1, 1, false), "max_num_seqs must be an integer in [1, 9223372036854775807], got 0"),
+            (params(1, -2, 1, 1, false), "max_num_batched_tokens must be an integer in [1, 9223372036854775807], got -2"),
+            (params(1, 1, 0, 1, false), "block_size must be an integer in [1, 65536], got 0"),
+            (params(1, 1, 1, 1 << 30, false), "num_blocks must be an integer in [1, 16777216], got 1073741824"),
+        ] {
+            assert_eq!(run(&pricer(), &w, &prm, false, false).unwrap_err().to_string(), msg);
+        }
+    }
+
+    /// A small pseudo-random workload and card that hit every rare path: tight pools
+    /// (preemption), budgets below the seat count, chunked prefill, block sizes of 1.
+    fn random_case(rnd: &mut impl FnMut(u64) -> u64) -> (Vec<f64>, Vec<i64>, Vec<i64>, ContinuousParams) {
+        let (a, p, l) = random_requests(rnd, 40, (4, 0.003), 60, (1, 40));
+        let prm = params(1 + rnd(12) as i64, 1 + rnd(90) as i64, 1 + rnd(8) as i64, 1 + rnd(40) as i64, rnd(2) == 0);
+        (a, p, l, prm)
+    }
+
+    /// A [`Card`] handed the requests one at a time, as a router does (advanced to each
+    /// arrival first, and now and then to a time in between), gives the uninterrupted run bit
+    /// for bit, trace and batch log included; and by each stop it has listed, once each and
+    /// with their final finish times, the requests that finish by then (and maybe those of the
+    /// one step it ran that ends later).
+    #[test]
+    fn stopping_anywhere_changes_nothing() {
+        let mut rnd = rng(0x6a09_e667_f3bc_c908);
+        for case in 0..300 {
+            let (a, p, l, prm) = random_case(&mut rnd);
+            let n = a.len();
+            let want = go(&a, &p, &l, prm);
+            let pr = pricer();
+            let mut card = Card::new(&pr, &prm, rnd(n as u64) as usize, true, true).unwrap();
+            card.track_finished();
+            let mut listed = vec![0; n];
+            let mut stop = |card: &mut Card<'_>, k: usize, until: f64| {
+                card.advance(&Workload::new(&a[..k], &p[..k], &l[..k]).unwrap(), until).unwrap();
+                card.drain_finished(|r, f| {
+                    assert_eq!(f.to_bits(), want.sim.finish_s[r].to_bits(), "case {case} request {r}");
+                    listed[r] += 1;
+                });
+                // every request finished by `until` is listed (NaN, rejected: never); a request
+                // listed early finished in the one step run that ends after `until`
+                let mut early = Vec::new();
+                for r in 0..n {
+                    let f = want.sim.finish_s[r];
+                    assert!(listed[r] <= 1 && (listed[r] == 1) >= (f <= until), "case {case}: request {r} by {until}");
+                    if listed[r] == 1 && f > until {
+                        early.push(f);
+                    }
+                }
+                assert!(early.windows(2).all(|x| x[0] == x[1]), "case {case}: {early:?} by {until}");
+            };
+            for k in 0..n {
+                if k > 0 && rnd(3) == 0 {
+                    let mid = a[k - 1] + (a[k] - a[k - 1]) * rnd(5) as f64 / 4.0;
+                    stop(&mut card, k, mid);
+                }
+                stop(&mut card, k, a[k]);
+            }
+            stop(&mut card, n, f64::INFINITY);
+            // Debug prints each f64 so that it parses back to the same bits (and NaN as NaN)
+            assert_eq!(format!("{:?}", card.finish()), format!("{want:?}"), "case {case} {prm:?}");
+        }
+    }
+
+    /// The event-driven engine against the per-step loop it replaces, bit for bit, on small
+    /// pseudo-random workloads that hit every rare path: tight pools (preemption), budgets
+    /// below the seat count, chunked prefill, block sizes of 1.
+    #[test]
+    fn events_agree_with_the_per_step_loop() {
+        use crate::sim::continuous::per_step::run_per_step;
+        let mut rnd = rng(0x9e37_79b9_7f4a_7c15u64);
+        for case in 0..300 {
+            let (a, p, l, prm) = random_case(&mut rnd);
+            let w = Workload::new(&a, &p, &l).unwrap();
+            let trace = case % 2 == 0;
+            let want = run_per_step(&pricer(), &w, &prm, trace, trace);
+            let got = run(&pricer(), &w, &prm, trace, trace);
+            match (want, got) {
+                (Ok(want), Ok(got)) => {
+                    // f64 columns with NaN: compare bits
+                    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got.sim.start_s), bits(&want.sim.start_s), "case {case} {prm:?}");
+                    assert_eq!(bits(&got.sim.first_token_s), bits(&want.sim.first_token_s), "case {case}");
+                    assert_eq!(bits(&got.sim.finish_s), bits(&want.sim.finish_s), "case {case}");
+                    assert_eq!(got.sim.busy_s.to_bits(), want.sim.busy_s.to_bits(), "case {case}");
+                    assert_eq!(got.sim.flops.to_bits(), want.sim.flops.to_bits(), "case {case}");
+                    let strip = |mut o: ContinuousOutput| {
+                        o.sim.start_s.clear();
+                        o.sim.first_token_s.clear();
+                        o.sim.finish_s.clear();
+                        o
+                    };
+                    assert_eq!(strip(got), strip(want), "case {case} {prm:?}");
+                }
+                (Err(e1), Err(e2)) => assert_eq!(e1, e2),
+                (want, got) => panic!("case {case}: {want:?} vs {got:?}"),
+            }
+        }
+    }
+
+    /// Seats: with max_num_seqs = 1 continuous batching is batch 1 FCFS.
+    #[test]
+    fn one_seat_is_batch1() {
+        let (got, want) = with_batch1(|w| run(&pricer(), w, &params(1, 1 << 20, 16, 1 << 16, false), true, false).unwrap().sim);
+        assert_eq!(got.start_s, want.start_s);
+        assert_eq!(got.first_token_s, want.first_token_s);
+        assert_eq!(got.finish_s, want.finish_s);
+        assert_eq!(got.busy_s, want.busy_s);
+        assert_eq!(got.batch_id, want.batch_id);
+    }
+}
+
+

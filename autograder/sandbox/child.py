@@ -341,12 +341,15 @@ def main() -> None:
     if cfg.get("syscall_filter"):
         # the child's own code first, then the walls: its libraries mapped, its files confined
         # (Landlock), and no new executable mapping from here on, wherever a carried one lands
+        rules = cfg.get("landlock") or {}
+
         def walls():
             libraries = premap_libraries()  # kept: ctypes never unmaps a library anyway
             syscall_filter = _grader_module("syscall_filter")  # read before the files are confined
-            if cfg.get("landlock"):
-                confine_files(cfg["landlock"])
-            syscall_filter.install(exec_mappings=False)
+            if rules.get("files", True) and "read" in rules:
+                confine_files(rules)
+            # "new_code": only the controls of the tests switch this wall off
+            syscall_filter.install(exec_mappings=bool(rules.get("new_code", False)))
             return len(libraries)
 
         _forgetting_new_modules(walls)

@@ -183,7 +183,7 @@ class Boundary:
 
     def kept_capabilities(self, drop_here: bool = True, sealed: bool = False) -> list[str]:
         """What bubblewrap keeps, as root, of the capabilities it otherwise drops: none without
-        a uid; ``CAP_SETUID``/``CAP_SETGID`` for the drop to it (``setpriv`` here, or the
+        a uid; ``CAP_SETUID``/``CAP_SETGID``/``CAP_SETPCAP`` for the drop to it (``setpriv`` here, or the
         program itself with ``drop_here=False``, which also keeps the file capabilities a
         notebook kernel's root phase uses on its connection file: ``CAP_CHOWN``, ``CAP_FOWNER``,
         ``CAP_DAC_OVERRIDE``, ``CAP_DAC_READ_SEARCH``), and ``CAP_SYS_ADMIN`` with
@@ -192,7 +192,7 @@ class Boundary:
         clears the bounding set: the child itself holds none."""
         if self.uid is None or not self.bwrap or os.geteuid() != 0:
             return []
-        keep = ["CAP_SETUID", "CAP_SETGID"]
+        keep = ["CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"]  # SETPCAP: setpriv empties the bounding set
         if not drop_here:  # a program that reads and hands over its own files as root first
             keep += ["CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH"]
         if drop_here and sealed and MOUNT:  # its mount points lie in the folder given to the uid

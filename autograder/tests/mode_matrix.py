@@ -18,6 +18,11 @@ from pathlib import Path
 
 from autograder.sandbox import os_boundary
 
+# hostile submissions the audit hook alone does not stop (README: threat model)
+PAST_THE_HOOK = ["subinterpreter_reads_solution", "dir_fd_reads_solution", "hardlink_via_dir_fd",
+                 "grader_proc_through_subinterpreter", "runtime_extension_reads_solution", "tmp_leftovers",
+                 "neighbour_temp_folder", "carried_native_code"]
+
 
 def hostile(names: list[str]) -> dict:
     from autograder.selfcheck import HOSTILE, check_hostile

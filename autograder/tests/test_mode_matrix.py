@@ -31,8 +31,7 @@ import pytest
 
 from autograder.grading.grade import ROOT, manifest_of
 from autograder.selfcheck import reference_submission
-
-from test_sandbox import PAST_THE_HOOK
+from autograder.tests.mode_matrix import PAST_THE_HOOK
 
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 UID_FIXTURES = [*PAST_THE_HOOK, "load_core_by_path", "read_answer_key"]
@@ -68,6 +67,16 @@ def make_opt_course() -> Path:
     subprocess.run([str(SYSTEM_PYTHON), "-m", "venv", "--without-pip", str(source / ".venv")], check=True)
     site = next((source / ".venv" / "lib").glob("python3*/site-packages"))
     (site / "servelab_course.pth").write_text(f"{source / 'python'}\n{sysconfig.get_paths()['purelib']}\n")
+    # the packages' console scripts (nbgrader runs `alembic`), started by this venv's python
+    python = source / ".venv" / "bin" / "python"
+    for script in Path(sys.prefix, "bin").iterdir():
+        target = source / ".venv" / "bin" / script.name
+        if script.is_file() and not target.exists():
+            head = script.read_bytes()[:256]
+            if head.startswith(b"#!") and b"python" in head.split(b"\n", 1)[0]:
+                body = script.read_text(encoding="utf-8", errors="replace").split("\n", 1)[1]
+                target.write_text(f"#!{python}\n{body}", encoding="utf-8")
+                target.chmod(0o755)
     for folder, _, names in os.walk(top):  # as a zip unpacks: readable by all
         os.chmod(folder, 0o755)
         for n in names:
@@ -104,7 +113,7 @@ def _stat(path: Path) -> tuple:
     return st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
 
 
-def run_matrix(source: Path, args: list[str], env: dict, prefix: list[str] = ()) -> dict:
+def run_matrix(source: Path, args: list[str], env: dict, prefix: tuple[str, ...] | list[str] = ()) -> dict:
     run = subprocess.run([*prefix, str(source / ".venv" / "bin" / "python"), "-m", "autograder.tests.mode_matrix", *args],
                          cwd=source, env=env, capture_output=True, text=True, timeout=1500)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -16,10 +16,16 @@ a compiled extension or a ``dir_fd`` walks past it). The boundary is the operati
   no ``/tmp`` of the host, no ``/proc`` of other processes (a PID namespace), no network (a
   network namespace: a kernel talks to nbgrader over Unix sockets), no System V IPC.
 
+* **Landlock** (:mod:`autograder.sandbox.landlock`): a task's child confines its own files to
+  the standard library, numpy, its task's folder (read) and its scratch folder (write), in
+  every mode where the kernel offers it; without namespaces it is required.
+
 Which boundary runs (:func:`boundary`): bubblewrap plus the uid drop as root; bubblewrap alone
-as a user; the uid drop alone as root where bubblewrap cannot make namespaces (a Docker
+as a user; the uid drop with Landlock as root where bubblewrap cannot make namespaces (a Docker
 container without ``CAP_SYS_ADMIN``, as Gradescope's); otherwise none, and :func:`require`
 refuses to grade unless the operator trusts the submission (``grade --trust-submission``).
+Without namespaces the child's folders lie in the grading's own :func:`work_folder`, the only
+place whose modes :meth:`Boundary.reach` changes.
 ``SERVELAB_SANDBOX`` in the grader's own environment forces a mode (``bwrap``, ``uid``, or
 ``none``: the self-check's controls grade with the OS boundary off to show it is what stops
 the hostile submissions); a submission never sees the grader's environment.

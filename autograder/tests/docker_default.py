@@ -22,27 +22,24 @@ CLONE_NAMESPACES = 0x7E020000
 
 
 def program() -> bytes:
+    """The filter as ``struct sock_filter`` entries; a jump's offset counts from the next one."""
+    eperm, enosys, allow_clone, check_flags = 11, 13, 12, 9  # indices of the targets below
     code = [
-        (LD_ABS, 0, 0, 4),                      # arch
-        (JEQ, 1, 0, AUDIT_ARCH_X86_64),         # not x86-64: allow (the filter does not apply)
-        (RET, 0, 0, ALLOW),
-        (LD_ABS, 0, 0, 0),                      # nr
-        (JEQ, 6, 0, UNSHARE),
-        (JEQ, 5, 0, SETNS),
-        (JEQ, 6, 0, CLONE3),
-        (JEQ, 1, 0, CLONE),
-        (RET, 0, 0, ALLOW),
-        (LD_ABS, 0, 0, 16),                     # clone's flags (low half)
-        (JSET, 0, 1, CLONE_NAMESPACES),
-        (RET, 0, 0, ERRNO | EPERM),
-        (RET, 0, 0, ALLOW),
-        (RET, 0, 0, ERRNO | ENOSYS),
+        (LD_ABS, 0, 0, 4),                                  # 0: arch
+        (JEQ, 1, 0, AUDIT_ARCH_X86_64),                     # 1
+        (RET, 0, 0, ALLOW),                                 # 2: another ABI: not this filter's
+        (LD_ABS, 0, 0, 0),                                  # 3: the call's number
+        (JEQ, eperm - 5, 0, UNSHARE),                       # 4
+        (JEQ, eperm - 6, 0, SETNS),                         # 5
+        (JEQ, enosys - 7, 0, CLONE3),                       # 6
+        (JEQ, check_flags - 8, 0, CLONE),                   # 7
+        (RET, 0, 0, ALLOW),                                 # 8
+        (LD_ABS, 0, 0, 16),                                 # 9: clone's flags (low half)
+        (JSET, eperm - 11, allow_clone - 11, CLONE_NAMESPACES),  # 10
+        (RET, 0, 0, ERRNO | EPERM),                         # 11
+        (RET, 0, 0, ALLOW),                                 # 12
+        (RET, 0, 0, ERRNO | ENOSYS),                        # 13
     ]
-    # fix the jumps by hand-checked layout: unshare/setns -> index 11 (EPERM), clone3 -> 13
-    code[4] = (JEQ, 11 - 5, 0, UNSHARE)
-    code[5] = (JEQ, 11 - 6, 0, SETNS)
-    code[6] = (JEQ, 13 - 7, 0, CLONE3)
-    code[7] = (JEQ, 9 - 8, 0, CLONE)
     return b"".join(struct.pack("<HBBI", op, jt, jf, k) for op, jt, jf, k in code)
 
 

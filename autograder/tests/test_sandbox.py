@@ -370,3 +370,14 @@ def test_without_namespaces_or_landlock_grade_refuses(monkeypatch):
         os_boundary.require()
     monkeypatch.setenv(os_boundary.TRUST_VARIABLE, "1")
     assert os_boundary.require() == os_boundary.NONE
+
+
+def test_in_this_machines_mode_a_child_reads_no_core_course_or_tmp_and_maps_no_code():
+    """The probe of the mode matrix (autograder/tests/mode_matrix.py) in the default mode
+    (bubblewrap + uid here); test_mode_matrix.py runs it uid-only and as a user."""
+    from autograder.tests.mode_matrix import probe
+
+    assert os_boundary.boundary().mode != "none"
+    found = probe()
+    assert found["core"] != "read" and found["course"] != "read" and found["tmp"] != "read", found
+    assert found["exec_mapping"] == "PermissionError", found

@@ -197,3 +197,21 @@ def test_an_honest_class_under_a_private_tmpdir_keeps_its_points_in_uid_only(opt
     assert [r["submission"] for r in rows] == ["ada", "grace"]
     for row in rows:
         assert {task: int(row[task]) for task in want} == want, row
+
+
+def test_run_autograder_under_a_docker_default_gives_carried_native_code_nothing(opt_course, private_tmpdir):
+    """Gradescope's own entry point on the /opt copy (AUTOGRADER_ROOT is its parent, as
+    /autograder), namespaces refused: results.json gives the carried extension 0 points."""
+    from autograder.selfcheck import HOSTILE
+
+    top = opt_course.parent
+    shutil.rmtree(top / "submission", ignore_errors=True)
+    shutil.copytree(HOSTILE / "carried_native_code", top / "submission")
+    env = {**grader_env(private_tmpdir, None), "AUTOGRADER_ROOT": str(top)}
+    launcher = [sys.executable, str(Path(__file__).with_name("docker_default.py"))]
+    run = subprocess.run([*launcher, "bash", str(opt_course / "autograder" / "gradescope" / "run_autograder")],
+                         env=env, capture_output=True, text=True, timeout=1500)
+    assert run.returncode == 0, run.stderr[-3000:]
+    data = json.loads((top / "results" / "results.json").read_text())
+    a1 = [t for t in data["tests"] if t.get("extra_data", {}).get("task") == "a1_ledger"]
+    assert a1 and data["score"] == 0 and sum(t["score"] for t in a1) == 0, [t["output"][:200] for t in a1][:3]

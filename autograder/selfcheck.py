@@ -411,6 +411,18 @@ def survivors_of(results: dict[str, Result]) -> list[str]:
     return surviving_tests([r.killed for name, r in results.items() if name.startswith("mutant: ")])
 
 
+def boundary_line() -> str:
+    """Which OS boundary the hostile set is graded behind here (the mode matrix: on Gradescope,
+    where setup.sh runs the self-check, it is uid-only with Landlock; autograder/README.md)."""
+    from autograder.sandbox import os_boundary
+
+    try:
+        mode = os_boundary.boundary().mode
+    except os_boundary.Refused as exc:
+        return f"no OS boundary ({exc})"
+    return f"OS boundary {mode}" + (f", Landlock ABI {os_boundary.landlock_abi()}" if mode != "none" else "")
+
+
 def main(jobs: int | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -424,7 +436,7 @@ def main(jobs: int | None = None) -> int:
         return 2
     todo = checks()
     start = time.monotonic()
-    console.print(f"self-check: {len(todo)} checks, {jobs or default_jobs()} at a time")
+    console.print(f"self-check: {len(todo)} checks, {jobs or default_jobs()} at a time, {boundary_line()}")
 
     def done(r: Result) -> None:
         console.print(f"  {'ok ' if not r.problems else 'FAILED'} {r.name} ({r.seconds:.0f} s, {r.cpu_seconds:.0f} s CPU)",

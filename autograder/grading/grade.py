@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -92,7 +91,7 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
     secret = secret or grading_secret.resolve()
     if out is not None:
         grading_secret.record(secret, Path(out).with_name(Path(out).name + grading_secret.SIDECAR_SUFFIX))
-    work = Path(tempfile.mkdtemp(prefix="servelab-grade-")).resolve()
+    work = os_boundary.work_folder("servelab-grade-")  # the sandbox uid can be let in, nothing above changes
     keep_out = [*extra_forbidden, Path(submission).resolve()] + ([secret.file] if secret.file else [])
     if out is not None:  # a random secret's record sits there
         keep_out.append(Path(out).resolve().with_name(Path(out).name + grading_secret.SIDECAR_SUFFIX))

@@ -99,20 +99,93 @@ BLOCKED_TOP_MODULES = frozenset({"ctypes", "_ctypes", "_posixsubprocess", "cffi"
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
-def install_syscall_filter() -> None:
-    """The kernel's refusals (syscall_filter.py, beside this file: no programs, processes,
-    namespaces, memory-only code or network for whatever runs here, a subinterpreter or a
-    carried binary included). The ctypes it used is forgotten; the hook refuses it anyway."""
+def _grader_module(name: str):
+    """A standard-library-only file of the grader's beside this one, loaded by path (the
+    grader's package is not on this process's path)."""
     import importlib.util
 
-    before = set(sys.modules)
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "syscall_filter.py")
-    spec = importlib.util.spec_from_file_location("_servelab_syscall_filter", path)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_servelab_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.install()
-    for name in set(sys.modules) - before:
-        del sys.modules[name]
+    return module
+
+
+def _forgetting_new_modules(step):
+    """Runs ``step()``; the modules it imported (ctypes) are forgotten, and the hook refuses
+    them to the student's code anyway."""
+    before = set(sys.modules)
+    try:
+        return step()
+    finally:
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
+
+
+# extensions never mapped for the student: refused by the hook, a process or a terminal
+# library, a test module of CPython's, or a library the fallback of a pure-Python twin covers
+# (hashlib without OpenSSL, uuid without libuuid) that costs most of the mapping time
+NOT_PREMAPPED = ("_ctypes", "_posixsubprocess", "_tkinter", "_curses", "readline", "_test", "xxlimited",
+                 "_xxtestfuzz", "ossaudiodev", "nis", "spwd", "_crypt", "_dbm", "_gdbm", "_ssl", "_hashlib",
+                 "_uuid", "_sqlite3", "_socket")
+
+
+def premap_libraries() -> list:
+    """Maps (``dlopen``, without importing) the compiled extensions the student may import: the
+    standard library's and numpy's. Once the filter refuses every new executable mapping, an
+    ``import numpy`` or ``import _heapq`` then finds its library mapped already (the loader
+    matches it by file) and needs no new code. Returns the handles (kept: never unmapped)."""
+    import glob
+    import importlib.util
+    import sysconfig
+
+    import ctypes
+
+    folders = [sysconfig.get_config_var("DESTSHARED") or os.path.join(sysconfig.get_paths()["stdlib"], "lib-dynload")]
+    spec = importlib.util.find_spec("numpy")
+    if spec is not None and spec.submodule_search_locations:
+        folders += list(spec.submodule_search_locations)
+    handles = []
+    for folder in folders:
+        for path in sorted(glob.glob(os.path.join(folder, "**", "*.so"), recursive=True)):
+            if os.path.basename(path).startswith(NOT_PREMAPPED):
+                continue
+            try:
+                handles.append(ctypes.CDLL(path, mode=sys.getdlopenflags()))
+            except OSError:  # a missing dependency: the student's import of it fails as it would
+                pass
+    for name in ("libgcc_s.so.1",):  # glibc loads it to unwind a thread that calls pthread_exit
+        try:
+            handles.append(ctypes.CDLL(name))
+        except OSError:
+            pass
+    return handles
+
+
+def confine_files(rules: dict) -> None:
+    """Landlock (landlock.py, beside this file): from here on this process reads only
+    ``rules["read"]`` and writes only ``rules["write"]``. ``rules["required"]`` (no mount
+    namespace holds the files back): a kernel without Landlock, or a second thread, which
+    Landlock would leave unconfined, stops the child before any student code."""
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:  # no /proc: inside bubblewrap's sealed namespace
+        threads = 1
+    try:
+        if threads != 1:
+            raise OSError(f"{threads} threads run before the confinement; it would hold only this one")
+        _grader_module("landlock").restrict(rules["read"], rules["write"])
+    except OSError:
+        if rules.get("required"):
+            raise
+
+
+def install_syscall_filter(exec_mappings: bool = True) -> None:
+    """The kernel's refusals (syscall_filter.py, beside this file: no programs, processes,
+    namespaces, memory-only code or network for whatever runs here, a subinterpreter or a
+    carried binary included; ``exec_mappings=False``: no new executable mapping of any file).
+    The ctypes it used is forgotten; the hook refuses it anyway."""
+    _forgetting_new_modules(lambda: _grader_module("syscall_filter").install(exec_mappings))
 
 
 def install_limits(cfg: dict) -> None:
@@ -266,7 +339,20 @@ def main() -> None:
     for name in cfg.get("preload", []):
         importlib.import_module(name)
     if cfg.get("syscall_filter"):
-        install_syscall_filter()
+        # the child's own code first, then the walls: its libraries mapped, its files confined
+        # (Landlock), and no new executable mapping from here on, wherever a carried one lands
+        rules = cfg.get("landlock") or {}
+
+        def walls():
+            libraries = premap_libraries()  # kept: ctypes never unmaps a library anyway
+            syscall_filter = _grader_module("syscall_filter")  # read before the files are confined
+            if rules.get("files", True) and "read" in rules:
+                confine_files(rules)
+            # "new_code": only the controls of the tests switch this wall off
+            syscall_filter.install(exec_mappings=bool(rules.get("new_code", False)))
+            return len(libraries)
+
+        _forgetting_new_modules(walls)
     install_limits(cfg)
     install_audit_hook(cfg)
 

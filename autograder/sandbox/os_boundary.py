@@ -16,10 +16,16 @@ a compiled extension or a ``dir_fd`` walks past it). The boundary is the operati
   no ``/tmp`` of the host, no ``/proc`` of other processes (a PID namespace), no network (a
   network namespace: a kernel talks to nbgrader over Unix sockets), no System V IPC.
 
+* **Landlock** (:mod:`autograder.sandbox.landlock`): a task's child confines its own files to
+  the standard library, numpy, its task's folder (read) and its scratch folder (write), in
+  every mode where the kernel offers it; without namespaces it is required.
+
 Which boundary runs (:func:`boundary`): bubblewrap plus the uid drop as root; bubblewrap alone
-as a user; the uid drop alone as root where bubblewrap cannot make namespaces (a Docker
+as a user; the uid drop with Landlock as root where bubblewrap cannot make namespaces (a Docker
 container without ``CAP_SYS_ADMIN``, as Gradescope's); otherwise none, and :func:`require`
 refuses to grade unless the operator trusts the submission (``grade --trust-submission``).
+Without namespaces the child's folders lie in the grading's own :func:`work_folder`, the only
+place whose modes :meth:`Boundary.reach` changes.
 ``SERVELAB_SANDBOX`` in the grader's own environment forces a mode (``bwrap``, ``uid``, or
 ``none``: the self-check's controls grade with the OS boundary off to show it is what stops
 the hostile submissions); a submission never sees the grader's environment.
@@ -66,7 +72,11 @@ SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so
 CHILD = Path(__file__).resolve().with_name("child.py")  # a Python task's child, and the recheck's
 KERNEL = Path(__file__).resolve().with_name("kernel.py")  # a notebook's kernel (loads this file and CHILD)
 SYSCALL_FILTER = Path(__file__).resolve().with_name("syscall_filter.py")  # CHILD loads it
-LAUNCHERS = (CHILD, KERNEL, SYSCALL_FILTER, Path(__file__).resolve())
+LANDLOCK = Path(__file__).resolve().with_name("landlock.py")  # CHILD loads it
+LAUNCHERS = (CHILD, KERNEL, SYSCALL_FILTER, LANDLOCK, Path(__file__).resolve())
+# where a private work folder goes when TMPDIR lies under a folder other users cannot pass
+# (each must be one they can: a world-writable, sticky /tmp as a rule)
+WORK_BASES = ("/tmp", "/var/tmp", "/dev/shm")
 
 
 # run as root inside a sealed namespace, before the uid drop: "$1" tmpfs options, "$2" the folder
@@ -122,6 +132,11 @@ class Boundary:
         the sandbox starts as root, before the uid drop: bubblewrap has no such option; as a user
         the folder stays read-only, and the seccomp filter's W^X rules remain)."""
         argv = [str(a) for a in argv]
+        # bubblewrap, without CAP_DAC_OVERRIDE, cannot enter a folder given to the uid: the
+        # dropped process enters it itself
+        cd_after_drop = self.bwrap and self.uid is not None and drop_here and cwd is not None and os.geteuid() == 0
+        if cd_after_drop:
+            argv = [SHELL, "-c", 'cd "$0" && exec "$@"', str(cwd), *argv]
         if self.uid is not None and drop_here:
             argv = [SETPRIV or "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", *argv]
@@ -138,8 +153,10 @@ class Boundary:
             cmd.append("--unshare-net")
         if os.geteuid() != 0:
             cmd.append("--unshare-user")  # a user's bubblewrap needs a user namespace for the rest
-        else:
-            cmd += ["--cap-drop", "ALL"] if self.uid is None else []
+        else:  # every capability dropped; the uid drop keeps only what the drop itself needs
+            cmd += ["--cap-drop", "ALL"]
+            for cap in self.kept_capabilities(drop_here, sealed):
+                cmd += ["--cap-add", cap]
         for path in SYSTEM_PATHS:
             if os.path.islink(path):
                 cmd += ["--symlink", os.readlink(path), path]
@@ -166,9 +183,38 @@ class Boundary:
                 cmd += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
         if sealed:  # last: the folders above were made in these tmpfs
             cmd += ["--remount-ro", "/tmp", "--remount-ro", "/dev", "--remount-ro", "/"]
-        cmd += ["--chdir", str(cwd)] if cwd is not None else []
+        cmd += ["--chdir", str(cwd)] if cwd is not None and not cd_after_drop else []
         cmd += ["--", *argv]
         return [ENV, "--ignore-signal=INT", *cmd] if ignore_sigint else cmd
+
+    def kept_capabilities(self, drop_here: bool = True, sealed: bool = False) -> list[str]:
+        """What bubblewrap keeps, as root, of the capabilities it otherwise drops: none without
+        a uid; ``CAP_SETUID``/``CAP_SETGID``/``CAP_SETPCAP`` for the drop to it (``setpriv`` here, or the
+        program itself with ``drop_here=False``, which also keeps the file capabilities a
+        notebook kernel's root phase uses on its connection file: ``CAP_CHOWN``, ``CAP_FOWNER``,
+        ``CAP_DAC_OVERRIDE``, ``CAP_DAC_READ_SEARCH``), and ``CAP_SYS_ADMIN`` with
+        ``CAP_DAC_READ_SEARCH`` for the grader's own mount script of a sealed child (its
+        ``noexec`` tmpfs, in the folder given to the uid) before the drop. ``setpriv`` then
+        clears the bounding set: the child itself holds none."""
+        if self.uid is None or not self.bwrap or os.geteuid() != 0:
+            return []
+        keep = ["CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"]  # SETPCAP: setpriv empties the bounding set
+        if not drop_here:  # a program that reads and hands over its own files as root first
+            keep += ["CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH"]
+        if drop_here and sealed and MOUNT:  # its mount points lie in the folder given to the uid
+            keep += ["CAP_SYS_ADMIN", "CAP_DAC_READ_SEARCH"]
+        return keep
+
+    def confinement(self, readable: list[Path], writable: list[Path]) -> dict | None:
+        """The child's Landlock rules (:mod:`autograder.sandbox.landlock`): it may read the
+        standard library, numpy, ``readable`` (the task's folder: its files and the given
+        ones) and write ``writable`` (its scratch folder), nothing else. ``required`` without
+        a mount namespace (it is then the only file boundary); with one, a second wall where
+        the kernel offers it. None with no boundary at all (the self-check's controls)."""
+        if self.mode == "none":
+            return None
+        return {"read": sorted({*library_paths(), *(str(Path(p).resolve()) for p in readable)}),
+                "write": [str(Path(p).resolve()) for p in writable], "required": not self.bwrap}
 
     def give(self, folder: Path) -> Path:
         """Makes ``folder`` the child's own (created if needed): owned by the child's uid, mode
@@ -183,14 +229,27 @@ class Boundary:
         return folder
 
     def reach(self, path: Path) -> None:
-        """Without a mount namespace, the child must be able to walk down to ``path``: each
-        ancestor the grader owns that others cannot enter gets the child's group and ``g+x``
-        (the grader's 0700 temporary folders become 0710 for this grading's children only)."""
+        """Without a mount namespace, the child must be able to walk down to ``path``. Inside a
+        work folder of :func:`work_folder` (the grader's own), each folder that others cannot
+        enter gets the child's group and ``g+x`` (0700 becomes 0710, for this grading's
+        children only). No folder outside it ever changes: one there that the child cannot
+        pass raises :class:`Refused` (grade from a :func:`work_folder`)."""
         if self.bwrap or self.uid is None:
             return
-        for folder in reversed(Path(path).resolve().parents):
+        path = Path(path).resolve()
+        own = next((w for w in _WORK_FOLDERS if w == path or w in path.parents), None)
+        for folder in [*reversed(path.parents), path]:
+            if not folder.is_dir():
+                continue
             st = folder.stat()
-            if st.st_mode & stat.S_IXOTH or st.st_uid != os.geteuid():
+            if st.st_mode & stat.S_IXOTH:
+                continue
+            if own is None or not (folder == own or own in folder.parents):
+                if st.st_gid == self.gid and st.st_mode & stat.S_IXGRP:
+                    continue
+                raise Refused(f"{folder} is closed to the sandbox's uid, and it is not the grader's own to open: "
+                              f"grade from a folder made by os_boundary.work_folder()")
+            if st.st_uid != os.geteuid():
                 continue
             if st.st_gid != self.gid:
                 os.chown(folder, -1, self.gid)
@@ -255,6 +314,49 @@ def drop_privileges(uid: int, gid: int) -> None:
     os.setresuid(uid, uid, uid)
     if os.getuid() != uid or os.geteuid() != uid or os.getgid() != gid or os.getgroups() not in ([], [gid]):
         raise PermissionError(f"could not drop to uid {uid}")
+
+
+_WORK_FOLDERS: set[Path] = set()
+
+
+def work_folder(prefix: str = "servelab-") -> Path:
+    """A new private folder (mode 0700, the grader's) for one grading's files, which the
+    sandbox's uid can be let into (:meth:`Boundary.reach`) without changing any folder above
+    it: under ``TMPDIR`` when every folder on the way lets others pass (``/tmp``, as a rule),
+    else under the first of :data:`WORK_BASES` that does. The caller removes it.
+
+    >>> w = work_folder("servelab-doc-")
+    >>> oct(w.stat().st_mode & 0o777), _world_reachable(str(w.parent))
+    ('0o700', None)
+    >>> w.rmdir()
+    """
+    import tempfile
+
+    bases = [tempfile.gettempdir(), *WORK_BASES]
+    base = next((b for b in bases if os.path.isdir(b) and _world_reachable(b) is None), None)
+    if base is None:
+        raise Refused(f"no folder that other users can pass to put a grading's work in (tried {', '.join(bases)})")
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=base)).resolve()
+    _WORK_FOLDERS.add(folder)
+    return folder
+
+
+def library_paths() -> list[str]:
+    """What a child reads besides its task's folder: the standard library (its compiled
+    modules included) and numpy (its package and the libraries it ships). Never servelab,
+    wherever it is installed, nor anything else of the virtual environment."""
+    import importlib.util
+    import sysconfig
+
+    # pyvenv.cfg: a subinterpreter's start reads it (and fails hard without it)
+    out = {sysconfig.get_paths()["stdlib"], os.path.join(sys.prefix, "pyvenv.cfg")}
+    dynload = sysconfig.get_config_var("DESTSHARED")
+    if dynload:
+        out.add(dynload)
+    spec = importlib.util.find_spec("numpy")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        out |= {folder, folder + ".libs"}
+    return sorted(os.path.realpath(p) for p in out if os.path.exists(p))
 
 
 def interpreter_paths() -> list[str]:
@@ -365,6 +467,16 @@ def _bwrap_works(candidate: Boundary) -> bool:
     return _PROBED[key]
 
 
+def landlock_abi() -> int:
+    """The Landlock ABI a child started from here would get (0: none)."""
+    from autograder.sandbox import landlock
+
+    try:
+        return landlock.abi()
+    except OSError:
+        return 0
+
+
 _CHOSEN: dict[int, Boundary] = {}
 
 
@@ -401,6 +513,9 @@ def boundary() -> Boundary:
             blocked = next((b for b in map(_world_reachable, interpreter_paths()) if b), None)
             if blocked:
                 why.append(f"the interpreter's folder {blocked} is closed to other users")
+            elif landlock_abi() < 1:  # the uid alone leaves every world-readable file in reach
+                why.append("the kernel offers no Landlock (Linux 5.13 or later, enabled), so without namespaces "
+                           "nothing would confine a child's files")
             else:
                 chosen = Boundary(bwrap=False, uid=ident, gid=ident)
     if chosen is None:

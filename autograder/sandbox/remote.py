@@ -120,9 +120,12 @@ class Child:
         # the child sees its modules' folders (read-only), its scratch folder (its own) and the
         # interpreter; the course copy, servelab and every other folder are not there at all
         folders = sorted({Path(p).parent for _, p in modules})
+        # Landlock: what it may read and write, in every mode that has a boundary (os_boundary)
+        cfg["landlock"] = self.boundary.confinement(readable=folders, writable=[scratch])
         # sealed: no writable or executable place for a carried binary, no /proc (os_boundary)
         argv = self.boundary.command([sys.executable, "-s", str(CHILD), json.dumps(cfg)],
-                                     readable=[*folders, CHILD, os_boundary.SYSCALL_FILTER], writable=[scratch],
+                                     readable=[*folders, CHILD, os_boundary.SYSCALL_FILTER, os_boundary.LANDLOCK],
+                                     writable=[scratch],
                                      hidden=forbidden, cwd=scratch, sealed=True, noexec_tmp=tmp)
         for folder in (*folders, scratch):
             self.boundary.reach(folder)

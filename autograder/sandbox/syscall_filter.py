@@ -16,7 +16,14 @@ the rest, and it holds without namespaces too (the uid drop alone: no network th
   ``unshare``, ``setns``, ``clone`` with a ``CLONE_NEW*`` flag, ``mount`` and its new API;
 * no code in memory that no file on a read-only mount holds: ``memfd_create``, ``memfd_secret``,
   ``mmap`` with ``PROT_EXEC`` of anonymous memory or together with ``PROT_WRITE`` (a private,
-  writable and executable copy of any file), ``mprotect``/``pkey_mprotect`` adding ``PROT_EXEC``;
+  writable and executable copy of any file), ``mprotect``/``pkey_mprotect`` adding ``PROT_EXEC``,
+  ``shmat`` with ``SHM_EXEC``, and ``personality`` (``READ_IMPLIES_EXEC`` would make every later
+  readable mapping executable without ``PROT_EXEC`` ever being asked for);
+* with ``exec_mappings=False`` (a task's child, once its own libraries are mapped:
+  :mod:`autograder.sandbox.child`), no new executable mapping at all: ``mmap`` with
+  ``PROT_EXEC`` of any file is refused too, so a compiled extension the submission carries
+  cannot run wherever it lands (a writable folder without namespaces, where no mount can be
+  ``noexec``);
 * no other process's memory: ``ptrace``, ``process_vm_readv``/``writev`` (and the child is made
   non-dumpable, so that no process of its uid may trace it either);
 * no network: ``socket`` of any family but ``AF_UNIX`` (and ``AF_NETLINK``, which lists the
@@ -59,6 +66,7 @@ def arg(i: int) -> int:
 
 
 CLONE_THREAD = 0x00010000
+SHM_EXEC = 0o100000
 CLONE_NAMESPACES = 0x7E020000  # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
 PROT_WRITE, PROT_EXEC, MAP_ANONYMOUS, AF_UNIX, AF_NETLINK = 0x2, 0x4, 0x20, 1, 16
 
@@ -71,11 +79,17 @@ X86_64 = {
              "process_vm_writev": 311, "io_uring_setup": 425, "io_uring_enter": 426,
              "io_uring_register": 427, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323},
     "clone": 56, "clone3": 435, "mmap": 9, "mprotect": 10, "pkey_mprotect": 329, "socket": 41,
+    "shmat": 30, "personality": 135,
 }
 
 
-def assemble(table: dict) -> bytes:
-    """The filter as ``struct sock_filter`` entries (``u16 code, u8 jt, u8 jf, u32 k``)."""
+def assemble(table: dict, exec_mappings: bool = True) -> bytes:
+    """The filter as ``struct sock_filter`` entries (``u16 code, u8 jt, u8 jf, u32 k``).
+    ``exec_mappings=False``: every ``mmap`` with ``PROT_EXEC`` is refused, a file's included.
+
+    >>> len(assemble(X86_64, exec_mappings=False)) < len(assemble(X86_64))
+    True
+    """
     code: list[tuple] = []  # (opcode, k, jump-if-true label, jump-if-false label); None: next
 
     def ins(op, k=0, jt=None, jf=None):
@@ -88,6 +102,8 @@ def assemble(table: dict) -> bytes:
     ins(JGE, table["x32_bit"], deny, None)
     for nr in sorted(table["deny"].values()):
         ins(JEQ, nr, deny, None)
+    ins(JEQ, table["personality"], deny, None)
+    ins(JEQ, table["shmat"], "shmat", None)
     ins(JEQ, table["clone3"], "enosys", None)
     ins(JEQ, table["clone"], "clone", None)
     ins(JEQ, table["mmap"], "mmap", None)
@@ -106,10 +122,16 @@ def assemble(table: dict) -> bytes:
     ins(JSET, CLONE_THREAD, allow, deny)
     here("mmap")  # executable memory only as a file holds it (the mounts hold no writable one)
     ins(LD_ABS, arg(2))
-    ins(JSET, PROT_EXEC, None, allow)
-    ins(JSET, PROT_WRITE, deny, None)
-    ins(LD_ABS, arg(3))
-    ins(JSET, MAP_ANONYMOUS, deny, allow)
+    if exec_mappings:
+        ins(JSET, PROT_EXEC, None, allow)
+        ins(JSET, PROT_WRITE, deny, None)
+        ins(LD_ABS, arg(3))
+        ins(JSET, MAP_ANONYMOUS, deny, allow)
+    else:  # no new code at all: what the process needs is mapped already
+        ins(JSET, PROT_EXEC, deny, allow)
+    here("shmat")  # System V shared memory attached executable: code in memory, as memfd
+    ins(LD_ABS, arg(2))
+    ins(JSET, SHM_EXEC, deny, allow)
     here("mprotect")
     ins(LD_ABS, arg(2))
     ins(JSET, PROT_EXEC, deny, allow)
@@ -133,14 +155,15 @@ def assemble(table: dict) -> bytes:
     return out
 
 
-def install() -> bool:
+def install(exec_mappings: bool = True) -> bool:
     """Installs the filter on this process (and its future threads); False where it does not
-    apply (not Linux on x86-64). Raises OSError when the kernel refuses it."""
+    apply (not Linux on x86-64). Raises OSError when the kernel refuses it.
+    ``exec_mappings=False``: no new executable mapping of any file (see :func:`assemble`)."""
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return False
     import ctypes  # before the audit hook, which refuses ctypes to the student's code
 
-    program = assemble(X86_64)
+    program = assemble(X86_64, exec_mappings)
 
     class SockFprog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]

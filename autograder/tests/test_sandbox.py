@@ -21,10 +21,7 @@ from autograder.grading.grade import ROOT, grade
 from autograder.sandbox.remote import Child, Limits
 from autograder.selfcheck import HOSTILE, HOSTILE_LIMITS, points_by_task
 
-# hostile submissions the audit hook alone does not stop (README: threat model)
-PAST_THE_HOOK = ["subinterpreter_reads_solution", "dir_fd_reads_solution", "hardlink_via_dir_fd",
-                 "grader_proc_through_subinterpreter", "runtime_extension_reads_solution", "tmp_leftovers",
-                 "neighbour_temp_folder", "carried_native_code"]
+from autograder.tests.mode_matrix import PAST_THE_HOOK  # the tricks the audit hook alone does not stop
 PROBE = '''
 import os
 def probe(course):
@@ -72,8 +69,9 @@ def test_the_child_is_another_user_in_other_namespaces_and_cannot_list_the_cours
         assert uid == boundary.uid and uid >= os_boundary.ID_RANGE[0]
     if boundary.bwrap:  # its own PID namespace (the first process is bubblewrap's), sealed
         assert pid <= 3 and not has_proc and write == "OSError 30", (pid, has_proc, write)
-    if boundary.bwrap and os.geteuid() == 0:  # the submission's files are on a noexec mount
-        assert exec_own_file == "PermissionError 1", exec_own_file
+    # no new executable mapping once the child's own libraries are mapped, in every mode
+    # (as root behind bubblewrap the submission's files are on a noexec mount as well)
+    assert exec_own_file == "PermissionError 1", exec_own_file
 
 
 @pytest.fixture
@@ -250,3 +248,136 @@ def test_a_notebook_kernel_cannot_quote_hidden_tests_in_a_visible_message(tmp_pa
     assert not leaked, {c: cells[c]["output"][:300] for c in leaked}
     assert cells["ex01_e_int8"]["score"] == 0 and cells["ex01_e_int8"]["visibility"] == "visible"
     assert sum(t["score"] for t in cells.values()) == 10  # every other autograded cell
+
+
+CAPABILITIES = "import re; print(re.findall(r'^Cap(?:Inh|Prm|Eff|Bnd|Amb):\\s*(\\S+)', open('/proc/self/status').read(), re.M))"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os_boundary.BWRAP, reason="bubblewrap as root")
+def test_bubblewrap_drops_every_capability_with_or_without_a_uid(tmp_path):
+    """``--cap-drop ALL`` in every mode: the child holds no capability (inheritable,
+    permitted, effective, ambient); with a uid, bubblewrap keeps only what the drop needs,
+    and the dropped process has an empty bounding set as well."""
+    import subprocess
+    import sys
+
+    for uid in (None, os_boundary.free_id()):
+        b = os_boundary.Boundary(bwrap=True, uid=uid, gid=uid)
+        cmd = b.command([sys.executable, "-c", CAPABILITIES], readable=[], writable=[])
+        assert cmd[cmd.index("--cap-drop") + 1] == "ALL"
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+        inh, prm, eff, bnd, amb = (int(v, 16) for v in ast.literal_eval(run.stdout))
+        assert inh == prm == eff == amb == 0, (uid, run.stdout)  # none held, none to pass on
+        if uid is not None:  # setpriv clears the bounding set too
+            assert bnd == 0, run.stdout
+    sealed = os_boundary.Boundary(bwrap=True, uid=300000, gid=300000).command(
+        ["python"], readable=[], writable=[tmp_path], sealed=True, noexec_tmp=tmp_path)
+    kept = [sealed[i + 1] for i, a in enumerate(sealed) if a == "--cap-add"]
+    assert "--cap-drop" in sealed and set(kept) <= {"CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_SYS_ADMIN", "CAP_DAC_READ_SEARCH"}
+
+
+def _mode_of(path: Path) -> tuple:
+    st = path.stat()
+    return st.st_uid, st.st_gid, st.st_mode & 0o7777
+
+
+def test_reach_opens_only_the_graders_own_work_folder(tmp_path):
+    """Without namespaces the child's uid must reach its folders: inside a work folder of the
+    grader's the 0700 folders get its group and g+x; a closed folder outside (here pytest's
+    own 0700 folder, as a private TMPDIR's parent) is never changed, and reaching under it
+    is refused."""
+    b = os_boundary.Boundary(bwrap=False, uid=300002, gid=300002)
+    outside = tmp_path / "private" / "sub"
+    outside.mkdir(parents=True)
+    os.chmod(tmp_path / "private", 0o700)
+    before = {p: _mode_of(p) for p in (outside, *outside.parents)}
+    with pytest.raises(os_boundary.Refused, match="not the grader's own"):
+        b.reach(outside)
+    assert {p: _mode_of(p) for p in before} == before
+    work = os_boundary.work_folder("servelab-test-reach-")
+    try:
+        (work / "task").mkdir(mode=0o700)
+        above = {p: _mode_of(p) for p in work.parents}
+        b.reach(work / "task")
+        assert _mode_of(work)[1:] == (300002, 0o710) and _mode_of(work / "task")[1:] == (300002, 0o710)
+        assert {p: _mode_of(p) for p in above} == above
+    finally:
+        shutil.rmtree(work)
+
+
+def test_a_work_folder_avoids_a_private_tmpdir(tmp_path, monkeypatch):
+    private = tmp_path / "private" / "tmp"
+    private.mkdir(parents=True)
+    os.chmod(tmp_path / "private", 0o700)
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    work = os_boundary.work_folder("servelab-test-work-")
+    try:
+        assert private not in work.parents and os_boundary._world_reachable(str(work.parent)) is None
+        assert work.stat().st_mode & 0o777 == 0o700
+    finally:
+        work.rmdir()
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp")  # others may pass: the work goes there, as before
+    work = os_boundary.work_folder("servelab-test-work-")
+    work.rmdir()
+    assert work.parent == Path("/tmp")
+
+
+LANDLOCKED = """
+import importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("landlock", sys.argv[1])
+landlock = importlib.util.module_from_spec(spec); spec.loader.exec_module(landlock)
+readable, writable, outside = sys.argv[2:5]
+landlock.restrict([readable], [writable])
+def attempt(f):
+    try:
+        f(); return "ok"
+    except OSError as exc:
+        return type(exc).__name__
+print([attempt(lambda: open(os.path.join(readable, "f")).read()),
+       attempt(lambda: open(os.path.join(readable, "new"), "w")),
+       attempt(lambda: open(os.path.join(writable, "new"), "w").write("x")),
+       attempt(lambda: open(outside).read()), attempt(lambda: os.listdir("/tmp"))])
+"""
+
+
+@pytest.mark.skipif(os_boundary.landlock_abi() < 1, reason="the kernel offers no Landlock")
+def test_landlock_reads_only_what_it_was_given_and_writes_only_the_scratch_folder(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "ro" / "f").write_text("given")
+    (tmp_path / "rw").mkdir()
+    (tmp_path / "secret").write_text("solution")
+    run = subprocess.run([sys.executable, "-S", "-c", LANDLOCKED, str(os_boundary.LANDLOCK), str(tmp_path / "ro"),
+                          str(tmp_path / "rw"), str(tmp_path / "secret")], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert ast.literal_eval(run.stdout) == ["ok", "PermissionError", "ok", "PermissionError", "PermissionError"]
+
+
+def test_without_namespaces_or_landlock_grade_refuses(monkeypatch):
+    """Root, but bubblewrap cannot make namespaces and the kernel has no Landlock: the uid drop
+    alone would leave every world-readable file and every writable folder to carried code."""
+    monkeypatch.setattr(os_boundary, "BWRAP", None)
+    monkeypatch.setattr(os_boundary, "_CHOSEN", {})
+    monkeypatch.setattr(os_boundary, "landlock_abi", lambda: 0)
+    monkeypatch.setattr(os_boundary, "_world_reachable", lambda path: None)
+    monkeypatch.setattr(os_boundary.os, "geteuid", lambda: 0)
+    monkeypatch.delenv(os_boundary.TRUST_VARIABLE, raising=False)
+    monkeypatch.setenv(os_boundary.MODE_VARIABLE, "uid")
+    with pytest.raises(os_boundary.Refused, match="Landlock"):
+        os_boundary.require()
+    monkeypatch.setenv(os_boundary.TRUST_VARIABLE, "1")
+    assert os_boundary.require() == os_boundary.NONE
+
+
+def test_in_this_machines_mode_a_child_reads_no_core_course_or_tmp_and_maps_no_code():
+    """The probe of the mode matrix (autograder/tests/mode_matrix.py) in the default mode
+    (bubblewrap + uid here); test_mode_matrix.py runs it uid-only and as a user."""
+    from autograder.tests.mode_matrix import probe
+
+    assert os_boundary.boundary().mode != "none"
+    found = probe()
+    assert found["core"] != "read" and found["course"] != "read" and found["tmp"] != "read", found
+    assert found["exec_mapping"] == "PermissionError", found

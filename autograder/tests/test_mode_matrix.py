@@ -1,0 +1,217 @@
+"""The grader as Gradescope runs it, and the other modes: a course copy and a virtual
+environment under /opt (as /autograder/source), graded (1) with the uid-only mode forced, (2)
+under an emulated Docker default (no namespaces: ``auto`` must pick uid-only by itself), and
+(3) as a non-root user (bubblewrap in a user namespace). The default mode (bubblewrap + uid,
+as root) is the self-check's: every hostile fixture runs there (test_selfcheck.py).
+
+Which fixtures run here, and why (the matrix must stay cheap for ``make test``): in each other
+mode, the fixtures that attack what that mode's boundary is made of. Without namespaces
+(uid-only) that is the file boundary (Landlock) and the code boundary (no new executable
+mapping): the tricks the audit hook alone does not stop (``PAST_THE_HOOK``), plus loading
+servelab's core by path and reading the answer key. As a user (bubblewrap without a uid) the
+namespaces hold and the uid does not exist: the file and code tricks again. Each grading of a
+hostile fixture costs seconds (HOSTILE_LIMITS); the honest class grades two tasks (one of them
+numpy's) rather than all, which is what the private TMPDIR could break.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from autograder.grading.grade import ROOT, manifest_of
+from autograder.selfcheck import reference_submission
+from autograder.tests.mode_matrix import PAST_THE_HOOK
+
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+UID_FIXTURES = [*PAST_THE_HOOK, "load_core_by_path", "read_answer_key"]
+USER_FIXTURES = ["carried_native_code", "runtime_extension_reads_solution", "load_core_by_path", "read_answer_key"]
+HONEST_TASKS = frozenset({"a1_ledger", "a4_kv_cache"})
+NOBODY = 65534
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not SYSTEM_PYTHON.exists(),
+                                reason="needs root and a system Python (Gradescope's layout)")
+
+
+def _same_minor(python: Path) -> bool:
+    run = subprocess.run([str(python), "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True)
+    return run.stdout.strip() == str(sys.version_info[:2])
+
+
+def make_opt_course() -> Path:
+    """/opt/servelab-XXXX/source: this work tree's files (tracked and new, as make_zip.sh packs
+    the tracked ones) and the built core, with a virtual environment of the system Python
+    whose packages are this one's (a .pth line: nothing is downloaded). Returns the source
+    folder; the caller removes its parent."""
+    if not _same_minor(SYSTEM_PYTHON):
+        pytest.skip("the system Python is not this one's minor version (numpy and the core are built for it)")
+    top = Path(tempfile.mkdtemp(prefix="servelab-", dir="/opt"))
+    os.chmod(top, 0o755)
+    source = top / "source"
+    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           capture_output=True, check=True).stdout.split(b"\0")
+    for rel in [f.decode() for f in files if f] + [str(p.relative_to(ROOT)) for p in (ROOT / "python" / "servelab").glob("_core*.so")]:
+        if (ROOT / rel).is_file():
+            (source / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, source / rel)
+    subprocess.run([str(SYSTEM_PYTHON), "-m", "venv", "--without-pip", str(source / ".venv")], check=True)
+    site = next((source / ".venv" / "lib").glob("python3*/site-packages"))
+    (site / "servelab_course.pth").write_text(f"{source / 'python'}\n{sysconfig.get_paths()['purelib']}\n")
+    # the packages' console scripts (nbgrader runs `alembic`), started by this venv's python
+    python = source / ".venv" / "bin" / "python"
+    for script in Path(sys.prefix, "bin").iterdir():
+        target = source / ".venv" / "bin" / script.name
+        if script.is_file() and not target.exists():
+            head = script.read_bytes()[:256]
+            if head.startswith(b"#!") and b"python" in head.split(b"\n", 1)[0]:
+                body = script.read_text(encoding="utf-8", errors="replace").split("\n", 1)[1]
+                target.write_text(f"#!{python}\n{body}", encoding="utf-8")
+                target.chmod(0o755)
+    for folder, _, names in os.walk(top):  # as a zip unpacks: readable by all
+        os.chmod(folder, 0o755)
+        for n in names:
+            p = Path(folder) / n
+            if not p.is_symlink():
+                os.chmod(p, 0o755 if os.access(p, os.X_OK) else 0o644)
+    return source
+
+
+@pytest.fixture(scope="module")
+def opt_course():
+    """The course copy the uid-only gradings share (as root they lock its private folders
+    0700, for good, as on Gradescope: the user mode gets a copy of its own)."""
+    source = make_opt_course()
+    yield source
+    shutil.rmtree(source.parent, ignore_errors=True)
+
+
+@pytest.fixture
+def private_tmpdir(tmp_path):
+    """A TMPDIR under a folder only root may enter (pytest's own is 0700), and the stat of
+    every folder from / down to it, to compare after."""
+    tmpdir = tmp_path / "private" / "tmp"
+    tmpdir.mkdir(parents=True)
+    os.chmod(tmp_path / "private", 0o700)
+    ancestors = [tmpdir, *tmpdir.parents]
+    before = {p: _stat(p) for p in ancestors}
+    yield tmpdir
+    assert {p: _stat(p) for p in ancestors} == before  # no owner, group or mode changed
+
+
+def _stat(path: Path) -> tuple:
+    st = path.stat()
+    return st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
+
+
+def run_matrix(source: Path, args: list[str], env: dict, prefix: tuple[str, ...] | list[str] = ()) -> dict:
+    run = subprocess.run([*prefix, str(source / ".venv" / "bin" / "python"), "-m", "autograder.tests.mode_matrix", *args],
+                         cwd=source, env=env, capture_output=True, text=True, timeout=1500)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def grader_env(tmpdir: Path, mode: str | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SERVELAB_", "PYTHON", "VIRTUAL_ENV"))}
+    env.update(TMPDIR=str(tmpdir), SERVELAB_GRADING_SECRET="mode matrix", HYPOTHESIS_PROFILE="ci")
+    if mode is not None:
+        env["SERVELAB_SANDBOX"] = mode
+    return env
+
+
+def assert_contained(found: dict, mode: str) -> None:
+    assert found["mode"] == mode, found
+    assert found["core"] != "read" and found["exec_mapping"] != "mapped", found
+    assert found["course"] != "read" and found["tmp"] != "read", found
+
+
+def test_uid_only_a_child_reads_no_core_course_or_tmp_and_maps_no_code(opt_course, private_tmpdir):
+    assert_contained(run_matrix(opt_course, ["probe"], grader_env(private_tmpdir, "uid")), "uid")
+
+
+def test_uid_only_without_its_new_walls_carried_native_code_gains_points(opt_course, private_tmpdir):
+    """The control: the same grading with Landlock and the no-new-code rule off (the uid-only
+    mode as it was) lets carried native code load from its scratch folder and answer."""
+    got = run_matrix(opt_course, ["hostile-walls-off", "carried_native_code"], grader_env(private_tmpdir, "uid"))
+    assert got["mode"] == "uid" and got["carried_native_code"]["score"] > 0, got
+    print("uid-only, walls off (control):", got["carried_native_code"]["score"])
+
+
+def test_a_docker_default_makes_auto_choose_uid_only_and_the_hostile_set_scores_zero(opt_course, private_tmpdir):
+    """No namespaces (a seccomp filter refuses them, as Docker's default profile does without
+    CAP_SYS_ADMIN): ``auto`` picks the uid drop with Landlock, and carried native code, the
+    oracle loaded by path and the tricks past the audit hook all score within their points."""
+    launcher = [sys.executable, str(Path(__file__).with_name("docker_default.py"))]
+    env = grader_env(private_tmpdir, None)
+    assert_contained(run_matrix(opt_course, ["probe"], env, launcher), "uid")
+    got = run_matrix(opt_course, ["hostile", *UID_FIXTURES], env, launcher)
+    assert got.pop("mode") == "uid"
+    assert {name: r["problems"] for name, r in got.items() if r["problems"]} == {}, got
+    print("uid-only (docker default) scores:", {name: r["score"] for name, r in got.items()})
+
+
+def test_bubblewrap_as_a_user_holds_the_file_and_code_tricks():
+    """The grader as a non-root user (no uid to drop to): bubblewrap in a user namespace, on
+    a course copy of its own under /opt, with a TMPDIR of that user's."""
+    source = make_opt_course()
+    try:
+        user_tmp = source.parent / "user-tmp"
+        user_tmp.mkdir()
+        os.chown(user_tmp, NOBODY, NOBODY)
+        env = grader_env(user_tmp, None)
+        env["HOME"] = str(user_tmp)
+        setpriv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
+        assert_contained(run_matrix(source, ["probe"], env, setpriv), "bwrap")
+        got = run_matrix(source, ["hostile", *USER_FIXTURES], env, setpriv)
+        assert got.pop("mode") == "bwrap"
+        assert {name: r["problems"] for name, r in got.items() if r["problems"]} == {}, got
+        print("bubblewrap as a user, scores:", {name: r["score"] for name, r in got.items()})
+    finally:
+        shutil.rmtree(source.parent, ignore_errors=True)
+
+
+def test_an_honest_class_under_a_private_tmpdir_keeps_its_points_in_uid_only(opt_course, private_tmpdir, tmp_path):
+    """The reference twice, ``grade-all --jobs 2``, uid-only, TMPDIR under a 0700 folder: both
+    students get the reference's points on the tasks they handed in (each worker has its own
+    uid and work folder; before, both rewrote the group of TMPDIR's ancestors and one lost its
+    own files), and no folder above TMPDIR changed (the fixture checks)."""
+    subs = tmp_path / "class"
+    for student in ("ada", "grace"):
+        reference_submission(subs / student, tasks=HONEST_TASKS)
+    out = tmp_path / "gradebook"
+    run = subprocess.run([str(opt_course / ".venv" / "bin" / "python"), "-m", "autograder", "grade-all", str(subs),
+                          "--out", str(out), "--jobs", "2"], cwd=opt_course, env=grader_env(private_tmpdir, "uid"),
+                         capture_output=True, text=True, timeout=1500)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = list(csv.DictReader((out / "gradebook.csv").open()))
+    want = {t.id: t.points for t in manifest_of(ROOT).tasks if t.id in HONEST_TASKS}
+    assert [r["submission"] for r in rows] == ["ada", "grace"]
+    for row in rows:
+        assert {task: int(row[task]) for task in want} == want, row
+
+
+def test_run_autograder_under_a_docker_default_gives_carried_native_code_nothing(opt_course, private_tmpdir):
+    """Gradescope's own entry point on the /opt copy (AUTOGRADER_ROOT is its parent, as
+    /autograder), namespaces refused: results.json gives the carried extension 0 points."""
+    from autograder.selfcheck import HOSTILE
+
+    top = opt_course.parent
+    shutil.rmtree(top / "submission", ignore_errors=True)
+    shutil.copytree(HOSTILE / "carried_native_code", top / "submission")
+    env = {**grader_env(private_tmpdir, None), "AUTOGRADER_ROOT": str(top)}
+    launcher = [sys.executable, str(Path(__file__).with_name("docker_default.py"))]
+    run = subprocess.run([*launcher, "bash", str(opt_course / "autograder" / "gradescope" / "run_autograder")],
+                         env=env, capture_output=True, text=True, timeout=1500)
+    assert run.returncode == 0, run.stderr[-3000:]
+    data = json.loads((top / "results" / "results.json").read_text())
+    a1 = [t for t in data["tests"] if t.get("extra_data", {}).get("task") == "a1_ledger"]
+    assert a1 and data["score"] == 0 and sum(t["score"] for t in a1) == 0, [t["output"][:200] for t in a1][:3]

@@ -82,6 +82,7 @@ def module_graph(root: Path = ROOT) -> dict[str, set[str]]:
 
     def resolve(here: tuple[str, ...], path: str) -> tuple[str, ...] | None:
         segs = [s for s in path.split("::") if s]
+        base: tuple[str, ...]
         if segs[0] == "crate":
             base, segs = (), segs[1:]
         elif segs[0] in ("self", "super"):
@@ -92,7 +93,7 @@ def module_graph(root: Path = ROOT) -> dict[str, set[str]]:
             base = here  # a child module, named from its parent
         else:
             return None  # std, a crate from crates.io, a type's associated item
-        best = base
+        best: tuple[str, ...] = base
         for s in segs:
             if best + (s,) not in known:
                 break

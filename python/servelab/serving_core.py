@@ -364,8 +364,8 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     :func:`servelab.workload.chat_sessions`; ``None``: nothing shared but a preempted request's
     own computed blocks) says which earlier request each prompt starts with. The result then
     has ``cached_tokens`` and ``computed_tokens`` per request and ``prefix_hits``. This path
-    steps every running request (``rust/src/sim/continuous/prefix.rs``): slower than the
-    event-driven one, see ``make bench``.
+    drives the real block allocator at a cost per event (``rust/src/sim/continuous/prefix_events.rs``):
+    slower than the plain event-driven one, see ``make bench``.
 
     ``host_blocks > 0`` (with prefix caching; §8 milestone 4b) adds a host tier of that many
     blocks: evicted prefix blocks move to host memory (a full tier drops by ``host_policy``,

@@ -603,6 +603,12 @@ impl BlockAllocator {
     /// Drops `seq_id`'s references; its newly free blocks join the back of the free queue,
     /// last block first.
     pub fn free(&mut self, seq_id: i64) -> CoreResult<()> {
+        self.free_keys(seq_id).map(|_| ())
+    }
+
+    /// [`BlockAllocator::free`], handing back the chain keys of the sequence's full blocks (a
+    /// simulator keeps them for the requests whose prompts start with this one's tokens).
+    pub fn free_keys(&mut self, seq_id: i64) -> CoreResult<Vec<u64>> {
         let seq = self.seqs.remove(&seq_id).ok_or_else(|| unknown(seq_id))?;
         for &b in seq.table.iter().rev() {
             let blk = &mut self.blocks[b as usize];
@@ -611,7 +617,7 @@ impl BlockAllocator {
                 self.push_back(b);
             }
         }
-        Ok(())
+        Ok(seq.keys)
     }
 }
 

@@ -39,6 +39,11 @@ impl BlockAllocator {
         Ok(!needs_block || self.num_free > 0)
     }
 
+    /// The chain keys of `seq_id`'s full blocks so far (none without prefix caching).
+    pub fn seq_keys(&self, seq_id: i64) -> Option<&[u64]> {
+        self.seqs.get(&seq_id).map(|s| &s.keys[..])
+    }
+
     pub fn contains(&self, seq_id: i64) -> bool {
         self.seqs.contains_key(&seq_id)
     }

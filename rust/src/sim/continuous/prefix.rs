@@ -45,7 +45,7 @@
 use super::rules::{run_steps, Books, Entry, StepHooks, StepPool};
 use super::{ContinuousOutput, ContinuousParams};
 use crate::sim::{Recorder, Workload};
-use crate::blocks::BlockAllocator;
+use crate::blocks::{block_key, BlockAllocator, ROOT_KEY};
 use crate::cost::Pricer;
 use crate::error::{CoreError, CoreResult};
 
@@ -225,6 +225,11 @@ pub(super) struct PrefixPool<'a> {
     admissions: u64,
     /// the waiting request whose allocation failed last, kept until it fits (see `allocate`)
     blocked: Option<Blocked>,
+    /// per request: the chain keys it finished with, kept while requests that start with its
+    /// tokens have not hashed theirs (`children_left` of them): theirs begin with these
+    kept: Vec<Vec<u64>>,
+    children_left: Vec<u32>,
+    keyed: Vec<bool>,
     /// buffers of [`Prefixes::tokens`] and of the chain keys
     chain: Vec<(usize, usize)>,
     toks: Vec<u32>,
@@ -267,7 +272,16 @@ impl<'a> PrefixPool<'a> {
                 u32::MAX
             )));
         }
+        let mut children_left = vec![0u32; n];
+        for &q in prefixes.parent {
+            if q >= 0 {
+                children_left[q as usize] += 1;
+            }
+        }
         Ok(PrefixPool {
+            kept: vec![Vec::new(); n],
+            children_left,
+            keyed: vec![false; n],
             params,
             prefixes,
             pl: w.prompt_len,
@@ -292,6 +306,49 @@ impl<'a> PrefixPool<'a> {
         pre.prefix_evictions = kv.num_evictions();
         pre.host_hits = kv.num_host_hits();
         pre
+    }
+
+    /// Request `r` finished: its blocks are freed, and its keys kept if a later prompt starts
+    /// with its tokens.
+    pub(super) fn release(&mut self, r: usize) -> CoreResult<()> {
+        if self.children_left[r] > 0 && self.kv.prefix_caching() {
+            self.kept[r] = self.kv.free_keys(r as i64).map_err(internal)?;
+        } else {
+            self.kv.free(r as i64).map_err(internal)?;
+        }
+        Ok(())
+    }
+
+    /// The chain keys of `self.toks` (request `r`'s tokens), as the allocator computes them,
+    /// but those of the blocks it shares with its prefix parent copied from the parent's (kept
+    /// when it finished, or its allocation's while it runs) rather than hashed again: a turn of
+    /// a chat shares all of the previous one.
+    fn chain_keys(&mut self, r: usize) -> Vec<u64> {
+        let bs = self.params.block_size as usize;
+        let n_full = self.toks.len() / bs;
+        let mut keys = Vec::with_capacity(n_full);
+        let q = self.prefixes.parent[r];
+        if q >= 0 {
+            let q = q as usize;
+            let shared = (self.prefixes.len[r] as usize).min(self.toks.len()) / bs;
+            let src: &[u64] = if !self.kept[q].is_empty() { &self.kept[q] } else { self.kv.seq_keys(q as i64).unwrap_or(&[]) };
+            keys.extend_from_slice(&src[..shared.min(src.len())]);
+            if !self.keyed[r] {
+                self.keyed[r] = true;
+                self.children_left[q] -= 1;
+                if self.children_left[q] == 0 {
+                    self.kept[q] = Vec::new();
+                }
+            }
+        }
+        let mut parent = keys.last().copied().unwrap_or(ROOT_KEY);
+        for chunk in self.toks[keys.len() * bs..].chunks_exact(bs) {
+            parent = block_key(parent, chunk);
+            keys.push(parent);
+        }
+        #[cfg(test)] // the copied keys are the hashed ones (every test run with sharing checks it)
+        assert_eq!(keys, self.kv.chain_keys(&self.toks), "request {r}");
+        keys
     }
 
     /// A block holds `block_size` slots; the last block of a sequence here is never shared (no
@@ -366,7 +423,7 @@ impl StepPool for PrefixPool<'_> {
             }
         } else {
             self.prefixes.tokens(r, tokens as usize, &mut self.chain, &mut self.toks);
-            self.keys = if self.kv.prefix_caching() { self.kv.chain_keys(&self.toks) } else { Vec::new() };
+            self.keys = if self.kv.prefix_caching() { self.chain_keys(r) } else { Vec::new() };
         }
         let (toks, keys) = match (&self.blocked, kept) {
             (Some(b), true) => (&b.toks, &b.keys),
@@ -435,9 +492,9 @@ impl<'p> StepHooks<PrefixPool<'p>> for PrefixSteps<'_> {
         let last = s.generated == self.ol[r];
         rec.sampled(r, end, last);
         if last {
-            pool.kv.free(r as i64).map_err(internal)?;
             s.held = 0;
             s.pending = 0;
+            pool.release(r)?;
         }
         Ok(last)
     }

@@ -338,7 +338,7 @@ impl Events<'_, '_> {
             let r = r as usize;
             let c = self.pool.live[r].computed;
             self.remove_decoder(c);
-            self.pool.kv.free(r as i64).map_err(internal)?;
+            self.pool.release(r)?;
             self.pool.live[r] = Live { computed: 0, held: 0, pending: 0, generated: self.w.output_len[r] };
             self.state[r] = DONE;
             self.rec.set_finish(r, end);

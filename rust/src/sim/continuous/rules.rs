@@ -158,7 +158,7 @@ pub(crate) struct Plan {
 /// Rules 2-4 (`servelab.engine.scheduler`) of the step starting at `t`: fills `batch` from
 /// `running`, preempting into `waiting`, then admits from `waiting`; an empty batch is an error.
 #[allow(clippy::too_many_arguments)]
-#[inline]
+#[inline(always)] // one copy per loop: its visits must not pay a call each
 pub(crate) fn plan_step<P: StepPool>(
     pool: &mut P,
     params: &ContinuousParams,
@@ -254,7 +254,7 @@ pub(crate) fn admit<P: StepPool>(
 }
 
 /// Rule 5: the batch's shape (integer totals) and its row of the batch log.
-#[inline]
+#[inline(always)]
 pub(crate) fn batch_shape<P: StepPool>(pool: &P, batch: &[Entry], books: &mut Books) -> StepShape {
     let mut shape = StepShape::default();
     for &(r, nt, decoding) in batch {
@@ -381,7 +381,7 @@ pub(crate) fn add_entry(
 /// or more with speculation; the first sets `first_token_s`); the last (`output` of them)
 /// finishes it and frees its blocks. Returns whether it finished.
 #[allow(clippy::too_many_arguments)]
-#[inline]
+#[inline(always)]
 pub(crate) fn sample_token(rec: &mut Recorder<'_>, kv: &mut KvCounts, s: &mut Req, state: &mut u8, r: usize, sampled: i64, output: i64, end: f64) -> bool {
     s.generated += sampled as i32; // <= output
     let last = s.generated as i64 == output;
@@ -408,7 +408,7 @@ impl ReqPool<'_> {
     /// Rule 6 for request `r`, which computed `nt` tokens in the step ending at `end`: once all
     /// its tokens are computed, it samples `sampled` ([`sample_token`]). Returns whether it
     /// finished.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn compute(&mut self, rec: &mut Recorder<'_>, r: usize, nt: i64, sampled: i64, output: i64, end: f64) -> bool {
         let s = &mut self.req[r];
         s.c += nt;

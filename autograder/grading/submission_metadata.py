@@ -68,7 +68,8 @@ def parse(data) -> Metadata:
     users = data.get("users")
     ids = sorted(str(u["id"]) for u in users if isinstance(u, dict) and isinstance(u.get("id"), (int, str))) \
         if isinstance(users, list) else []
-    assignment = data.get("assignment") if isinstance(data.get("assignment"), dict) else {}
+    found = data.get("assignment")
+    assignment: dict = found if isinstance(found, dict) else {}
     due = _when(assignment.get("late_due_date")) or _when(assignment.get("due_date"))
     return Metadata(identity=f"gradescope-users:{','.join(ids)}" if ids else None, due=due)
 

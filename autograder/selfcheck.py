@@ -8,7 +8,7 @@
 * every mutant (``autograder/mutants/*.toml``) loses points on its own task and only there;
 * every hostile submission (``autograder/tests/hostile/<name>/``, its ``expect.toml`` giving
   ``max_points``) scores at most that, under tight limits, and leaves the course copy intact;
-* every task's tests bound what they compute with: graded with every integer the submission
+* every task's tests bound what they compute with: graded with every number the submission
   sends back made huge (:func:`check_bounds`), the grader's own process stays within
   :data:`BOUNDS_RSS_BYTES` and :data:`HOSTILE_SECONDS`, and the task loses points;
 * notebooks: the source notebooks score their autograded points (inside "reference"), the
@@ -364,7 +364,7 @@ def _cap_address_space() -> None:
 
 
 def check_bounds(task_id: str, tmp: Path, report: Callable[[str], None] | None = None) -> list[str]:
-    """The reference of ``task_id`` graded with every integer it returns made huge
+    """The reference of ``task_id`` graded with every number it returns made huge
     (:func:`inflate`): the grader's process must stay under :data:`BOUNDS_RSS_BYTES` and finish
     within :data:`HOSTILE_SECONDS` (times the load factor), no test may fail for the grader's
     own want of memory, and the task must lose points (the inflation reached its tests)."""
@@ -384,11 +384,11 @@ def check_bounds(task_id: str, tmp: Path, report: Callable[[str], None] | None =
         report(f"time limits x{got['factor']:g} (the inflated grading's)")
     problems = []
     if got["rss_bytes"] > BOUNDS_RSS_BYTES:
-        problems.append(f"{task_id}: with huge integers returned the grader's process grew to "
+        problems.append(f"{task_id}: with huge numbers returned the grader's process grew to "
                         f"{got['rss_bytes'] >> 20} MiB (bound {BOUNDS_RSS_BYTES >> 20} MiB): a test computes with "
                         "a value it did not bound first")
     if got["seconds"] > limit:
-        problems.append(f"{task_id}: with huge integers returned the grading took {got['seconds']:.0f} s "
+        problems.append(f"{task_id}: with huge numbers returned the grading took {got['seconds']:.0f} s "
                         f"(limit {limit:.0f} s): a test computes with a value it did not bound first")
     tests = [t for t in got["data"]["tests"] if t["extra_data"]["task"] == task_id]
     for t in tests:
@@ -421,7 +421,7 @@ def checks() -> list[Check]:
     out += [Check(f"hostile: {h.name}", "hostile", h.name) for h in hostiles()]
     out += [Check(f"release + reference {task.id}: that task only", "paste-back", task.id)
             for task in manifest_of(ROOT).tasks]
-    out += [Check(f"bounds: {task.id} with huge integers returned", "bounds", task.id)
+    out += [Check(f"bounds: {task.id} with huge numbers returned", "bounds", task.id)
             for task in manifest_of(ROOT).tasks]
     out += [Check(f"mutant: {m['task']}: {m['why']}", "mutant", str(i)) for i, m in enumerate(mutants())]
     names = [c.name for c in out]

@@ -126,6 +126,9 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
     root = Path(root).resolve()
     manifest = manifest_of(root)
     secret = secret or grading_secret.resolve()
+    if report is not None:  # what Gradescope's own timeout must exceed (with the notebooks' limits)
+        report(f"time budget: at most {submission_budget(manifest, limits, factor):.0f} s for the tasks "
+               f"({BUDGET_PER_TEST_S:g} s a test x{factor:g}, and a reserve of {RESERVE_LIMITS:g} per-test limit)")
     metadata = metadata or submission_metadata.Metadata()
     identity = identity or metadata.identity or submission_metadata.folder_identity(Path(submission))
     if out is not None:

@@ -66,7 +66,8 @@ GRACE_S = 600.0
 
 def grade_all(folder: Path, out: Path, root: Path, limits: Limits = Limits(), jobs: int | None = None,
               past_due: bool = False, wait_s: float | None = None) -> Path:
-    """Grades every submission; returns the path of ``gradebook.csv``, which is always written:
+    """Grades every submission; returns the path of ``gradebook.csv``, which is always written
+    (``timing.csv`` beside it names, per student, the tasks whose time budget ran out):
     a student whose grading failed, or outlived ``wait_s`` (default: the submission budget of
     :func:`autograder.grading.grade.submission_budget` at the largest calibration factor, plus
     :data:`GRACE_S`, for each round of ``jobs`` gradings), has a row saying so.
@@ -121,6 +122,17 @@ def grade_all(folder: Path, out: Path, root: Path, limits: Limits = Limits(), jo
     return path
 
 
+def budget_spent(data: dict) -> list[str]:
+    """The tasks of a results.json whose time budget ran out (a test cut off or not run).
+
+    >>> budget_spent({"tests": [{"extra_data": {"task": "a1"}, "output": "time budget: the time ..."},
+    ...                         {"extra_data": {"task": "a2"}, "output": "passed"}]})
+    ['a1']
+    """
+    marks = ("time budget:", "not run: this task's time budget")
+    return sorted({t["extra_data"]["task"] for t in data.get("tests", []) if str(t.get("output", "")).startswith(marks)})
+
+
 def _stop(pool: ProcessPoolExecutor) -> None:
     """Ends the pool without waiting for a grading that hangs: its workers are killed."""
     workers = list(getattr(pool, "_processes", {}).values())  # no public way to reach them
@@ -156,8 +168,9 @@ def _write_gradebook(root: Path, manifest, out: Path, rows: dict[str, dict], tim
     path = write_text_atomic(out / "gradebook.csv", text.getvalue())
     times = io.StringIO()
     writer = csv.writer(times, lineterminator="\n")
-    writer.writerow(["submission", "execution_time_s", "time_limits"])
+    writer.writerow(["submission", "execution_time_s", "time_limits", "time_budget_ran_out"])
     for name in sorted(rows):
-        writer.writerow([name, rows[name].get("execution_time", ""), timing.get(name, "")])
+        writer.writerow([name, rows[name].get("execution_time", ""), timing.get(name, ""),
+                         " ".join(budget_spent(rows[name])) or ("grading stopped" if "error" in rows[name] else "")])
     write_text_atomic(out / "timing.csv", times.getvalue())
     return path

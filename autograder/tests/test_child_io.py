@@ -156,3 +156,5 @@ def test_grade_all_writes_its_gradebook_when_gradings_outlive_their_budget(tmp_p
     rows = list(csv.reader(path.open()))
     assert [r[0] for r in rows[1:]] == ["ann", "ben"]
     assert all(r[-2].startswith("grader error: not graded: its grading outlived") for r in rows[1:]), rows
+    timing = list(csv.reader((tmp_path / "out" / "timing.csv").open()))
+    assert timing[0][-1] == "time_budget_ran_out" and [r[-1] for r in timing[1:]] == ["grading stopped"] * 2

@@ -58,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "$SERVELAB_GRADING_SECRET, else a random one recorded beside the results)")
         if name == "grade-all":
             p.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPU count)")
+            p.add_argument("--after-due-date", action="store_true",
+                           help="the due date has passed: each results.json's score counts the hidden tests too "
+                                "(before it, only the visible ones; the gradebook always counts every test)")
+        else:
+            p.add_argument("--submission-metadata", type=Path, default=None,
+                           help="Gradescope's submission_metadata.json: the student's ids seed the generated "
+                                "inputs, and past its due date the score counts the hidden tests (default: "
+                                "seeded by the submission's name, hidden tests not counted)")
 
     p = sub.add_parser("regenerate", help="rewrite the answer key (autograder/answers/)", formatter_class=HELP)
     p.add_argument("--check", action="store_true", help="only say whether the committed key is stale")
@@ -97,13 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "grade":
         import json
 
-        from autograder.grading import grading_secret
+        from autograder.grading import grading_secret, results, submission_metadata
         from autograder.grading.grade import ROOT, grade
+        meta = submission_metadata.read(args.submission_metadata) if args.submission_metadata else None
         data = grade(args.submission, root=args.root or ROOT, out=args.out, limits=_limits(args),
                      report=lambda line: print(line, file=sys.stderr),
-                     secret=grading_secret.resolve(args.secret_file))
+                     secret=grading_secret.resolve(args.secret_file), metadata=meta)
         print(data["output"])
-        print(f"total: {data['score']} / {data['max_score']}" + (f"  (written to {args.out})" if args.out else ""))
+        later = results.total_points(data) != data["score"] or not data.get("extra_data", {}).get("hidden_points_counted")
+        print(f"total: {data['score']} / {data['max_score']}" + (f"  (written to {args.out})" if args.out else "")
+              + ("" if not later else f"  (visible tests; every test: {results.total_points(data)})"))
         if args.out is None:
             json.dump(data, sys.stdout, indent=2, sort_keys=True)
             print()
@@ -114,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.secret_file is not None:  # the worker processes read it from the environment
             import os
             os.environ["SERVELAB_GRADING_SECRET_FILE"] = str(args.secret_file.resolve())
-        grade_all(args.dir, args.out, root=args.root or ROOT, limits=_limits(args), jobs=args.jobs)
+        grade_all(args.dir, args.out, root=args.root or ROOT, limits=_limits(args), jobs=args.jobs,
+                  past_due=args.after_due_date)
         return 0
     if args.command == "regenerate":
         from autograder.release.answer_key import regenerate

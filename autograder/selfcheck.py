@@ -8,6 +8,9 @@
 * every mutant (``autograder/mutants/*.toml``) loses points on its own task and only there;
 * every hostile submission (``autograder/tests/hostile/<name>/``, its ``expect.toml`` giving
   ``max_points``) scores at most that, under tight limits, and leaves the course copy intact;
+* every task's tests bound what they compute with: graded with every number the submission
+  sends back made huge (:func:`check_bounds`), the grader's own process stays within
+  :data:`BOUNDS_RSS_BYTES` and :data:`HOSTILE_SECONDS`, and the task loses points;
 * notebooks: the source notebooks score their autograded points (inside "reference"), the
   released ones zero with every cell graded (inside "release"), and released notebooks whose
   test cells were edited or deleted still score zero (nbgrader restores them from the source).
@@ -46,6 +49,7 @@ from pathlib import Path
 from servelab.grading.manifest import tomllib  # tomli on Python 3.10
 
 from autograder.grading import calibrate
+from autograder.grading.results import total_points
 from autograder.notebooks import nbgrader, recheck
 from autograder.grading.grade import ROOT, grade, manifest_of
 from autograder.release.repository import release
@@ -163,8 +167,8 @@ def make_release(tmp: Path) -> Path:
 def check_release_grades_zero(release_dir: Path, report: Callable[[str], None] | None = None) -> list[str]:
     data = grade(release_dir, report=report)
     problems = []
-    if data["score"] != 0:
-        problems.append(f"the release scores {data['score']}, not 0")
+    if total_points(data) != 0:
+        problems.append(f"the release scores {total_points(data)}, not 0")
     for t in data["tests"]:
         if "notebook" in t["extra_data"]:  # graded by nbgrader: zero, but graded (not missing, no crash)
             kind = t["extra_data"]["kind"]
@@ -276,10 +280,11 @@ def check_hostile(folder: Path, tmp: Path, report: Callable[[str], None] | None 
     data = grade(folder / expect["zip"] if "zip" in expect else folder, out=out, limits=HOSTILE_LIMITS,
                  report=lambda line: (factor(line), report and report(line)))
     problems = []
-    if data["score"] > expect["max_points"]:
-        problems.append(f"{folder.name} ({expect['why']}) scored {data['score']} > {expect['max_points']}")
-    if data["score"] < expect.get("min_points", 0):  # the honest part inside must keep its points
-        problems.append(f"{folder.name} ({expect['why']}) scored {data['score']} < {expect['min_points']}")
+    score = total_points(data)  # hidden tests included (results.json's score may leave them out)
+    if score > expect["max_points"]:
+        problems.append(f"{folder.name} ({expect['why']}) scored {score} > {expect['max_points']}")
+    if score < expect.get("min_points", 0):  # the honest part inside must keep its points
+        problems.append(f"{folder.name} ({expect['why']}) scored {score} < {expect['min_points']}")
     if json.loads(out.read_text()) != data:
         problems.append(f"{folder.name}: results.json on disk is not the grader's")
     if course_fingerprint() != before:
@@ -287,6 +292,110 @@ def check_hostile(folder: Path, tmp: Path, report: Callable[[str], None] | None 
     if time.monotonic() - start > HOSTILE_SECONDS * factor.value:
         problems.append(f"{folder.name}: grading took {time.monotonic() - start:.0f} s "
                         f"(limit {HOSTILE_SECONDS} s x{factor.value:g} for the load)")
+    return problems
+
+
+# ---- bounded grader-side work -------------------------------------------------------------------
+# Every value a submission returns must be checked against a bound before the grader computes
+# with it (a9's split_count went into np.array_split: 1.7 GB at 6 million). A test author cannot
+# opt out of this check: it runs for every task of the manifest, and the inflation happens in the
+# grader's reply path (Child.request), so every value of every test is inflated, whatever
+# function, attribute or handle it came from; and it measures the grader process itself (its
+# peak RSS, under an address-space cap), so a test that catches MemoryError does not hide it.
+INFLATE_BY = 10_000_000  # added to every number a reply holds (bools stay bools)
+BOUNDS_RSS_BYTES = 512 << 20  # the grader's own peak RSS for one inflated task (it needs about 100 MiB)
+BOUNDS_AS_BYTES = 8 << 30  # the address space the inflated grading may map at all (a safety net)
+
+
+def inflate(value):
+    """``value`` (decoded from a reply) with every number made huge: what a submission that
+    returns huge counts, sizes, ids and times would send.
+
+    >>> from types import SimpleNamespace
+    >>> inflate([1, (True, 2.5), {"n": 3}, SimpleNamespace(k=-1), "s"])
+    [10000001, (True, 10000002.5), {'n': 10000003}, namespace(k=9999999), 's']
+    """
+    import math
+
+    import numpy as np
+    from types import SimpleNamespace
+
+    if type(value) is int:
+        return value + INFLATE_BY
+    if type(value) is float:
+        return value + INFLATE_BY if math.isfinite(value) else value
+    if type(value) in (list, tuple):
+        return type(value)(inflate(v) for v in value)
+    if type(value) is dict:
+        return {k: inflate(v) for k, v in value.items()}
+    if type(value) is SimpleNamespace:
+        return SimpleNamespace(**{k: inflate(v) for k, v in vars(value).items()})
+    if isinstance(value, np.ndarray) and value.dtype.kind in "iuf":
+        return value.astype(np.int64 if value.dtype.kind in "iu" else value.dtype) + INFLATE_BY
+    if isinstance(value, np.integer):  # as int64: a small dtype cannot hold the huge value
+        return np.int64(value) + INFLATE_BY
+    if isinstance(value, np.floating):
+        return value + INFLATE_BY
+    return value
+
+
+def _bounds_worker(task_id: str, submission: str, out: str) -> None:
+    """In a fresh process (so that its peak RSS is this grading's alone): grades ``task_id`` of
+    ``submission`` with every reply inflated, writes the results and the peak RSS to ``out``."""
+    import resource as res
+
+    from autograder.sandbox import remote
+
+    real = remote.Child.request
+
+    def inflated(self, req, what):
+        return inflate(real(self, req, what))
+
+    remote.Child.request = inflated
+    start = time.monotonic()
+    factor = _Factor()
+    data = grade(Path(submission), only_tasks=frozenset({task_id}), limits=HOSTILE_LIMITS, report=factor)
+    Path(out).write_text(json.dumps({"data": data, "seconds": time.monotonic() - start, "factor": factor.value,
+                                     "rss_bytes": res.getrusage(res.RUSAGE_SELF).ru_maxrss << 10}))
+
+
+def _cap_address_space() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (BOUNDS_AS_BYTES, BOUNDS_AS_BYTES))
+
+
+def check_bounds(task_id: str, tmp: Path, report: Callable[[str], None] | None = None) -> list[str]:
+    """The reference of ``task_id`` graded with every number it returns made huge
+    (:func:`inflate`): the grader's process must stay under :data:`BOUNDS_RSS_BYTES` and finish
+    within :data:`HOSTILE_SECONDS` (times the load factor), no test may fail for the grader's
+    own want of memory, and the task must lose points (the inflation reached its tests)."""
+    sub = reference_submission(tmp / "inflated", tasks=frozenset({task_id}))
+    out = tmp / "bounds.json"
+    code = f"from autograder.selfcheck import _bounds_worker; _bounds_worker({task_id!r}, {str(sub)!r}, {str(out)!r})"
+    limit = HOSTILE_SECONDS * calibrate.measure().factor
+    try:
+        run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                             timeout=limit * 2, preexec_fn=_cap_address_space)
+    except subprocess.TimeoutExpired:
+        return [f"{task_id}: the inflated grading ran past {limit * 2:.0f} s (a test computes with an unbounded value)"]
+    if run.returncode != 0 or not out.is_file():
+        return [f"{task_id}: the inflated grading failed (exit {run.returncode}): {run.stderr[-1500:]}"]
+    got = json.loads(out.read_text())
+    if report is not None:
+        report(f"time limits x{got['factor']:g} (the inflated grading's)")
+    problems = []
+    if got["rss_bytes"] > BOUNDS_RSS_BYTES:
+        problems.append(f"{task_id}: with huge numbers returned the grader's process grew to "
+                        f"{got['rss_bytes'] >> 20} MiB (bound {BOUNDS_RSS_BYTES >> 20} MiB): a test computes with "
+                        "a value it did not bound first")
+    if got["seconds"] > limit:
+        problems.append(f"{task_id}: with huge numbers returned the grading took {got['seconds']:.0f} s "
+                        f"(limit {limit:.0f} s): a test computes with a value it did not bound first")
+    tests = [t for t in got["data"]["tests"] if t["extra_data"]["task"] == task_id]
+    for t in tests:
+        if "MemoryError" in t["output"] or "the grader could not grade" in t["output"]:
+            problems.append(f"{t['name']}: the grader itself failed on a huge value: {t['output'][:300]}")
+    if sum(t["score"] for t in tests) >= full_marks()[task_id]:
+        problems.append(f"{task_id}: the inflated reference kept full marks: the inflation did not reach its tests")
     return problems
 
 
@@ -311,6 +420,8 @@ def checks() -> list[Check]:
         out.append(Check("notebooks: edited test cells gain nothing", "notebook-tampering"))
     out += [Check(f"hostile: {h.name}", "hostile", h.name) for h in hostiles()]
     out += [Check(f"release + reference {task.id}: that task only", "paste-back", task.id)
+            for task in manifest_of(ROOT).tasks]
+    out += [Check(f"bounds: {task.id} with huge numbers returned", "bounds", task.id)
             for task in manifest_of(ROOT).tasks]
     out += [Check(f"mutant: {m['task']}: {m['why']}", "mutant", str(i)) for i, m in enumerate(mutants())]
     names = [c.name for c in out]
@@ -347,6 +458,8 @@ def run_one(check: Check, tmp: Path, release_dir: Path, pristine: Path | None = 
             problems = check_paste_back(pristine or release_dir, check.arg, tmp)
         elif check.kind == "mutant":
             problems = check_mutant(mutants()[int(check.arg)], tmp, factor, keep)
+        elif check.kind == "bounds":
+            problems = check_bounds(check.arg, tmp, factor)
         else:
             raise ValueError(f"unknown self-check kind {check.kind!r}")
     except Exception as exc:  # the grader or the check itself broke: that is what we are here to find

@@ -108,18 +108,26 @@ def apply(limits: Limits, factor: float | None = None, report: Callable[[str], N
     """``limits`` scaled by ``factor``, or (None) by a fresh :func:`measure`; ``report`` gets one
     line saying so. A calibration that fails leaves the limits as given (and says why): it
     must never stop a grading."""
+    return resolve(limits, factor, report)[0]
+
+
+def resolve(limits: Limits, factor: float | None = None,
+            report: Callable[[str], None] | None = None) -> tuple[Limits, float]:
+    """:func:`apply`'s limits and the factor they were scaled by (1.0 when the calibration
+    failed): the submission's time budget scales by it too (``grade.task_budget``)."""
     if factor is not None:
-        big = scaled(limits, factor)
+        big, used = scaled(limits, factor), float(factor)
         line = f"time limits x{factor:g} (given): per test {big.wall_s:g} s wall-clock, {big.cpu_s} s CPU"
     else:
         try:
             cal = measure()
-            big, line = scaled(limits, cal.factor), cal.describe(limits)
+            big, line, used = scaled(limits, cal.factor), cal.describe(limits), cal.factor
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-            big, line = limits, f"time limits as given (the calibration failed: {type(exc).__name__}: {exc})"
+            big, used = limits, 1.0
+            line = f"time limits as given (the calibration failed: {type(exc).__name__}: {exc})"
     if report is not None:
         report(line)
-    return big
+    return big, used
 
 
 if __name__ == "__main__":  # prints a measurement (how REFERENCE_S was found)

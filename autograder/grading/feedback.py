@@ -21,13 +21,17 @@ import json
 from pathlib import Path
 
 from autograder.files import write_text_atomic
-from autograder.grading.results import status_of
+from autograder.grading.results import plain_points, status_of
 
 SHOWN = {False: {"visible"}, True: {"visible", "after_due_date", "after_published"}}
 
 
 def page(name: str, data: dict, after_due_date: bool) -> str:
-    lines = [f"# servelab feedback: {name}", "", f"**{data['score']} / {data['max_score']} points**", "",
+    # the total a student may see now: the visible tests' points before the due date, every
+    # test's after it (hidden tests count then, unshown), whatever results.json's score held
+    counted = [t for t in data["tests"] if after_due_date or t["visibility"] == "visible"]
+    got, out_of = (plain_points(sum(t[k] for t in counted)) for k in ("score", "max_score"))
+    lines = [f"# servelab feedback: {name}", "", f"**{got} / {out_of} points**", "",
              "| test | points | status |", "|---|---|---|"]
     shown = [t for t in data["tests"] if t["visibility"] in SHOWN[after_due_date]]
     lines += [f"| {t['name']} | {t['score']} / {t['max_score']} | {status_of(t)} |" for t in shown]

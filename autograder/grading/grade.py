@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import servelab
-from autograder.grading import calibrate, grading_secret, results, testload
+from autograder.grading import calibrate, grading_secret, results, submission_metadata, testload
 from autograder.markers import hidden_test_names
 from autograder.grading.judge import Outcome, run_task
 from autograder.sandbox.remote import Limits
@@ -25,6 +25,33 @@ from autograder.grading.submission import SubmissionError, collect, find_file, u
 from servelab.grading.manifest import Manifest
 
 ROOT = Path(__file__).resolve().parents[2]  # autograder/grading/grade.py
+# The time budget of a submission: an honest test takes seconds where its limit is a minute, so a
+# submission that spends nearly the limit in every test (a sleep just under it) would hold the
+# grader for tests x limit (80 minutes for the whole course at 60 s). So each task may take
+# BUDGET_PER_TEST_S seconds per manifest test, times the calibration factor (a busy machine gets
+# more), and the submission as a whole holds a reserve of RESERVE_LIMITS per-test limits, which a
+# task that runs over its own share draws on (one honest hang is cut off by its own limit, not
+# by the budget). The reference's slowest task takes 1.3 s per test at factor 1 (6 s per test
+# at factor 4.5 on a busy 2-core machine): autograder/README.md, *Deadlines and budgets*.
+BUDGET_PER_TEST_S = 4.0
+RESERVE_LIMITS = 1.0
+
+
+def task_budget(task, factor: float = 1.0) -> float:
+    """A task's own share of the budget: :data:`BUDGET_PER_TEST_S` per test times ``factor``.
+
+    >>> from types import SimpleNamespace
+    >>> task_budget(SimpleNamespace(tests={"a": 1, "b": 2}), 2.0)
+    16.0
+    """
+    return BUDGET_PER_TEST_S * len(task.tests) * factor
+
+
+def submission_budget(manifest: Manifest, limits: Limits, factor: float = 1.0) -> float:
+    """The seconds every task of a submission may take together (``limits`` already scaled):
+    each task's share and the reserve. The notebooks have their own per-cell and per-kernel
+    limits on top."""
+    return sum(task_budget(task, factor) for task in manifest.tasks) + RESERVE_LIMITS * limits.wall_s
 
 
 def manifest_of(root: Path) -> Manifest:
@@ -68,7 +95,8 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
           extra_forbidden: list[Path] = (), only_tasks: frozenset[str] | None = None,
           notebooks_out: Path | None = None, time_factor: float | None = None,
           report: Callable[[str], None] | None = None,
-          secret: grading_secret.Secret | None = None) -> dict:
+          secret: grading_secret.Secret | None = None, identity: str | None = None,
+          metadata: submission_metadata.Metadata | None = None) -> dict:
     """Grades ``submission`` (a folder or a zip) and returns (and writes to ``out``) results.json.
 
     ``only_tasks`` grades just those tasks (the others score zero, "not graded"): the self-check
@@ -79,16 +107,29 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
     (:mod:`autograder.grading.calibrate`), so that no grade depends on the load. ``report`` receives one
     line saying what the limits became (results.json does not record it).
     ``secret``: seeds the generated inputs (default :func:`autograder.grading.grading_secret.resolve`);
-    a random one is recorded beside ``out``, never inside it.
+    a random one is recorded beside ``out``, never inside it. ``identity``: who submitted, the
+    other half of the seed (default: ``metadata``'s, else the submission's folder or zip name:
+    :mod:`autograder.grading.submission_metadata`). ``metadata``: Gradescope's submission
+    metadata; its due date decides whether results.json's ``score`` counts the hidden tests
+    (:func:`autograder.grading.results.count_visible`; unknown: not yet).
+
+    Each task has a time budget (its share, :func:`task_budget`, and what is left of the
+    submission's reserve): a submission that stalls in every test is
+    stopped when it is spent, and the tests not yet run score 0 with a message.
 
     Whatever the submission does, a results.json comes out: a failure inside one task (or the
     notebooks) gives it 0 with a message, and the others are still graded."""
     start = time.monotonic()
     os_boundary.require()  # no OS boundary and no --trust-submission: refuse (autograder/sandbox/os_boundary.py)
-    limits = calibrate.apply(limits, time_factor, report)
+    limits, factor = calibrate.resolve(limits, time_factor, report)
     root = Path(root).resolve()
     manifest = manifest_of(root)
     secret = secret or grading_secret.resolve()
+    if report is not None:  # what Gradescope's own timeout must exceed (with the notebooks' limits)
+        report(f"time budget: at most {submission_budget(manifest, limits, factor):.0f} s for the tasks "
+               f"({BUDGET_PER_TEST_S:g} s a test x{factor:g}, and a reserve of {RESERVE_LIMITS:g} per-test limit)")
+    metadata = metadata or submission_metadata.Metadata()
+    identity = identity or metadata.identity or submission_metadata.folder_identity(Path(submission))
     if out is not None:
         grading_secret.record(secret, Path(out).with_name(Path(out).name + grading_secret.SIDECAR_SUFFIX))
     work = os_boundary.work_folder("servelab-grade-")  # the sandbox uid can be let in, nothing above changes
@@ -109,12 +150,15 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
             folder, broken = None, str(exc)
         except Exception as exc:  # an unreadable folder or zip: no task can be graded
             folder, broken = None, f"the submission cannot be read: {type(exc).__name__}: {exc}"
+        reserve = RESERVE_LIMITS * limits.wall_s  # drawn on by a task that runs over its share
         for task in manifest.tasks:
             if only_tasks is not None and task.id not in only_tasks:
                 outcomes[task.id] = {test: Outcome(False, "not graded in this run") for test in task.tests}
                 continue
-            outcomes[task.id] = _contained(task, lambda task=task: _grade_task(root, task, folder, broken, work,
-                                                                                limits, forbidden, secret))
+            share, began = task_budget(task, factor), time.monotonic()
+            outcomes[task.id] = _contained(task, lambda task=task, budget=share + reserve: _grade_task(
+                root, task, folder, broken, work, limits, forbidden, secret, identity, budget))
+            reserve = max(0.0, reserve - max(0.0, time.monotonic() - began - share))
         data = results.build(manifest, outcomes, hidden_tests(root, manifest))
         # ---- nbgrader notebooks (autograder/notebooks/nbgrader.py): autograded, merged after the tasks
         if nbgrader.notebooks_of(root):
@@ -131,7 +175,7 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
                 scores = nbgrader.not_graded(root, f"the grader could not grade the notebooks: "
                                                     f"{type(exc).__name__}: {results.describe(exc)}")
             data = nbgrader.merge(data, root, scores)
-        data = results.make_safe(data, paths)
+        data = results.count_visible(results.make_safe(data, paths), metadata.past_due())
         if report is not None:  # not in results.json: a regrade writes the same bytes
             report(f"graded in {time.monotonic() - start:.1f} s")
     finally:
@@ -158,16 +202,17 @@ def _answers_of(root: Path, into: Path, report: Callable[[str], None] | None) ->
 
 
 def _grade_task(root: Path, task, folder: Path | None, broken: str | None, work: Path, limits: Limits,
-                forbidden: list[Path], secret: grading_secret.Secret) -> dict[str, Outcome]:
+                forbidden: list[Path], secret: grading_secret.Secret, identity: str,
+                budget: float) -> dict[str, Outcome]:
     files = broken if broken else collect(folder, task.edit)
     if isinstance(files, str):
         return run_task(root, task, files, work / "run", limits, forbidden)
     # each task's own copies: the student's file may change later, the sandbox may not
     files = _snapshot(files, work / "files" / task.id)
-    taken = grading_secret.content_hash({rel: path.read_bytes() for rel, path in files.items()})
-    # the generated inputs: this secret, these files, this test (a regrade draws the same ones)
-    with testload.seeded(lambda test_id: grading_secret.seed_for(secret, taken, f"{task.id}\0{test_id}")):
-        return run_task(root, task, files, work / "run", limits, forbidden)
+    # the generated inputs: this secret, this student, this test; not the files, so that a
+    # resubmission (a regrade, a whitespace change) draws the same ones (README: the trade-off)
+    with testload.seeded(lambda test_id: grading_secret.seed_for(secret, identity, f"{task.id}\0{test_id}")):
+        return run_task(root, task, files, work / "run", limits, forbidden, budget_s=budget)
 
 
 def _contained(task, grade_one) -> dict[str, Outcome]:

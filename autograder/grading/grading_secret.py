@@ -13,12 +13,12 @@ for this process (recorded by the caller where only instructors look: beside ``-
 the gradebook folder; never in results.json).
 
 >>> s = Secret(b"course secret", "test")
->>> h = content_hash({"a1_ledger/ledger.py": b"def f(): pass"})
->>> seed_for(s, h, "a1_ledger/test_a1_ledger.py::test_x") == seed_for(s, h, "a1_ledger/test_a1_ledger.py::test_x")
+>>> alice = "submission:alice"
+>>> seed_for(s, alice, "a1_ledger/test_a1_ledger.py::test_x") == seed_for(s, alice, "a1_ledger/test_a1_ledger.py::test_x")
 True
->>> seed_for(s, h, "t") != seed_for(Secret(b"another secret", "test"), h, "t")
+>>> seed_for(s, alice, "t") != seed_for(Secret(b"another secret", "test"), alice, "t")
 True
->>> seed_for(s, h, "t") != seed_for(s, content_hash({"a1_ledger/ledger.py": b"def f(): return 1"}), "t")
+>>> seed_for(s, alice, "t") != seed_for(s, "submission:bob", "t")
 True
 >>> repr(s)
 '<grading secret from test>'
@@ -109,7 +109,8 @@ def record(secret: Secret, path: Path) -> None:
 
 
 def content_hash(files: dict[str, bytes]) -> str:
-    """SHA-256 over the taken files (name and bytes, in name order)."""
+    """SHA-256 over files (name and bytes, in name order): no longer part of a seed (a
+    resubmission must draw the same inputs), kept for tools that name a submission's content."""
     h = hashlib.sha256()
     for rel in sorted(files):
         data = files[rel]
@@ -117,7 +118,8 @@ def content_hash(files: dict[str, bytes]) -> str:
     return h.hexdigest()
 
 
-def seed_for(secret: Secret, submission_hash: str, test_id: str) -> int:
-    """A 128-bit Hypothesis seed: HMAC-SHA256 keyed by the secret over the hash and the test."""
-    mac = hmac.new(secret.value, f"{submission_hash}\0{test_id}".encode("utf-8", "surrogateescape"), hashlib.sha256)
+def seed_for(secret: Secret, identity: str, test_id: str) -> int:
+    """A 128-bit Hypothesis seed: HMAC-SHA256 keyed by the secret over the student's identity
+    and the test."""
+    mac = hmac.new(secret.value, f"{identity}\0{test_id}".encode("utf-8", "surrogateescape"), hashlib.sha256)
     return int.from_bytes(mac.digest()[:16], "big")

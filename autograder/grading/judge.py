@@ -101,10 +101,20 @@ def _message(exc: BaseException) -> str:
     return text
 
 
+def not_run(budget_s: float) -> str:
+    """The message of a test that a task's spent budget kept from running."""
+    return (f"not run: this task's time budget ({budget_s:.0f} s, for all its tests) ran out before this test "
+            "(earlier tests of the task took that long); it scores 0")
+
+
 def run_task(root: Path, task: Task, files: dict[str, Path] | str, workdir: Path, limits: Limits,
-             forbidden: list[Path]) -> dict[str, Outcome]:
+             forbidden: list[Path], budget_s: float | None = None) -> dict[str, Outcome]:
     """Outcome of every manifest test of ``task``. ``files`` maps each edited file to the copy
-    taken from the submission, or is a message saying why there is none."""
+    taken from the submission, or is a message saying why there is none. ``budget_s``: the
+    wall-clock seconds the whole task may take (:func:`autograder.grading.grade.task_budget`);
+    a child still running when it ends is stopped, and the tests not yet run score 0 with
+    :func:`not_run`'s message."""
+    end = None if budget_s is None else time.monotonic() + budget_s
     if isinstance(files, str):
         return {test: Outcome(False, files) for test in task.tests}
     sandbox = workdir / task.id
@@ -124,7 +134,8 @@ def run_task(root: Path, task: Task, files: dict[str, Path] | str, workdir: Path
         # read-only) and its own wall-clock budget: a hang in one function costs the tests that
         # call it, not the honest ones after it
         scratch = sandbox / f"scratch-{next(spawned)}"
-        return Child(modules, scratch, forbidden, list(BLOCKED_MODULES), limits, time.monotonic() + limits.wall_s)
+        return Child(modules, scratch, forbidden, list(BLOCKED_MODULES), limits, time.monotonic() + limits.wall_s,
+                     budget_end=end)
 
     try:
         first: Child | None = new_child()
@@ -136,6 +147,12 @@ def run_task(root: Path, task: Task, files: dict[str, Path] | str, workdir: Path
     settings.load_profile("autograder")
     for n, test in enumerate(task.tests):
         file_rel, _, func_name = test.partition("::")
+        if end is not None and time.monotonic() >= end:
+            if first is not None:
+                first.close()
+                first = None
+            outcomes[test] = Outcome(False, not_run(budget_s))
+            continue
         try:
             child = first or new_child()
             first = None

@@ -58,6 +58,36 @@ def build(manifest: Manifest, outcomes: dict[str, dict], hidden: set[str],
     return data
 
 
+def count_visible(data: dict, past_due: bool) -> dict:
+    """Sets results.json's ``score`` and ``max_score`` to what a student may see now: before
+    the due date only the ``visible`` tests (a total holding the others would say whether the
+    hidden tests pass), after it every test. Gradescope takes the top-level ``score`` as the
+    submission's points, so a grading before the due date leaves the hidden points out until the
+    instructors regrade after it (autograder/README.md, *Points and visibility*).
+    ``extra_data.hidden_points_counted`` says which it was.
+
+    >>> d = {"tests": [{"score": 2, "max_score": 2, "visibility": "visible"},
+    ...                {"score": 3, "max_score": 3, "visibility": "after_due_date"}]}
+    >>> [count_visible(d, past)["score"] for past in (False, True)]
+    [2, 5]
+    """
+    counted = [t for t in data.get("tests", []) if past_due or t.get("visibility", "visible") == "visible"]
+    data["score"] = plain_points(sum(t["score"] for t in counted))
+    data["max_score"] = plain_points(sum(t["max_score"] for t in counted))
+    data.setdefault("extra_data", {})["hidden_points_counted"] = bool(past_due)
+    return data
+
+
+def total_points(data: dict) -> int | float:
+    """Every test's points, hidden ones included: the instructors' total (the gradebook and the
+    self-check), whatever results.json's ``score`` shows the student.
+
+    >>> total_points({"score": 2, "tests": [{"score": 2}, {"score": 3}]})
+    5
+    """
+    return plain_points(sum(t["score"] for t in data.get("tests", [])))
+
+
 def summary_line(label: str, tests: list[dict], note: str = "") -> str:
     """One line of results.json's top-level ``output`` (which students always see) for the
     ``tests`` of one task or notebook: the points of its visible tests only. A line counting

@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 import json
 import os
-import select
+import selectors
 import signal
 import subprocess
 import sys
@@ -27,6 +27,7 @@ CHILD = os_boundary.CHILD
 # servelab's folder: a notebook's kernel imports it, so the uid drop alone cannot close it (README)
 SERVELAB = Path(__file__).resolve().parents[2] / "python" / "servelab"
 MAX_REPLY = 16 << 20  # bytes; a longer line is a protocol error, not a reason to run out of memory
+CHUNK = 1 << 16  # bytes per read or write on the pipes
 
 
 @dataclass(frozen=True)
@@ -93,13 +94,25 @@ class Child:
     """One child process with the student's modules imported; call :meth:`call` on it."""
 
     def __init__(self, modules: list[tuple[str, Path]], scratch: Path, forbidden: list[Path],
-                 blocked_modules: list[str], limits: Limits, deadline: float, preload: tuple[str, ...] = ()) -> None:
+                 blocked_modules: list[str], limits: Limits, deadline: float, preload: tuple[str, ...] = (),
+                 budget_end: float | None = None) -> None:
         """``scratch``: a new folder, the child's cwd, HOME and TMPDIR, the only place it may write
         without namespaces (behind bubblewrap it may write nowhere: ``sealed`` in os_boundary).
-        ``preload``: standard modules imported before the sandbox is installed."""
+        ``preload``: standard modules imported before the sandbox is installed. ``deadline``
+        (``time.monotonic()``) bounds every exchange with the child, reads and writes alike;
+        ``budget_end``, when earlier, bounds them instead (the task's budget: a message then says
+        that it ran out)."""
         self.limits, self.deadline = limits, deadline
-        self._buffer = b""
+        self.budget_end = budget_end if budget_end is not None and budget_end < deadline else None
+        if self.budget_end is not None:
+            self.deadline = self.budget_end
+        # what the child wrote and the grader has not taken yet; ``_scanned`` bytes of it hold no
+        # newline (each byte is looked at once: a child writing one byte at a time costs the grader
+        # one read per byte, never a rescan of everything before it)
+        self._buffer = bytearray()
+        self._scanned = 0
         self._reply: int | None = None
+        self._request: int | None = None
         self.boundary = os_boundary.boundary()  # the OS boundary (autograder/sandbox/os_boundary.py)
         nproc = self.boundary.nproc_limit(limits.nproc)
         home, tmp = scratch / "home", scratch / "tmp"
@@ -144,6 +157,11 @@ class Child:
             os.close(log)
         os.close(write_fd)
         self._reply = read_fd
+        # both pipes non-blocking: every exchange waits in poll, up to the deadline, never in a
+        # read or a write (a child that stops reading a large request cannot hang the grader)
+        os.set_blocking(read_fd, False)
+        self._request = self.proc.stdin.fileno()
+        os.set_blocking(self._request, False)
         first = self._read("importing your code")
         if "import_error" in first:
             err = first["import_error"]
@@ -171,11 +189,7 @@ class Child:
         """Sends one request, returns the decoded value or raises what the student code raised."""
         if self._reply is None:
             raise SubmissionFailed(f"{what}: the child process of this test has already ended")
-        try:
-            self.proc.stdin.write((json.dumps(req) + "\n").encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            raise SubmissionFailed(self._death(what)) from None
+        self._send((json.dumps(req) + "\n").encode(), what)
         reply = self._read(what)
         if "value" in reply and len(reply) == 1:
             try:
@@ -193,23 +207,70 @@ class Child:
             return obj._id
         return wire.encode(value, handle=handle_id)
 
+    def _timed_out(self, what: str, doing: str) -> SubmissionFailed:
+        self.close()
+        limit = (f"time limit: {self.limits.wall_s:g} s (wall clock) ran out" if self.budget_end is None else
+                 "time budget: the time this task may take in all ran out")
+        return SubmissionFailed(f"{limit} while {doing}{what}; your code's process was stopped")
+
+    def _send(self, data: bytes, what: str) -> None:
+        """Writes one request, waiting in poll up to the deadline. While the child does not read,
+        what it writes is still taken (bounded by :data:`MAX_REPLY`), so that neither side waits
+        on the other for ever."""
+        if self.deadline <= time.monotonic():  # spent by the test's own work since the last reply
+            raise self._timed_out(what, "the test was about to call ")
+        view, sel = memoryview(data), selectors.DefaultSelector()
+        try:
+            sel.register(self._request, selectors.EVENT_WRITE)
+            sel.register(self._reply, selectors.EVENT_READ)
+            while view:
+                left = self.deadline - time.monotonic()
+                if left <= 0:
+                    raise self._timed_out(what, "your code did not read the request for ")
+                for key, _ in sel.select(left):
+                    if key.fd == self._reply:
+                        if not self._take(what):
+                            sel.unregister(self._reply)  # it closed its end: its stdin tells the rest
+                        continue
+                    try:
+                        view = view[os.write(self._request, view[:CHUNK]):]
+                    except BlockingIOError:
+                        continue
+                    except OSError:  # BrokenPipeError: it ended
+                        raise SubmissionFailed(self._death(what)) from None
+        finally:
+            sel.close()
+
+    def _take(self, what: str) -> bool:
+        """One read of what the child wrote into the buffer; False at its end of file."""
+        try:
+            chunk = os.read(self._reply, CHUNK)
+        except BlockingIOError:
+            return True
+        if not chunk:
+            return False
+        self._buffer += chunk
+        if len(self._buffer) > MAX_REPLY:
+            self.close()
+            raise SubmissionFailed(f"the reply to {what} was longer than {MAX_REPLY} bytes")
+        return True
+
     def _read(self, what: str) -> dict:
-        while b"\n" not in self._buffer:
-            left = self.deadline - time.monotonic()
-            if left <= 0:
-                self.close()
-                raise SubmissionFailed(f"time limit: {self.limits.wall_s:g} s (wall clock) ran out while {what}")
-            ready, _, _ = select.select([self._reply], [], [], left)
-            if not ready:
-                continue
-            chunk = os.read(self._reply, 1 << 16)
-            if not chunk:
-                raise SubmissionFailed(self._death(what))
-            self._buffer += chunk
-            if len(self._buffer) > MAX_REPLY:
-                self.close()
-                raise SubmissionFailed(f"the reply to {what} was longer than {MAX_REPLY} bytes")
-        line, self._buffer = self._buffer.split(b"\n", 1)
+        sel = selectors.DefaultSelector()
+        try:
+            sel.register(self._reply, selectors.EVENT_READ)
+            while (end := self._buffer.find(b"\n", self._scanned)) < 0:
+                self._scanned = len(self._buffer)
+                left = self.deadline - time.monotonic()
+                if left <= 0:
+                    raise self._timed_out(what, "")
+                if sel.select(left) and not self._take(what):
+                    raise SubmissionFailed(self._death(what))
+        finally:
+            sel.close()
+        line = bytes(self._buffer[:end])
+        del self._buffer[:end + 1]
+        self._scanned = 0
         try:
             reply = json.loads(line)
         except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deeply

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 
 import pytest
@@ -43,7 +44,14 @@ def test_grade_all_writes_a_gradebook(tmp_path):
         f"{nb.name}.ipynb" for nb in notebooks_of(ROOT))
     pages = publish(out, tmp_path / "feedback")
     assert [p.name for p in pages] == ["alice.md", "bob.md", "carol.md"]
-    assert "missing file" in pages[2].read_text() and f"{total} / {max_total}" in pages[0].read_text()
+    # a student's page before the due date: the visible tests' total (the gradebook counts all)
+    alice = json.loads((out / "results" / "alice.json").read_text())
+    shown = [t for t in alice["tests"] if t["visibility"] == "visible"]
+    seen = f"{sum(t['score'] for t in shown)} / {sum(t['max_score'] for t in shown)}"
+    assert (alice["score"], alice["max_score"]) == tuple(int(x) for x in seen.split(" / "))
+    assert "missing file" in pages[2].read_text() and seen in pages[0].read_text()
+    after = publish(out, tmp_path / "feedback-after", after_due_date=True)
+    assert f"{total} / {max_total}" in after[0].read_text()
     assert "manually graded" in pages[0].read_text()
 
 

@@ -106,3 +106,33 @@ def test_a_bare_assert_explains_itself(course, tmp_path):
     data = grade(tmp_path / "sub", root=course, limits=Limits(wall_s=20, cpu_s=20))
     hidden = next(t for t in data["tests"] if t["extra_data"]["test"].endswith("test_hidden"))
     assert "-2 == -6" in hidden["output"], hidden["output"]
+
+
+def test_before_the_due_date_the_score_counts_only_the_visible_tests(course, tmp_path):
+    """The top-level score is the points Gradescope shows: before the due date only the visible
+    tests' (4 of 10 here), so that the total says nothing of the hidden ones; graded after the
+    due date (Gradescope's metadata says it passed), every test's."""
+    from datetime import datetime, timezone
+
+    from autograder.grading import submission_metadata
+
+    before = grade(course / "assignments", root=course, limits=Limits(wall_s=20, cpu_s=20))
+    assert (before["score"], before["max_score"]) == (4, 4)
+    assert before["extra_data"]["hidden_points_counted"] is False
+    past = submission_metadata.Metadata(due=datetime(2000, 1, 1, tzinfo=timezone.utc))
+    after = grade(course / "assignments", root=course, limits=Limits(wall_s=20, cpu_s=20), metadata=past)
+    assert (after["score"], after["max_score"]) == (10, 10) and after["extra_data"]["hidden_points_counted"] is True
+    assert [t["score"] for t in after["tests"]] == [t["score"] for t in before["tests"]]
+
+
+def test_gradescope_metadata_gives_the_identity_and_the_due_date(tmp_path):
+    from autograder.grading import submission_metadata
+
+    path = tmp_path / "submission_metadata.json"
+    path.write_text('{"users": [{"email": "b@x", "id": 22, "name": "B"}, {"id": 4}],'
+                    ' "assignment": {"due_date": "2030-05-01T12:00:00.000000-07:00", "late_due_date": null}}')
+    meta = submission_metadata.read(path)
+    assert meta.identity == "gradescope-users:22,4" and not meta.past_due()
+    path.write_text("not json")
+    assert submission_metadata.read(path) == submission_metadata.Metadata()
+    assert submission_metadata.folder_identity(tmp_path / "alice.zip") == submission_metadata.folder_identity(tmp_path / "alice")

@@ -68,7 +68,11 @@ def test_grade_hands_the_scaled_limits_to_every_task_and_says_so(tmp_path, monke
     data = grade(tmp_path / "empty", limits=Limits(wall_s=2.0, cpu_s=2), report=said.append)
     assert seen and all((limits.wall_s, limits.cpu_s) == (8.0, 8) for limits in seen)
     assert said[0].startswith("time limits x4.00") and "8 s wall-clock, 8 s CPU" in said[0]
-    assert len(said) == 2 and said[1].startswith("graded in ")  # the time, which results.json leaves out
+    # the tasks' time budget (4 s a test x4, and one 8 s limit), then the time, which results.json leaves out
+    budget = 4 * 4 * sum(len(t.tests) for t in grade_module.manifest_of(grade_module.ROOT).tasks) + 8
+    assert said[1] == (f"time budget: at most {budget} s for the tasks (4 s a test x4, and a reserve of 1 "
+                       "per-test limit)"), said[1]
+    assert len(said) == 3 and said[2].startswith("graded in ")
     assert "x4" not in json.dumps(data) and "calibration" not in json.dumps(data)
 
 

@@ -31,8 +31,11 @@ def task_tests(data: dict) -> list[dict]:
 
 def validate(data: dict) -> None:
     jsonschema.validate(data, SCHEMA)
-    assert data["max_score"] == MANIFEST.total_points + sum(c.points for _, c in NB_CELLS)
-    assert data["score"] == sum(t["score"] for t in data["tests"])
+    assert sum(t["max_score"] for t in data["tests"]) == MANIFEST.total_points + sum(c.points for _, c in NB_CELLS)
+    # graded before the due date: the totals a student sees count the visible tests only
+    visible = [t for t in data["tests"] if t["visibility"] == "visible"]
+    assert data["extra_data"]["hidden_points_counted"] is False
+    assert (data["score"], data["max_score"]) == (sum(t["score"] for t in visible), sum(t["max_score"] for t in visible))
     assert [t["extra_data"]["test"] for t in task_tests(data)] == [x for task in MANIFEST.tasks for x in task.tests]
     assert [(t["extra_data"]["notebook"], t["extra_data"]["cell"], t["max_score"]) for t in data["tests"]
             if "notebook" in t["extra_data"]] == [(f, c.grade_id, c.points) for f, c in NB_CELLS]

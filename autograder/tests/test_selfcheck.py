@@ -42,6 +42,7 @@ def test_every_kind_of_check_is_there():
     assert {"reference", "release-grade", "release-pytest", "notebook-tampering"} <= set(kinds)
     assert kinds.count("paste-back") == len(manifest_of(ROOT).tasks)
     assert kinds.count("mutant") == len(MUTANTS) and kinds.count("hostile") == len(HOSTILES)
+    assert kinds.count("bounds") == len(manifest_of(ROOT).tasks)  # every task, none left to opt in
     assert len(MUTANTS) >= 4 and len(HOSTILES) >= 15
 
 

@@ -45,9 +45,9 @@ out = Path(__file__).resolve().parent / "a1_ledger" / "ledger.py"
 out.write_text('''"""Trick: run the grader locally (the release ships it), record every input its Hypothesis
 tests draw and the right answer to each (from a classmate's solution), and answer from that
 table. It worked while the grader's seed shipped with it. The table below was recorded with the
-seeds of the secret b"the secret a student would need to know" and the content hash "replay"
+seeds of the secret b"the secret a student would need to know" and the student identity "replay"
 (the control in test_robustness.py grades it so, and it earns full marks); graded with the
-instructors' secret and this file's own hash, other inputs are drawn and the table has no answer."""
+instructors' secret under its own name, other inputs are drawn and the table has no answer."""
 import hashlib
 from types import SimpleNamespace
 

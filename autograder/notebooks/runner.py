@@ -137,7 +137,7 @@ def main() -> None:
 
     if cfg["action"] == "generate":
         result = api_for(None).generate_assignment(cfg["assignment"], force=True, create=True)
-        data = {"success": bool(result.get("success"))}
+        data: dict = {"success": bool(result.get("success"))}
         if not data["success"]:
             print(str(result.get("log") or "") + str(result.get("error") or ""), file=sys.stderr)
     elif cfg["action"] == "autograde":

@@ -151,3 +151,21 @@ def test_a_connection_file_link_took_the_old_root_phase_and_the_kernel_has_none(
     argv = json.loads((tmp_path / "jupyter" / "kernels" / "k" / "kernel.json").read_text())["argv"]
     assert f"--reuid={uid}" in argv and argv.index(f"--reuid={uid}") < argv.index(str(os_boundary.KERNEL))
     assert (folders.base.stat().st_mode & 0o777) == 0o700  # closed until the runner opens it
+
+
+def test_each_notebooks_kernel_gets_fresh_folders_outside_the_course(tmp_path):
+    """Two notebooks' kernel specs: HOME, IPython's folder, the working folder and TMPDIR are
+    each notebook's own, none lies in the course folder nbgrader reads as root, and the
+    kernel's command line enters its own working folder."""
+    course = tmp_path / "course"
+    course.mkdir()
+    specs = []
+    for name in ("one", "two"):
+        folders = nbgrader.kernel_folders(tmp_path / "kernels", name)
+        nbgrader._kernel_spec(course / "jupyter", f"k-{name}", folders, [], Limits(), os_boundary.NONE)
+        specs.append(json.loads((course / "jupyter" / "kernels" / f"k-{name}" / "kernel.json").read_text()))
+    envs = [s["env"] for s in specs]
+    for key in ("HOME", "IPYTHONDIR", "TMPDIR", "PWD", "JUPYTER_CONFIG_DIR"):
+        assert envs[0][key] != envs[1][key], key
+        assert all(course not in Path(e[key]).parents for e in envs), key
+    assert all(json.loads(e["SERVELAB_SANDBOX"])["cwd"] == e["PWD"] for e in envs)

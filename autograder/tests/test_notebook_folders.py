@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from autograder.grading.grade import ROOT, grade
-from autograder.notebooks import instructors_log, kept, nbgrader, runner, safe_files
+from autograder.notebooks import instructors_log, kept, kernel_spec, nbgrader, runner, safe_files
 from autograder.sandbox import os_boundary
 from autograder.sandbox.remote import Limits
 
@@ -31,7 +31,7 @@ LIMITS = Limits(wall_s=30, cpu_s=30)
 ONLY = frozenset(nb.id for nb in nbgrader.notebooks_of(ROOT))
 
 
-def shared_folders(top: Path, name: str) -> nbgrader.KernelFolders:
+def shared_folders(top: Path, name: str) -> kernel_spec.KernelFolders:
     """The defence off: every notebook's kernel gets the same folders, its working folder is
     the course's submitted folder (which nbgrader, as root, reads for the next notebook), HOME
     and TMPDIR are shared, as before."""
@@ -41,7 +41,7 @@ def shared_folders(top: Path, name: str) -> nbgrader.KernelFolders:
     runtime = shared / f"connection-{name}"
     runtime.mkdir(mode=0o700)
     sub = course / "submitted" / nbgrader.STUDENT / nbgrader.ASSIGNMENT
-    return nbgrader.KernelFolders(shared, course / "home", sub, course / "tmp", course / "sockets", runtime)
+    return kernel_spec.KernelFolders(shared, course / "home", sub, course / "tmp", course / "sockets", runtime)
 
 
 def old_hidden(forbidden: list[Path], course: Path) -> list[Path]:
@@ -51,8 +51,8 @@ def old_hidden(forbidden: list[Path], course: Path) -> list[Path]:
 
 @pytest.fixture
 def defences_off(monkeypatch):
-    monkeypatch.setattr(nbgrader, "kernel_folders", shared_folders)
-    monkeypatch.setattr(nbgrader, "kernel_hidden", old_hidden)
+    monkeypatch.setattr(kernel_spec, "kernel_folders", shared_folders)
+    monkeypatch.setattr(kernel_spec, "kernel_hidden", old_hidden)
 
 
 def kept_text(folder: Path, name: str) -> str:
@@ -146,8 +146,8 @@ def test_a_connection_file_link_took_the_old_root_phase_and_the_kernel_has_none(
                          env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode != 0 and f"must run as uid {uid}" in run.stderr
     b = os_boundary.Boundary(bwrap=False, uid=uid, gid=uid)
-    folders = nbgrader.kernel_folders(tmp_path / "kernels", "nb")
-    nbgrader._kernel_spec(tmp_path / "jupyter", "k", folders, [], Limits(), b)
+    folders = kernel_spec.kernel_folders(tmp_path / "kernels", "nb")
+    kernel_spec.write_spec(tmp_path / "jupyter", "k", folders, [], Limits(), b)
     argv = json.loads((tmp_path / "jupyter" / "kernels" / "k" / "kernel.json").read_text())["argv"]
     assert f"--reuid={uid}" in argv and argv.index(f"--reuid={uid}") < argv.index(str(os_boundary.KERNEL))
     assert (folders.base.stat().st_mode & 0o777) == 0o700  # closed until the runner opens it
@@ -161,8 +161,8 @@ def test_each_notebooks_kernel_gets_fresh_folders_outside_the_course(tmp_path):
     course.mkdir()
     specs = []
     for name in ("one", "two"):
-        folders = nbgrader.kernel_folders(tmp_path / "kernels", name)
-        nbgrader._kernel_spec(course / "jupyter", f"k-{name}", folders, [], Limits(), os_boundary.NONE)
+        folders = kernel_spec.kernel_folders(tmp_path / "kernels", name)
+        kernel_spec.write_spec(course / "jupyter", f"k-{name}", folders, [], Limits(), os_boundary.NONE)
         specs.append(json.loads((course / "jupyter" / "kernels" / f"k-{name}" / "kernel.json").read_text()))
     envs = [s["env"] for s in specs]
     for key in ("HOME", "IPYTHONDIR", "TMPDIR", "PWD", "JUPYTER_CONFIG_DIR"):

@@ -50,6 +50,7 @@ from servelab.grading.manifest import tomllib  # tomli on Python 3.10
 
 from autograder.grading import calibrate
 from autograder.grading.results import total_points
+from autograder.notebooks import kept as nb_kept
 from autograder.notebooks import nbgrader, recheck
 from autograder.grading.grade import ROOT, grade, manifest_of
 from autograder.release.repository import release
@@ -270,6 +271,17 @@ def surviving_tests(killed: list[tuple[str, ...]]) -> list[str]:
     return [f"{task.id}: {test}" for task in manifest_of(ROOT).tasks for test in task.tests if test not in dead]
 
 
+def _private_lines_shown(name: str, data: dict, kept_notebooks: Path) -> list[str]:
+    """A solution, hidden-test or model-answer line of the source notebooks in results.json or
+    in a notebook kept for the instructors' manual grading (autograder/notebooks/kept.py)."""
+    private = nbgrader.private_lines_of(ROOT)
+    problems = [f"{name}: results.json shows a private line: {line[:120]!r}" for line in nb_kept.leaked(data, private)]
+    for path in sorted(kept_notebooks.glob("*.ipynb")) if kept_notebooks.is_dir() else []:
+        problems += [f"{name}: the kept {path.name} holds a private line: {line[:120]!r}"
+                     for line in nb_kept.leaked(json.loads(path.read_text(encoding="utf-8")), private)]
+    return problems
+
+
 def check_hostile(folder: Path, tmp: Path, report: Callable[[str], None] | None = None) -> list[str]:
     expect = tomllib.loads((folder / "expect.toml").read_text())
     before = course_fingerprint()
@@ -277,9 +289,10 @@ def check_hostile(folder: Path, tmp: Path, report: Callable[[str], None] | None 
     start = time.monotonic()
     factor = _Factor()
     # expect.toml's ``zip``: the submission is that zip inside the folder (a zip trick)
+    kept_notebooks = tmp / "kept-notebooks"
     data = grade(folder / expect["zip"] if "zip" in expect else folder, out=out, limits=HOSTILE_LIMITS,
-                 report=lambda line: (factor(line), report and report(line)))
-    problems = []
+                 report=lambda line: (factor(line), report and report(line)), notebooks_out=kept_notebooks)
+    problems = _private_lines_shown(folder.name, data, kept_notebooks)
     score = total_points(data)  # hidden tests included (results.json's score may leave them out)
     if score > expect["max_points"]:
         problems.append(f"{folder.name} ({expect['why']}) scored {score} > {expect['max_points']}")

@@ -8,9 +8,13 @@ nbgrader awards and the points the grader reports cannot drift apart.
 
 Every nbgrader run happens in its own process (:mod:`autograder.notebooks.runner`) on a temporary
 course folder (``source/notebooks/`` from the pristine copy, ``submitted/student/notebooks/``
-from the submission), with a fresh HOME, a wall-clock timeout on the whole run and a per-cell
-timeout; the notebook's code runs in a sandboxed kernel (:mod:`autograder.sandbox.kernel`: the
-child's resource limits and audit hook). Nothing is written into the course copy.
+from the grader's copy of the submission), with a HOME of its own, a wall-clock timeout on the
+whole run and a per-cell timeout; the notebook's code runs in a sandboxed kernel
+(:mod:`autograder.sandbox.kernel`: the child's resource limits and audit hook) started as the
+sandbox's uid, in fresh folders of its own outside that course folder (:func:`autograder.notebooks.kernel_spec.kernel_folders`):
+nbgrader and the grader, as root, never read or write where a kernel can (README: threat
+model). Nothing is written into the course copy, and results.json holds only the grader's own
+messages (:data:`FAILED`; nbgrader's log goes to :mod:`autograder.notebooks.instructors_log`).
 
 A cell's lines in results.json: an autograded test cell scores its points when nbgrader gave
 them (the cell ran without an error after nbgrader restored it from the source); a manually
@@ -36,7 +40,8 @@ import servelab
 from servelab.grading.manifest import tomllib  # tomli on Python 3.10
 
 from autograder import markers
-from autograder.notebooks import recheck
+from autograder.notebooks import instructors_log, kept, kernel_spec, recheck, safe_files
+from autograder.notebooks.kernel_spec import KERNEL_CPU_FACTOR, kernel_forbidden  # noqa: F401  (grade.py's)
 from autograder.notebooks.recheck import cell_kind
 from autograder.grading import results
 from autograder.sandbox import os_boundary
@@ -50,7 +55,6 @@ KERNEL_NAME = "servelab-sandbox"
 # text is not shown: see scores())
 KERNEL_FAILED = ("the test cell raised an error in your notebook's kernel (its values pass the grader's own "
                  "check: run the notebook top to bottom and look at that cell's output)")
-KERNEL_CPU_FACTOR = 4  # the kernel's CPU limit, in per-test CPU limits (see _kernel_spec)
 MAX_NOTEBOOK = 1 << 20  # bytes, as for any submitted file
 PENDING = "manually graded: {points} point(s) pending, the instructor grades this cell by hand"
 
@@ -159,83 +163,58 @@ def not_answered(path: Path, test_id: str, error: str) -> str:
 # ---- running nbgrader -------------------------------------------------------------------------
 
 
-def kernel_forbidden(root: Path, extra: list[Path] = ()) -> list[Path]:
-    """What a notebook's kernel may not read or list: the course copy except the virtual
-    environment and ``python/`` (the test cells import servelab from there; its references ship
-    to students anyway), and ``extra``."""
-    root = Path(root).resolve()
-    venv = Path(sys.prefix).resolve()
-    keep = {venv, *venv.parents, (root / "python").resolve()}
-    out = [p.resolve() for p in sorted(root.iterdir()) if p.resolve() not in keep]
-    out.extend(Path(p).resolve() for p in extra)
-    return out
+# why nbgrader could not grade a notebook (runner.FAILURES), in the grader's words: the only
+# text about nbgrader's run that results.json holds (its log goes to the instructors' log)
+FAILED = {
+    "kernel_died": "nbgrader could not run this notebook: Kernel died (a cell ended the kernel's process, "
+                   "or it ran out of memory)",
+    "timeout": "nbgrader could not run this notebook: a cell ran longer than its time limit",
+    "memory": "nbgrader could not run this notebook: it ran out of memory (MemoryError)",
+    "not_a_notebook": "nbgrader could not run this notebook: it is not a valid notebook (nbformat 4)",
+    "other": "nbgrader could not run this notebook (your instructors have the details)",
+}
 
 
-def _kernel_spec(course: Path, forbidden: list[Path], writable: list[Path], limits: Limits,
-                 boundary: os_boundary.Boundary) -> Path:
-    """A Jupyter data folder holding the sandboxed kernel's spec; returns it (for JUPYTER_PATH).
-
-    The kernel runs behind the OS boundary (:mod:`autograder.sandbox.os_boundary`): it sees the interpreter,
-    the venv and servelab (read-only: the test cells import it), its writable folders (its own
-    uid's, Jupyter's runtime folder among them), and nothing else of the course; no network
-    (nbgrader talks to it over Unix sockets in the runtime folder: ``transport = "ipc"`` in
-    :mod:`autograder.notebooks.runner`). It drops to the grading's uid itself, after reading its
-    connection file (Jupyter writes it mode 0600 as root)."""
-    data = course / "jupyter"
-    spec = data / "kernels" / KERNEL_NAME
-    spec.mkdir(parents=True)
-    (course / "home" / "runtime").mkdir(parents=True, exist_ok=True)  # the kernel's sockets: its own
-    for folder in writable:
-        boundary.give(folder)
-    nproc = boundary.nproc_limit(limits.nproc)
-    cfg = {"forbidden": [str(p) for p in forbidden], "writable": [str(p) for p in writable],
-           # CPU seconds for the whole kernel (every cell, the imports): an endless cell must meet
-           # its per-cell wall-clock timeout first, and the cells after it must still run
-           "blocked_modules": [], "cpu_s": KERNEL_CPU_FACTOR * max(1, int(limits.cpu_s)),
-           "memory_bytes": int(limits.memory_bytes),
-           "output_bytes": int(limits.output_bytes), "nproc": nproc,
-           "uid": boundary.uid, "gid": boundary.gid, "own": str(writable[-1]), "bwrap": boundary.bwrap,
-           "syscall_filter": boundary.mode != "none"}  # no network, no processes (sandbox/syscall_filter.py)
-    servelab_home = Path(servelab.__file__).resolve().parent.parent  # python/ (or site-packages)
-    for folder in (*writable, servelab_home):
-        boundary.reach(folder)
-    boundary.lock(forbidden, keep=[servelab_home / "servelab"])  # only without namespaces
-    argv = boundary.command([sys.executable, "-s", str(os_boundary.KERNEL), "-f", "{connection_file}"],
-                            readable=[servelab_home, *os_boundary.LAUNCHERS], writable=writable,
-                            hidden=forbidden, ignore_sigint=True, drop_here=False)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": argv,
-        "display_name": "servelab sandbox", "language": "python",
-        "env": {"SERVELAB_SANDBOX": json.dumps(cfg)}}), encoding="utf-8")
-    return data
+def failure_message(kind: str, log: str) -> str:
+    """What results.json says of a notebook nbgrader could not run: the fixed message for its
+    ``kind``. ``log`` (nbgrader's, holding file names and text a kernel chose) is not used: it
+    is the instructors' (the tests' control passes it through to show why)."""
+    return FAILED.get(kind, FAILED["other"])
 
 
-def _run(course: Path, action: str, limits: Limits, timeout_s: float, forbidden: list[Path]) -> dict:
-    """One nbgrader run in its own process group, killed when ``timeout_s`` runs out."""
-    home, tmp = course / "home", course / "tmp"
-    home.mkdir(exist_ok=True)
-    tmp.mkdir(exist_ok=True)
-    writable = [course / "submitted" / STUDENT / ASSIGNMENT, home, tmp]
-    jupyter = _kernel_spec(course, forbidden + [course / p for p in ("gradebook.db", "source", "release",
-                                                                     "autograded", "jupyter")],
-                           # generate runs no notebook: no boundary needed (a release is no grading)
-                           writable, limits, os_boundary.boundary() if action == "autograde" else os_boundary.NONE,
-                           ) if not (course / "jupyter").exists() else course / "jupyter"
+NOT_GRADED = "nbgrader could not grade the notebooks (your instructors have the details)"
+TIMED_OUT = "nbgrader could not grade the notebooks: the run took longer than its time limit"
+NOT_READABLE = "the file is not a readable notebook (JSON, UTF-8)"
+
+
+def _nbgrader_env(course: Path) -> dict[str, str]:
+    """nbgrader's own environment: its HOME and Jupyter folders in the course folder, which
+    only the grader can write (never a kernel's: those are set in the kernel spec)."""
+    home = course / "nbgrader-home"
+    home.mkdir(mode=0o700, exist_ok=True)
+    tmp = home / "tmp"
+    tmp.mkdir(mode=0o700, exist_ok=True)
+    return {"HOME": str(home), "TMPDIR": str(tmp), "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
+            # nbgrader calls the `alembic` command: the venv's bin folder first
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONNOUSERSITE": "1", "JUPYTER_PATH": str(course / "jupyter"),
+            "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_DATA_DIR": str(home / "data"),
+            "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "IPYTHONDIR": str(home / "ipython"),
+            "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
+def _run(course: Path, cfg: dict, timeout_s: float, subject: str) -> dict:
+    """One nbgrader run (``cfg``: the runner's config, less ``course`` and ``out``) in its own
+    process group, killed when ``timeout_s`` runs out. Its log goes to the instructors' log."""
+    action = cfg["action"]
     out = course / f"{action}.json"
-    cfg = {"action": action, "course": str(course), "assignment": ASSIGNMENT, "student": STUDENT,
-           "cell_timeout": max(1, int(limits.wall_s)), "kernel": KERNEL_NAME, "out": str(out),
-           # nbgrader itself plus a kernel's worth of outputs
-           "memory_bytes": max(2 << 30, 2 * int(limits.memory_bytes))}
-    env = {"HOME": str(home), "TMPDIR": str(tmp), "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
-           # nbgrader calls the `alembic` command: the venv's bin folder first
-           "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONNOUSERSITE": "1", "JUPYTER_PATH": str(jupyter), "JUPYTER_CONFIG_DIR": str(home / "config"),
-           "JUPYTER_DATA_DIR": str(home / "data"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-           "IPYTHONDIR": str(home / "ipython"), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    with open(course / f"{action}.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-s", str(RUNNER), json.dumps(cfg)], cwd=course, env=env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    cfg = {**cfg, "course": str(course), "assignment": ASSIGNMENT, "student": STUDENT, "out": str(out)}
+    log_path = course / f"{action}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-s", str(RUNNER), json.dumps(cfg)], cwd=course,
+                                env=_nbgrader_env(course), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         try:
             proc.wait(timeout=timeout_s)
             timed_out = False
@@ -247,13 +226,18 @@ def _run(course: Path, action: str, limits: Limits, timeout_s: float, forbidden:
             except (ProcessLookupError, PermissionError):
                 pass
             proc.wait()
+    text = log_path.read_text(encoding="utf-8", errors="replace")
     if timed_out:
-        return {"success": False, "log": f"time limit: nbgrader ran longer than {timeout_s:g} s", "notebooks": {}}
+        instructors_log.note(subject, f"nbgrader {action} ran longer than {timeout_s:g} s", text)
+        return {"success": False, "why": TIMED_OUT, "notebooks": {}}
     if not out.is_file():
-        tail = (course / f"{action}.log").read_text(encoding="utf-8", errors="replace")[-3000:]
-        return {"success": False, "log": f"nbgrader {action} exited with code {proc.returncode}:\n{tail}",
-                "notebooks": {}}
-    return json.loads(out.read_text(encoding="utf-8"))
+        instructors_log.note(subject, f"nbgrader {action} exited with code {proc.returncode}", text)
+        return {"success": False, "why": NOT_GRADED, "notebooks": {}}
+    result = json.loads(out.read_text(encoding="utf-8"))
+    if result.get("failed") or not result.get("success"):
+        instructors_log.note(subject, f"nbgrader {action}: {sorted(result.get('failed', {}).items())}", text)
+    result["log"] = text  # for failure_message only: never a message of results.json
+    return result
 
 
 def _course(root: Path, into: Path) -> Path:
@@ -271,9 +255,12 @@ def generate(root: Path, into: Path, limits: Limits = Limits()) -> Path:
     ``gradebook.db`` the cells and checksums autograde restores from). Raises when nbgrader
     fails: a release must never fall back to shipping a source notebook."""
     course = _course(root, Path(into))
-    result = _run(course, "generate", limits, timeout_s=300, forbidden=[])
+    # generate runs no notebook (a release is no grading): the instructors' sources only
+    result = _run(course, {"action": "generate", "memory_bytes": max(2 << 30, 2 * int(limits.memory_bytes))},
+                  timeout_s=300, subject="release")
     if not result.get("success"):
-        raise RuntimeError(f"nbgrader generate_assignment failed:\n{result.get('log')}")
+        log = (course / "generate.log").read_text(encoding="utf-8", errors="replace")[-4000:]
+        raise RuntimeError(f"nbgrader generate_assignment failed:\n{log}")
     for nb in notebooks_of(root):
         if not (course / "release" / ASSIGNMENT / Path(nb.file).name).is_file():
             raise RuntimeError(f"nbgrader generate_assignment wrote no {Path(nb.file).name}")
@@ -311,9 +298,11 @@ def _readable_notebook(path: Path) -> str | None:
     try:
         if path.stat().st_size > MAX_NOTEBOOK:
             return f"the notebook is larger than {MAX_NOTEBOOK} bytes"
-        nb = json.loads(path.read_text(encoding="utf-8"))
+        nb = json.loads(safe_files.read_file(path, limit=MAX_NOTEBOOK).decode("utf-8"))
     except (OSError, ValueError) as exc:
-        return f"the file is not a readable notebook (JSON): {type(exc).__name__}: {str(exc)[:200]}"
+        # never the parser's text: it may quote the file, which need not be the student's own
+        instructors_log.note(f"notebook {path.name}", "not readable as JSON", f"{type(exc).__name__}: {exc}")
+        return NOT_READABLE
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or nb.get("nbformat") != 4:
         return "the file is not a notebook in nbformat 4"
     return None
@@ -358,53 +347,97 @@ def problems_of(root: Path, files: dict[str, Path | None]) -> dict[str, str]:
     return problems
 
 
+def _copy_template(template: Path, course: Path) -> None:
+    """The generated course's source notebooks, student versions and database (cells and
+    checksums nbgrader restores from), copied into the grader's new ``course`` folder."""
+    for sub in ("source", "release"):
+        (course / sub / ASSIGNMENT).mkdir(parents=True)
+        for path in sorted((template / sub / ASSIGNMENT).iterdir()):
+            safe_files.copy_file(path, course / sub / ASSIGNMENT / path.name, limit=MAX_NOTEBOOK)
+    safe_files.copy_file(template / "gradebook.db", course / "gradebook.db", limit=1 << 30)
+
+
+def _keep(course: Path, root: Path, notebooks: tuple[Notebook, ...], keep: Path) -> None:
+    """The executed notebooks, for the instructor's manual grading: nbgrader's output (in the
+    grader's own folder, where no kernel writes) without what is private to the course
+    (:mod:`autograder.notebooks.kept`)."""
+    done = course / "autograded" / STUDENT / ASSIGNMENT
+    keep = Path(os.path.realpath(keep))  # the operator's folder; below it nothing is followed
+    keep.mkdir(parents=True, exist_ok=True)
+    private = private_lines_of(root)
+    for nb in notebooks:
+        name = Path(nb.file).name
+        try:
+            data = kept.kept_copy(safe_files.read_file(done / name, limit=64 * MAX_NOTEBOOK), private)
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as exc:
+            instructors_log.note(f"notebook {nb.name}", "the autograded notebook was not kept", repr(exc))
+            continue
+        if (keep / name).exists() or (keep / name).is_symlink():
+            (keep / name).unlink()
+        safe_files.write_new(keep / name, data, mode=0o644)
+
+
 def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Limits = Limits(),
               forbidden: list[Path] = (), keep: Path | None = None) -> dict[str, dict[str, tuple[float, str]]]:
-    """Autogrades the submitted notebooks (``files``: manifest file -> submitted path) with
-    nbgrader. Returns ``{notebook id: {grade_id: (score, message)}}`` for every graded cell of
-    every manifest notebook; a missing or unreadable notebook scores 0 with a message saying so.
-    ``keep``: a folder to copy the executed (autograded) notebooks into."""
+    """Autogrades the submitted notebooks (``files``: manifest file -> submitted path, the
+    grader's own copies) with nbgrader. Returns ``{notebook id: {grade_id: (score, message)}}``
+    for every graded cell of every manifest notebook; a missing or unreadable notebook scores 0
+    with a message saying so. ``keep``: a folder to copy the executed (autograded) notebooks into.
+
+    Every message is the grader's own (README: threat model): nbgrader's log and the kernel's
+    errors go to the instructors' log (:mod:`autograder.notebooks.instructors_log`)."""
     notebooks = notebooks_of(root)
     out: dict[str, dict[str, tuple[float, str]]] = {}
-    course = Path(work) / "course"
-    template = generated(root) if len(problems_of(root, files)) < len(notebooks) else None
-    course.mkdir(parents=True)
-    if template is not None:  # the source notebooks' cells and checksums, in nbgrader's database
-        shutil.copytree(template / "source", course / "source")
-        shutil.copytree(template / "release", course / "release")
-        shutil.copyfile(template / "gradebook.db", course / "gradebook.db")
+    work = Path(os.path.realpath(work))
+    work.mkdir(parents=True, exist_ok=True)
+    course = work / "course"
+    problems = problems_of(root, files)
+    graded = [nb for nb in notebooks if nb.id not in problems]
+    course.mkdir(mode=0o700)
+    flags = {}
     sub = course / "submitted" / STUDENT / ASSIGNMENT
     sub.mkdir(parents=True)
-    problems = problems_of(root, files)
-    flags = {}
-    for nb in notebooks:
-        if nb.id not in problems:
-            shutil.copyfile(files[nb.file], sub / Path(nb.file).name)
-            found = suspicious(sub / Path(nb.file).name)
-            if found:
-                flags[nb.id] = f"  [flagged for the instructor's review: the notebook's own cells use {', '.join(found)}]"
-    result = {"success": True, "notebooks": {}}
-    if template is not None:
-        # the whole run may take the per-test wall clock for each notebook, plus kernel starts
-        budget = 60 + len(notebooks) * 2 * max(1.0, limits.wall_s)
-        result = _run(course, "autograde", limits, timeout_s=budget, forbidden=list(forbidden))
-        if keep is not None:  # the executed notebooks, for the instructor's manual grading
-            done = course / "autograded" / STUDENT / ASSIGNMENT
-            if done.is_dir():
-                keep.mkdir(parents=True, exist_ok=True)
-                for path in sorted(done.glob("*.ipynb")):
-                    shutil.copyfile(path, keep / path.name)
+    for nb in graded:
+        safe_files.copy_file(files[nb.file], sub / Path(nb.file).name, limit=MAX_NOTEBOOK)
+        found = suspicious(sub / Path(nb.file).name)
+        if found:
+            flags[nb.id] = f"  [flagged for the instructor's review: the notebook's own cells use {', '.join(found)}]"
     # the grader's own verdict on the autograded cells (autograder/notebooks/recheck.py): nbgrader's
-    # test cells share the student's kernel, these run here on values the child hands back
+    # test cells share the student's kernel, these run here on values the child hands back. First:
+    # the child then never runs after a kernel that ran the hidden tests (nothing of theirs to find)
     rechecked: dict[str, dict[str, tuple[bool, str]]] = {}
-    for nb in notebooks:
+    for nb in graded:
         source = Path(root) / "assignments" / nb.file
-        if nb.id not in problems and any(c.kind == "auto" for c in cell_points(source)):
+        if any(c.kind == "auto" for c in cell_points(source)):
             # servelab's folder too (the kernel needs it for the test cells, the child does not):
             # its compiled core loaded by path would answer for the notebook
-            rechecked[nb.id] = recheck.recheck(source, files[nb.file], Path(work) / "recheck" / nb.id,
-                                                  [*forbidden, Path(servelab.__file__).resolve().parent],
-                                                  limits, KERNEL_CPU_FACTOR)
+            rechecked[nb.id] = recheck.recheck(source, sub / Path(nb.file).name, work / "recheck" / nb.id,
+                                               [*forbidden, Path(servelab.__file__).resolve().parent],
+                                               limits, KERNEL_CPU_FACTOR)
+    result: dict = {"success": True, "notebooks": {}}
+    if graded:
+        _copy_template(generated(root), course)
+        boundary = os_boundary.boundary()
+        jobs = []
+        hide = kernel_spec.kernel_hidden(list(forbidden), course)
+        for nb in graded:
+            folders = kernel_spec.kernel_folders(work / "kernels", nb.name)
+            spec = f"{KERNEL_NAME}-{nb.name}"
+            kernel_spec.write_spec(course / "jupyter", spec, folders, hide, limits, boundary)
+            jobs.append({"name": nb.name, "kernel": spec, "runtime": str(folders.runtime), "base": str(folders.base),
+                         "sockets": str(folders.sockets / "kernel")})
+        # the whole run may take the per-test wall clock for each notebook, plus kernel starts
+        budget = 60 + len(notebooks) * 2 * max(1.0, limits.wall_s)
+        result = _run(course, {"action": "autograde", "notebooks": jobs, "gid": boundary.gid,
+                               "cell_timeout": max(1, int(limits.wall_s)),
+                               # nbgrader itself plus a kernel's worth of outputs
+                               "memory_bytes": max(2 << 30, 2 * int(limits.memory_bytes))},
+                      timeout_s=budget, subject="notebooks")
+        boundary.reap()  # anything still running as the kernels' uid
+        if keep is not None:
+            _keep(course, root, tuple(graded), Path(keep))
     for nb in notebooks:
         cells = cell_points(Path(root) / "assignments" / nb.file)
         got = result.get("notebooks", {}).get(nb.name)
@@ -413,10 +446,9 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
             if nb.id in problems:
                 scores[cell.grade_id] = (0, problems[nb.id])
             elif nb.name in result.get("failed", {}):
-                scores[cell.grade_id] = (0, f"nbgrader could not run this notebook: {result['failed'][nb.name]}")
+                scores[cell.grade_id] = (0, failure_message(result["failed"][nb.name], result.get("log", "")))
             elif not result.get("success") or got is None or cell.grade_id not in got:
-                log = str(result.get("log") or "")
-                scores[cell.grade_id] = (0, "nbgrader could not grade this notebook" + (f": {log[-1500:]}" if log else ""))
+                scores[cell.grade_id] = (0, result.get("why") or NOT_GRADED)
             elif cell.kind == "manual":
                 scores[cell.grade_id] = (0, PENDING.format(points=cell.points))
             else:
@@ -433,6 +465,18 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
                 scores[cell.grade_id] = (score, message + flags.get(nb.id, ""))
         out[nb.id] = scores
     return out
+
+
+def private_lines_of(root: Path) -> set[str]:
+    """The lines of every source notebook's solutions, hidden tests and model answers
+    (:func:`autograder.notebooks.kept.private_lines`) that the student versions do not hold
+    (a question above an answer, a rubric shown to students): none may reach a student."""
+    lines = {line for nb in notebooks_of(root)
+             for line in kept.private_lines(json.loads((Path(root) / "assignments" / nb.file).read_text(encoding="utf-8"))["cells"])}
+    released = "\n".join(student_versions(root).values())
+    public = {line for text in kept.strings_in(json.loads(f"[{','.join(student_versions(root).values())}]"))
+              for line in text.splitlines()}
+    return {line for line in lines if line not in released and line not in {p.strip() for p in public}}
 
 
 def student_versions(root: Path) -> dict[str, str]:

@@ -41,6 +41,7 @@ import json
 import time
 from pathlib import Path
 
+from autograder.notebooks import instructors_log
 from autograder.sandbox.remote import Child, Limits, RemoteObject, SubmissionFailed, kind_of
 
 # how a failed check's message starts: the student reads that the grader's check, not the
@@ -178,7 +179,10 @@ def recheck(source_nb: Path, submitted_nb: Path, scratch: Path, forbidden: list[
         module_path.parent.mkdir(parents=True, exist_ok=True)
         module_path.write_text(student_module(cells, limits.wall_s), encoding="utf-8")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        return {g: (False, f"the grader could not read the notebook: {type(exc).__name__}: {exc}") for g in ids}
+        # the parser's text may quote the file: the instructors' log has it, students the grader's words
+        instructors_log.note(f"notebook {Path(submitted_nb).name}", "the recheck could not read it",
+                             f"{type(exc).__name__}: {exc}")
+        return {g: (False, "the grader could not read the notebook (JSON in nbformat 4)") for g in ids}
     try:
         whole = dataclasses.replace(limits, wall_s=cells_factor * limits.wall_s, cpu_s=cells_factor * limits.cpu_s)
         child = Child([(MODULE, module_path)], Path(scratch) / "child", forbidden, list(BLOCKED), whole,

@@ -1,17 +1,24 @@
 """The nbgrader process: ``python -s runner.py CONFIG_JSON``, started by
-:mod:`autograder.notebooks.nbgrader` in a temporary course folder with a fresh HOME.
+:mod:`autograder.notebooks.nbgrader` in a temporary course folder, as the grader (root where
+the grader is), with a HOME of its own.
 
 It runs nbgrader's own ``generate_assignment`` or ``autograde`` (through ``NbGraderAPI``, the
 same code as the ``nbgrader`` command) and writes what the gradebook then holds as JSON to
-``CONFIG["out"]``. It never reads a score from the student's notebook: nbgrader restores every
-locked cell (test cells included) from the checksummed source in its database before it
-executes, and scores a test cell by whether it raised. Student code runs only in the kernel that
-nbgrader starts, under the sandbox of :mod:`autograder.sandbox.kernel`.
+``CONFIG["out"]``: scores and which notebooks failed (a kind from :data:`FAILURES`), never a
+line of nbgrader's log, which goes to this process's stderr (the grader's instructors' log).
+It never reads a score from the student's notebook: nbgrader restores every locked cell (test
+cells included) from the checksummed source in its database before it executes, and scores a
+test cell by whether it raised. Student code runs only in the kernel that nbgrader starts,
+under the sandbox of :mod:`autograder.sandbox.kernel`, whose folders lie outside the course
+folder: nothing this process reads or writes can be a kernel's link.
 
 Config keys: ``action`` (``generate`` or ``autograde``), ``course`` (the course folder, holding
 ``source/<assignment>/``), ``assignment``, ``student``, ``cell_timeout`` (seconds per cell),
-``kernel`` (kernel name for execution), ``memory_bytes`` (this process's address space),
-``out`` (the JSON to write).
+``memory_bytes`` (this process's address space), ``out`` (the JSON to write); for
+``autograde``, ``notebooks`` (one entry per notebook: ``name``, ``kernel`` its kernel spec,
+``runtime`` the folder for its connection file, ``sockets`` the prefix of its socket files,
+``base`` the grader's folder holding its folders, opened while it runs) and
+``gid`` (the sandbox's group, or None).
 """
 
 from __future__ import annotations
@@ -23,38 +30,36 @@ import sys
 from pathlib import Path
 
 
-def _error_messages(notebook: Path) -> dict[str, str]:
-    """grade_id -> the last error a test cell showed in the executed notebook."""
-    try:
-        nb = json.loads(notebook.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    out = {}
-    for cell in nb.get("cells", []):
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
-        if grade_id and errors:
-            out[grade_id] = f"{errors[-1].get('ename', 'Error')}: {errors[-1].get('evalue', '')}"[:1000]
-    return out
+# why a notebook could not be graded, as the grader says it (results.json): a fixed message for
+# each kind of failure, chosen from nbgrader's log; the log itself goes to the instructors' log
+FAILURES = (
+    ("kernel_died", ("DeadKernelError", "Kernel died")),
+    ("timeout", ("CellTimeoutError", "timed out")),
+    ("memory", ("MemoryError",)),
+    ("not_a_notebook", ("is not a valid notebook", "NotJSONError", "ValidationError", "does not appear to be JSON")),
+)
 
 
-def _reason(log: str) -> str:
-    """The line of nbgrader's log that says why a notebook could not be graded."""
-    lines = [line.strip() for line in log.splitlines()
-             if line.strip() and not line.strip().startswith(("raise ", "File ", "^"))]
-    for marker in ("DeadKernelError", "Kernel died", "CellTimeoutError", "timed out", "MemoryError",
-                   "is not a valid notebook", "NotJSONError", "ValidationError", "missing"):
-        for line in lines:
-            if marker in line:
-                return line[-500:]
-    errors = [line for line in lines if "ERROR" in line or "Error" in line]
-    return (errors[0] if errors else lines[-1] if lines else "no reason given")[-500:]
+def failure_kind(log: str) -> str:
+    """Which of :data:`FAILURES` nbgrader's ``log`` tells of (``other`` when none).
+
+    >>> failure_kind("[AutogradeApp | ERROR] ... nbclient.exceptions.DeadKernelError: Kernel died")
+    'kernel_died'
+    >>> failure_kind("something else went wrong")
+    'other'
+    """
+    for kind, words in FAILURES:
+        if any(word in log for word in words):
+            return kind
+    return "other"
 
 
 def _scores(cfg: dict, db_url: str) -> dict:
+    """notebook name -> grade_id -> what nbgrader's gradebook holds for that cell (numbers and
+    flags only: no text of the kernel's)."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    course, assignment, student = Path(cfg["course"]), cfg["assignment"], cfg["student"]
+    assignment, student = cfg["assignment"], cfg["student"]
     notebooks = {}
     with Gradebook(db_url) as gb:
         for nb in gb.find_assignment(assignment).notebooks:
@@ -62,12 +67,39 @@ def _scores(cfg: dict, db_url: str) -> dict:
                 sub = gb.find_submission_notebook(nb.name, assignment, student)
             except MissingEntry:
                 continue
-            errors = _error_messages(course / "autograded" / student / assignment / f"{nb.name}.ipynb")
             notebooks[nb.name] = {g.name: {"auto_score": g.auto_score, "max_score": g.max_score,
                                            "needs_manual_grade": bool(g.needs_manual_grade),
-                                           "cell_type": g.cell_type, "error": errors.get(g.name)}
+                                           "cell_type": g.cell_type}
                                   for g in sub.grades}
     return notebooks
+
+
+def _kernel_manager(gid: int | None, runtime: str):
+    """Jupyter's kernel manager, but the connection file is written in ``runtime`` (a folder of
+    the grader's; Jupyter would use this process's TMPDIR) and made readable to the sandbox's
+    group: the kernel then starts as that uid and reads it itself, so nothing runs as root
+    inside the sandbox (autograder/sandbox/kernel.py)."""
+    import uuid
+
+    from jupyter_client.manager import AsyncKernelManager
+
+    class SandboxKernelManager(AsyncKernelManager):
+        def write_connection_file(self, **kwargs) -> None:
+            if not self.connection_file:
+                self.connection_file = os.path.join(runtime, f"kernel-{uuid.uuid4()}.json")
+            super().write_connection_file(**kwargs)
+            if gid is None:
+                return
+            # the grader's own folder (JUPYTER_RUNTIME_DIR, made by the grader): a descriptor
+            # opened without following links, changed through the descriptor
+            fd = os.open(self.connection_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                os.fchown(fd, -1, gid)
+                os.fchmod(fd, 0o640)
+            finally:
+                os.close(fd)
+
+    return SandboxKernelManager
 
 
 def main() -> None:
@@ -86,32 +118,49 @@ def main() -> None:
 
     course = str(Path(cfg["course"]).resolve())
     db_url = f"sqlite:///{course}/gradebook.db"
-    c = Config()
-    c.CourseDirectory.root = course
-    c.CourseDirectory.db_url = db_url
-    c.Execute.timeout = int(cfg.get("cell_timeout", 60))
-    c.Execute.kernel_name = cfg.get("kernel", "python3")
-    # Unix sockets in the runtime folder instead of TCP on loopback: the kernel then needs no
-    # network at all, and runs in a network namespace of its own (autograder/sandbox/os_boundary.py)
-    c.KernelManager.transport = "ipc"
-    c.KernelManager.ip = str(Path(os.environ["JUPYTER_RUNTIME_DIR"]) / "kernel")  # the socket files' prefix
-    api = NbGraderAPI(config=c)
+
+    def api_for(job: dict | None) -> NbGraderAPI:
+        c = Config()
+        c.CourseDirectory.root = course
+        c.CourseDirectory.db_url = db_url
+        c.Execute.timeout = int(cfg.get("cell_timeout", 60))
+        if job is not None:
+            # each notebook its own kernel spec (its own fresh folders), connection file and sockets
+            c.Execute.kernel_name = job["kernel"]
+            c.Execute.kernel_manager_class = _kernel_manager(cfg.get("gid"), job["runtime"])
+            os.environ["JUPYTER_RUNTIME_DIR"] = job["runtime"]
+            # Unix sockets instead of TCP on loopback: the kernel then needs no network at all,
+            # and runs in a network namespace of its own (autograder/sandbox/os_boundary.py)
+            c.KernelManager.transport = "ipc"
+            c.KernelManager.ip = job["sockets"]  # the socket files' prefix, in the kernel's own folder
+        return NbGraderAPI(config=c)
+
     if cfg["action"] == "generate":
-        result = api.generate_assignment(cfg["assignment"], force=True, create=True)
-        data = {"success": bool(result.get("success")), "log": str(result.get("error") or "")[-4000:]}
+        result = api_for(None).generate_assignment(cfg["assignment"], force=True, create=True)
+        data: dict = {"success": bool(result.get("success"))}
+        if not data["success"]:
+            print(str(result.get("log") or "") + str(result.get("error") or ""), file=sys.stderr)
     elif cfg["action"] == "autograde":
         # one notebook at a time: a notebook that kills its kernel fails alone (nbgrader gives
         # up on the whole batch it is processing)
-        submitted = Path(course) / "submitted" / cfg["student"] / cfg["assignment"]
         failed = {}
-        for path in sorted(submitted.glob("*.ipynb")):
-            api.coursedir.notebook_id = path.stem
-            result = api.autograde(cfg["assignment"], cfg["student"], force=True, create=True)
+        for job in cfg["notebooks"]:
+            api = api_for(job)
+            api.coursedir.notebook_id = job["name"]
+            # this kernel's folders are open to its uid only while it runs: without a mount
+            # namespace every kernel has the same uid, and a later one's must be out of reach
+            os.chmod(job["base"], 0o710 if cfg.get("gid") is not None else 0o755)
+            try:
+                result = api.autograde(cfg["assignment"], cfg["student"], force=True, create=True)
+            finally:
+                os.chmod(job["base"], 0o700)
             if not result.get("success"):
-                failed[path.stem] = _reason(str(result.get("log") or "") + str(result.get("error") or ""))
-        api.coursedir.notebook_id = "*"
+                log = str(result.get("log") or "") + str(result.get("error") or "")
+                failed[job["name"]] = failure_kind(log)
+                # the details: the grader hands them to the instructors' log, never to students
+                print(f"---- nbgrader could not autograde {job['name']}:\n{log[-8000:]}", file=sys.stderr)
         scores = _scores(cfg, db_url)
-        data = {"success": True, "log": "", "failed": failed,
+        data = {"success": True, "failed": failed,
                 "notebooks": {name: cells for name, cells in scores.items() if name not in failed}}
     else:
         raise ValueError(f"action must be 'generate' or 'autograde', got {cfg['action']!r}")

@@ -3,7 +3,9 @@
 
 nbgrader starts it through a kernel spec that :mod:`autograder.notebooks.nbgrader` writes into the
 temporary course folder (``python -s kernel.py -f CONNECTION_FILE``, the sandbox settings
-in the environment variable ``SERVELAB_SANDBOX``). The kernel's own machinery (ipykernel, zmq,
+in the environment variable ``SERVELAB_SANDBOX``), already as the sandbox's uid. Each notebook's
+kernel has fresh folders of its own (HOME, working folder, TMPDIR, sockets), so no kernel finds
+what an earlier one planted. The kernel's own machinery (ipykernel, zmq,
 asyncio) is imported first, so that the hook only ever judges what the notebook does.
 
 One difference from the child: the kernel talks to nbgrader over ZeroMQ, whose sockets live in
@@ -32,26 +34,27 @@ def _load(name: str):
     return module
 
 
-def _become_the_sandbox_user(cfg: dict) -> None:
-    """Started as root (behind bubblewrap, or not): Jupyter wrote the connection file mode 0600
-    as root, so copy it into the kernel's own folder, then drop to the grading's uid for good
-    (autograder/sandbox/os_boundary.py) before anything of the notebook's runs."""
-    uid, gid = cfg.get("uid"), cfg.get("gid")
-    if uid is None:
-        return
-    at = sys.argv.index("-f") + 1
-    own = os.path.join(cfg["own"], "connection.json")
-    with open(sys.argv[at], "rb") as src, open(own, "wb") as dst:
-        dst.write(src.read())
-    os.chown(own, uid, gid)
-    os.chmod(own, 0o600)
-    sys.argv[at] = own
-    _load("os_boundary").drop_privileges(uid, gid)
+def _check_identity(cfg: dict) -> None:
+    """The kernel starts as the sandbox's uid (the boundary's ``setpriv`` drops root before
+    Python starts): it has no root phase, so nothing runs as root in a folder the submission
+    can write. Its connection file, in a folder of the grader's, is readable to the sandbox's
+    group (autograder/notebooks/runner.py). Refuse to run a notebook as anyone else."""
+    uid = cfg.get("uid")
+    if uid is not None and (os.getuid() != uid or os.geteuid() != uid):
+        raise SystemExit(f"the notebook kernel must run as uid {uid}, not {os.geteuid()}")
+
+
+def _enter_own_folder(cfg: dict) -> None:
+    """The working folder: the notebook's own, fresh one (never the grader's, never another
+    notebook's), entered as the sandbox's uid."""
+    if cfg.get("cwd"):
+        os.chdir(cfg["cwd"])
 
 
 def main() -> None:
     cfg = json.loads(os.environ.pop("SERVELAB_SANDBOX"))
-    _become_the_sandbox_user(cfg)
+    _check_identity(cfg)
+    _enter_own_folder(cfg)
     if sys.path and os.path.realpath(sys.path[0] or ".") == HERE:
         del sys.path[0]
     hidden = tuple(os.path.realpath(p) for p in cfg["forbidden"])

@@ -1,0 +1,171 @@
+"""Root never follows a kernel's link, each kernel starts in fresh folders, and only the
+grader's words reach results.json: the controls of the notebook hostile submissions.
+
+The self-check grades ``hostile/nbgrader_planted_links``, ``kernel_plants_startup_files`` and
+``hidden_tests_in_file_names`` behind every defence (0 points, no private line in results.json
+or a kept notebook: ``selfcheck._private_lines_shown``). Here each trick is graded with its
+defence off, as the grader was before (one shared, kernel-writable folder for HOME, the working
+folder and the submitted notebooks; nbgrader's log in the messages; a kernel root phase that
+copied the connection file into the kernel's folder), and must then reach what it aimed at: so
+the defence is what stops it. Cost: three notebook gradings (about a minute each on 2 busy
+cores) and a few cheap unit checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autograder.grading.grade import ROOT, grade
+from autograder.notebooks import instructors_log, kept, kernel_spec, nbgrader, runner, safe_files
+from autograder.sandbox import os_boundary
+from autograder.sandbox.remote import Limits
+
+HOSTILE = ROOT / "autograder" / "tests" / "hostile"
+LIMITS = Limits(wall_s=30, cpu_s=30)
+ONLY = frozenset(nb.id for nb in nbgrader.notebooks_of(ROOT))
+
+
+def shared_folders(top: Path, name: str) -> kernel_spec.KernelFolders:
+    """The defence off: every notebook's kernel gets the same folders, its working folder is
+    the course's submitted folder (which nbgrader, as root, reads for the next notebook), HOME
+    and TMPDIR are shared, as before."""
+    course = Path(top).parent / "course"
+    shared = Path(top) / "shared"
+    shared.mkdir(parents=True, exist_ok=True)
+    runtime = shared / f"connection-{name}"
+    runtime.mkdir(mode=0o700)
+    sub = course / "submitted" / nbgrader.STUDENT / nbgrader.ASSIGNMENT
+    return kernel_spec.KernelFolders(shared, course / "home", sub, course / "tmp", course / "sockets", runtime)
+
+
+def old_hidden(forbidden: list[Path], course: Path) -> list[Path]:
+    """The defence off: the kernel may write the course's submitted folder, as before."""
+    return [*forbidden, *(course / p for p in ("gradebook.db", "source", "release", "autograded", "jupyter"))]
+
+
+@pytest.fixture
+def defences_off(monkeypatch):
+    monkeypatch.setattr(kernel_spec, "kernel_folders", shared_folders)
+    monkeypatch.setattr(kernel_spec, "kernel_hidden", old_hidden)
+
+
+def kept_text(folder: Path, name: str) -> str:
+    path = folder / f"{name}.ipynb"
+    return path.read_text(encoding="utf-8") if path.is_file() else ""
+
+
+def test_with_shared_folders_nbgrader_follows_a_planted_link_into_the_kept_notebook(defences_off, tmp_path):
+    """ex01's kernel replaced ex06's submitted file with a link to the instructors' source
+    notebook: nbgrader (root) autograded the source, and the kept ex06 holds its solutions."""
+    data = grade(HOSTILE / "nbgrader_planted_links", limits=LIMITS, only_tasks=ONLY, notebooks_out=tmp_path / "kept")
+    private = nbgrader.private_lines_of(ROOT)
+    shown = kept.leaked(json.loads(kept_text(tmp_path / "kept", "ex06_tail_fanout") or "{}"), private)
+    assert shown, "the planted link was not followed: the control shows nothing"
+    assert data["score"] == 0  # the grader's own check still refuses the points
+
+
+def test_with_shared_folders_a_startup_file_runs_in_the_next_kernel(defences_off, tmp_path):
+    grade(HOSTILE / "kernel_plants_startup_files", limits=LIMITS, only_tasks=ONLY, notebooks_out=tmp_path / "kept")
+    assert "PLANTED True" in kept_text(tmp_path / "kept", "ex06_tail_fanout")
+
+
+def test_with_shared_folders_and_nbgraders_log_shown_the_hidden_tests_reach_results(defences_off, monkeypatch,
+                                                                                     tmp_path):
+    """The kernel wrote the hidden tests it ran into ex06's file: nbgrader's error quotes a
+    non-JSON file's first characters, which the old message passed on."""
+    monkeypatch.setattr(nbgrader, "failure_message", lambda kind, log: f"nbgrader could not run this notebook: {log[-3000:]}")
+    data = grade(HOSTILE / "hidden_tests_in_file_names", limits=LIMITS, only_tasks=ONLY)
+    assert kept.leaked(data, nbgrader.private_lines_of(ROOT)), [t["output"][:300] for t in data["tests"]][7:9]
+
+
+def test_failures_are_the_graders_words_and_the_details_go_to_the_instructors_log(caplog, tmp_path):
+    """A non-JSON notebook: results.json names no byte of it, the instructors' log has the
+    parser's error; each failure kind nbgrader reports maps to a fixed message."""
+    bad = tmp_path / "ex06_tail_fanout.ipynb"
+    bad.write_text("SECRET-FIRST-CHARACTERS and more")
+    with caplog.at_level("WARNING", logger=instructors_log.LOGGER.name):
+        why = nbgrader._readable_notebook(bad)
+    assert why == nbgrader.NOT_READABLE and "SECRET" not in why
+    assert any("JSONDecodeError" in r.getMessage() for r in caplog.records)
+    assert {runner.failure_kind(f"x {w} y") for _, words in runner.FAILURES for w in words} == {
+        k for k, _ in runner.FAILURES}
+    for kind in (*nbgrader.FAILED, "unknown"):
+        assert nbgrader.failure_message(kind, "LOG LINE a kernel chose") in nbgrader.FAILED.values()
+
+
+def test_safe_copies_refuse_links_on_the_way(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "f").write_text("x")
+    (tmp_path / "via").symlink_to(tmp_path / "real")
+    with pytest.raises(safe_files.Unsafe):
+        safe_files.read_file(tmp_path / "via" / "f", limit=10)
+    with pytest.raises(safe_files.Unsafe):
+        safe_files.read_file(tmp_path / "real" / "f", limit=0)
+    (tmp_path / "dst").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(FileExistsError):
+        safe_files.write_new(tmp_path / "dst", b"y")
+    assert not (tmp_path / "elsewhere").exists()
+
+
+OLD_ROOT_PHASE = '''
+import os, sys
+# the kernel's root phase as it was: copy the connection file into the kernel's own folder
+own, src, uid = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with open(src, "rb") as s, open(os.path.join(own, "connection.json"), "wb") as d:
+    d.write(s.read())
+os.chown(os.path.join(own, "connection.json"), uid, uid)
+os.chmod(os.path.join(own, "connection.json"), 0o600)
+'''
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the root phase exists only when the grader runs as root")
+def test_a_connection_file_link_took_the_old_root_phase_and_the_kernel_has_none(tmp_path):
+    """Control: the old root phase, given a planted ``connection.json`` link, rewrote the target
+    and gave it to the sandbox's uid. Now the kernel starts as that uid (``setpriv`` in its
+    command line) and refuses to run as anyone else, before it touches a file."""
+    uid = os_boundary.free_id()
+    own = tmp_path / "own"
+    own.mkdir()
+    os.chown(own, uid, uid)
+    target = tmp_path / "answer_key.json"
+    target.write_text("the answers")
+    (own / "connection.json").symlink_to(target)
+    conn = tmp_path / "conn.json"
+    conn.write_text("{}")
+    subprocess.run([sys.executable, "-c", OLD_ROOT_PHASE, str(own), str(conn), str(uid)], check=True)
+    assert target.stat().st_uid == uid and target.read_text() == "{}"  # the trick worked
+    # the kernel now: started as root with a sandbox uid, it stops at once
+    env = {**os.environ, "SERVELAB_SANDBOX": json.dumps({"uid": uid, "gid": uid, "forbidden": []})}
+    run = subprocess.run([sys.executable, "-s", str(os_boundary.KERNEL), "-f", str(own / "connection.json")],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and f"must run as uid {uid}" in run.stderr
+    b = os_boundary.Boundary(bwrap=False, uid=uid, gid=uid)
+    folders = kernel_spec.kernel_folders(tmp_path / "kernels", "nb")
+    kernel_spec.write_spec(tmp_path / "jupyter", "k", folders, [], Limits(), b)
+    argv = json.loads((tmp_path / "jupyter" / "kernels" / "k" / "kernel.json").read_text())["argv"]
+    assert f"--reuid={uid}" in argv and argv.index(f"--reuid={uid}") < argv.index(str(os_boundary.KERNEL))
+    assert (folders.base.stat().st_mode & 0o777) == 0o700  # closed until the runner opens it
+
+
+def test_each_notebooks_kernel_gets_fresh_folders_outside_the_course(tmp_path):
+    """Two notebooks' kernel specs: HOME, IPython's folder, the working folder and TMPDIR are
+    each notebook's own, none lies in the course folder nbgrader reads as root, and the
+    kernel's command line enters its own working folder."""
+    course = tmp_path / "course"
+    course.mkdir()
+    specs = []
+    for name in ("one", "two"):
+        folders = kernel_spec.kernel_folders(tmp_path / "kernels", name)
+        kernel_spec.write_spec(course / "jupyter", f"k-{name}", folders, [], Limits(), os_boundary.NONE)
+        specs.append(json.loads((course / "jupyter" / "kernels" / f"k-{name}" / "kernel.json").read_text()))
+    envs = [s["env"] for s in specs]
+    for key in ("HOME", "IPYTHONDIR", "TMPDIR", "PWD", "JUPYTER_CONFIG_DIR"):
+        assert envs[0][key] != envs[1][key], key
+        assert all(course not in Path(e[key]).parents for e in envs), key
+    assert all(json.loads(e["SERVELAB_SANDBOX"])["cwd"] == e["PWD"] for e in envs)

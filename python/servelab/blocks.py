@@ -128,7 +128,10 @@ from servelab._core import OutOfBlocks
 
 __all__ = ["BlockAllocator", "OutOfBlocks", "block_key", "ROOT_KEY", "TOKEN_LIMIT",
            "OP_ALLOCATE", "OP_APPEND", "OP_FORK", "OP_FREE",
-           "STATUS_OK", "STATUS_COPIED", "STATUS_OUT_OF_BLOCKS"]
+           "STATUS_OK", "STATUS_COPIED", "STATUS_OUT_OF_BLOCKS", "HOST_POLICIES"]
+
+# which entry a full host tier drops (the Rust core refuses any other name)
+HOST_POLICIES = ("lru", "hits")
 
 ROOT_KEY: int = _core.ROOT_KEY
 TOKEN_LIMIT: int = _core.TOKEN_LIMIT

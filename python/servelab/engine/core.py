@@ -72,7 +72,7 @@ class Engine:
     >>> Engine(num_blocks=0)
     Traceback (most recent call last):
     ...
-    ValueError: num_blocks must be an integer >= 1, got 0
+    ValueError: num_blocks must be a positive integer, got 0
     """
 
     def __init__(self, config: ModelConfig = TINY, *, num_blocks: int = 64, block_size: int = 16,
@@ -124,7 +124,7 @@ class Engine:
         >>> Engine().add_request([1, 2], 0)
         Traceback (most recent call last):
         ...
-        ValueError: max_new_tokens must be an integer >= 1, got 0
+        ValueError: max_new_tokens must be a positive integer, got 0
         >>> Engine().add_request([1, 2], 4, arrival_step=-1)
         Traceback (most recent call last):
         ...

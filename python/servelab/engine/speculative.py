@@ -56,11 +56,7 @@ from servelab.tiny_llm.speculative import accept_greedy, accept_sampled, draw_to
 
 __all__ = ["SpeculativeScheduler", "VerifyCache", "verify", "draft_cost_s", "LLAMA32_1B"]
 
-# Meta's public config of Llama-3.2-1B: the same 128,256-token vocabulary as Llama-3-8B, so it
-# can draft for it; tied embeddings. The default price of a draft step.
-LLAMA32_1B = hw_model.ModelSpec("Llama-3.2-1B", n_layers=16, d_model=2048, n_heads=32,
-                                n_kv_heads=8, d_head=64, d_ff=8192, vocab_size=128256,
-                                tie_embeddings=True)
+LLAMA32_1B = hw_model.LLAMA32_1B  # the default draft's price: a preset of hw_model
 
 # purposes of a seeded uniform (the sampler's own draw is the generator of (seed, index))
 _DRAFT, _ACCEPT, _RESIDUAL = 1, 2, 3

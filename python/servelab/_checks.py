@@ -182,7 +182,9 @@ def count(name: str, value: Any, hi: int | None = None) -> int:
     ValueError: n must be a non-negative integer, got -1
     """
     v = integer(name, value, lo=None, hi=None)
-    if v < 0 or (hi is not None and v > hi):
+    if v < 0:
+        raise ValueError(f"{name} must be {int_wording(0, None)}, got {v}")
+    if hi is not None and v > hi:
         raise ValueError(f"{name} must be {int_wording(0, hi)}, got {v}")
     return v
 

@@ -29,12 +29,12 @@ True
 
 from servelab.engine import core as _core_loop
 from servelab.engine.core import Engine, serve
-from servelab.engine.offload import HostTier as _HostTier
+from servelab.engine.offload import HostTierHook as _HostTier
 from servelab.engine.records import (BatchEntry, EngineResult, EngineStep, Request,
                                      RequestResult)
 from servelab.engine.scheduler import (ContinuousBatchingScheduler, Plan, Scheduler,
                                        SchedulerConfig, SchedulerState, Seq, schedule)
-from servelab.engine.speculative import SpeculativePlan, SpeculativeScheduler
+from servelab.engine.speculative import SpeculativeScheduler
 
 # the features that add a step hook to the engine loop (servelab.engine.core.STEP_HOOKS)
 if _HostTier.for_engine not in _core_loop.STEP_HOOKS:
@@ -42,4 +42,4 @@ if _HostTier.for_engine not in _core_loop.STEP_HOOKS:
 
 __all__ = ["Engine", "serve", "Request", "RequestResult", "EngineStep", "EngineResult",
            "BatchEntry", "Scheduler", "SchedulerState", "SchedulerConfig", "Seq", "Plan",
-           "ContinuousBatchingScheduler", "schedule", "SpeculativeScheduler", "SpeculativePlan"]
+           "ContinuousBatchingScheduler", "schedule", "SpeculativeScheduler"]

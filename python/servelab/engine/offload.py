@@ -13,8 +13,8 @@ the KV data accordingly: :class:`HostKVStore` keeps the K and V of each offloade
   tokens are those of a run without the tier).
 * ``("drop", None, key, hits)``: the host tier no longer holds ``key``.
 
-:class:`HostTier` is the engine's step hook (:class:`servelab.engine.core.StepHook`) for an
-allocator with a host tier: before each forward it replays the step's transfers and prices each
+:class:`HostTierHook` is the engine's step hook (:class:`servelab.engine.core.StepHook`) for
+an allocator with a host tier: before each forward it replays the step's transfers and prices each
 recalled block as its tokens' copy over the host link (``hw_model.kv_host_transfer_s``), as the
 simulator prices it. ``servelab.engine`` registers it, so ``Engine(host_blocks=...)`` has it.
 
@@ -46,7 +46,7 @@ import numpy as np
 from servelab import hw_model
 from servelab.tiny_llm.paged import PagedKVPool
 
-__all__ = ["HostKVStore", "HostTier"]
+__all__ = ["HostKVStore", "HostTierHook"]
 
 
 class HostKVStore:
@@ -79,14 +79,14 @@ class HostKVStore:
         return recalled
 
 
-class HostTier:
+class HostTierHook:
     """The host tier's step hook: its :class:`HostKVStore` follows the engine's allocator."""
 
     def __init__(self) -> None:
         self.store = HostKVStore()
 
     @classmethod
-    def for_engine(cls, engine: Any) -> HostTier | None:
+    def for_engine(cls, engine: Any) -> HostTierHook | None:
         """A hook for ``engine`` if its allocator has a host tier, else None."""
         return cls() if engine.allocator.host_blocks else None
 

@@ -146,6 +146,13 @@ def _seconds(positive: bool, allow_inf: bool = False) -> Callable[[str], float]:
     return parse
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a flag's default, except where it has none (its help says what happens then)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with a one-line error (no usage block): ``servelab sweep: error: argument --n:
     must be a positive integer, got '0'``."""
@@ -291,7 +298,7 @@ def _add_sweep_parser(sub: Any) -> None:
     p = sub.add_parser("sweep", help="simulate a grid of policies x parameters x arrival rates",
                        description="Simulates demo 03's chat workload at every point of a grid of policies x "
                                    "parameters x arrival rates; writes a table, sweep.csv, sweep.json and plots.",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=_HelpFormatter)
     p.add_argument("--policy", nargs="+", default=["batch1", "static"], choices=sorted(sw.POLICIES),
                    help="scheduling policies")
     p.add_argument("--rates", nargs="+", default=["0.1:1.0:0.1"],
@@ -300,7 +307,8 @@ def _add_sweep_parser(sub: Any) -> None:
                    help=f"a preset ({', '.join(model_presets())}) or a .toml/.json spec file")
     p.add_argument("--gpu", default="H100", help=f"a preset ({', '.join(gpu_presets())}) or a .toml/.json spec file")
     for axis, takers in policy_axes().values():  # every policy's axes (servelab.policies)
-        kind = {"choices": list(axis.kind.choices)} if axis.kind.choices else {"type": _flag_type(axis.kind.parse)}
+        kind = ({"choices": list(axis.kind.choices)} if axis.kind.choices
+                else {"type": _flag_type(axis.kind.parse), "metavar": axis.name.upper()})
         p.add_argument(axis.option, dest="axis_" + axis.name, nargs="+", **kind,  # type: ignore[arg-type]
                        help=f"{', '.join(takers)}: {axis.help} ({axis.shown_default()} if not given)")
     p.add_argument("--n", type=_int_at_least(1), default=lecture.N_REQUESTS, help="requests per point")

@@ -308,7 +308,7 @@ for _policy in (
                Axis("shared_fraction", (1.0,), FRACTION, "share of requests whose system prompt is a shared one")),
            _prefix_workload),
     Policy("speculative", run_speculative, lambda p: f"speculative k={p['spec_k']} a={p['acceptance']:g}", (
-        Axis("spec_k", (4,), int_in(0, 64), "draft guesses per step"),
+        Axis("spec_k", (4,), int_in(0, 64), "draft guesses per step, at most 64"),
         Axis("acceptance", (0.8,), FRACTION, "chance each guess is kept"))),
     Policy("tiered", run_tiered, lambda p: f"host tier {p['host_blocks']} blocks {p['host_policy']}", (
         Axis("host_blocks", (0, 2000, 8000), int_in(0, MAX_NUM_BLOCKS), "host tier sizes in KV blocks"),

@@ -123,6 +123,7 @@ class SpeculativeScheduler:
         self._caches: dict[int, tuple[Any, list[int]]] = {}  # request id -> (cache, tokens fed)
 
     def schedule(self, state: SchedulerState) -> Plan:
+        _checks.instance("state", state, SchedulerState, "a SchedulerState")
         blocks = state.blocks
         if getattr(blocks, "host_blocks", 0):
             # a kept guess's append can evict a cached block and write into it at once, before

@@ -204,7 +204,6 @@ def _grid(args: argparse.Namespace) -> Any:
     from servelab import sweep as sw
     from servelab.hw_model import DEFAULT_EFFICIENCY
     from servelab.policies import axes as policy_axes
-    from servelab.spec_files import resolve_gpu, resolve_model
 
     axes_by_name = policy_axes()
     given = {name: getattr(args, "axis_" + name) for name in axes_by_name}
@@ -213,11 +212,7 @@ def _grid(args: argparse.Namespace) -> Any:
         if values is not None and not set(takers) & set(args.policy):
             raise UsageError(f"{axis.option} applies to --policy {' '.join(takers)}, which is not among "
                              f"--policy {' '.join(args.policy)}")
-    try:
-        model = resolve_model(args.model, "--model")
-        gpu = resolve_gpu(args.gpu, "--gpu")
-    except (TypeError, ValueError) as exc:
-        raise UsageError(str(exc)) from None
+    model, gpu = hardware(args)
     try:
         rates = sw.parse_rates(args.rates, limit=sw.MAX_POINTS)
     except ValueError as exc:  # "rates ..." -> "--rates ..."
@@ -236,6 +231,27 @@ def _grid(args: argparse.Namespace) -> Any:
         raise UsageError(f"the grid has {len(grid):,} points ({len(rates)} rates x {len(grid) // len(rates)} "
                          f"configurations), more than {sw.MAX_POINTS:,}: narrow --rates or the parameter lists")
     return grid
+
+
+def add_hardware_flags(p: argparse.ArgumentParser) -> None:
+    """``--model`` and ``--gpu``: a preset of :mod:`servelab.hw_model` or a spec file, as every
+    subcommand that prices steps takes them (read back by :func:`hardware`)."""
+    from servelab.spec_files import gpu_presets, model_presets
+
+    p.add_argument("--model", default="LLAMA3_8B",
+                   help=f"a preset ({', '.join(model_presets())}) or a .toml/.json spec file")
+    p.add_argument("--gpu", default="H100", help=f"a preset ({', '.join(gpu_presets())}) or a .toml/.json spec file")
+
+
+def hardware(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The ``(ModelSpec, GpuSpec)`` that ``--model`` and ``--gpu`` name; a bad one is a
+    :class:`UsageError` naming its flag."""
+    from servelab.spec_files import resolve_gpu, resolve_model
+
+    try:
+        return resolve_model(args.model, "--model"), resolve_gpu(args.gpu, "--gpu")
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _calibrated(path: str) -> Any:
@@ -293,7 +309,6 @@ def _add_sweep_parser(sub: Any) -> None:
     from servelab import lecture
     from servelab import sweep as sw
     from servelab.policies import axes as policy_axes
-    from servelab.spec_files import gpu_presets, model_presets
 
     p = sub.add_parser("sweep", help="simulate a grid of policies x parameters x arrival rates",
                        description="Simulates demo 03's chat workload at every point of a grid of policies x "
@@ -303,9 +318,7 @@ def _add_sweep_parser(sub: Any) -> None:
                    help="scheduling policies")
     p.add_argument("--rates", nargs="+", default=["0.1:1.0:0.1"],
                    help=f"arrival rates in req/s: numbers or start:stop:step (at most {sw.MAX_POINTS:,} points)")
-    p.add_argument("--model", default="LLAMA3_8B",
-                   help=f"a preset ({', '.join(model_presets())}) or a .toml/.json spec file")
-    p.add_argument("--gpu", default="H100", help=f"a preset ({', '.join(gpu_presets())}) or a .toml/.json spec file")
+    add_hardware_flags(p)
     for axis, takers in policy_axes().values():  # every policy's axes (servelab.policies)
         kind = ({"choices": list(axis.kind.choices)} if axis.kind.choices
                 else {"type": _flag_type(axis.kind.parse), "metavar": axis.name.upper()})

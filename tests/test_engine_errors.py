@@ -40,10 +40,10 @@ def test_a_prompt_over_the_token_budget_needs_chunked_prefill():
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
-    (dict(num_blocks=0), ValueError, "num_blocks must be an integer >= 1, got 0"),
-    (dict(block_size=-3), ValueError, "block_size must be an integer >= 1, got -3"),
+    (dict(num_blocks=0), ValueError, "num_blocks must be a positive integer, got 0"),
+    (dict(block_size=-3), ValueError, "block_size must be a positive integer, got -3"),
     (dict(max_num_seqs=1.5), TypeError, "max_num_seqs must be an integer, got 1.5 (float)"),
-    (dict(max_num_batched_tokens=0), ValueError, "max_num_batched_tokens must be an integer >= 1, got 0"),
+    (dict(max_num_batched_tokens=0), ValueError, "max_num_batched_tokens must be a positive integer, got 0"),
     (dict(chunked_prefill="yes"), TypeError, "chunked_prefill must be True or False, got 'yes' (str)"),
     (dict(prefix_caching=1), TypeError, "prefix_caching must be True or False, got 1 (int)"),
     (dict(cost_model="llama"), TypeError, "cost_model must be a hw_model.ModelSpec, got 'llama' (str)"),
@@ -62,7 +62,7 @@ def test_bad_engine_arguments_raise_an_error_naming_them(kwargs, error, match):
     (([1, 256], 3), "token id 256 at prompt[1] is outside the vocabulary [0, 256)"),
     (("hello", 3), "prompt must be a sequence of integer token ids, got 'hello' "
                    "(encode text first, e.g. list(text.encode()))"),
-    (([1, 2], 0), "max_new_tokens must be an integer >= 1, got 0"),
+    (([1, 2], 0), "max_new_tokens must be a positive integer, got 0"),
     (([1, 2], True), "max_new_tokens must be an integer, got True (bool)"),
     (([1, 2], 3, None), "sampler must be callable as sampler(logits, step), got None"),
     (([1, 2], 3, GREEDY, -1), "arrival_step must be an integer in [0, 1000000], got -1"),
@@ -117,3 +117,15 @@ def test_a_plan_the_engine_cannot_carry_out_is_refused(plan, match):
     eng.add_request([1, 2, 3], 2)
     with pytest.raises(RuntimeError, match=match):
         eng.step()
+
+
+def test_the_engine_loop_imports_no_feature():
+    # a feature plugs in as a scheduler, a plan's verify step or a step hook (ARCHITECTURE.md)
+    import ast
+    import servelab.engine.core as core
+
+    tree = ast.parse(open(core.__file__, encoding="utf-8").read())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} \
+        | {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in imported if "speculative" in m or "offload" in m}, imported
+    assert [f for f in Plan.__dataclass_fields__] == ["batch", "preempted", "admitted", "copies"]

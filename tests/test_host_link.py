@@ -59,7 +59,7 @@ def test_one_block_of_llama3_8b_over_pcie_gen5():
 
 
 @pytest.mark.parametrize("n_tokens,error,message", [
-    (-1, ValueError, "n_tokens must be an integer >= 0, got -1"),
+    (-1, ValueError, "n_tokens must be a non-negative integer, got -1"),
     (1.5, TypeError, "n_tokens must be an integer"),
     (True, TypeError, "n_tokens must be an integer"),
     ("16", TypeError, "n_tokens must be an integer"),

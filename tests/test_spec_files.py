@@ -24,7 +24,7 @@ SLOW_GPU = hw.GpuSpec("slow", peak_flops=100e12, hbm_bandwidth=1e12, memory_byte
 
 def test_presets_are_hw_models_by_either_name():
     assert model_presets() == {"LLAMA3_8B": hw.LLAMA3_8B, "LLAMA3_70B": hw.LLAMA3_70B, "LLAMA2_7B": hw.LLAMA2_7B,
-                               "LLAMA2_13B": hw.LLAMA2_13B, "LLAMA2_70B": hw.LLAMA2_70B}
+                               "LLAMA2_13B": hw.LLAMA2_13B, "LLAMA2_70B": hw.LLAMA2_70B, "LLAMA32_1B": hw.LLAMA32_1B}
     assert gpu_presets() == {"H100": hw.H100, "H200": hw.H200, "A100_80GB": hw.A100_80GB,
                              "H100_FP8": hw.H100_FP8, "H200_FP8": hw.H200_FP8}
     for name in ("LLAMA3_70B", "Llama-3-70B", "llama3_70b"):

@@ -151,9 +151,9 @@ def test_bad_grids_name_the_value(kwargs, match):
 
 def test_bad_sweep_arguments():
     g = sw.Grid(policies=("batch1",), rates=(0.5,))
-    with pytest.raises(ValueError, match="jobs must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="jobs must be a positive integer, got 0"):
         sw.sweep(g, jobs=0)
-    with pytest.raises(ValueError, match="n must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="n must be a positive integer, got 0"):
         sw.sweep(g, n=0)  # no requests: every summary would be NaN
     with pytest.raises(ValueError, match="rates must be numbers or start:stop:step"):
         sw.parse_rates(["0.1:x"])

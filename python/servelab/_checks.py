@@ -1,7 +1,7 @@
 """Argument checks shared by the library's public functions, in one place.
 
 Every check names the argument, shows the value and says what was allowed, so a message is
-something a person can act on (issue 13). Wrong types raise ``TypeError``, values out of range
+something a person can act on. Wrong types raise ``TypeError``, values out of range
 ``ValueError``. Integers may be Python or numpy integers, reals may be any real number type;
 ``bool`` (Python's or numpy's) is never taken for a number.
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, NoReturn, TypeGuard, Union
+from typing import Any, NoReturn, Sequence, TypeGuard, Union
 
 import numpy as np
 
@@ -69,12 +69,53 @@ def integer(name: str, value: Any, lo: int | None = INT64_MIN, hi: int | None = 
         raise TypeError(f"{name} must be an integer, got {_shown(value)} ({type(value).__name__})")
     v = int(value)
     if (lo is not None and v < lo) or (hi is not None and v > hi):
-        if hi is None:
-            raise ValueError(f"{name} must be an integer >= {lo}, got {v}")
-        if lo is None:
-            raise ValueError(f"{name} must be an integer <= {hi}, got {v}")
-        raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {v}")
+        raise ValueError(f"{name} must be {int_wording(lo, hi)}, got {v}")
     return v
+
+
+def int_wording(lo: int | None, hi: int | None, plural: bool = False) -> str:
+    """The one wording of an integer range, for every message that states one.
+
+    >>> int_wording(1, None), int_wording(0, None, plural=True), int_wording(0, 64)
+    ('a positive integer', 'non-negative integers', 'an integer in [0, 64]')
+    """
+    if lo is not None and hi is not None:
+        bound = f" in [{lo}, {hi}]"
+    elif lo == 1 or lo == 0:
+        return ("positive integers" if lo else "non-negative integers") if plural else \
+            ("a positive integer" if lo else "a non-negative integer")
+    else:
+        bound = f" >= {lo}" if lo is not None else (f" <= {hi}" if hi is not None else "")
+    return ("integers" if plural else "an integer") + bound
+
+
+def either(allowed: Sequence[Any]) -> str:
+    """``'a', 'b' or 'c'``: the allowed values of a choice, as every message words them.
+
+    >>> either(("lru", "hits"))
+    "'lru' or 'hits'"
+    """
+    shown = [repr(a) for a in allowed]
+    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"
+
+
+def choice(name: str, value: Any, allowed: Sequence[Any]) -> Any:
+    """``value`` itself when it is one of ``allowed``; else ``ValueError`` listing them.
+
+    >>> choice("host_policy", "hits", ("lru", "hits"))
+    'hits'
+    >>> choice("host_policy", "fifo", ("lru", "hits"))
+    Traceback (most recent call last):
+    ...
+    ValueError: host_policy must be 'lru' or 'hits', got 'fifo'
+    """
+    try:
+        ok = any(value == a and type(value) is type(a) for a in allowed)
+    except Exception:  # a value whose == raises (a numpy array) is no choice
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be {either(allowed)}, got {_shown(value)}")
+    return value
 
 
 def real(name: str, value: Any, lo: float | None = None, hi: float | None = None, *,
@@ -124,10 +165,10 @@ def positive_int(name: str, value: Any, hi: int | None = INT64_MAX) -> int:
     ValueError: prompt_len must be an integer in [1, 131072], got 1000000
     """
     if not is_int(value) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {_shown(int(value) if is_int(value) else value)}")
+        raise ValueError(f"{name} must be {int_wording(1, None)}, got {_shown(int(value) if is_int(value) else value)}")
     v = int(value)
     if hi is not None and v > hi:
-        raise ValueError(f"{name} must be an integer in [1, {hi}], got {v}")
+        raise ValueError(f"{name} must be {int_wording(1, hi)}, got {v}")
     return v
 
 
@@ -142,9 +183,9 @@ def count(name: str, value: Any, hi: int | None = None) -> int:
     """
     v = integer(name, value, lo=None, hi=None)
     if v < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {v}")
+        raise ValueError(f"{name} must be {int_wording(0, None)}, got {v}")
     if hi is not None and v > hi:
-        raise ValueError(f"{name} must be an integer in [0, {hi}], got {v}")
+        raise ValueError(f"{name} must be {int_wording(0, hi)}, got {v}")
     return v
 
 
@@ -218,17 +259,17 @@ def int64_array(name: str, values: Any) -> np.ndarray:
 
 
 def seed(name: str, value: Any) -> int | np.random.SeedSequence:
-    """A seed for ``numpy.random.default_rng``: an integer >= 0 or a ``SeedSequence``.
+    """A seed for ``numpy.random.default_rng``: a non-negative integer or a ``SeedSequence``.
 
     >>> seed("seed", -1)
     Traceback (most recent call last):
     ...
-    ValueError: seed must be an integer >= 0, got -1
+    ValueError: seed must be a non-negative integer, got -1
     """
     if isinstance(value, np.random.SeedSequence):
         return value
     if _is_bool(value) or _is_time(value) or not isinstance(value, (numbers.Integral, np.integer)):
-        raise TypeError(f"{name} must be an integer >= 0 or a numpy SeedSequence, got {_shown(value)} "
+        raise TypeError(f"{name} must be a non-negative integer or a numpy SeedSequence, got {_shown(value)} "
                         f"({type(value).__name__})")
     return integer(name, value, 0, None)
 

@@ -6,12 +6,13 @@ sequence a *block table*, so memory is taken a block at a time, shared between s
 (``fork``, prefix caching) and given back the moment a request ends.
 
 :class:`BlockAllocator` is the bookkeeping half: which block holds which tokens of which
-sequence. It runs in Rust (``servelab._core``, folder ``rust/src/blocks/``). (The course's own
-copy also holds a pure-Python twin of the same rules, checked against it operation by operation
-by a Hypothesis state machine.)
+sequence. It runs in Rust (``servelab._core``, folder ``rust/src/blocks/``); the course's own
+copy also holds a pure-Python twin (:mod:`servelab.reference.blocks`), checked against it
+operation by operation by a Hypothesis state machine.
 
-The rules are vLLM's, kept exact so that the two implementations choose the same block at every
-step:
+**The contract.** This list is the allocator's contract, written once: the Rust core and the
+twin enforce it and link here. The rules are vLLM's, kept exact so that both implementations
+choose the same block at every step:
 
 * **Tables.** A sequence of ``n`` tokens holds ``ceil(n / block_size)`` blocks, the last maybe
   partly filled. ``allocate`` gives a new sequence its blocks; ``append`` adds one token and
@@ -72,9 +73,10 @@ step:
   longest ago, ``"hits"`` the one with the fewest prefix hits (oldest among equals), so a
   shared system prompt outlives one-off prompts. ``take_transfers()`` returns, in order, each
   ``("offload", block, key, hits)``, ``("recall", block, key, hits)`` and ``("drop", None,
-  key, hits)`` since its last call (``hits``: the moved entry's hit count): an engine copies KV by it before writing any block (an evicted block's data is
-  intact until then). ``host_blocks=0`` (the default) is the allocator without the tier, bit
-  for bit.
+  key, hits)`` since its last call (``hits``: the moved entry's hit count): an engine copies
+  KV by it before writing any block (an evicted block's data is intact until then;
+  :mod:`servelab.engine.offload`). ``host_blocks=0`` (the default) is the allocator without
+  the tier, bit for bit.
 * ``can_allocate(n_tokens)`` is ``ceil(n_tokens / block_size) <= num_free_blocks``: when it is
   true, ``allocate`` of that many tokens cannot fail (prefix hits only lower the need).
 
@@ -128,7 +130,10 @@ from servelab._core import OutOfBlocks
 
 __all__ = ["BlockAllocator", "OutOfBlocks", "block_key", "ROOT_KEY", "TOKEN_LIMIT",
            "OP_ALLOCATE", "OP_APPEND", "OP_FORK", "OP_FREE",
-           "STATUS_OK", "STATUS_COPIED", "STATUS_OUT_OF_BLOCKS"]
+           "STATUS_OK", "STATUS_COPIED", "STATUS_OUT_OF_BLOCKS", "HOST_POLICIES"]
+
+# which entry a full host tier drops (the Rust core refuses any other name)
+HOST_POLICIES = ("lru", "hits")
 
 ROOT_KEY: int = _core.ROOT_KEY
 TOKEN_LIMIT: int = _core.TOKEN_LIMIT

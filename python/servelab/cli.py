@@ -113,26 +113,22 @@ class Console(rich.console.Console):
 
 # ---- flag types: each names what it wants; argparse adds the flag's name --------------------
 
-def _int_at_least(lo: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
+def _flag_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A flag's type from a text parser of :mod:`servelab.policies` (its ValueError names what
+    it wants; argparse adds the flag)."""
+    def typed(text: str) -> Any:
         try:
-            v = int(text)
-        except ValueError:
-            v = None
-        if v is None or v < lo:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}")
-        return v
-    return parse
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    typed.__name__ = getattr(parse, "__name__", "value")
+    return typed
 
 
-def _fraction(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = math.nan
-    if not 0.0 <= v <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}")
-    return v
+def _int_at_least(lo: int) -> Callable[[str], int]:
+    from servelab.policies import int_in
+
+    return _flag_type(int_in(lo).parse)
 
 
 def _seconds(positive: bool, allow_inf: bool = False) -> Callable[[str], float]:
@@ -151,19 +147,16 @@ def _seconds(positive: bool, allow_inf: bool = False) -> Callable[[str], float]:
     return parse
 
 
-def _estimator(text: str) -> str:
-    from servelab import sweep as sw
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a flag's default, except where it has none (its help says what happens then)."""
 
-    try:
-        sw._estimator(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return action.help if action.default is None else super()._get_help_string(action)
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse with a one-line error (no usage block): ``servelab sweep: error: argument --n:
-    must be an integer >= 1, got '0'``."""
+    must be a positive integer, got '0'``."""
 
     def error(self, message: str) -> NoReturn:
         raise _ParserError(f"{self.prog}: error: {message} (see {self.prog} --help)")
@@ -207,42 +200,29 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
 
 # ---- servelab sweep -------------------------------------------------------------------------
 
-# the grid's axes: flag -> (Grid field, the policy that takes it)
-_AXES = {"--batch-size": ("batch_size", "static"), "--max-wait": ("max_wait_s", "static"),
-         "--ride-along": ("ride_along", "static"), "--estimator": ("estimator", "early_reject"),
-         "--max-num-seqs": ("max_num_seqs", "continuous"), "--chunked-prefill": ("chunked_prefill", "continuous"),
-         "--prefix-caching": ("prefix_caching", "prefix"), "--shared-fraction": ("shared_fraction", "prefix"),
-         "--host-blocks": ("host_blocks", "tiered"), "--host-policy": ("host_policy", "tiered"),
-         "--spec-k": ("spec_k", "speculative"), "--acceptance": ("acceptance", "speculative")}
-
-
 def _grid(args: argparse.Namespace) -> Any:
     """The sweep's grid from the flags, every check naming its flag; counted before it is built."""
     from servelab import sweep as sw
     from servelab.hw_model import DEFAULT_EFFICIENCY
-    from servelab.spec_files import resolve_gpu, resolve_model
+    from servelab.policies import axes as policy_axes
 
-    given = {flag: getattr(args, flag[2:].replace("-", "_")) for flag in _AXES}
-    for flag, values in given.items():
-        policy = _AXES[flag][1]
-        if values is not None and policy not in args.policy:
-            raise UsageError(f"{flag} applies to --policy {policy}, which is not among "
+    axes_by_name = policy_axes()
+    given = {name: getattr(args, "axis_" + name) for name in axes_by_name}
+    for name, values in given.items():
+        axis, takers = axes_by_name[name]
+        if values is not None and not set(takers) & set(args.policy):
+            raise UsageError(f"{axis.option} applies to --policy {' '.join(takers)}, which is not among "
                              f"--policy {' '.join(args.policy)}")
-    try:
-        model = resolve_model(args.model, "--model")
-        gpu = resolve_gpu(args.gpu, "--gpu")
-    except (TypeError, ValueError) as exc:
-        raise UsageError(str(exc)) from None
+    model, gpu = hardware(args)
     try:
         rates = sw.parse_rates(args.rates, limit=sw.MAX_POINTS)
     except ValueError as exc:  # "rates ..." -> "--rates ..."
         raise UsageError(f"--{exc}") from None
     axes: dict[str, list[Any]] = {}
-    for flag, values in given.items():
+    for name, values in given.items():
         if values is not None:
-            field = _AXES[flag][0]
-            yes_no = field in ("ride_along", "chunked_prefill", "prefix_caching")
-            axes[field] = [v == "yes" for v in values] if yes_no else values
+            kind = axes_by_name[name][0].kind  # a closed list of texts is read once argparse checked it
+            axes[name] = [kind.parse(v) for v in values] if kind.choices else values
     efficiency = _calibrated(args.calibration) if args.calibration else DEFAULT_EFFICIENCY
     try:
         grid = sw.Grid(policies=args.policy, rates=rates, model=model, gpu=gpu, efficiency=efficiency, **axes)
@@ -252,6 +232,27 @@ def _grid(args: argparse.Namespace) -> Any:
         raise UsageError(f"the grid has {len(grid):,} points ({len(rates)} rates x {len(grid) // len(rates)} "
                          f"configurations), more than {sw.MAX_POINTS:,}: narrow --rates or the parameter lists")
     return grid
+
+
+def add_hardware_flags(p: argparse.ArgumentParser) -> None:
+    """``--model`` and ``--gpu``: a preset of :mod:`servelab.hw_model` or a spec file, as every
+    subcommand that prices steps takes them (read back by :func:`hardware`)."""
+    from servelab.spec_files import gpu_presets, model_presets
+
+    p.add_argument("--model", default="LLAMA3_8B",
+                   help=f"a preset ({', '.join(model_presets())}) or a .toml/.json spec file")
+    p.add_argument("--gpu", default="H100", help=f"a preset ({', '.join(gpu_presets())}) or a .toml/.json spec file")
+
+
+def hardware(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The ``(ModelSpec, GpuSpec)`` that ``--model`` and ``--gpu`` name; a bad one is a
+    :class:`UsageError` naming its flag."""
+    from servelab.spec_files import resolve_gpu, resolve_model
+
+    try:
+        return resolve_model(args.model, "--model"), resolve_gpu(args.gpu, "--gpu")
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _calibrated(path: str) -> Any:
@@ -308,41 +309,22 @@ def _sweep(args: argparse.Namespace, console: Console) -> int:
 def _add_sweep_parser(sub: Any) -> None:
     from servelab import lecture
     from servelab import sweep as sw
-    from servelab.spec_files import gpu_presets, model_presets
+    from servelab.policies import axes as policy_axes
 
     p = sub.add_parser("sweep", help="simulate a grid of policies x parameters x arrival rates",
                        description="Simulates demo 03's chat workload at every point of a grid of policies x "
                                    "parameters x arrival rates; writes a table, sweep.csv, sweep.json and plots.",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=_HelpFormatter)
     p.add_argument("--policy", nargs="+", default=["batch1", "static"], choices=sorted(sw.POLICIES),
                    help="scheduling policies")
     p.add_argument("--rates", nargs="+", default=["0.1:1.0:0.1"],
                    help=f"arrival rates in req/s: numbers or start:stop:step (at most {sw.MAX_POINTS:,} points)")
-    p.add_argument("--model", default="LLAMA3_8B",
-                   help=f"a preset ({', '.join(model_presets())}) or a .toml/.json spec file")
-    p.add_argument("--gpu", default="H100", help=f"a preset ({', '.join(gpu_presets())}) or a .toml/.json spec file")
-    p.add_argument("--batch-size", type=_int_at_least(1), nargs="+", help="static: batch sizes (32 if not given)")
-    p.add_argument("--max-wait", type=_seconds(positive=False), nargs="+",
-                   help=f"static: longest wait for a batch to fill, s ({lecture.MAX_WAIT_S:g} if not given)")
-    p.add_argument("--ride-along", nargs="+", choices=["yes", "no"],
-                   help="static: finished requests keep computing (yes if not given)")
-    p.add_argument("--estimator", nargs="+", type=_estimator,
-                   help="early_reject: mean, oracle, sigma=0.5 (mean if not given)")
-    p.add_argument("--max-num-seqs", type=_int_at_least(1), nargs="+", help="continuous: seats (256 if not given)")
-    p.add_argument("--chunked-prefill", nargs="+", choices=["yes", "no"],
-                   help="continuous: split long prompts over steps (no if not given)")
-    p.add_argument("--prefix-caching", nargs="+", choices=["yes", "no"],
-                   help="prefix: reuse the KV of shared prompt prefixes (no and yes if not given)")
-    p.add_argument("--shared-fraction", type=_fraction, nargs="+",
-                   help="prefix: share of requests whose system prompt is a shared one (1 if not given)")
-    p.add_argument("--host-blocks", type=_int_at_least(0), nargs="+",
-                   help="tiered: host tier sizes in KV blocks (0 2000 8000 if not given)")
-    p.add_argument("--host-policy", nargs="+", choices=["lru", "hits"],
-                   help="tiered: which entry a full host tier drops (lru if not given)")
-    p.add_argument("--spec-k", type=_int_at_least(0), nargs="+",
-                   help="speculative: draft guesses per step, at most 64 (4 if not given)")
-    p.add_argument("--acceptance", type=_fraction, nargs="+",
-                   help="speculative: chance each guess is kept (0.8 if not given)")
+    add_hardware_flags(p)
+    for axis, takers in policy_axes().values():  # every policy's axes (servelab.policies)
+        kind = ({"choices": list(axis.kind.choices)} if axis.kind.choices
+                else {"type": _flag_type(axis.kind.parse), "metavar": axis.name.upper()})
+        p.add_argument(axis.option, dest="axis_" + axis.name, nargs="+", **kind,  # type: ignore[arg-type]
+                       help=f"{', '.join(takers)}: {axis.help} ({axis.shown_default()} if not given)")
     p.add_argument("--n", type=_int_at_least(1), default=lecture.N_REQUESTS, help="requests per point")
     p.add_argument("--seed", type=_int_at_least(0), default=lecture.SEED, help="workload seed")
     p.add_argument("--slo-ttft", type=_seconds(positive=True, allow_inf=True), default=lecture.LECTURE_SLO.ttft_s, help="SLO on TTFT, s")

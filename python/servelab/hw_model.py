@@ -77,6 +77,7 @@ __all__ = [
     "DEFAULT_EFFICIENCY",
     "LLAMA3_8B",
     "LLAMA3_70B",
+    "LLAMA32_1B",
     "H100",
     "H200",
     "A100_80GB",
@@ -268,6 +269,10 @@ LLAMA2_13B = ModelSpec("Llama-2-13B", n_layers=40, d_model=5120, n_heads=40, n_k
                        d_head=128, d_ff=13824, vocab_size=32000)
 LLAMA2_70B = ModelSpec("Llama-2-70B", n_layers=80, d_model=8192, n_heads=64, n_kv_heads=8,
                        d_head=128, d_ff=28672, vocab_size=32000)
+# Meta's public config of Llama-3.2-1B: the same 128,256-token vocabulary as Llama-3-8B, so it
+# can draft for it (§8 milestone 4a); tied embeddings. The default price of a draft step.
+LLAMA32_1B = ModelSpec("Llama-3.2-1B", n_layers=16, d_model=2048, n_heads=32, n_kv_heads=8,
+                       d_head=64, d_ff=8192, vocab_size=128256, tie_embeddings=True)
 # The same cards at their FP8 dense tensor-core peak (the datasheets: 1979 TFLOP/s, twice BF16),
 # for engines that run the matmuls in FP8 (W8A8); pair them with a bytes_per_param=1 model.
 H100_FP8 = dataclasses.replace(H100, name="H100-SXM (FP8)", peak_flops=1979e12)

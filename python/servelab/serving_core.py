@@ -43,6 +43,7 @@ import numpy as np
 
 from servelab import _checks, _core
 from servelab.admission import EarlyReject
+from servelab.blocks import HOST_POLICIES
 from servelab.hw_model import DEFAULT_EFFICIENCY, Efficiency, GpuSpec, ModelSpec
 from servelab.workload import Requests, SharedPrefixes, check_shared_prefixes
 
@@ -433,8 +434,7 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     shared_prefixes = check_shared_prefixes(shared_prefixes, len(requests))
     sp = None if shared_prefixes is None else (shared_prefixes.parent, shared_prefixes.length)
     host = _checks.integer("host_blocks", host_blocks, 0, _core.MAX_NUM_BLOCKS)
-    if not isinstance(host_policy, str) or host_policy not in ("lru", "hits"):
-        raise ValueError(f"host_policy must be 'lru' or 'hits', got {host_policy!r}")
+    _checks.choice("host_policy", host_policy, HOST_POLICIES)
     tier: tuple[int, str, float] | None = None
     if host:
         if not caching:

@@ -23,6 +23,10 @@ rate, only closer together) under one policy and summarises it against an SLO:
   same GPU); axes ``spec_k`` (guesses per step, 0: plain decoding) and ``acceptance`` (the
   chance each guess is kept).
 
+Each policy is one record of :mod:`servelab.policies` (its axes with their defaults and checks,
+its label, its workload, its run function); the grid, its checks and the labels come from
+there, so a policy registered there is swept like these.
+
 Prefix rows fill ``cached_share``: prompt tokens served from a cache (GPU or host) over all
 prompt tokens (None for the other policies).
 
@@ -79,21 +83,20 @@ import math
 import os
 import tempfile
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from servelab import _checks, lecture
-from servelab._core import MAX_NUM_BLOCKS
 from servelab import metrics as mx
-from servelab.admission import EarlyReject, NoisyPredictor
 from servelab.hw_model import DEFAULT_EFFICIENCY, H100, LLAMA3_8B, Efficiency, GpuSpec, ModelSpec, kv_capacity_tokens
 from servelab.metrics import SLO
-from servelab.serving_core import Speculation, run_batch1, run_continuous_batching, run_static_batching
+from servelab.policies import REGISTRY, TIERED_GPU_BLOCKS, TIERED_TURNS_MEAN, Job, Policy
+from servelab.policies import estimator as _estimator
+from servelab.policies import axes as policies_axes
 from servelab.spec_files import resolve_gpu, resolve_model
-from servelab.workload import chat_requests, chat_sessions
 
 __all__ = ["Grid", "Point", "Row", "SweepResult", "sweep", "parse_rates", "POLICIES", "MAX_POINTS"]
 
@@ -102,31 +105,8 @@ __all__ = ["Grid", "Point", "Row", "SweepResult", "sweep", "parse_rates", "POLIC
 # minutes of building a list; sweep(max_points=None) lifts the bound for a cluster.
 MAX_POINTS = 10_000
 
-# policy -> the parameter axes it takes
-POLICIES: dict[str, tuple[str, ...]] = {
-    "batch1": (),
-    "early_reject": ("estimator",),
-    "static": ("batch_size", "max_wait_s", "ride_along"),
-    "continuous": ("max_num_seqs", "chunked_prefill"),
-    "prefix": ("prefix_caching", "shared_fraction"),
-    "speculative": ("spec_k", "acceptance"),
-    "tiered": ("host_blocks", "host_policy"),
-}
-# the tiered policy's workload and GPU pool (§8 milestone 4b): long conversations, a pool of
-# 1500 blocks x 16 tokens (24k tokens: a few dozen conversations), so prefixes get evicted
-TIERED_TURNS_MEAN = 4.0
-TIERED_GPU_BLOCKS = 1500
-
-
-def _estimator(spec: str) -> Any:
-    if spec in ("mean", "oracle"):
-        return spec
-    if isinstance(spec, str) and spec.startswith("sigma="):
-        try:
-            return NoisyPredictor(float(spec[len("sigma="):]))
-        except ValueError as exc:
-            raise ValueError(f"estimator {spec!r}: {exc}") from None
-    raise ValueError(f"estimator must be 'mean', 'oracle' or 'sigma=<number>', got {spec!r}")
+# every policy, by name: its record (servelab.policies) gives its axes, label, workload and run
+POLICIES: dict[str, Policy] = REGISTRY
 
 
 @dataclass(frozen=True)
@@ -144,34 +124,12 @@ class Point:
     @property
     def config(self) -> str:
         """The policy and its parameters, without the rate (one curve of a plot)."""
-        p = dict(self.params)
-        if self.policy == "static":
-            extra = "" if p["ride_along"] else " no ride"
-            wait = "" if p["max_wait_s"] == lecture.MAX_WAIT_S else f" wait {p['max_wait_s']:g}s"
-            return f"static B={p['batch_size']}{wait}{extra}"
-        if self.policy == "early_reject":
-            return f"batch 1, early reject ({p['estimator']})"
-        if self.policy == "continuous":
-            chunked = " chunked" if p["chunked_prefill"] else ""
-            return f"continuous seqs={p['max_num_seqs']}{chunked}"
-        if self.policy == "prefix":
-            cache = "cache" if p["prefix_caching"] else "no cache"
-            return f"shared {p['shared_fraction']:g}, {cache}"
-        if self.policy == "speculative":
-            return f"speculative k={p['spec_k']} a={p['acceptance']:g}"
-        if self.policy == "tiered":
-            return f"host tier {p['host_blocks']} blocks {p['host_policy']}"
-        return "batch 1"
+        return POLICIES[self.policy].label(dict(self.params))
 
 
 def _finite_at_least(lo: float, open_: bool = False) -> Callable[[Any], bool]:
     """A real number, finite and >= ``lo`` (> ``lo`` when ``open_``)."""
     return lambda v: _checks.is_real(v) and math.isfinite(float(v)) and (float(v) > lo if open_ else float(v) >= lo)
-
-
-def _int_in(lo: int, hi: int | None = None) -> Callable[[Any], bool]:
-    """An integer (not a bool), >= ``lo`` and, given ``hi``, <= ``hi``."""
-    return lambda v: _checks.is_int(v) and int(v) >= lo and (hi is None or int(v) <= hi)
 
 
 def _check_values(name: str, values: Sequence[Any], ok: Callable[[Any], bool], what: str) -> tuple[Any, ...]:
@@ -184,78 +142,63 @@ def _check_values(name: str, values: Sequence[Any], ok: Callable[[Any], bool], w
     return tuple(v.item() if isinstance(v, np.generic) else v for v in vals)  # numpy's as Python's
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Grid:
-    """Policies x their parameter axes x arrival rates, on one model and GPU. An axis given for
-    no chosen policy is an error (it would silently do nothing); an axis left out takes demo
-    03's value. ``model`` and ``gpu`` take a spec, a preset name or a spec file
-    (:mod:`servelab.spec_files`) and are stored as specs."""
+    """Policies x their parameter axes x arrival rates, on one model and GPU. Each policy's
+    axes are keyword arguments, named and checked by its record (:mod:`servelab.policies`) and
+    read back as attributes (``grid.batch_size``). An axis given for no chosen policy is an
+    error (it would silently do nothing); an axis left out takes its record's default.
+    ``model`` and ``gpu`` take a spec, a preset name or a spec file (:mod:`servelab.spec_files`)
+    and are stored as specs."""
 
-    policies: Sequence[str]
-    rates: Sequence[float]
-    # each axis's default is written here once: __post_init__ reads it back to tell a given axis
-    # from a left-out one
-    batch_size: Sequence[int] = (32,)
-    max_wait_s: Sequence[float] = (lecture.MAX_WAIT_S,)
-    ride_along: Sequence[bool] = (True,)
-    estimator: Sequence[str] = ("mean",)
-    max_num_seqs: Sequence[int] = (256,)  # continuous batching takes vLLM's defaults (serving_core)
-    chunked_prefill: Sequence[bool] = (False,)
-    prefix_caching: Sequence[bool] = (False, True)
-    shared_fraction: Sequence[float] = (1.0,)
-    spec_k: Sequence[int] = (4,)
-    acceptance: Sequence[float] = (0.8,)
-    host_blocks: Sequence[int] = (0, 2000, 8000)
-    host_policy: Sequence[str] = ("lru",)
-    model: ModelSpec | str | os.PathLike[str] = LLAMA3_8B
-    gpu: GpuSpec | str | os.PathLike[str] = H100
-    efficiency: Efficiency = DEFAULT_EFFICIENCY  # the roofline's discounts (a calibration's, lecture §8.3)
+    policies: tuple[str, ...]
+    rates: tuple[float, ...]
+    axes: tuple[tuple[str, tuple[Any, ...]], ...]  # (axis, its values) for every registered axis
+    model: ModelSpec
+    gpu: GpuSpec
+    efficiency: Efficiency  # the roofline's discounts (a calibration's, lecture §8.3)
 
-    def __post_init__(self) -> None:
-        _checks.instance("efficiency", self.efficiency, Efficiency, "a servelab.hw_model.Efficiency")
-        model, gpu = resolve_model(self.model), resolve_gpu(self.gpu)
-        if kv_capacity_tokens(model, gpu) <= 0:
-            raise ValueError(f"model {model.name} does not fit gpu {gpu.name}: its weights "
-                             f"({model.weight_bytes / 1e9:.1f} GB) leave no room for a KV cache in "
-                             f"90% of {gpu.memory_bytes / 1e9:g} GB")
-        object.__setattr__(self, "model", model)
-        object.__setattr__(self, "gpu", gpu)
-        pols = tuple(self.policies)
+    def __init__(self, policies: Sequence[str], rates: Sequence[float], *,
+                 model: ModelSpec | str | os.PathLike[str] = LLAMA3_8B, gpu: GpuSpec | str | os.PathLike[str] = H100,
+                 efficiency: Efficiency = DEFAULT_EFFICIENCY, **axes: Sequence[Any]) -> None:
+        _checks.instance("efficiency", efficiency, Efficiency, "a servelab.hw_model.Efficiency")
+        model_, gpu_ = resolve_model(model), resolve_gpu(gpu)
+        if kv_capacity_tokens(model_, gpu_) <= 0:
+            raise ValueError(f"model {model_.name} does not fit gpu {gpu_.name}: its weights "
+                             f"({model_.weight_bytes / 1e9:.1f} GB) leave no room for a KV cache in "
+                             f"90% of {gpu_.memory_bytes / 1e9:g} GB")
+        pols = tuple(policies)
         if not pols:
             raise ValueError("policies must not be empty")
         for p in pols:
-            if p not in POLICIES:
+            if not isinstance(p, str) or p not in POLICIES:
                 raise ValueError(f"policies must be among {sorted(POLICIES)}, got {p!r}")
-        object.__setattr__(self, "policies", tuple(dict.fromkeys(pols)))
-        rates = _check_values("rates", self.rates, _finite_at_least(0.0, open_=True), "positive finite numbers")
-        object.__setattr__(self, "rates", rates)
-        flag = (_checks.is_bool, "True or False")
-        share = (lambda v: _checks.is_real(v) and 0.0 <= float(v) <= 1.0, "numbers in [0, 1]")
-        checks: dict[str, tuple[Callable[[Any], bool], str]] = {
-            "batch_size": (_int_in(1), "positive integers"),
-            "max_wait_s": (_finite_at_least(0.0), "finite numbers >= 0"),
-            "ride_along": flag,
-            "estimator": (lambda v: _estimator(v) is not None, "'mean', 'oracle' or 'sigma=<number>'"),
-            "max_num_seqs": (_int_in(1), "positive integers"),
-            "chunked_prefill": flag,
-            "prefix_caching": flag,
-            "shared_fraction": share,
-            "spec_k": (_int_in(0, 64), "integers in [0, 64]"),
-            "acceptance": share,
-            "host_blocks": (_int_in(0, MAX_NUM_BLOCKS), f"integers in [0, {MAX_NUM_BLOCKS}]"),
-            "host_policy": (lambda v: v in ("lru", "hits"), "'lru' or 'hits'"),
-        }
-        used = {axis for p in pols for axis in POLICIES[p]}
-        defaults = {f.name: f.default for f in fields(self) if f.name in checks}
-        for axis, (ok, what) in checks.items():
-            values = _check_values(axis, getattr(self, axis), ok, what)
-            if axis not in used and values != defaults[axis]:
-                raise ValueError(f"{axis} was given, but none of the policies {list(pols)} takes it")
-            object.__setattr__(self, axis, values)
+        known = policies_axes()
+        unknown = sorted(set(axes) - set(known))
+        if unknown:
+            raise TypeError(f"Grid got no such axis {unknown[0]!r}; the policies' axes are {list(known)}")
+        rates_ = _check_values("rates", rates, _finite_at_least(0.0, open_=True), "positive finite numbers")
+        used = {a.name for p in pols for a in POLICIES[p].axes}
+        values: list[tuple[str, tuple[Any, ...]]] = []
+        for name, (axis, _) in known.items():
+            given = axes.get(name, axis.default)
+            vals = _check_values(name, given, axis.kind.test, axis.kind.many)
+            if name not in used and vals != tuple(axis.default):
+                raise ValueError(f"{name} was given, but none of the policies {list(pols)} takes it")
+            values.append((name, vals))
+        for field_, v in (("policies", tuple(dict.fromkeys(pols))), ("rates", rates_), ("axes", tuple(values)),
+                          ("model", model_), ("gpu", gpu_), ("efficiency", efficiency)):
+            object.__setattr__(self, field_, v)
+
+    def __getattr__(self, name: str) -> tuple[Any, ...]:
+        for axis, vals in self.__dict__.get("axes", ()):  # .get: a half-unpickled grid has none yet
+            if axis == name:
+                return vals
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __len__(self) -> int:
         """How many points :meth:`points` would make (counted without making them)."""
-        return len(self.rates) * sum(math.prod(len(getattr(self, a)) for a in POLICIES[p])
+        return len(self.rates) * sum(math.prod(len(getattr(self, a.name)) for a in POLICIES[p].axes)
                                      for p in self.policies)
 
     @property
@@ -272,7 +215,7 @@ class Grid:
         """Every point, in a fixed order: policy, then its parameters, then rate."""
         out: list[Point] = []
         for p in self.policies:
-            axes = POLICIES[p]
+            axes = [a.name for a in POLICIES[p].axes]
             for combo in itertools.product(*(getattr(self, a) for a in axes)):
                 params = tuple(sorted(zip(axes, combo)))
                 out.extend(Point(p, params, float(r)) for r in self.rates)
@@ -304,33 +247,10 @@ class Row:
 def run_point(point: Point, n: int, seed: int, slo: SLO, model: ModelSpec = LLAMA3_8B,
               gpu: GpuSpec = H100, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> Row:
     """Simulates one point (a top-level function, so process pools and clusters can pickle it)."""
+    policy = POLICIES[point.policy]
     p = dict(point.params)
-    if point.policy == "prefix":  # its own workload: a chat service with shared system prompts
-        reqs, shared = chat_sessions(n, point.rate, seed, shared_fraction=float(p["shared_fraction"]))
-        r = run_continuous_batching(reqs, model, gpu, prefix_caching=bool(p["prefix_caching"]),
-                                    shared_prefixes=shared, efficiency=efficiency)
-        return _row(point, r, slo, p)
-    if point.policy == "tiered":  # multi-turn conversations, a GPU pool that must evict
-        reqs, shared = chat_sessions(n, point.rate, seed, turns_mean=TIERED_TURNS_MEAN)
-        r = run_continuous_batching(reqs, model, gpu, num_blocks=TIERED_GPU_BLOCKS, prefix_caching=True,
-                                    shared_prefixes=shared, host_blocks=int(p["host_blocks"]),
-                                    host_policy=str(p["host_policy"]), efficiency=efficiency)
-        return _row(point, r, slo, p)
-    reqs = chat_requests(n, point.rate, seed)
-    if point.policy == "static":
-        r = run_static_batching(reqs, model, gpu, int(p["batch_size"]), float(p["max_wait_s"]),
-                                bool(p["ride_along"]), efficiency=efficiency)
-    elif point.policy == "speculative":
-        from servelab.engine.speculative import LLAMA32_1B  # the engine's default draft
-        r = run_continuous_batching(reqs, model, gpu, speculative=Speculation(
-            int(p["spec_k"]), LLAMA32_1B, float(p["acceptance"]), seed), efficiency=efficiency)
-    elif point.policy == "continuous":
-        r = run_continuous_batching(reqs, model, gpu, max_num_seqs=int(p["max_num_seqs"]),
-                                    chunked_prefill=bool(p["chunked_prefill"]), efficiency=efficiency)
-    elif point.policy == "early_reject":
-        r = run_batch1(reqs, model, gpu, admission=EarlyReject(slo.ttft_s, _estimator(p["estimator"])), efficiency=efficiency)
-    else:
-        r = run_batch1(reqs, model, gpu, efficiency=efficiency)
+    reqs, shared = policy.workload(n, point.rate, seed, p)
+    r = policy.run(Job(reqs, p, model, gpu, efficiency, slo, seed, shared))
     return _row(point, r, slo, p)
 
 
@@ -451,7 +371,7 @@ def sweep(grid: Grid, *, n: int = lecture.N_REQUESTS, seed: int = lecture.SEED, 
         raise TypeError(f"grid must be a servelab.sweep.Grid, got {grid!r}")
     for name, v, lo in (("n", n, 1), ("seed", seed, 0), ("jobs", jobs, 1)):
         if not _checks.is_int(v) or v < lo:
-            raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+            raise ValueError(f"{name} must be {_checks.int_wording(lo, None)}, got {v!r}")
     if not isinstance(slo, SLO):
         raise TypeError(f"slo must be a servelab.metrics.SLO, got {slo!r}")
     _check_executor(executor)

@@ -636,8 +636,7 @@ def azure_trace(kind: str = "conv", *, limit: int | None = None) -> Requests:
     >>> len(conv), int(conv.prompt_len.max()), round(float(conv.arrival_s[-1]) / 60, 1)
     (19366, 14050, 58.4)
     """
-    if not isinstance(kind, str) or kind not in AZURE_TRACES:
-        raise ValueError(f"kind must be one of {sorted(AZURE_TRACES)}, got {kind!r}")
+    _checks.choice("kind", kind, tuple(sorted(AZURE_TRACES)))
     ref = resources.files("servelab") / "data" / "azure_llm_2023" / AZURE_TRACES[kind]
     with resources.as_file(ref) as path:
         return load_trace_csv(path, limit=limit)

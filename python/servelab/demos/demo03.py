@@ -31,7 +31,8 @@ from servelab.demos import table as _table, working
 from servelab.lecture import (BATCH_SIZES, CONTINUOUS, GPU, LECTURE_SLO, MAX_WAIT_S, MODEL, N_REQUESTS,
                               OVERLOAD_RATE, RATES, SEED, USD_PER_GPU_HOUR, chat_workload)
 from servelab.metrics import SLO, Summary
-from servelab.serving_core import SimResult, run_batch1, run_continuous_batching, run_static_batching
+from servelab.policies import REGISTRY, Job
+from servelab.serving_core import SimResult, run_batch1
 from servelab.workload import Requests, azure_trace
 
 TITLE = "Demo 03: metrics and the batching trade-off (§4)"
@@ -48,20 +49,26 @@ def workload(rate: float) -> Requests:
     return chat_workload(rate)
 
 
-def simulate(policy: Policy, requests: Requests, ride_along: bool = True) -> SimResult:
+def setting(policy: Policy, ride_along: bool = True) -> tuple[str, dict[str, object]]:
+    """The record (:mod:`servelab.policies`) and parameters that run ``policy`` as the lecture
+    sets it: vLLM's defaults for continuous batching, a wait of ``MAX_WAIT_S`` for static."""
     if policy == "batch1":
-        return run_batch1(requests, MODEL, GPU)
+        return "batch1", {}
     if policy == CONTINUOUS_LABEL:
-        return run_continuous_batching(requests, MODEL, GPU, max_num_seqs=CONTINUOUS["max_num_seqs"],
-                                       max_num_batched_tokens=CONTINUOUS["max_num_batched_tokens"],
-                                       block_size=CONTINUOUS["block_size"])
-    return run_static_batching(requests, MODEL, GPU, int(policy), MAX_WAIT_S, ride_along)
+        return "continuous", {"max_num_seqs": CONTINUOUS["max_num_seqs"], "chunked_prefill": False}
+    return "static", {"batch_size": int(policy), "max_wait_s": MAX_WAIT_S, "ride_along": ride_along}
+
+
+def simulate(policy: Policy, requests: Requests, ride_along: bool = True) -> SimResult:
+    name, params = setting(policy, ride_along)
+    return REGISTRY[name].run(Job(requests, params, MODEL, GPU))
 
 
 def label(policy: Policy) -> str:
     if policy == CONTINUOUS_LABEL:
         return CONTINUOUS_LABEL
-    return "batch 1" if policy == "batch1" else f"static B={policy}"
+    name, params = setting(policy)
+    return REGISTRY[name].label(params)
 
 
 # ---- part 1 ------------------------------------------------------------------------------------

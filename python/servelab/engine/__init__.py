@@ -10,7 +10,9 @@ context_len), ...]`` priced by ``hw_model.step_cost`` (default Llama-3-8B on an 
 - :mod:`servelab.engine.scheduler`: ``schedule(state) -> Plan``, and the rules, numbered once;
 - :mod:`servelab.engine.speculative`: :class:`SpeculativeScheduler`, a draft guesses and the
   target verifies (§8, milestone 4a): ``Engine(scheduler=SpeculativeScheduler(draft, k))``;
-- :mod:`servelab.engine.core`: :class:`Engine` carries plans out; :func:`serve`;
+- :mod:`servelab.engine.offload`: the host tier's KV data and its step hook (§8, milestone 4b);
+- :mod:`servelab.engine.core`: :class:`Engine` carries plans out, knowing no feature (a
+  feature is a scheduler, a plan's verify step or a step hook); :func:`serve`;
 - :mod:`servelab.engine.records`: what goes in and comes out. ``EngineResult.batch_log()``
   is the plain record to compare: one list per step of ``(request_id, new_tokens, context_len)``.
 
@@ -25,12 +27,18 @@ True
 (6.1, 'finished')
 """
 
+from servelab.engine import core as _core_loop
 from servelab.engine.core import Engine, serve
+from servelab.engine.offload import HostTierHook as _HostTier
 from servelab.engine.records import (BatchEntry, EngineResult, EngineStep, Request,
                                      RequestResult)
 from servelab.engine.scheduler import (ContinuousBatchingScheduler, Plan, Scheduler,
                                        SchedulerConfig, SchedulerState, Seq, schedule)
 from servelab.engine.speculative import SpeculativeScheduler
+
+# the features that add a step hook to the engine loop (servelab.engine.core.STEP_HOOKS)
+if _HostTier.for_engine not in _core_loop.STEP_HOOKS:
+    _core_loop.STEP_HOOKS.append(_HostTier.for_engine)
 
 __all__ = ["Engine", "serve", "Request", "RequestResult", "EngineStep", "EngineResult",
            "BatchEntry", "Scheduler", "SchedulerState", "SchedulerConfig", "Seq", "Plan",

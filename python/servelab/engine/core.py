@@ -18,22 +18,33 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from servelab import _checks, hw_model
 from servelab.blocks import BlockAllocator
-from servelab.engine.offload import HostKVStore
 from servelab.engine.records import EngineResult, EngineStep, Request, RequestResult
 from servelab.engine.scheduler import (ContinuousBatchingScheduler, Plan, Scheduler,
-                                       SchedulerConfig, SchedulerState, Seq)
-from servelab.engine.speculative import SpeculativeScheduler, VerifyCache, draft_cost_s, verify
+                                       SchedulerConfig, SchedulerState, Seq, VerifyStep)
 from servelab.tiny_llm import TINY, ModelConfig, TinyLLM, as_token_ids, generate, model_for
 from servelab.tiny_llm.paged import PagedKVCache, PagedKVPool
 from servelab.tiny_llm.sampling import GREEDY, Sampler, sampled_token
 
-__all__ = ["Engine", "serve"]
+__all__ = ["Engine", "serve", "StepHook", "STEP_HOOKS"]
 
 MAX_ARRIVAL_STEP = 1_000_000  # idle steps are recorded one by one; keep the log finite
+
+
+class StepHook(Protocol):
+    """Work a feature adds to each step between the plan and the forward (the host tier's KV
+    copies, lecture §8 milestone 4b); returns the paper seconds it adds to the step."""
+
+    def before_forward(self, engine: Engine) -> float: ...
+
+
+# Features that need a step hook: each factory gets the engine once it is built and returns its
+# hook, or None where the engine does not use the feature (servelab.engine registers the host
+# tier's, servelab.engine.offload). The loop below names none of them.
+STEP_HOOKS: list[Callable[[Engine], StepHook | None]] = []
 
 
 @dataclass
@@ -74,7 +85,7 @@ class Engine:
     >>> Engine(num_blocks=0)
     Traceback (most recent call last):
     ...
-    ValueError: num_blocks must be an integer >= 1, got 0
+    ValueError: num_blocks must be a positive integer, got 0
     """
 
     def __init__(self, config: ModelConfig = TINY, *, num_blocks: int = 64, block_size: int = 16,
@@ -100,11 +111,7 @@ class Engine:
         self.pool = PagedKVPool(config, self.limits.num_blocks, self.limits.block_size)
         self.allocator = BlockAllocator(self.limits.num_blocks, self.limits.block_size,
                                         self.limits.prefix_caching, host_blocks, host_policy)
-        self.host_store = HostKVStore()
-        if self.allocator.host_blocks and isinstance(self.scheduler, SpeculativeScheduler):
-            # a kept guess's append can evict a cached block and write into it at once, before
-            # the host tier's copy-out runs (servelab.engine.offload)
-            raise ValueError("host_blocks > 0 does not work with a SpeculativeScheduler yet")
+        self.hooks: list[StepHook] = [h for h in (make(self) for make in STEP_HOOKS) if h is not None]
         self._live: list[_Live] = []
         self._results: dict[int, RequestResult] = {}
         self._arrivals: deque[_Live] = deque()  # sorted by arrival at run()
@@ -127,7 +134,7 @@ class Engine:
         >>> Engine().add_request([1, 2], 0)
         Traceback (most recent call last):
         ...
-        ValueError: max_new_tokens must be an integer >= 1, got 0
+        ValueError: max_new_tokens must be a positive integer, got 0
         >>> Engine().add_request([1, 2], 4, arrival_step=-1)
         Traceback (most recent call last):
         ...
@@ -195,21 +202,23 @@ class Engine:
             state = SchedulerState(s, list(self.waiting), list(self.running),
                                    self.allocator.num_free_blocks, self.limits, self.allocator)
             plan = self.scheduler.schedule(state)
-            # KV to and from the host tier first: nothing has written the pool since schedule()
-            recalled = self.host_store.apply(self.allocator.take_transfers(), self.pool)
-            batch = self._carry_out(plan, s)
+            verify = plan.verify_step()
+            # the hooks first (the host tier's copies): nothing has written the pool since schedule()
+            extra_s = [hook.before_forward(self) for hook in self.hooks]
+            batch = self._carry_out(plan, verify, s)
             cost = hw_model.step_cost(self.cost_model, self.gpu,
-                                      [(n, c) for _, n, c in plan.batch]).time_s \
-                + draft_cost_s(plan, self.gpu)
-            if recalled:  # tokens x one token's copy, as the simulator prices it (bit for bit)
-                cost += (recalled * self.limits.block_size
-                         * hw_model.kv_host_transfer_s(self.cost_model, self.gpu, 1))
+                                      [(n, c) for _, n, c in plan.batch]).time_s
+            if verify is not None:
+                cost += verify.cost_s(self.gpu)
+            for x in extra_s:
+                if x:  # added only when nonzero, so a step without one costs what it did (bit for bit)
+                    cost += x
             self.clock_s += cost
-            finished, accepted = self._forward_and_sample(batch, s)
+            finished, accepted = self._forward_and_sample(batch, verify, s)
+            proposed = () if verify is None else tuple(len(g) for _, _, g, _ in batch)
             step = EngineStep(s, tuple(plan.batch), tuple(plan.preempted), tuple(plan.admitted),
                               tuple(finished), cost, self.clock_s, self._blocks_used(),
-                              tuple(len(g) for g in plan.draft),
-                              tuple(accepted) if plan.draft else ())
+                              proposed, () if verify is None else tuple(accepted))
         self.steps.append(step)
         if self.recorder is not None:
             self.recorder.engine_step(self, step)
@@ -231,8 +240,10 @@ class Engine:
             else:
                 self.waiting.append(r)
 
-    def _carry_out(self, plan: Plan, s: int) -> list[tuple[_Live, int, tuple[int, ...], Any]]:
-        """Move requests as ``plan`` says (rules 3-4), copy its blocks; returns the batch."""
+    def _carry_out(self, plan: Plan, verify: VerifyStep | None,
+                   s: int) -> list[tuple[_Live, int, tuple[int, ...], int]]:
+        """Move requests as ``plan`` says (rules 3-4), copy its blocks; returns the batch:
+        (request, new tokens, the proposed ones among them, the entry's index)."""
         by_id = {r.request_id: r for r in (*self.running, *self.waiting)}
         for rid in plan.preempted:  # rule 3: forget the computed KV, front of the queue
             r = by_id[rid]
@@ -249,7 +260,7 @@ class Engine:
         admitted = set(plan.admitted)
         batch = []
         for i, (rid, n, start) in enumerate(plan.batch):
-            guesses = tuple(plan.draft[i]) if plan.draft else ()  # slots only once kept
+            proposed = verify.proposals(i) if verify is not None else ()  # slots only once kept
             live = by_id.get(rid)
             slots = self.allocator.num_tokens(rid) if rid in self.allocator else 0
             if live is not None and rid in admitted and slots:
@@ -257,30 +268,31 @@ class Engine:
                 live.cached_tokens += start
                 live.cache = PagedKVCache(self.pool, self.allocator, rid, start)
             if live is None or live.cache is None or start != live.num_computed \
-                    or not 0 < n - len(guesses) <= slots - start:
+                    or not 0 < n - len(proposed) <= slots - start:
                 raise RuntimeError(f"step {s}: the scheduler's entry {(rid, n, start)} does not "
                                    f"match request {rid} (running: {live in self.running}, "
                                    f"{getattr(live, 'num_computed', 0)} computed, {slots} slots)")
             live.num_slots = slots
-            batch.append((live, n, guesses, plan.draft_probs[i] if guesses else None))
+            batch.append((live, n, proposed, i))
         if not batch:
             raise RuntimeError(f"step {s}: work is left but the scheduler planned nothing")
         return batch
 
-    def _forward_and_sample(self, batch: list[tuple[_Live, int, tuple[int, ...], Any]],
-                            s: int) -> tuple[list[int], list[int]]:
+    def _forward_and_sample(self, batch: list[tuple[_Live, int, tuple[int, ...], int]],
+                            verify: VerifyStep | None, s: int) -> tuple[list[int], list[int]]:
         """Rules 5 and 6: one forward over the batch, then sampling (or, for an entry with
-        draft guesses, verifying them: :mod:`servelab.engine.speculative`); returns the
-        finished ids and each entry's kept guesses."""
+        proposed tokens, judging them: the plan's ``verify`` step, e.g.
+        :mod:`servelab.engine.speculative`'s); returns the finished ids and each entry's kept
+        proposals."""
         spec = any(g for _, _, g, _ in batch)
-        caches = [VerifyCache(r.cache, len(g)) if g else r.cache for r, _, g, _ in batch]
+        caches = [verify.cache(i, r.cache) if g and verify is not None else r.cache for r, _, g, i in batch]
         logits = self.model.forward_batch(
             [r.tokens[r.num_computed:r.num_computed + n - len(g)] + list(g) for r, n, g, _ in batch],
             caches, all_logits=spec)
         finished: list[int] = []
         accepted: list[int] = []
-        for (r, n, g, q), cache, lg in zip(batch, caches, logits):
-            new = verify(r.request, len(r.out), g, lg, q, cache) if g else []
+        for (r, n, g, i), cache, lg in zip(batch, caches, logits):
+            new = verify.judge(i, r.request, len(r.out), lg, cache) if g and verify is not None else []
             accepted.append(max(len(new) - 1, 0))
             r.num_computed += n - len(g) + accepted[-1]
             r.num_slots += accepted[-1]

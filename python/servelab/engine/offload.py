@@ -13,6 +13,11 @@ the KV data accordingly: :class:`HostKVStore` keeps the K and V of each offloade
   tokens are those of a run without the tier).
 * ``("drop", None, key, hits)``: the host tier no longer holds ``key``.
 
+:class:`HostTierHook` is the engine's step hook (:class:`servelab.engine.core.StepHook`) for
+an allocator with a host tier: before each forward it replays the step's transfers and prices each
+recalled block as its tokens' copy over the host link (``hw_model.kv_host_transfer_s``), as the
+simulator prices it. ``servelab.engine`` registers it, so ``Engine(host_blocks=...)`` has it.
+
 >>> from servelab.blocks import BlockAllocator
 >>> from servelab.tiny_llm import TINY
 >>> from servelab.tiny_llm.paged import PagedKVPool
@@ -34,13 +39,14 @@ the KV data accordingly: :class:`HostKVStore` keeps the K and V of each offloade
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
+from servelab import hw_model
 from servelab.tiny_llm.paged import PagedKVPool
 
-__all__ = ["HostKVStore"]
+__all__ = ["HostKVStore", "HostTierHook"]
 
 
 class HostKVStore:
@@ -71,3 +77,24 @@ class HostKVStore:
             else:
                 raise ValueError(f"transfer kind must be 'offload', 'recall' or 'drop', got {kind!r}")
         return recalled
+
+
+class HostTierHook:
+    """The host tier's step hook: its :class:`HostKVStore` follows the engine's allocator."""
+
+    def __init__(self) -> None:
+        self.store = HostKVStore()
+
+    @classmethod
+    def for_engine(cls, engine: Any) -> HostTierHook | None:
+        """A hook for ``engine`` if its allocator has a host tier, else None."""
+        return cls() if engine.allocator.host_blocks else None
+
+    def before_forward(self, engine: Any) -> float:
+        """Replays the transfers since the last step (nothing has written the pool since the
+        scheduler planned); returns the recalled blocks' copy time, s."""
+        recalled = self.store.apply(engine.allocator.take_transfers(), engine.pool)
+        if not recalled:
+            return 0.0
+        # tokens x one token's copy, as the simulator prices it (bit for bit)
+        return recalled * engine.limits.block_size * hw_model.kv_host_transfer_s(engine.cost_model, engine.gpu, 1)

@@ -86,8 +86,8 @@ class EngineStep:
     cost_s: float  # hw_model.step_cost of the batch (0 for an empty step)
     clock_s: float  # simulated clock at the end of the step
     blocks_used: int = 0  # KV blocks held by requests at the end of the step
-    # speculative decoding: per batch entry, the draft's guesses (the entry's last tokens) and
-    # those the target kept (both () in a step without guesses)
+    # a plan with a verify step (speculative decoding): per batch entry, how many proposed
+    # tokens it ended in and how many were kept (both () in a step without a verify step)
     proposed: tuple[int, ...] = ()
     accepted: tuple[int, ...] = ()
 

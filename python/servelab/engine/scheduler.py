@@ -81,7 +81,7 @@ from servelab import _checks
 from servelab.blocks import OutOfBlocks
 from servelab.engine.records import BatchEntry
 
-__all__ = ["SchedulerConfig", "Seq", "SchedulerState", "Plan", "Scheduler",
+__all__ = ["SchedulerConfig", "Seq", "SchedulerState", "Plan", "VerifyStep", "Scheduler",
            "ContinuousBatchingScheduler", "schedule"]
 
 
@@ -150,19 +150,35 @@ class Plan:
     """One step's decisions: the batch in forward order (rule 5), the requests preempted (in
     order) and admitted (in queue order), and copy-on-write block copies ``(src, dst)``.
 
-    Speculative decoding (:mod:`servelab.engine.speculative`) adds, per batch entry, the
-    draft's guesses ``draft[i]`` (the entry's last ``len(draft[i])`` new tokens: they get no
-    slot until the target keeps them), the draft's probabilities of them ``draft_probs[i]``
-    (a ``(guesses, vocab)`` array when sampling, else None), and ``draft_spec``, the
-    ``hw_model.ModelSpec`` that prices the draft's steps. Empty: no speculation."""
+    A feature that adds work to the step carries it in a subclass and hands the engine a
+    :class:`VerifyStep` from :meth:`verify_step` (speculative decoding's
+    :class:`~servelab.engine.speculative.SpeculativePlan` does); the engine knows no feature."""
 
     batch: tuple[BatchEntry, ...] = ()
     preempted: tuple[int, ...] = ()
     admitted: tuple[int, ...] = ()
     copies: tuple[tuple[int, int], ...] = ()
-    draft: tuple[tuple[int, ...], ...] = ()
-    draft_probs: tuple[Any, ...] = ()
-    draft_spec: Any = None
+
+    def verify_step(self) -> VerifyStep | None:
+        """The executor hook of a plan whose batch entries end in proposed tokens; None here."""
+        return None
+
+
+class VerifyStep(Protocol):
+    """What the engine asks of a plan whose entries end in proposed tokens (lecture §8
+    milestone 4a). Entry ``i``'s last ``len(proposals(i))`` new tokens get no KV slot before
+    the forward; the forward writes the entry to ``cache(i, its cache)`` and returns a row of
+    logits per new token; ``judge`` keeps what it accepts in that cache and returns the tokens
+    the step emits for the entry. ``cost_s(gpu)``: paper seconds of the work that made the
+    proposals, on top of the forward's price."""
+
+    def proposals(self, i: int) -> tuple[int, ...]: ...
+
+    def cache(self, i: int, cache: Any) -> Any: ...
+
+    def judge(self, i: int, request: Any, out_index: int, logits: Any, cache: Any) -> list[int]: ...
+
+    def cost_s(self, gpu: Any) -> float: ...
 
 
 class Scheduler(Protocol):

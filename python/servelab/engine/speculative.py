@@ -44,6 +44,7 @@ True
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -54,13 +55,9 @@ from servelab.tiny_llm.model import TinyLLM
 from servelab.tiny_llm.sampling import Greedy, Temperature, softmax
 from servelab.tiny_llm.speculative import accept_greedy, accept_sampled, draw_token
 
-__all__ = ["SpeculativeScheduler", "VerifyCache", "verify", "draft_cost_s", "LLAMA32_1B"]
+__all__ = ["SpeculativeScheduler", "SpeculativePlan", "VerifyCache", "verify", "draft_cost_s", "LLAMA32_1B"]
 
-# Meta's public config of Llama-3.2-1B: the same 128,256-token vocabulary as Llama-3-8B, so it
-# can draft for it; tied embeddings. The default price of a draft step.
-LLAMA32_1B = hw_model.ModelSpec("Llama-3.2-1B", n_layers=16, d_model=2048, n_heads=32,
-                                n_kv_heads=8, d_head=64, d_ff=8192, vocab_size=128256,
-                                tie_embeddings=True)
+LLAMA32_1B = hw_model.LLAMA32_1B  # the default draft's price: a preset of hw_model
 
 # purposes of a seeded uniform (the sampler's own draw is the generator of (seed, index))
 _DRAFT, _ACCEPT, _RESIDUAL = 1, 2, 3
@@ -72,6 +69,35 @@ def _uniform(seed: int, index: int, purpose: int) -> float:
 
 def _blocks(tokens: int, block_size: int) -> int:
     return -(-tokens // block_size)
+
+
+@dataclass(frozen=True)
+class SpeculativePlan(Plan):
+    """A plan whose decoding entries end in the draft's guesses: ``draft[i]``, entry ``i``'s
+    last ``len(draft[i])`` new tokens (they get no slot until the target keeps them);
+    ``draft_probs[i]``, the draft's probabilities of them (a ``(guesses, vocab)`` array when
+    sampling, else None); ``draft_spec``, the ``hw_model.ModelSpec`` that prices the draft's
+    steps. It is its own :class:`~servelab.engine.scheduler.VerifyStep`: the engine runs the
+    target over every entry and :func:`verify` judges the guesses."""
+
+    draft: tuple[tuple[int, ...], ...] = ()
+    draft_probs: tuple[Any, ...] = ()
+    draft_spec: Any = None
+
+    def verify_step(self) -> SpeculativePlan:
+        return self
+
+    def proposals(self, i: int) -> tuple[int, ...]:
+        return tuple(self.draft[i]) if self.draft else ()
+
+    def cache(self, i: int, cache: Any) -> VerifyCache:
+        return VerifyCache(cache, len(self.draft[i]))
+
+    def judge(self, i: int, request: Any, out_index: int, logits: Any, cache: Any) -> list[int]:
+        return verify(request, out_index, self.draft[i], logits, self.draft_probs[i], cache)
+
+    def cost_s(self, gpu: hw_model.GpuSpec) -> float:
+        return draft_cost_s(self, gpu)
 
 
 class SpeculativeScheduler:
@@ -97,8 +123,13 @@ class SpeculativeScheduler:
         self._caches: dict[int, tuple[Any, list[int]]] = {}  # request id -> (cache, tokens fed)
 
     def schedule(self, state: SchedulerState) -> Plan:
-        plan = self.inner.schedule(state)
+        _checks.instance("state", state, SchedulerState, "a SchedulerState")
         blocks = state.blocks
+        if getattr(blocks, "host_blocks", 0):
+            # a kept guess's append can evict a cached block and write into it at once, before
+            # the host tier's copy-out runs (servelab.engine.offload)
+            raise ValueError("host_blocks > 0 does not work with a SpeculativeScheduler yet")
+        plan = self.inner.schedule(state)
         running = {seq.request_id: seq for seq in state.running}
         for rid in [r for r in self._caches if r not in running or r in plan.preempted]:
             del self._caches[rid]  # finished or preempted: its draft cache goes too
@@ -134,8 +165,8 @@ class SpeculativeScheduler:
             batch[i] = (rid, n + len(gs), start)
             draft[i] = tuple(gs)
             draft_probs[i] = None if qs is None else np.stack(qs)
-        return Plan(tuple(batch), plan.preempted, plan.admitted, plan.copies, tuple(draft),
-                    tuple(draft_probs), self.draft_spec)
+        return SpeculativePlan(tuple(batch), plan.preempted, plan.admitted, plan.copies, tuple(draft),
+                               tuple(draft_probs), self.draft_spec)
 
     def _propose(self, wants: list[tuple[int, Any, int]]) -> tuple[list[list[int]], list[Any]]:
         """The draft's guesses, one batched draft forward per guess index."""
@@ -276,13 +307,13 @@ def verify(request: Any, out_index: int, guesses: Sequence[int], rows: np.ndarra
     return list(guesses[:kept]) + [int(nxt)]
 
 
-def draft_cost_s(plan: Plan, gpu: hw_model.GpuSpec) -> float:
+def draft_cost_s(plan: SpeculativePlan, gpu: hw_model.GpuSpec) -> float:
     """Paper-GPU seconds of the draft's steps in ``plan`` on ``plan.draft_spec``: guess ``j``
     is one batched decode step over the entries with more than ``j`` guesses, each at context
     ``context_len + j`` (0 without speculation).
 
     >>> from servelab.hw_model import H100
-    >>> draft_cost_s(Plan(((0, 1, 8),)), H100)
+    >>> draft_cost_s(SpeculativePlan(((0, 1, 8),)), H100)
     0.0
     """
     if plan.draft_spec is None or not any(plan.draft):

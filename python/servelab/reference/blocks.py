@@ -1,32 +1,15 @@
-"""Pure-Python reference of the paged KV block allocator (lecture §2.4, §3.5; PagedAttention).
+"""Pure-Python twin of the paged KV block allocator (lecture §2.4, §3.5; PagedAttention).
 
-Small and readable on purpose (nano-vllm's block manager is its model): this is what
-``servelab.blocks.BlockAllocator`` (Rust, ``rust/src/blocks.rs``) computes. It is not the
-solution of the paged-KV assignment (a7 builds a smaller allocator of its own, with another
-interface). The Rust path must make the same choice of block at every
-step, report the same copies and counters, and raise the same errors with the same messages
+What ``servelab.blocks.BlockAllocator`` (Rust, ``rust/src/blocks.rs``) computes, written to be
+read: the rules are :mod:`servelab.blocks`'s (its module docstring is the contract, written
+once), and this file enforces the same ones in the shape of nano-vllm's block manager: a free
+queue (``_take_free``), a prefix cache (``_cached_prefix``, ``_mark``), the operations, then
+the queries. The host tier (§8 milestone 4b) is its own small class, :class:`HostTier`, which
+the allocator tells of evictions, hits and registrations. It is not the solution of the
+paged-KV assignment (a7 builds a smaller allocator of its own, with another interface). The
+Rust path must make the same choice of block at every step, report the same copies, counters
+and transfers, and raise the same errors with the same messages
 (``tests/test_blocks_state_machine.py`` drives both with the same operations).
-
-The semantics, in short (the module docstring of :mod:`servelab.blocks` has the long version):
-
-* a sequence of ``n`` tokens holds ``ceil(n / block_size)`` blocks; a block with no reference is
-  free, cached or not;
-* new blocks come from the front of one free queue; ``free`` puts a sequence's newly free blocks
-  at the back, last block first (least recently freed is reused first, tails before heads);
-* ``fork`` shares blocks; ``append`` into a shared, partly filled block copies it first and
-  returns ``(src, dst)``;
-* with prefix caching, a full block's key is ``block_key(parent key, its tokens)``; a key maps to
-  at most one block (first wins); a free block keeps its key until it is reused (an eviction);
-  ``allocate`` reuses cached blocks for the longest verified prefix, but at most
-  ``(n - 1) // block_size`` of them, so that one prompt token is always left to compute;
-* a key is registered once its block is computed: ``allocate(.., num_computed=c)`` registers
-  the new full blocks inside the first ``c`` tokens (``None``: all), ``mark_computed`` the
-  later ones, ``append`` every one up to the block it fills;
-* ``allocate`` and ``append`` check first and raise :class:`OutOfBlocks` with nothing changed;
-* with a host tier (``host_blocks > 0``, lecture §8 milestone 4b) an evicted cached block moves
-  to the host (:class:`HostTier`) instead of vanishing, and a prompt that misses the GPU but
-  finds the key there gets it back in a fresh block (a *recall*, not a recomputation);
-  ``take_transfers`` lists the offloads, recalls and drops since its last call.
 
 >>> a = BlockAllocator(num_blocks=4, block_size=2, prefix_caching=True)
 >>> a.allocate(1, [7, 8, 9])
@@ -109,7 +92,41 @@ def _out_of_blocks(seq_id: int, need: int, free: int) -> OutOfBlocks:
     return OutOfBlocks(f"seq_id {seq_id} needs {need} new block{'' if need == 1 else 's'}, {free} free")
 
 
-# ---- the allocator ---------------------------------------------------------------------------
+# ---- the records -----------------------------------------------------------------------------
+
+class Block:
+    __slots__ = ("block_id", "ref_count", "key", "parent_key", "token_ids", "hits")
+
+    def __init__(self, block_id: int):
+        self.block_id = block_id
+        self.ref_count = 0
+        self.key: int | None = None  # set iff the cache maps this key to this block
+        self.parent_key = ROOT_KEY  # what the key was made with, checked on a hit
+        self.token_ids: list[int] = []
+        self.hits = 0  # prefix hits on this content (the host tier's "hits" policy)
+
+    def reset(self) -> None:
+        """Taken for new content by one sequence."""
+        self.key, self.token_ids, self.hits, self.ref_count = None, [], 0, 1
+
+
+class Seq:
+    __slots__ = ("block_table", "keys", "marked", "num_tokens", "num_cached_tokens")
+
+    def __init__(self, block_table: list[int], keys: list[int], marked: int, num_tokens: int,
+                 num_cached_tokens: int):
+        self.block_table = block_table
+        self.keys = keys  # chain keys of the full blocks (prefix caching only)
+        self.marked = marked  # leading full blocks already offered to the cache (computed)
+        self.num_tokens = num_tokens
+        self.num_cached_tokens = num_cached_tokens
+
+    def copy(self) -> "Seq":
+        return Seq(list(self.block_table), list(self.keys), self.marked, self.num_tokens,
+                   self.num_cached_tokens)
+
+
+# ---- the host tier (lecture §8 milestone 4b) -----------------------------------------------------
 
 HOST_POLICIES = ("lru", "hits")
 
@@ -122,7 +139,8 @@ class HostEntry:
 
 
 class HostTier:
-    """The host (CPU) tier: evicted prefix blocks by key, at most ``capacity`` of them.
+    """Evicted prefix blocks by key, at most ``capacity`` of them (0: no tier, every call a
+    no-op), and the transfers an engine replays onto its KV data.
 
     When full, it drops the entry that ranks first: ``"lru"`` the one offloaded longest ago
     (an entry is never touched on the host: a hit moves it back to the GPU), ``"hits"`` the one
@@ -137,6 +155,8 @@ class HostTier:
         self.capacity, self.policy = capacity, policy
         self.entries: dict[int, HostEntry] = {}
         self.clock = 0
+        self.transfers: list[tuple[str, int | None, int, int]] = []
+        self.num_hits = self.num_offloads = self.num_evictions = 0
 
     def rank(self, e: HostEntry) -> tuple[int, int]:
         return (e.hits if self.policy == "hits" else 0, e.stamp)
@@ -155,37 +175,47 @@ class HostTier:
         self.clock += 1
         return victim
 
+    def offload(self, block: Block) -> None:
+        """A cached block is evicted from the GPU: its prefix moves here."""
+        key = block.key
+        if not self.capacity or key is None:
+            return
+        self.num_offloads += 1
+        self.transfers.append(("offload", block.block_id, key, block.hits))
+        victim = self.insert(key, block.parent_key, block.token_ids, block.hits)
+        if victim is not None:
+            self.num_evictions += 1
+            self.transfers.append(("drop", None, *victim))
+
+    def holds(self, key: int, parent_key: int, token_ids: list[int]) -> bool:
+        """Whether ``key`` is here with this content (a hit is checked on the data, as ever)."""
+        e = self.entries.get(key)
+        return e is not None and e.parent_key == parent_key and e.token_ids == token_ids
+
+    def take(self, key: int) -> HostEntry:
+        """Takes a held entry out, to be recalled (:meth:`recalled` once it has a block)."""
+        self.num_hits += 1
+        return self.entries.pop(key)
+
+    def recalled(self, block_id: int, key: int, entry: HostEntry) -> None:
+        """``entry`` came back into ``block_id`` under ``key``: its KV is copied in."""
+        self.transfers.append(("recall", block_id, key, entry.hits))
+
+    def superseded(self, key: int) -> None:
+        """``key`` is registered on the GPU: a key lives in one tier."""
+        old = self.entries.pop(key, None)
+        if old is not None:
+            self.transfers.append(("drop", None, key, old.hits))
+
     def keys(self) -> list[int]:
         return sorted(self.entries, key=lambda k: self.rank(self.entries[k]))
 
-
-class Block:
-    __slots__ = ("block_id", "ref_count", "key", "parent_key", "token_ids", "hits")
-
-    def __init__(self, block_id: int):
-        self.block_id = block_id
-        self.hits = 0  # prefix hits on this content (the host tier's "hits" policy)
-        self.ref_count = 0
-        self.key: int | None = None  # set iff the cache maps this key to this block
-        self.parent_key = ROOT_KEY  # what the key was made with, checked on a hit
-        self.token_ids: list[int] = []
+    def take_transfers(self) -> list[tuple[str, int | None, int, int]]:
+        out, self.transfers = self.transfers, []
+        return out
 
 
-class Seq:
-    __slots__ = ("block_table", "keys", "marked", "num_tokens", "num_cached_tokens")
-
-    def __init__(self, block_table: list[int], keys: list[int], marked: int, num_tokens: int,
-                 num_cached_tokens: int):
-        self.block_table = block_table
-        self.keys = keys  # chain keys of the full blocks (prefix caching only)
-        self.marked = marked  # leading full blocks already offered to the cache (computed)
-        self.num_tokens = num_tokens
-        self.num_cached_tokens = num_cached_tokens
-
-    def copy(self) -> "Seq":
-        return Seq(list(self.block_table), list(self.keys), self.marked, self.num_tokens,
-                   self.num_cached_tokens)
-
+# ---- the allocator -----------------------------------------------------------------------------
 
 def _num_computed(num_computed: Any, num_tokens: int) -> int:
     if num_computed is None:
@@ -215,20 +245,18 @@ class BlockAllocator:
                              "(the host tier holds cached prefixes)")
         if not isinstance(host_policy, str):
             raise TypeError(f"host_policy must be a str, got {host_policy!r}")
-        if host_policy not in HOST_POLICIES:
+        if host_policy not in HOST_POLICIES:  # worded as the Rust core words it
             raise ValueError(f"host_policy must be 'lru' or 'hits', got \"{host_policy}\"")
-        self.host = HostTier(host_blocks, host_policy)
-        self.transfers: list[tuple[str, int | None, int, int]] = []
-        self.num_host_hits = self.num_offloads = self.num_host_evictions = 0
         self.block_size = block_size
         self.prefix_caching = prefix_caching
         self.blocks = [Block(i) for i in range(num_blocks)]
         self.free_ids: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # LRU order
         self.cache: dict[int, int] = {}  # key -> block id
         self.seqs: dict[int, Seq] = {}
+        self.host = HostTier(host_blocks, host_policy)
         self.num_hits = self.num_lookups = self.num_evictions = self.num_copies = 0
 
-    # -- internals --
+    # -- the free queue --
 
     def _take_free(self) -> Block:
         """The least recently freed block, for new content; its cached key is evicted."""
@@ -237,18 +265,44 @@ class BlockAllocator:
         if block.key is not None:
             del self.cache[block.key]
             self.num_evictions += 1
-            if self.host.capacity:  # §8 milestone 4b: the prefix moves to the host
-                self.num_offloads += 1
-                self.transfers.append(("offload", block_id, block.key, block.hits))
-                victim = self.host.insert(block.key, block.parent_key, block.token_ids, block.hits)
-                if victim is not None:
-                    self.num_host_evictions += 1
-                    self.transfers.append(("drop", None, *victim))
-            block.key = None
-        block.token_ids = []
-        block.hits = 0
-        block.ref_count = 1
+            self.host.offload(block)
+        block.reset()
         return block
+
+    def _hold(self, block: Block) -> None:
+        """One more reference to a cached block (off the free queue if it was free)."""
+        if block.ref_count == 0:
+            del self.free_ids[block.block_id]
+        block.ref_count += 1
+        block.hits += 1
+
+    # -- the prefix cache --
+
+    def _keys(self, chunks: list[list[int]]) -> list[int]:
+        keys: list[int] = []
+        for chunk in chunks:
+            if len(chunk) < self.block_size:
+                break
+            keys.append(block_key(keys[-1] if keys else ROOT_KEY, chunk))
+        return keys
+
+    def _cached_prefix(self, keys: list[int], chunks: list[list[int]], max_hits: int) -> list[Block | None]:
+        """The longest cached prefix, verified on parent key and tokens: a GPU block per hit, or
+        None for a key found on the host tier."""
+        hits: list[Block | None] = []
+        for i in range(max_hits):
+            parent = keys[i - 1] if i else ROOT_KEY
+            block_id = self.cache.get(keys[i])
+            if block_id is None:
+                if not self.host.holds(keys[i], parent, chunks[i]):
+                    break
+                hits.append(None)
+                continue
+            block = self.blocks[block_id]
+            if block.parent_key != parent or block.token_ids != chunks[i]:
+                break
+            hits.append(block)
+        return hits
 
     def _mark(self, seq: Seq, upto: int) -> None:
         """Offers the sequence's full blocks ``seq.marked .. upto - 1`` to the cache, in order."""
@@ -257,9 +311,7 @@ class BlockAllocator:
             if key not in self.cache:  # first wins
                 block = self.blocks[seq.block_table[i]]
                 self.cache[key] = block.block_id
-                old = self.host.entries.pop(key, None)
-                if old is not None:  # the GPU copy supersedes it
-                    self.transfers.append(("drop", None, key, old.hits))
+                self.host.superseded(key)
                 block.key, block.parent_key = key, seq.keys[i - 1] if i else ROOT_KEY
         seq.marked = max(seq.marked, upto)
 
@@ -279,26 +331,9 @@ class BlockAllocator:
             raise KeyError(f"seq_id {seq_id} is already allocated")
         bs, n = self.block_size, len(tokens)
         chunks = [tokens[i:i + bs] for i in range(0, n, bs)]
-        keys: list[int] = []
-        if self.prefix_caching:
-            for chunk in chunks[:n // bs]:
-                keys.append(block_key(keys[-1] if keys else ROOT_KEY, chunk))
-        # Longest cached prefix, verified on parent key and tokens; one token left to compute.
-        max_hits = (n - 1) // bs if self.prefix_caching else 0
-        hits: list[Block | None] = []  # a GPU block, or None for a key found on the host
-        for i in range(max_hits):
-            block_id = self.cache.get(keys[i])
-            parent = keys[i - 1] if i else ROOT_KEY
-            if block_id is None:
-                entry = self.host.entries.get(keys[i])
-                if entry is None or entry.parent_key != parent or entry.token_ids != chunks[i]:
-                    break
-                hits.append(None)
-                continue
-            block = self.blocks[block_id]
-            if block.parent_key != parent or block.token_ids != chunks[i]:
-                break
-            hits.append(block)
+        keys = self._keys(chunks) if self.prefix_caching else []
+        max_hits = (n - 1) // bs if self.prefix_caching else 0  # one token left to compute
+        hits = self._cached_prefix(keys, chunks, max_hits)
         gpu_hits = [b for b in hits if b is not None]
         need = len(chunks) - len(gpu_hits)  # a recalled block needs a fresh GPU block
         free = len(self.free_ids) - sum(b.ref_count == 0 for b in gpu_hits)
@@ -307,23 +342,19 @@ class BlockAllocator:
         # Commit: nothing below can fail.
         self.num_lookups += max_hits
         self.num_hits += len(gpu_hits)
-        self.num_host_hits += len(hits) - len(gpu_hits)
         for block in gpu_hits:
-            if block.ref_count == 0:
-                del self.free_ids[block.block_id]
-            block.ref_count += 1
-            block.hits += 1
+            self._hold(block)
         # out of the host before an eviction below could push them out
-        recalled = [self.host.entries.pop(keys[i]) for i, b in enumerate(hits) if b is None]
+        recalled = [self.host.take(keys[i]) for i, b in enumerate(hits) if b is None]
         table = []
         for i, hit in enumerate(hits):
-            if hit is None:
+            if hit is None:  # a recall: a fresh block, registered at once (its KV comes by copy)
                 entry = recalled.pop(0)
                 hit = self._take_free()
                 hit.token_ids, hit.hits = entry.token_ids, entry.hits + 1
                 hit.key, hit.parent_key = keys[i], entry.parent_key
                 self.cache[keys[i]] = hit.block_id
-                self.transfers.append(("recall", hit.block_id, keys[i], entry.hits))
+                self.host.recalled(hit.block_id, keys[i], entry)
             table.append(hit.block_id)
         for chunk in chunks[len(hits):]:  # take every new block first...
             block = self._take_free()
@@ -468,12 +499,15 @@ class BlockAllocator:
     def num_host_cached_blocks(self) -> int:
         return len(self.host.entries)
 
+    @property
+    def num_host_hits(self) -> int:
+        return self.host.num_hits
+
     def host_keys(self) -> list[int]:
         return self.host.keys()
 
     def take_transfers(self) -> list[tuple[str, int | None, int, int]]:
-        out, self.transfers = self.transfers, []
-        return out
+        return self.host.take_transfers()
 
     def stats(self) -> dict[str, int]:
         return {"num_blocks": self.num_blocks, "block_size": self.block_size,
@@ -481,8 +515,8 @@ class BlockAllocator:
                 "num_seqs": len(self.seqs), "num_hits": self.num_hits, "num_lookups": self.num_lookups,
                 "num_evictions": self.num_evictions, "num_copies": self.num_copies,
                 "host_blocks": self.host.capacity, "num_host_cached_blocks": len(self.host.entries),
-                "num_host_hits": self.num_host_hits, "num_offloads": self.num_offloads,
-                "num_host_evictions": self.num_host_evictions}
+                "num_host_hits": self.host.num_hits, "num_offloads": self.host.num_offloads,
+                "num_host_evictions": self.host.num_evictions}
 
     def replay(self, op: np.ndarray, seq: np.ndarray, arg: np.ndarray,
                tokens: np.ndarray, offsets: np.ndarray) -> np.ndarray:

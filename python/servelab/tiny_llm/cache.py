@@ -70,7 +70,7 @@ class OneForwardAtATime:
             raise ValueError(f"cache already has {self._pending} tokens reserved by a forward "
                              "that has not committed (one cache serves one forward at a time)")
         if not _checks.is_int(n_new) or n_new < 1:
-            raise ValueError(f"n_new must be an integer >= 1, got {n_new!r:.80}")
+            raise ValueError(f"n_new must be a positive integer, got {n_new!r:.80}")
         end = self._len + n_new
         if end > self.max_len:
             raise ValueError(f"cache overflow: {self._len} cached + {n_new} new tokens = "

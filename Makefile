@@ -95,7 +95,7 @@ stubtest: $(STAMP_BUILD)
 	$(PY) -m mypy.stubtest servelab._core
 
 # mypy on python/servelab and autograder/ (pyproject.toml [tool.mypy]); it joins `make test` once
-# clean (the errors left are listed by file in issue 13's notes)
+# clean
 typecheck: $(STAMP_BUILD)
 	$(PY) -m mypy
 

@@ -64,7 +64,7 @@ SELFCHECK_SECRET = "servelab self-check: a fixed, public secret"
 HOSTILE_LIMITS = Limits(wall_s=4.0, cpu_s=4, memory_bytes=1 << 30, output_bytes=256 << 10)
 RELEASE_PYTEST_S = 600  # the release's pytest assignments/ may take this long (times the calibration factor)
 HOSTILE_SECONDS = 60  # a hostile grading taking longer than this (times the calibration factor) is a problem
-# issue 11.5: every graded test is failed by some mutant; a survivor fails the self-check
+# every graded test is failed by some mutant; a survivor fails the self-check
 SURVIVORS_FAIL = True
 
 

@@ -1,5 +1,5 @@
 """Step-cost throughput: the vectorised Rust path vs the pure-Python reference (one step at a
-time) vs a numpy-vectorised Python version, on the same random steps (issue 2, item 7).
+time) vs a numpy-vectorised Python version, on the same random steps.
 
 All three must agree (checked before timing); the printed ratios come from one run, side by
 side, because absolute times on a shared machine drift.

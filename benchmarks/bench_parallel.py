@@ -1,4 +1,4 @@
-"""Serving on several cards (issue 16): the Rust multi-card simulators against their pure-Python
+"""Serving on several cards: the Rust multi-card simulators against their pure-Python
 reference, and their time per simulated step against one card's.
 
 1. Rust vs the pure-Python reference (``servelab.reference.parallel``) on the same chat

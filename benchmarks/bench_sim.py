@@ -1,4 +1,4 @@
-"""The serving simulator: Rust core vs the pure-Python reference (issue 5).
+"""The serving simulator: Rust core vs the pure-Python reference.
 
 4,096 chat requests (the lecture's workload, seed 0, 2 req/s) per policy. Each pair of results
 is first asserted equal (every timestamp, bit for bit), then timed: Rust best of 5 runs, Python

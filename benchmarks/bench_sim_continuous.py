@@ -1,7 +1,7 @@
 """Continuous batching in the simulator: the event-driven engine against the per-step loop it
 replaced and the pure-Python reference, and a million requests.
 
-1. The headline (issue 17): 4,096 chat requests (seed 0) at 64 req/s, 128 seats, a 4,096-token
+1. The headline: 4,096 chat requests (seed 0) at 64 req/s, 128 seats, a 4,096-token
    budget, the whole KV pool. Three runs side by side in one process: the event-driven Rust
    engine (the default), the per-sequence-step Rust loop it replaced (``_per_step=True``, kept
    only as this baseline and for tests) and the pure-Python reference. Their results are first

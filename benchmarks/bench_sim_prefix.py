@@ -1,4 +1,4 @@
-"""Prefix caching in the simulator (issue 15 §2): its speed with prefix caching on and off.
+"""Prefix caching in the simulator: its speed with prefix caching on and off.
 
 Chat-service workloads from :func:`servelab.workload.chat_sessions` (seed 0, Llama-3-8B on an
 H100, vLLM's defaults): single-turn requests with one of 4 shared 1024-token system prompts at

@@ -1,4 +1,4 @@
-"""Speculative decoding in the simulator (issue 15 §3, §8 milestone 4a): what the option costs
+"""Speculative decoding in the simulator: what the option costs
 per simulated step and per request, beside the plain run.
 
 4,096 chat requests (seed 0) with vLLM's defaults, at 2 req/s (batches of a few) and at 16 req/s

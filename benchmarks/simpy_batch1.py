@@ -1,4 +1,4 @@
-"""A SimPy model of batch-1 FCFS serving (the peer of issue 5: SimPy-based LLM serving
+"""A SimPy model of batch-1 FCFS serving (the peer: SimPy-based LLM serving
 simulators are the common way to write this in Python).
 
 One GPU is a ``simpy.Resource`` of capacity 1. Each request is a process that waits until its

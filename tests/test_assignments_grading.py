@@ -1,4 +1,4 @@
-"""The students' side of grading (issues 6 and 12): under plain ``pytest assignments/`` with the
+"""The students' side of grading: under plain ``pytest assignments/`` with the
 points plugin, the reference scores full marks, stubs score zero without a crash and fail fast
 ("not started", one line a task, no Hypothesis report), a planted bug still prints its shrunk
 counterexample, a skipped test earns nothing, ``-m task_<id>`` runs one task and shows the
@@ -131,7 +131,7 @@ def test_one_solved_task_scores_as_before_and_a_planted_bug_is_shrunk(tmp_path):
     summary, run = grade(copy, "-m", "task_a1_ledger")
     a1 = MANIFEST.tasks[0]
     # every a1 test catches it: the 70B and no-GQA tests, whose lecture numbers are rounded,
-    # also check a generated neighbour against the core (issue 11: no lookup passes them)
+    # also check a generated neighbour against the core (no lookup passes them)
     caught = ["test_llama3_8b_numbers", "test_exercise1_llama3_70b", "test_exercise3_no_gqa",
               "test_param_count_matches_core", "test_bytes_match_core", "test_capacity_and_batch_match_core"]
     lost = sum(p for t, p in a1.tests.items() if t.split("::")[1] in caught)

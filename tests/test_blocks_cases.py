@@ -156,7 +156,7 @@ def test_append_registers_full_blocks(Alloc):
 
 
 def test_keys_are_registered_when_computed(Alloc):
-    # issue 14 §2: a block is findable only once its KV is computed
+    # a block is findable only once its KV is computed
     a = Alloc(16, 2, prefix_caching=True)
     assert a.allocate(1, [1, 2, 3, 4, 5, 6, 7], num_computed=3) == [0, 1, 2, 3]
     assert a.num_cached_blocks == 1  # [1, 2] only: [3, 4] and [5, 6] are not computed

@@ -1,4 +1,4 @@
-"""The allocator's batched calls (issue 17): ``append_many`` and ``free_many`` do what one
+"""The allocator's batched calls: ``append_many`` and ``free_many`` do what one
 ``append`` / ``free`` per sequence does, in order, in one Python call; bad input names the
 argument and the index."""
 

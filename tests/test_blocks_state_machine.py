@@ -1,4 +1,4 @@
-"""The Rust block allocator against the pure-Python reference, step by step (issue 4).
+"""The Rust block allocator against the pure-Python reference, step by step.
 
 A Hypothesis ``RuleBasedStateMachine`` drives ``servelab.blocks.BlockAllocator`` (Rust) and
 ``servelab.reference.blocks.BlockAllocator`` with the same operations, on pools from one block

@@ -1,4 +1,4 @@
-"""``servelab``'s command line (issue 12, "The command line"): each case that used to crash or
+"""``servelab``'s command line: each case that used to crash or
 mislead now stops before any work with one line naming the flag and exit status 2; tables fit
 the terminal or print in full when piped; long steps say what they are doing."""
 

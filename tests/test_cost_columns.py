@@ -1,4 +1,4 @@
-"""``step_cost_many(columns=...)`` (issue 17): the columns asked for, bit for bit those of the
+"""``step_cost_many(columns=...)``: the columns asked for, bit for bit those of the
 full call, and no other; bad names are errors naming the argument."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Properties of the roofline step cost that any correct implementation keeps (issue 2)."""
+"""Properties of the roofline step cost that any correct implementation keeps."""
 
 from __future__ import annotations
 

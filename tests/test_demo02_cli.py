@@ -1,4 +1,4 @@
-"""``servelab demo 02`` prints all six parts and writes its two plots (issue 2)."""
+"""``servelab demo 02`` prints all six parts and writes its two plots."""
 
 from __future__ import annotations
 

@@ -153,7 +153,7 @@ def test_cli_prints_every_part_and_writes_plots(tmp_path, capsys):
 
 
 def test_figures_that_miss_the_lecture_are_marked(sweep):
-    """Issue 15: a figure outside its tolerance says so, with the reason; one within does not."""
+    """a figure outside its tolerance says so, with the reason; one within does not."""
     from rich.console import Console
     console = Console(width=400, record=True)
     demo03.part3_static(console, sweep)

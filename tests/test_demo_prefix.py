@@ -1,4 +1,4 @@
-"""Demo prefix's claims (issue 15 §2): with a shared system prompt or multi-turn chat, prefix
+"""Demo prefix's claims: with a shared system prompt or multi-turn chat, prefix
 caching lowers TTFT and the tokens computed; without anything shared it changes nothing."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Demo speculative (issue 15 §3) on a small grid: greedy speculation keeps the target's tokens
+"""Demo speculative on a small grid: greedy speculation keeps the target's tokens
 whatever the draft, measured tokens per step follow the closed form, and the paper speed-up
 rises with k for a perfect draft and falls below 1 for a useless one."""
 

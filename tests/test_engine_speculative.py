@@ -1,4 +1,4 @@
-"""Speculative decoding in the engine (issue 15 §3, §8 milestone 4a): greedy tokens equal the
+"""Speculative decoding in the engine: greedy tokens equal the
 target's alone whatever the draft and the schedule (§6.5), rejection sampling keeps the
 target's distribution (a chi-square bound), and a step is priced as the verify forward plus
 the draft's steps."""

@@ -1,4 +1,4 @@
-"""The event queue (issue 5): against a plain model on random operation sequences, and the
+"""The event queue: against a plain model on random operation sequences, and the
 documented errors."""
 
 from __future__ import annotations

@@ -1,5 +1,4 @@
-"""Bad input to hw_model raises ValueError naming the argument and its value; nothing panics
-(issue 2, acceptance 3)."""
+"""Bad input to hw_model raises ValueError naming the argument and its value; nothing panics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Junk in, a named error out (issue 13): every public function of the library, fed random
+"""Junk in, a named error out: every public function of the library, fed random
 junk for one argument at a time (wrong types, NaN, inf, negatives, huge ints, numpy scalars of
 every dtype, strings, None, odd containers), either works or raises ``TypeError``,
 ``ValueError`` or ``OverflowError`` whose message names that argument. Never a Rust panic

@@ -1,4 +1,4 @@
-"""Arrows one way (issue 14 §4): the lecture's settings live in ``servelab.lecture``, and no
+"""Arrows one way: the lecture's settings live in ``servelab.lecture``, and no
 library module reaches into a demo for them; only the CLI (which runs the demos) and the demos
 themselves import ``servelab.demos``."""
 

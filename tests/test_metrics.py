@@ -1,4 +1,4 @@
-"""servelab.metrics on hand-made results (issue 5)."""
+"""servelab.metrics on hand-made results."""
 
 from __future__ import annotations
 

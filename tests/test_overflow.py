@@ -1,6 +1,5 @@
-"""Large inputs give a named error or the right number, never a wrapped one; every message the
-issue listed as unhelpful now names its argument (issue 13, "Silent wrong answers from large
-inputs" and "Unhelpful messages")."""
+"""Large inputs give a named error or the right number, never a wrapped one; every message that
+used to be unhelpful now names its argument."""
 
 from __future__ import annotations
 

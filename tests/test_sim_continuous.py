@@ -1,4 +1,4 @@
-"""Continuous batching in the simulator (issue 5): Rust against the pure-Python reference (bit for
+"""Continuous batching in the simulator: Rust against the pure-Python reference (bit for
 bit), against ``servelab.engine`` (the same batches, step for step, and the same clock), small
 cases by hand, rule 4, and bad input.
 

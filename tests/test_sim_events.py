@@ -1,5 +1,5 @@
 """The event-driven continuous-batching simulator against the per-sequence-step loop it replaced
-(issue 17), bit for bit, on 200 seeded random workloads.
+, bit for bit, on 200 seeded random workloads.
 
 The event-driven engine (``rust/src/sim/continuous/event_driven.rs``) keeps the decoding requests as integer
 aggregates and visits a request only at its events; the per-step loop

@@ -1,4 +1,4 @@
-"""The Rust simulator against the pure-Python event-driven reference (issue 5 acceptance).
+"""The Rust simulator against the pure-Python event-driven reference.
 
 Equality is exact (``np.array_equal``, ``==`` on floats), not approximate: both sides price a step
 with the same IEEE-754 operations in the same order (integer totals converted once, the same

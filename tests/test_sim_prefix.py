@@ -1,4 +1,4 @@
-"""Prefix caching in the simulator (issue 15 §2): the same batches, hits and clock as the engine
+"""Prefix caching in the simulator: the same batches, hits and clock as the engine
 on random workloads with shared prefixes, and what a shared system prompt buys.
 
 The engine gets real token lists built the way the simulator reads ``SharedPrefixes``: request

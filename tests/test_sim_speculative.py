@@ -1,4 +1,4 @@
-"""The simulator's speculative option (issue 15 §3): acceptance from a per-request rate by
+"""The simulator's speculative option: acceptance from a per-request rate by
 seeded draws, tokens per target step converging to the closed form, the price of the draft's
 steps, and k = 0 being the plain run."""
 

@@ -1,5 +1,5 @@
 """Models and GPUs by preset name or spec file (servelab.spec_files), as ``Grid`` and
-``servelab sweep --model/--gpu`` take them (issue 13, point 6)."""
+``servelab sweep --model/--gpu`` take them."""
 
 from __future__ import annotations
 

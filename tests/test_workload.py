@@ -1,4 +1,4 @@
-"""servelab.workload: validation, generators, traces (issue 5)."""
+"""servelab.workload: validation, generators, traces."""
 
 from __future__ import annotations
 

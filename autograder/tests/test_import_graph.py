@@ -1,4 +1,4 @@
-"""Arrows one way (issue 14 §5): no import cycle among the modules of ``servelab`` and
+"""Arrows one way: no import cycle among the modules of ``servelab`` and
 ``autograder``, and no module importing another's private (``_``) name.
 
 The walk is static (``ast``), so it sees every import statement wherever it stands: a cycle

@@ -1,5 +1,5 @@
 """The readable twins ship to students (``servelab.reference``, in the release and the wheel): so
-no graded task may be passable by calling them (issue 14 §6).
+no graded task may be passable by calling them.
 
 The sandbox refuses servelab imports already; this checks that a reference is not a solution in
 disguise. Each task is graded by the real judge on a submission whose edit modules answer every

@@ -1,4 +1,4 @@
-"""The release speaks to students about what they have (issue 12): no docstring, README, Makefile
+"""The release speaks to students about what they have: no docstring, README, Makefile
 or message in it names what a release leaves out (the mutants, the
 answer key, the solution markers, the instructors' make targets), and its README is the
 students' own, with every task and its points.

@@ -1,4 +1,4 @@
-"""Issue 11, points 2-4: inputs a student cannot predict (a secret mixed with the submission's
+"""Inputs a student cannot predict (a secret mixed with the submission's
 hash), regrades that stay byte-identical (notebooks included), strict answers, and a grader
 that never falls over (a failure inside one task costs that task only)."""
 

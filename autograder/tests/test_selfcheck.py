@@ -56,7 +56,7 @@ def test_each_mutant_fails_some_test_of_its_own_task(results):
 
 
 def test_the_graded_tests_no_mutant_fails_are_listed(results):
-    """Issue 11.5: each graded test is failed by at least one mutant. Until the mutants cover
+    """Each graded test is failed by at least one mutant. Until the mutants cover
     every test (``selfcheck.SURVIVORS_FAIL``), the list is a warning; either way it must be
     exactly the tests no mutant's grading failed."""
     survivors = selfcheck.survivors_of(results)
@@ -73,7 +73,7 @@ def test_the_reference_grading_ran_under_calibrated_limits(results):
 
 
 def test_the_reference_notebooks_manual_cells_are_pending(results):
-    """Issue 12.4: in a real grading, a manually graded cell has no status (it has not failed),
+    """In a real grading, a manually graded cell has no status (it has not failed),
     and results.json still follows Gradescope's schema."""
     data = results["reference: full marks"].data
     jsonschema.validate(data, json.loads((ROOT / "autograder" / "tests" / "gradescope_results.schema.json").read_text()))

@@ -418,7 +418,7 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
         capacity = kv_capacity_tokens(model, gpu, mem_util)
         blocks = capacity // bs
         # the default is derived, so say so: "num_blocks must be ..." would name an argument the
-        # caller never passed (issue 13)
+        # caller never passed
         if blocks < 1:
             raise ValueError(f"num_blocks: no KV block of block_size={bs} tokens fits beside the weights at "
                              f"mem_util={mem_util!r} (kv_capacity_tokens={capacity}); pass num_blocks, "

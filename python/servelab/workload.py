@@ -65,7 +65,7 @@ __all__ = [
 
 MAX_REQUEST_TOKENS: int = _core.MAX_REQUEST_TOKENS  # 2**24, the simulator's bound
 # Most requests a generator draws at once (2**27: a gigabyte per column). A count past it is a
-# ValueError naming the argument, not a MemoryError halfway through (issue 13).
+# ValueError naming the argument, not a MemoryError halfway through.
 MAX_REQUESTS = 2**27
 
 # The lecture's chat workload (§4.5): "prompt mean 512, output mean 256, both long-tailed

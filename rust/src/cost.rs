@@ -376,7 +376,7 @@ impl Pricer {
         for (k, g) in groups.into_iter().enumerate() {
             check_group(&g).map_err(|e| e.prefixed(&label(k)))?;
             let (n, c, cnt) = (g.new_tokens as f64, g.context_len as f64, g.count as f64);
-            // checked: 2^23 sequences of 2^40 tokens would wrap i64 (issue 13)
+            // checked: 2^23 sequences of 2^40 tokens would wrap i64
             tokens = add_step_tokens(tokens, &g).map_err(|e| e.prefixed(&label(k)))?;
             seqs += g.count; // <= tokens, so it cannot overflow either
             // token i (1-based) of this step attends to c + i keys: sum = n*c + n(n+1)/2

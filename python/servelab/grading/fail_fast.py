@@ -1,5 +1,5 @@
 """A student's first runs fail fast: a test of a task not started yet costs one example and one
-line, not a Hypothesis report (issue 12).
+line, not a Hypothesis report.
 
 An untouched stub raises ``NotImplementedError`` on every input, so there is nothing for
 Hypothesis to look for: today's profile would still generate, then shrink, then look for more

@@ -25,7 +25,7 @@ BYTES_PER_PARAM = 4  # FP32 (§2.3: decode intensity 0.5 FLOP/byte comes from 2 
 # Largest number of values in one thing tiny_llm allocates (the weights, the rotary tables, one
 # sequence's KV cache at max_len, a paged KV pool): 2**27 FP32 values, 512 MiB. tiny_llm is a
 # small numpy model for correctness checks; a config past this is refused with a ValueError
-# naming its fields instead of a bare MemoryError halfway through (issue 13).
+# naming its fields instead of a bare MemoryError halfway through.
 MAX_VALUES = 2**27
 
 _POSITIVE = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_head", "d_ff",

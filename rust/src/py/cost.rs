@@ -15,7 +15,7 @@ use crate::error::CoreResult;
 
 // The three specs are read by attribute name with our own checks, so that a bad field gives a
 // message naming the field, its value and what it must be (the derived extraction said "failed
-// to extract field PyModelSpec.d_model", issue 13).
+// to extract field PyModelSpec.d_model").
 
 /// Python's `bool` or numpy's `bool_` (both spell their type `bool`): not numbers here.
 fn is_bool(obj: &Bound<'_, PyAny>) -> bool {
@@ -192,7 +192,7 @@ fn writable<'py, T: Element>(name: &str, value: &Bound<'py, PyAny>, n: usize) ->
 /// Many steps' costs (`cost::step_cost_many_each`) into the caller's arrays: `out` maps column
 /// names (`StepCosts::NAMES`) to writable 1-D arrays of one element per step (float64; bool for
 /// `compute_bound`). Only those columns are computed, and reusing the same arrays over many calls
-/// costs no fresh memory page (issue 17); `hw_model.step_cost_many` passes fresh ones otherwise.
+/// costs no fresh memory page; `hw_model.step_cost_many` passes fresh ones otherwise.
 #[pyfunction]
 fn step_cost_many_into<'py>(
     py: Python<'py>,

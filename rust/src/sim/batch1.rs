@@ -51,7 +51,7 @@ pub fn run(pricer: &Pricer, w: &Workload<'_>, admission: &mut dyn Admission, tra
     let mut free_at = 0.0f64; // when the GPU finishes the work accepted so far
     let mut accepted: Vec<usize> = Vec::with_capacity(n);
     let mut head = 0; // accepted[head..] are still in the system
-    // Counters cannot wrap (issue 13): the served requests (`batch_id`) are <= n (a usize held in
+    // Counters cannot wrap: the served requests (`batch_id`) are <= n (a usize held in
     // memory), and a step's context `p + s - 1` < 2^25 since both are <= MAX_REQUEST_TOKENS.
     for i in 0..n {
         let now = w.arrival_s[i];

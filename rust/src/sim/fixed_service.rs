@@ -43,7 +43,7 @@ pub fn run(arrival_s: &[f64], service_s: f64, slo_s: Option<f64>) -> CoreResult<
         rejected: vec![false; n],
         busy_s: 0.0,
     };
-    // No integer counter to wrap (issue 13): the clock and busy time are f64 sums of finite,
+    // No integer counter to wrap: the clock and busy time are f64 sums of finite,
     // positive service times, and a sum past f64's range would need more requests than memory.
     let mut free = 0.0f64;
     for (i, &now) in arrival_s.iter().enumerate() {

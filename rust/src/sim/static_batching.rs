@@ -21,7 +21,7 @@
 //! from the batch's prompt sum and the step number ([`StepShape::decode`]), and members leave
 //! the working set in output-length order (sorted once per batch). A step costs O(1) plus the
 //! members that finish in it, the cost per event that `continuous/event_driven.rs` reaches with its
-//! aggregates (issue 17); the sums are `i128`, so no total can wrap.
+//! aggregates; the sums are `i128`, so no total can wrap.
 
 use super::{Recorder, SimOutput, StepShape, Workload};
 use crate::cost::{fmt_f64, Pricer};

@@ -80,10 +80,10 @@ check: $(STAMP_BUILD)
 # test_artifacts.py (make sdist wheel: a second Rust build; fresh Python 3.10 and 3.12 venvs)
 # runs in a pytest of its own, beside the others under make -j.
 JOBS ?=
-ARTIFACT_TESTS := autograder/tests/test_artifacts.py
+ARTIFACT_TESTS := autograder/tests/test_artifacts.py autograder/tests/test_staff_wheel.py
 test-autograder: test-autograder-rest test-autograder-artifacts
 test-autograder-rest: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
-	SELFCHECK_JOBS=$(JOBS) $(PY) -m pytest -q -p no:cacheprovider autograder/tests --ignore=$(ARTIFACT_TESTS)
+	SELFCHECK_JOBS=$(JOBS) $(PY) -m pytest -q -p no:cacheprovider autograder/tests $(addprefix --ignore=,$(ARTIFACT_TESTS))
 test-autograder-artifacts: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
 	$(PY) -m pytest -q -p no:cacheprovider $(ARTIFACT_TESTS)
 

@@ -159,7 +159,7 @@ def plan(root: Path, readable: bool = False) -> dict[str, str | None]:
     _drop_dependents(root, out)
     if "Makefile" in out:
         out["Makefile"] = student_makefile(out["Makefile"], kept=set(out) | {"README.md"},
-                                           gone=() if readable else SOURCE_TARGETS)
+                                           drop=() if readable else SOURCE_TARGETS)
     if "pyproject.toml" in out:
         out["pyproject.toml"] = student_pyproject((root / "pyproject.toml").read_text(encoding="utf-8"))
     out["README.md"] = student_readme(root, manifest, drop_tests, readable)
@@ -182,10 +182,10 @@ def student_pyproject(text: str) -> str:
     return re.sub(r"^exclude = \[\"\^autograder/tests/hostile/\"\]\n", "", text, flags=re.M)
 
 
-def student_makefile(text: str, kept: set[str] | None = None, gone: "tuple[str, ...]" = ()) -> str:
+def student_makefile(text: str, kept: set[str] | None = None, drop: "tuple[str, ...]" = ()) -> str:
     """The course Makefile without :data:`INSTRUCTOR_TARGETS`, nor the targets whose paragraph
     names a ``tests/`` or ``benchmarks/`` file missing from ``kept`` (the release's files; e.g.
-    ``fuzz`` runs a test of the references), nor the targets named in ``gone``: each paragraph
+    ``fuzz`` runs a test of the references), nor the targets named in ``drop``: each paragraph
     that defines one goes, and their names in ``.PHONY``, in ``test``'s prerequisites and in a
     ``for step in ...`` list of targets. (``make check``, the students' way to run
     their tests, stays: ``autograder/tests/test_release_is_the_students.py`` checks it is there.)
@@ -197,7 +197,7 @@ def student_makefile(text: str, kept: set[str] | None = None, gone: "tuple[str, 
     (['.PHONY: test check', '', 'test: build'], False)
     """
     target = re.compile(r"^([A-Za-z][\w.-]*)\s*:(?!=)", re.M)
-    gone = set(INSTRUCTOR_TARGETS) | set(gone)
+    gone = set(INSTRUCTOR_TARGETS) | set(drop)
     paragraphs = []
     for paragraph in re.split(r"\n\s*\n", text):
         names = set(target.findall(paragraph)) - {"PHONY"}

@@ -214,7 +214,8 @@ sdist: $(STAMP_VENV)
 # $(STAFF_PYTHONS) (pyenv's 3.10-3.13), into $(STAFF_DIST)/: `make wheel`'s abi3 wheel with the
 # library compiled by Cython, stubs beside it, and no servelab.reference or lecture_key
 # (autograder/release/staff_wheel.py). Each Python gets a build venv with the `staff` extra
-# (Cython, setuptools, mypy's stubgen) in $(VENV)/staff-<version>. About 3 min of CPU a Python.
+# (Cython, setuptools, mypy's stubgen) in $(VENV)/staff-<version>. About 3 min of CPU a Python
+# at -O2 (the newest abi3 wheel of $(DIST)/ is the base).
 STAFF_DIST    ?= $(DIST)/staff
 STAFF_PYTHONS ?= $(foreach v,3.10 3.11 3.12 3.13,$(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$(v).*/bin/python$(v)))))
 STAFF_EXTRA   := $(VENV)/staff-requirements.txt
@@ -227,7 +228,7 @@ staff-wheels: wheel
 		echo "staff wheel for Python $$v…"; \
 		[ -x $$venv/bin/python ] || $$py -m venv $$venv; \
 		$$venv/bin/python -m pip install --quiet -r $(STAFF_EXTRA); \
-		$$venv/bin/python -m autograder.release.staff_wheel $(firstword $(wildcard $(DIST)/servelab-*-abi3-*.whl)) --out $(STAFF_DIST); \
+		$$venv/bin/python -m autograder.release.staff_wheel "$$(ls -t $(DIST)/servelab-*-abi3-*.whl | head -1)" --out $(STAFF_DIST); \
 	done
 	@ls -l $(STAFF_DIST)
 

@@ -103,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         files = release(ROOT, args.out, force=args.force, readable=args.readable, wheels=wheels)
         print(f"wrote {len(files)} files to {args.out}")
+        from autograder.release import similarity  # which readable files hold a task's solution
+        found = similarity.check_release(ROOT, args.out)
+        print(f"similarity check: {len(found)} (task, file) pair(s) at or above {similarity.LIMIT:.0%} of a task's "
+              f"solution{' (a readable release holds answers, as meant)' if args.readable else ''}")
+        for finding in found:
+            print(f"  {finding}")
         return 0
     if args.command == "grade":
         import json

@@ -258,10 +258,12 @@ def printable_strings(data: bytes, least: int = 4) -> str:
     return "\n".join(m.decode("ascii") for m in re.findall(rb"[\x20-\x7e\t]{%d,}" % least, data))
 
 
-def source_runs_in_binary(source: str, binary: bytes, k: int = RUN) -> list[str]:
+def source_runs_in_binary(source: str, binary: bytes, k: int = RUN, shown: str = "") -> list[str]:
     """The runs of ``k`` source words and symbols (docstrings, comments and layout aside) that
-    appear, in order, in the binary's printable strings: a module compiled without its source
-    gives none; the source itself, as a "binary", gives every run.
+    appear, in order, in the binary's printable strings, less those that ``shown`` (the module's
+    ``.pyi`` stub: its signatures, whose annotations the module keeps for ``inspect``) already
+    has: a module compiled without its source gives none; the source itself, as a "binary",
+    gives every run.
 
     >>> src = "def area(w, h):\\n    'The area.'\\n    return w * h + 0 * (w - h) / 1.5 + max(w, h)\\n"
     >>> len(source_runs_in_binary(src, src.encode())), source_runs_in_binary(src, b"\\x7fELF area")
@@ -269,5 +271,7 @@ def source_runs_in_binary(source: str, binary: bytes, k: int = RUN) -> list[str]
     """
     strings = _WORDS.findall(printable_strings(binary))
     theirs = {tuple(strings[i:i + k]) for i in range(len(strings) - k + 1)}
+    stub = _WORDS.findall(shown)
+    theirs -= {tuple(stub[i:i + k]) for i in range(len(stub) - k + 1)}
     ours = _raw_tokens(source)
     return [" ".join(ours[i:i + k]) for i in range(len(ours) - k + 1) if tuple(ours[i:i + k]) in theirs]

@@ -2,7 +2,8 @@
 gives nothing away: built for the running Python from maturin's abi3 wheel, installed into a
 fresh venv outside the repository, it
 
-* holds no ``.py`` of the library but ``__main__.py``, no ``servelab.reference`` and no
+* holds no ``.py`` of the library but ``__main__.py`` and the students' pytest harness
+  (``servelab.grading``), no ``servelab.reference`` and no
   ``servelab.lecture_key``, and a ``.pyi`` stub beside every compiled module;
 * embeds no source: no run of 12 source tokens (docstrings aside) is among a compiled module's
   printable strings;
@@ -91,12 +92,16 @@ def test_the_wheel_holds_compiled_modules_and_stubs_and_no_answer(staff):
     names = zipfile.ZipFile(staff["wheel"]).namelist()
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     assert staff["wheel"].name.startswith(f"servelab-0.1.0-{staff_wheel.python_tag()}-{staff_wheel.python_tag()}-")
-    assert [n for n in names if n.endswith(".py")] == ["servelab/__main__.py"]
+    # source: python -m servelab's __main__ and the students' pytest harness (pluggy takes Python
+    # functions only), nothing else
+    assert [n for n in names if n.endswith(".py") and not n.startswith("servelab/grading/")] == ["servelab/__main__.py"]
+    assert sorted(n for n in names if n.startswith("servelab/grading/")) == sorted(
+        p.relative_to(ROOT / "python").as_posix() for p in (ROOT / "python/servelab/grading").glob("*.py"))
     assert not [n for n in names if n.startswith(("servelab/reference", "servelab/lecture_key"))]
     compiled = [n for n in names if n.endswith(suffix)]
     sources = [p.relative_to(ROOT / "python").as_posix() for p in (ROOT / "python/servelab").rglob("*.py")
                if not p.relative_to(ROOT / "python").as_posix().startswith(staff_wheel.LEFT_OUT)
-               and p.name != "__main__.py"]
+               and not p.relative_to(ROOT / "python").as_posix().startswith(staff_wheel.KEPT_AS_SOURCE)]
     assert sorted(n.removesuffix(suffix) for n in compiled) == sorted(s.removesuffix(".py") for s in sources)
     assert not [n for n in compiled if n.removesuffix(suffix) + ".pyi" not in names], "a module without its stub"
     assert {"servelab/_core.abi3.so", "servelab/_core.pyi", "servelab/py.typed",
@@ -111,7 +116,8 @@ def test_no_compiled_module_embeds_its_source(staff):
             if not name.endswith(suffix):
                 continue
             source = (ROOT / "python" / (name.removesuffix(suffix) + ".py")).read_text(encoding="utf-8")
-            runs = similarity.source_runs_in_binary(source, z.read(name))
+            stub = z.read(name.removesuffix(suffix) + ".pyi").decode("utf-8")
+            runs = similarity.source_runs_in_binary(source, z.read(name), shown=stub)
             checked += len(similarity._raw_tokens(source)) > similarity.RUN
             if runs:
                 found[name] = runs[:3]

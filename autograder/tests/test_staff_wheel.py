@@ -197,3 +197,14 @@ def test_what_the_wheel_installs_holds_no_tasks_solution(staff):
                 installed[path.relative_to(staff["site"]).as_posix()] = tokens
     assert any(name.endswith("hw_model.pyi") for name in installed) and len(installed) > 40
     assert similarity.findings(similarity.task_solutions(ROOT), installed) == []
+
+
+def test_a_staff_release_with_the_wheel_passes_the_similarity_check(staff):
+    from autograder.release.repository import release
+    out = staff["tmp"] / "release"
+    release(ROOT, out, wheels=[staff["wheel"]])
+    files = similarity.readable_files(out)
+    assert any(name.startswith(f"wheels/{staff['wheel'].name}!servelab/") for name in files)
+    found = similarity.findings(similarity.task_solutions(ROOT), files)
+    new = [str(f) for f in found if round(f.share, 3) > similarity.IN_THE_ASSIGNMENTS.get((f.task, f.file), 0)]
+    assert new == [], "\n".join(new)

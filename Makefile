@@ -13,15 +13,28 @@ ASSIGNMENTS_MAY_FAIL ?=
 HYPOTHESIS_PROFILE ?= ci
 export HYPOTHESIS_PROFILE
 
-RUST_SOURCES := $(shell find rust -name '*.rs') Cargo.toml
+RUST_SOURCES := $(shell find rust -name '*.rs' 2>/dev/null) $(wildcard Cargo.toml)
 STAMP_VENV   := $(VENV)/.deps-stamp
 STAMP_BUILD  := $(VENV)/.build-stamp
 STAMP_NOTEBOOKS := $(VENV)/.notebooks-stamp
 STAMP_CLUSTER := $(VENV)/.cluster-stamp
+# One pip at a time in .venv (two terminals, parallel make): a lock that macOS has too (it has no
+# flock(1)), Python's fcntl.flock on $(VENV)/.build-lock, held while the command runs.
+LOCKED = $(PY) -c 'import fcntl, subprocess, sys; f = open(sys.argv[1], "w"); fcntl.flock(f, fcntl.LOCK_EX); sys.exit(subprocess.call(sys.argv[2:]))' $(VENV)/.build-lock
+
+# A staff release (autograder/release/staff_wheel.py) carries the compiled library in wheels/, one
+# wheel per Python version: there, make build installs the one for $(PYTHON), with no Rust.
+ifneq ($(wildcard wheels/*.whl),)
+PYTAG := $(shell $(PYTHON) -c 'import sys; print("cp%d%d" % sys.version_info[:2])' 2>/dev/null)
+WHEEL ?= $(or $(firstword $(wildcard wheels/servelab-*-$(PYTAG)-*.whl)),no-wheel-for-python-$(PYTAG))
+# a student needs pytest and Hypothesis, not the developers' mypy (a few seconds less to install)
+WHEEL_EXTRAS ?= student
+endif
+WHEEL_EXTRAS ?= dev
 
 .PHONY: demo test test-library check bench build venv clean test-rust test-python test-assignments stubtest fuzz \
 	test-autograder test-autograder-rest test-autograder-artifacts selfcheck release release-check grade notebooks-deps notebooks \
-	wheel sdist test-python-other drop-stale-core typecheck
+	wheel sdist staff-wheels test-python-other drop-stale-core typecheck
 
 demo: $(STAMP_BUILD)
 	$(VENV)/bin/servelab demo all --out $(OUT)
@@ -67,19 +80,23 @@ check: $(STAMP_BUILD)
 # test_artifacts.py (make sdist wheel: a second Rust build; fresh Python 3.10 and 3.12 venvs)
 # runs in a pytest of its own, beside the others under make -j.
 JOBS ?=
-ARTIFACT_TESTS := autograder/tests/test_artifacts.py
+ARTIFACT_TESTS := autograder/tests/test_artifacts.py autograder/tests/test_staff_wheel.py
 test-autograder: test-autograder-rest test-autograder-artifacts
 test-autograder-rest: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
-	SELFCHECK_JOBS=$(JOBS) $(PY) -m pytest -q -p no:cacheprovider autograder/tests --ignore=$(ARTIFACT_TESTS)
+	SELFCHECK_JOBS=$(JOBS) $(PY) -m pytest -q -p no:cacheprovider autograder/tests $(addprefix --ignore=,$(ARTIFACT_TESTS))
 test-autograder-artifacts: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
 	$(PY) -m pytest -q -p no:cacheprovider $(ARTIFACT_TESTS)
 
 selfcheck: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
 	$(PY) -m autograder selfcheck $(if $(JOBS),--jobs $(JOBS))
 
+# `make release`: a staff binary (the library compiled: make staff-wheels first, its wheels in
+# wheels/); `make release READABLE=1`: the readable library, for a course without grades
+# (autograder/README.md, "Two kinds of release").
 RELEASE ?= $(OUT)/release
-release: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
-	$(PY) -m autograder release $(RELEASE) --force
+READABLE ?=
+release: $(STAMP_BUILD) $(STAMP_NOTEBOOKS) $(if $(READABLE),,staff-wheels)
+	$(PY) -m autograder release $(RELEASE) --force $(if $(READABLE),--readable,--wheels $(STAFF_DIST))
 
 # the acceptance check of a release, outside make test (a second Rust build from nothing):
 # the release builds with its README's set-up and its own make test passes
@@ -125,7 +142,7 @@ notebooks: $(STAMP_NOTEBOOKS)
 $(STAMP_NOTEBOOKS): $(STAMP_BUILD) pyproject.toml
 	$(PY) -c "from servelab.grading.manifest import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['notebooks']))" \
 		> $(VENV)/notebooks-requirements.txt
-	flock $(VENV)/.build-lock $(PY) -m pip install --quiet -r $(VENV)/notebooks-requirements.txt
+	$(LOCKED) $(PY) -m pip install --quiet -r $(VENV)/notebooks-requirements.txt
 	touch $@
 
 # Dask's `distributed`: the `cluster` extra of pyproject.toml, installed like the notebooks' one
@@ -133,35 +150,41 @@ $(STAMP_CLUSTER): $(STAMP_BUILD) pyproject.toml
 	@echo "installing the cluster extra (Dask distributed) for the tests…"
 	@$(PY) -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['cluster']))" \
 		> $(VENV)/cluster-requirements.txt
-	@flock $(VENV)/.build-lock $(PY) -m pip install --quiet -r $(VENV)/cluster-requirements.txt
+	@$(LOCKED) $(PY) -m pip install --quiet -r $(VENV)/cluster-requirements.txt
 	@touch $@
 
+# (installing a wheel needs neither maturin nor a newer pip than the venv's own)
 $(STAMP_VENV):
-	@echo "setting up $(VENV) (pip, maturin)…"
+	@echo "setting up $(VENV)$(if $(WHEEL),, (pip, maturin))…"
 	@$(PYTHON) -m venv $(VENV)
-	@$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -m pip install --quiet "maturin>=1.9,<2"
+	$(if $(WHEEL),,@$(PY) -m pip install --quiet --upgrade pip)
+	$(if $(WHEEL),,@$(PY) -m pip install --quiet "maturin>=1.9,<2")
 	@touch $@
 
 ifeq ($(WHEEL),)
 # maturin develop installs servelab (editable: python/ is used in place) with the freshly
 # built extension, and the runtime and `dev` dependencies that pyproject.toml lists.
-# flock: two builds at once (two terminals, parallel make) must not interleave pip installs.
+# LOCKED: two builds at once (two terminals, parallel make) must not interleave pip installs.
 # One line while it works; the full log (cargo, pip) in .venv/build.log, printed only on failure.
-$(STAMP_BUILD): $(STAMP_VENV) $(RUST_SOURCES) pyproject.toml $(shell find python -name '*.pyi')
+$(STAMP_BUILD): $(STAMP_VENV) $(RUST_SOURCES) pyproject.toml $(shell find python -name '*.pyi' 2>/dev/null)
 	@echo "building the Rust core (about 2 min the first time; log in $(VENV)/build.log)…"
-	@flock $(VENV)/.build-lock env VIRTUAL_ENV=$(abspath $(VENV)) PIP_QUIET=1 \
+	@$(LOCKED) env VIRTUAL_ENV=$(abspath $(VENV)) PIP_QUIET=1 \
 		$(VENV)/bin/maturin develop --release --extras dev --quiet > $(VENV)/build.log 2>&1 \
 		|| { cat $(VENV)/build.log; echo "the build failed (log above, kept in $(VENV)/build.log)"; exit 1; }
 	@touch $@
 else
-# `make build WHEEL=path/to/servelab-*.whl` (`make wheel` writes one): no Rust toolchain, no
-# compilation; pip installs the wheel with the same `dev` dependencies (in seconds).
+# `make build WHEEL=path/to/servelab-*.whl` (`make wheel` writes one; a staff release picks its
+# own from wheels/): no Rust toolchain, no compilation; pip installs the wheel with the `dev`
+# dependencies (a staff release: the `student` ones), in seconds.
 $(STAMP_BUILD): $(STAMP_VENV) $(WHEEL)
-	flock $(VENV)/.build-lock $(PY) -m pip install --quiet --force-reinstall --no-deps "$(abspath $(WHEEL))"
-	flock $(VENV)/.build-lock $(PY) -m pip install --quiet "$(abspath $(WHEEL))[dev]"
-	touch $@
+	@echo "installing servelab from $(WHEEL)…"
+	@$(LOCKED) $(PY) -m pip install --quiet --force-reinstall --no-deps "$(abspath $(WHEEL))"
+	@$(LOCKED) $(PY) -m pip install --quiet "$(abspath $(WHEEL))[$(WHEEL_EXTRAS)]"
+	@touch $@
 endif
+
+no-wheel-for-python-%:
+	@echo "wheels/ has no servelab wheel for $(PYTHON) (tag $*); it has: $(notdir $(wildcard wheels/*.whl)). Pick a Python they fit: make build PYTHON=python3.12" >&2; exit 1
 
 # The extension is built for the stable ABI (abi3: one file for Python 3.10 and later). A
 # version-specific one left by an older build would shadow it (Python tries
@@ -186,6 +209,28 @@ wheel: $(STAMP_VENV)
 
 sdist: $(STAMP_VENV)
 	$(VENV)/bin/maturin sdist --out $(DIST)
+
+# `make staff-wheels`: the staff binary of a student release, one wheel per Python in
+# $(STAFF_PYTHONS) (pyenv's 3.10-3.13), into $(STAFF_DIST)/: `make wheel`'s abi3 wheel with the
+# library compiled by Cython, stubs beside it, and no servelab.reference or lecture_key
+# (autograder/release/staff_wheel.py). Each Python gets a build venv with the `staff` extra
+# (Cython, setuptools, mypy's stubgen) in $(VENV)/staff-<version>. About 3 min of CPU a Python
+# at -O2 (the newest abi3 wheel of $(DIST)/ is the base).
+STAFF_DIST    ?= $(DIST)/staff
+STAFF_PYTHONS ?= $(foreach v,3.10 3.11 3.12 3.13,$(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$(v).*/bin/python$(v)))))
+STAFF_EXTRA   := $(VENV)/staff-requirements.txt
+staff-wheels: wheel
+	@test -n "$(strip $(STAFF_PYTHONS))" || { echo "no Python 3.10-3.13 under $(PYENV_ROOT)/versions: set STAFF_PYTHONS" >&2; exit 1; }
+	@$(PY) -c "from servelab.grading.manifest import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['staff']))" > $(STAFF_EXTRA)
+	rm -rf $(STAFF_DIST)
+	@set -e; for py in $(STAFF_PYTHONS); do \
+		v=$$($$py -c 'import sys; print("%d.%d" % sys.version_info[:2])'); venv=$(VENV)/staff-$$v; \
+		echo "staff wheel for Python $$v…"; \
+		[ -x $$venv/bin/python ] || $$py -m venv $$venv; \
+		$$venv/bin/python -m pip install --quiet -r $(STAFF_EXTRA); \
+		$$venv/bin/python -m autograder.release.staff_wheel "$$(ls -t $(DIST)/servelab-*-abi3-*.whl | head -1)" --out $(STAFF_DIST); \
+	done
+	@ls -l $(STAFF_DIST)
 
 # A second interpreter (the oldest supported, Python 3.10, from pyenv or PATH; PYTHON_OTHER=...
 # picks another) runs the assignments' and the library's tests. Its venv imports servelab from

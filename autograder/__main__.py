@@ -34,6 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("release", help="write the student repository into OUT", formatter_class=HELP)
     p.add_argument("out", type=Path, help="the new release folder")
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    p.add_argument("--readable", action="store_true",
+                   help="ship the readable library (sources, references, tests), for a course without grades; "
+                        "the default ships it compiled (a staff binary)")
+    p.add_argument("--wheels", type=Path, default=Path("dist/staff"),
+                   help="the staff wheels' folder (make staff-wheels), copied into the release's wheels/")
 
     for name, what in (("grade", "grade one submission (a folder or a zip)"),
                        ("grade-all", "grade every submission in DIR (folders or zips)")):
@@ -99,8 +104,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "release":
         from autograder.grading.grade import ROOT
         from autograder.release.repository import release
-        files = release(ROOT, args.out, force=args.force)
+        wheels = [] if args.readable else sorted(args.wheels.glob("servelab-*.whl"))
+        if not args.readable and not wheels:
+            print(f"autograder: a staff release needs its wheels, and {str(args.wheels)!r} holds none: "
+                  "run `make staff-wheels` (or give --wheels DIR, or --readable)", file=sys.stderr)
+            return 2
+        files = release(ROOT, args.out, force=args.force, readable=args.readable, wheels=wheels)
         print(f"wrote {len(files)} files to {args.out}")
+        from autograder.release import similarity  # which readable files hold a task's solution
+        found = similarity.check_release(ROOT, args.out)
+        print(f"similarity check: {len(found)} (task, file) pair(s) at or above {similarity.LIMIT:.0%} of a task's "
+              f"solution{' (a readable release holds answers, as meant)' if args.readable else ''}")
+        for finding in found:
+            print(f"  {finding}")
         return 0
     if args.command == "grade":
         import json

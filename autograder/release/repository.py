@@ -25,6 +25,20 @@ What changes on the way (each rule is here, nowhere else):
   of the released manifest with its points (:func:`autograder.ci.workflow.classroom_workflow`).
 
 A file outside the edit list that still holds a solution region stops the release (a leak).
+
+Two kinds of release (the instructors' guide, autograder/README.md, says when to pick which):
+
+* the default, a **staff binary**: the library ships compiled, never as source. Left out as well
+  (:data:`SOURCE_ONLY`): the library's sources and tests (``python/``, ``rust/``, ``tests/``,
+  ``benchmarks/``, Cargo's files), the whole autograder (its Classroom workflow included: it runs
+  the grader) and the instructors' CI. Added: the wheels (``wheels/``, from
+  :mod:`autograder.release.staff_wheel`), which ``make build`` installs for the student's Python
+  without Rust, and ``.devcontainer/`` (Linux, Python, the wheel: macOS and Windows students
+  open the repository in it). ``autograder/tests/test_release_similarity.py`` checks that no
+  readable file of such a release holds a task's solution;
+* ``readable=True`` (``release --readable``): the readable library, as the lecture itself works,
+  for courses without grades: sources, references and tests ship; ``make build`` compiles the
+  Rust core (cargo needed).
 """
 
 from __future__ import annotations
@@ -50,11 +64,21 @@ PRIVATE = (
     "tests/test_assignments_grading.py",
     "ARCHITECTURE.md",  # the developers' map: it names the mutants, the answer key, the self-check
 )
+# what only a readable release ships: a staff binary's student gets the compiled library from
+# wheels/ instead, and no grader (its Classroom workflow needs the whole autograder)
+SOURCE_ONLY = ("python/", "rust/", "tests/", "benchmarks/", "autograder/", ".ci/", "Cargo.toml", "Cargo.lock")
+WHEELS = "wheels/"
+DEVCONTAINER = Path(__file__).with_name("devcontainer")  # written as .devcontainer/ into a staff release
 STUDENT_README = "autograder/release/README.student.md"  # in the course copy; read from the grader's folder, like CLASSROOM
 STUDENT_README_TEMPLATE = Path(__file__).with_name("README.student.md")
 MAKEFILE_FLAG = "ASSIGNMENTS_MAY_FAIL ?="
 # make targets that need what a release leaves out (the autograder's tests, mutants, answer key)
-INSTRUCTOR_TARGETS = ("test-autograder", "test-python-other", "selfcheck", "release", "release-check", "grade")
+INSTRUCTOR_TARGETS = ("test-autograder", "test-python-other", "selfcheck", "release", "release-check", "grade",
+                      "staff-wheels")
+# make targets that need the library's sources (rust/, python/, tests/, benchmarks/): a staff
+# release has none of them; its `make test` runs the assignments
+SOURCE_TARGETS = ("test-rust", "test-python", "stubtest", "typecheck", "bench", "fuzz", "wheel", "sdist",
+                  "drop-stale-core")
 
 
 def course_files(root: Path) -> list[str]:
@@ -92,8 +116,10 @@ def stub_notebook(path: str, versions: dict[str, str]) -> str:
     return versions[path]
 
 
-def plan(root: Path) -> dict[str, str | None]:
-    """rel path -> new text (None: copy the bytes unchanged); left-out files are absent."""
+def plan(root: Path, readable: bool = False) -> dict[str, str | None]:
+    """rel path -> new text (None: copy the bytes unchanged); left-out files are absent.
+    ``readable``: the readable library ships (else :data:`SOURCE_ONLY` is left out, and the
+    wheels are the caller's: :func:`release`)."""
     manifest = manifest_of(root)
     hidden = hidden_tests(root, manifest)
     edit = {f"assignments/{rel}" for t in manifest.tasks for rel in t.edit}
@@ -105,6 +131,8 @@ def plan(root: Path) -> dict[str, str | None]:
     for rel in course_files(root):
         path = root / rel
         if rel.startswith(PRIVATE) or rel in hidden_files or rel == STUDENT_README or _secret(root, rel):
+            continue
+        if not readable and rel.startswith(SOURCE_ONLY):
             continue
         if rel.endswith(".ipynb") and rel.startswith("assignments/"):
             if versions is None:  # nbgrader runs once, for every notebook
@@ -130,11 +158,16 @@ def plan(root: Path) -> dict[str, str | None]:
         out[rel] = text
     _drop_dependents(root, out)
     if "Makefile" in out:
-        out["Makefile"] = student_makefile(out["Makefile"], kept=set(out) | {"README.md"})
+        out["Makefile"] = student_makefile(out["Makefile"], kept=set(out) | {"README.md"},
+                                           drop=() if readable else SOURCE_TARGETS)
     if "pyproject.toml" in out:
         out["pyproject.toml"] = student_pyproject((root / "pyproject.toml").read_text(encoding="utf-8"))
-    out["README.md"] = student_readme(root, manifest, drop_tests)
-    out[".github/workflows/classroom.yml"] = _classroom(root, out)
+    out["README.md"] = student_readme(root, manifest, drop_tests, readable)
+    if readable:
+        out[".github/workflows/classroom.yml"] = _classroom(root, out)
+    else:
+        for path in sorted(DEVCONTAINER.iterdir()):
+            out[f".devcontainer/{path.name}"] = path.read_text(encoding="utf-8")
     return out
 
 
@@ -149,11 +182,12 @@ def student_pyproject(text: str) -> str:
     return re.sub(r"^exclude = \[\"\^autograder/tests/hostile/\"\]\n", "", text, flags=re.M)
 
 
-def student_makefile(text: str, kept: set[str] | None = None) -> str:
+def student_makefile(text: str, kept: set[str] | None = None, drop: "tuple[str, ...]" = ()) -> str:
     """The course Makefile without :data:`INSTRUCTOR_TARGETS`, nor the targets whose paragraph
     names a ``tests/`` or ``benchmarks/`` file missing from ``kept`` (the release's files; e.g.
-    ``fuzz`` runs a test of the references): each paragraph that defines one goes, and their
-    names in ``.PHONY`` and in ``test``'s prerequisites. (``make check``, the students' way to run
+    ``fuzz`` runs a test of the references), nor the targets named in ``drop``: each paragraph
+    that defines one goes, and their names in ``.PHONY``, in ``test``'s prerequisites and in a
+    ``for step in ...`` list of targets. (``make check``, the students' way to run
     their tests, stays: ``autograder/tests/test_release_is_the_students.py`` checks it is there.)
 
     >>> course = ".PHONY: test check grade\\n\\ntest: build\\n\\t@true\\n\\ncheck: build\\n\\tpytest\\n\\n"
@@ -163,7 +197,7 @@ def student_makefile(text: str, kept: set[str] | None = None) -> str:
     (['.PHONY: test check', '', 'test: build'], False)
     """
     target = re.compile(r"^([A-Za-z][\w.-]*)\s*:(?!=)", re.M)
-    gone = set(INSTRUCTOR_TARGETS)
+    gone = set(INSTRUCTOR_TARGETS) | set(drop)
     paragraphs = []
     for paragraph in re.split(r"\n\s*\n", text):
         names = set(target.findall(paragraph)) - {"PHONY"}
@@ -182,12 +216,51 @@ def student_makefile(text: str, kept: set[str] | None = None) -> str:
         names = [n for n in match.group(1).replace("\\\n", " ").split() if n not in gone]
         return ".PHONY: " + " ".join(names)
     text = re.sub(r"^\.PHONY:((?:[^\n]*\\\n)*[^\n]*)", phony, text, count=1, flags=re.M)
+
+    def steps(match: re.Match) -> str:
+        return match.group(1) + " ".join(n for n in match.group(2).split() if n not in gone) + match.group(3)
+    text = re.sub(r"(for step in )([\w\s-]+?)(;)", steps, text)
     return text
 
 
-def student_readme(root: Path, manifest, hidden: set[str]) -> str:
+# the README's paragraphs that differ between the two kinds of release
+SETUP = {
+    False: ("You need Python 3.10 to 3.13 with `venv`, and `make`; no Rust. The library comes compiled, as\n"
+            "wheels in `wheels/` (one per Python version); `make build` installs the one for your Python\n"
+            "and the test tools from PyPI into `.venv/`, in seconds:\n\n"
+            "```sh\nmake build        # .venv/ with servelab from wheels/ (make build PYTHON=python3.12 picks a Python)\n```"),
+    True: ("You need Rust (`cargo`), Python 3.10+ with `venv`, and `make`. Everything else is fetched from\n"
+           "PyPI and crates.io into `.venv/` and `target/`:\n\n"
+           "```sh\nmake build        # .venv/ with servelab and its Rust core (a few minutes the first time)\n```"),
+}
+FIRST_SCREEN = {
+    False: ("**On macOS or Windows**, open this repository in its dev container (`.devcontainer/`: Linux,\n"
+            "Python and the library's wheel; VS Code's \"Reopen in Container\", or a GitHub Codespace), then\n"
+            "run the commands below in its terminal. On Linux, run them as they are."),
+    True: ("This is the readable edition: the library's sources (`python/`, `rust/`) and tests ship with it,\n"
+           "for a course without grades, and `make build` compiles the Rust core."),
+}
+ALSO = {
+    False: ("`make demo` runs the lecture's demos (plots in `out/`); `.venv/bin/servelab --help` lists the\n"
+            "command line (demos, sweeps and traces). The library ships compiled, with its documentation: its\n"
+            "modules (`servelab.hw_model`, `servelab.tiny_llm`, `servelab.metrics`, ...) document\n"
+            "themselves (`.venv/bin/python -c \"import servelab.hw_model as h; help(h)\"`), and `.pyi`\n"
+            "stubs give your editor their signatures. The grader's sandbox lets your code import nothing of\n"
+            "servelab."),
+    True: ("`make demo` runs the lecture's demos (plots in `out/`); `make test` runs the library's own\n"
+           "tests; `.venv/bin/servelab --help` lists the command line (demos, sweeps and traces). The library's\n"
+           "modules (`servelab.hw_model`, `servelab.tiny_llm`, `servelab.metrics`, ...) document\n"
+           "themselves: `.venv/bin/python -c \"import servelab.hw_model as h; help(h)\"`.\n"
+           "`python/servelab/reference/` holds small, readable Python twins of the Rust core (the step\n"
+           "cost, the block allocator, the simulators): read them to see how the library computes what it\n"
+           "does. The grader's sandbox lets your code import nothing of servelab."),
+}
+
+
+def student_readme(root: Path, manifest, hidden: set[str], readable: bool = False) -> str:
     """The students' README.md: :data:`STUDENT_README` with its ``{{tasks}}``, ``{{notebooks}}``
-    and ``{{hidden}}`` filled in from the course manifest (``hidden``: the tests a release drops)."""
+    and ``{{hidden}}`` filled in from the course manifest (``hidden``: the tests a release drops),
+    and its ``{{first_screen}}``, ``{{setup}}`` and ``{{also}}`` for the kind of release."""
     rows = ["| task | folder | file(s) to edit | points | lecture |", "|---|---|---|---|---|"]
     for t in manifest.tasks:
         if t.visibility != "visible":
@@ -216,7 +289,8 @@ def student_readme(root: Path, manifest, hidden: set[str]) -> str:
         hidden_text += (f"- **Hidden checks in the notebooks**: {nb_hidden} autograded test cell(s) hold extra checks "
                         "that run only at grading: make the answer right, not just the visible asserts pass.\n")
     text = STUDENT_README_TEMPLATE.read_text(encoding="utf-8")
-    for key, value in (("tasks", "\n".join(rows)), ("notebooks", "\n".join(nb_rows)), ("hidden", hidden_text.rstrip("\n"))):
+    for key, value in (("tasks", "\n".join(rows)), ("notebooks", "\n".join(nb_rows)), ("hidden", hidden_text.rstrip("\n")),
+                       ("first_screen", FIRST_SCREEN[readable]), ("setup", SETUP[readable]), ("also", ALSO[readable])):
         text = text.replace("{{" + key + "}}", value)
     return text
 
@@ -272,15 +346,29 @@ def _drop_manifest_tests(text: str, tests: set[str]) -> str:
     return "".join(keep)
 
 
-def release(root: Path, out: Path, force: bool = False) -> list[str]:
+def release(root: Path, out: Path, force: bool = False, readable: bool = False,
+            wheels: "list[Path] | tuple[Path, ...]" = ()) -> list[str]:
     """Writes the release into ``out`` (created; with ``force`` replaced) and returns its files.
-    Written into a temporary folder first, then renamed: never half a release."""
+    Written into a temporary folder first, then renamed: never half a release.
+
+    ``readable``: the readable library (:func:`plan`); else a staff binary, and ``wheels`` (the
+    staff wheels, :mod:`autograder.release.staff_wheel`) go into ``wheels/``. (The self-check
+    grades a release's assignments with the course's own library, so it passes none.)"""
     root, out = Path(root).resolve(), Path(out).resolve()
     if out.exists() and any(out.iterdir()) and not force:
         raise FileExistsError(f"release OUT must be a new or empty folder, got {str(out)!r} (use --force to replace it)")
     if root == out or (root in out.parents and root / "out" not in (out, *out.parents)):
         raise ValueError(f"release OUT must lie outside the course copy (or under its out/), got {str(out)!r}")
-    files = plan(root)
+    if readable and wheels:
+        raise ValueError("release: a readable release compiles its library; it takes no wheels")
+    files = plan(root, readable)
+    copies = {rel: root / rel for rel, text in files.items() if text is None}
+    for wheel in wheels:
+        wheel = Path(wheel)
+        if not (wheel.is_file() and wheel.name.endswith(".whl")):
+            raise ValueError(f"release: wheels must be .whl files, got {str(wheel)!r}")
+        rel = WHEELS + wheel.name
+        files[rel], copies[rel] = None, wheel
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
@@ -289,7 +377,7 @@ def release(root: Path, out: Path, force: bool = False) -> list[str]:
             dst = tmp / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             if text is None:
-                shutil.copy2(root / rel, dst)
+                shutil.copy2(copies[rel], dst)
             else:
                 dst.write_text(text, encoding="utf-8")
                 if (root / rel).exists():

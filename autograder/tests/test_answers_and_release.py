@@ -10,7 +10,7 @@ import pytest
 
 from autograder.release import answer_key
 from autograder.grading.grade import ROOT, manifest_of
-from autograder.release.repository import PRIVATE, plan, release
+from autograder.release.repository import PRIVATE, SOURCE_ONLY, SOURCE_TARGETS, plan, release
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +62,52 @@ def files():
     return plan(ROOT)
 
 
-def test_release_leaves_out_the_private_parts(files):
-    assert not [f for f in files if f.startswith(PRIVATE)]
-    assert "autograder/grading/grade.py" in files and ".github/workflows/classroom.yml" in files
-    # the readable twins ship, and so do the tests that hold them equal to the Rust core
+@pytest.fixture(scope="module")
+def readable_files():
+    return plan(ROOT, readable=True)
+
+
+def test_release_leaves_out_the_private_parts(files, readable_files):
+    for kind in (files, readable_files):
+        assert not [f for f in kind if f.startswith(PRIVATE)]
+    # the readable release: the grader and its Classroom workflow, the readable twins, and the
+    # tests that hold them equal to the Rust core
+    assert "autograder/grading/grade.py" in readable_files and ".github/workflows/classroom.yml" in readable_files
     assert {"python/servelab/reference/step_cost.py", "python/servelab/reference/blocks.py",
-            "tests/test_cost_parity.py"} <= set(files)
+            "tests/test_cost_parity.py"} <= set(readable_files)
+
+
+def test_the_staff_release_ships_no_source_no_grader_and_a_devcontainer(files):
+    assert not [f for f in files if f.startswith(SOURCE_ONLY)]
+    tops = {f.split("/")[0] for f in files}
+    assert tops == {"assignments", ".devcontainer", ".gitattributes", ".gitignore", "LICENSE", "Makefile",
+                    "README.md", "pyproject.toml"}, tops
+    assert {"assignments/given/pricing.py", "assignments/scheduler_harness.py", "assignments/conftest.py",
+            "assignments/notebooks/ex01_ledger_70b.ipynb", ".devcontainer/devcontainer.json"} <= set(files)
+    readme = files["README.md"]
+    first_screen = "\n".join(readme.splitlines()[:12])
+    assert ".devcontainer/" in first_screen and "macOS" in first_screen and "Windows" in first_screen
+    assert "no Rust" in readme and "python/servelab/reference" not in readme
+    makefile = files["Makefile"]
+    assert "wheels/" in makefile and not re.search(r"^\s*@?flock\b", makefile, re.M)
+    defined = set(re.findall(r"^([A-Za-z][\w.-]*)\s*:(?!=)", makefile, re.M))
+    assert not defined & set(SOURCE_TARGETS) and {"build", "check", "test", "demo"} <= defined
+
+
+def test_no_makefile_calls_a_bare_flock(files, readable_files):
+    for makefile in ((ROOT / "Makefile").read_text(), files["Makefile"], readable_files["Makefile"]):
+        assert not re.search(r"^\t@?flock\b|\bflock \$", makefile, re.M)
+
+
+def test_a_staff_release_writes_its_wheels_and_a_readable_one_refuses_them(tmp_path):
+    wheel = tmp_path / "servelab-0.1.0-cp312-cp312-linux_x86_64.whl"
+    wheel.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip: release copies it, nothing more
+    written = release(ROOT, tmp_path / "staff", wheels=[wheel])
+    assert f"wheels/{wheel.name}" in written and (tmp_path / "staff" / "wheels" / wheel.name).read_bytes() == wheel.read_bytes()
+    with pytest.raises(ValueError, match="takes no wheels"):
+        release(ROOT, tmp_path / "readable", readable=True, wheels=[wheel])
+    with pytest.raises(ValueError, match="must be .whl files"):
+        release(ROOT, tmp_path / "bad", wheels=[tmp_path / "nothing.txt"])
 
 
 def test_release_stubs_every_solution(files):
@@ -103,7 +143,7 @@ def test_release_takes_the_files_git_tracks_only(tmp_path):
 def test_release_keeps_no_test_that_imports_a_left_out_module():
     # e.g. a test importing tests/test_assignments_grading.py, which grades the reference solutions
     from autograder.release.repository import _imported, _module_of, course_files, plan
-    out = plan(ROOT)
+    out = plan(ROOT, readable=True)  # the staff release has no tests/ at all
     code = lambda rel: rel.startswith(("tests/", "benchmarks/")) and rel.endswith(".py")  # noqa: E731
     gone = {_module_of(rel) for rel in course_files(ROOT) if code(rel) and rel not in out}
     assert gone, "the release leaves out the test that grades the reference solutions"

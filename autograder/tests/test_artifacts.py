@@ -195,7 +195,10 @@ def test_a_fresh_venv_installs_the_wheel_and_runs_a_demo_and_the_release(dist, r
     assert summary["points"] == released.total_points > 0
 
 
-def test_the_release_workflow_has_one_classroom_step_per_released_task_with_its_points(release_dir):
+def test_the_release_workflow_has_one_classroom_step_per_released_task_with_its_points(tmp_path):
+    from autograder.release.repository import release
+    release_dir = tmp_path / "release"
+    release(ROOT, release_dir, readable=True)  # the release that carries the grader the workflow runs
     text = (release_dir / ".github" / "workflows" / "classroom.yml").read_text()
     steps = [chunk for chunk in text.split("\n      - ")[1:] if f"uses: {workflow.COMMAND_GRADER}" in chunk]
     got = {re.search(r"\bid: (\S+)", s).group(1): int(re.search(r"max-score: (\d+)", s).group(1))  # type: ignore[union-attr]

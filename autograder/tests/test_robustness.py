@@ -152,7 +152,7 @@ def test_the_release_reveals_nothing_of_the_secret(tmp_path, monkeypatch):
     try:
         for path in careless:
             path.write_text(token)
-        files = release(ROOT, tmp_path / "release")
+        files = release(ROOT, tmp_path / "release", readable=True)  # the one that ships the grader
     finally:
         for path in careless:
             path.unlink(missing_ok=True)

@@ -45,6 +45,11 @@ def test_grade_all_writes_a_gradebook(tmp_path):
     assert [p.name for p in pages] == ["alice.md", "bob.md", "carol.md"]
     assert "missing file" in pages[2].read_text() and f"{total} / {max_total}" in pages[0].read_text()
     assert "manually graded" in pages[0].read_text()
+    # the similarity report, for instructors only (autograder/tests/test_similarity.py): alice
+    # and bob hand in the same reference file; carol nothing
+    alike = {(r["kind"], r["a"], r["b"]) for r in csv.DictReader((out / "similarity.csv").open())}
+    assert alike == {("classmate", "alice", "bob"), ("reference", "alice", "reference"), ("reference", "bob", "reference")}
+    assert "similarity" not in (out / "results" / "alice.json").read_text()
 
 
 def test_grade_all_names_a_bad_folder(tmp_path):

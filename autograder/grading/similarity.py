@@ -10,7 +10,7 @@ reads) lists the pairs whose files are suspiciously alike, one file of one task 
   ``python/servelab/**/*.py``; the release ships it, and a student may paste from it).
 
 The comparison is copydetect's (a maintained MOSS-like tool on PyPI: pygments tokens with every
-name, string and comment normalised away, k-grams winnowed into fingerprints), so renaming the
+name, string and comment normalised away, then hashed k-grams, its defaults), so renaming the
 identifiers or re-wrapping the lines hides nothing. What every student starts from (the release's
 stub of the file: :func:`autograder.markers.strip_solutions`) is boilerplate: its fingerprints are
 dropped before comparing, so that the docstrings and signatures everyone shares count for nothing.
@@ -19,9 +19,9 @@ A pair is listed when either side's *share* reaches :data:`THRESHOLD` (0.5): the
 file's tokens (after the boilerplate) that also occur in the other, copydetect's similarity. Half
 of a file's own code in runs of :data:`NOISE_T` or more characters of normalised code (a name is
 one character there, so about a line and a half) is far above what
-independent solutions of these tasks share (up to about 0.3: a1's one-line formulas coincide, the
+independent solutions of these tasks share (0.34 at most: a1's one-line formulas coincide, the
 algorithms are the students' own; ``autograder/tests/test_similarity.py`` measures both kinds),
-while a copy with renamed names keeps nearly all (about 0.9-1.0). A listed pair is a reason to
+while a copy with renamed names and moved lines keeps all of it (1.0). A listed pair is a reason to
 read both files, not a verdict. Files with less than :data:`MIN_TOKENS` characters of normalised
 code after the boilerplate (a stub left as it was, a two-line answer) are not compared: any two look alike.
 """
@@ -43,7 +43,10 @@ from servelab.grading.manifest import Manifest
 
 THRESHOLD = 0.5  # a pair is listed when either file shares this much of its own code with the other
 NOISE_T = 25  # copydetect's k: matches shorter than this (characters of normalised code) are noise
-GUARANTEE_T = 30  # every match this long is found (winnowing window = GUARANTEE_T - NOISE_T + 1)
+# copydetect's default: every match of NOISE_T is found, a winnowing window of 1 (all k-grams
+# kept). A wider window would pick the least of Python's str hashes, which are salted per
+# process: the scores would change from one run to the next.
+GUARANTEE_T = NOISE_T
 MIN_TOKENS = 60  # files with less normalised code left after the boilerplate are not compared
 REPORT = "similarity.csv"
 COLUMNS = ("task", "file", "kind", "a", "b", "share_a", "share_b", "tokens")
@@ -62,13 +65,13 @@ class Pair:
 
 
 def _fingerprint(path: Path, text: str, boilerplate=()):
-    from copydetect import CodeFingerprint  # the grader's extra (pyproject.toml: notebooks)
+    from copydetect import CodeFingerprint  # type: ignore[import-untyped]  # the notebooks extra
     return CodeFingerprint(str(path), NOISE_T, GUARANTEE_T - NOISE_T + 1, boilerplate=list(boilerplate),
                            language="python", fp=io.StringIO(text))
 
 
 def _compare(one, other) -> tuple[int, float, float]:
-    from copydetect import compare_files
+    from copydetect import compare_files  # type: ignore[import-untyped]
     if not one.hashes & other.hashes:
         return 0, 0.0, 0.0
     tokens, (share_one, share_other), _ = compare_files(one, other)

@@ -1,7 +1,7 @@
 """grade-all's similarity report (autograder/grading/similarity.py): a class of four a1 submissions,
 one of them a copy of another with every name changed, and two written independently. Exactly
 the planted pair is listed; no honest file is listed against a classmate, the reference or the
-library. Cheap: no grading, copydetect alone (about a second)."""
+library. No grading, copydetect alone: about 5 s (most of it pygments reading the library, once)."""
 
 from __future__ import annotations
 
@@ -235,7 +235,7 @@ def test_exactly_the_planted_copy_is_listed(tmp_path):
     path = write_report(sorted(subs.iterdir()), manifest_of(ROOT), ROOT, tmp_path / "out")
     rows = list(csv.DictReader(path.open()))
     assert [(r["task"], r["kind"], r["a"], r["b"]) for r in rows] == [("a1_ledger", "classmate", "alice", "bob")], rows
-    assert min(float(rows[0]["share_a"]), float(rows[0]["share_b"])) >= 0.8, rows
+    assert min(float(rows[0]["share_a"]), float(rows[0]["share_b"])) >= 0.9, rows
 
 
 def test_honest_pairs_stay_well_below_the_threshold(tmp_path):
@@ -246,9 +246,9 @@ def test_honest_pairs_stay_well_below_the_threshold(tmp_path):
     folders = {p.stem if p.suffix == ".zip" else p.name: unpack(p, tmp_path / "u" / p.name) for p in subs.iterdir()}
     scores = {(p.a, p.b): max(p.share_a, p.share_b) for p in find_pairs(folders, manifest_of(ROOT), ROOT, 0.0)}
     planted = scores.pop(("alice", "bob"))
-    assert planted >= 0.8, planted
-    # measured: the honest pairs 0.32 at most (a1's one-line formulas coincide), each file and
-    # the reference about 0.15, the library about 0.06
+    assert planted >= 0.9, planted
+    # measured: the planted copy 1.0; the honest pairs 0.34 at most (a1's one-line formulas
+    # coincide), each file and the reference 0.25 at most, the library 0.0
     assert scores and max(scores.values()) <= THRESHOLD - 0.1, sorted(scores.items(), key=lambda kv: -kv[1])[:5]
 
 

@@ -9,13 +9,16 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
+# as assignments/conftest.py registers them: the student profile's probe runs first, and a stuck
+# probe is a stuck test too
 CONFTEST = """
-from servelab.grading import time_limit
+from servelab.grading import fail_fast, time_limit
 
 def pytest_addoption(parser):
     time_limit.add_option(parser)
 
 def pytest_configure(config):
+    config.pluginmanager.register(fail_fast.FailFast(), "servelab-fail-fast")
     config.pluginmanager.register(time_limit.from_config(config), "servelab-time-limit")
 """
 

@@ -219,7 +219,9 @@ def one_line(report: pytest.TestReport) -> str:
         text = crash.message if crash is not None else str(report.longrepr)
     first = next((line.strip() for line in text.splitlines() if line.strip()), "failed")
     first = first.removeprefix("AssertionError: ")  # the tests' messages say what was expected
-    first = first.removeprefix(f"{TimeLimitExceeded.__module__}.{TimeLimitExceeded.__qualname__}: ")
+    stuck = f"{TimeLimitExceeded.__module__}.{TimeLimitExceeded.__qualname__}: "
+    if first.startswith(stuck):  # the summary line names the test already
+        first = first.removeprefix(stuck).removeprefix(report.nodeid + " ")
     where = "" if report.when == "call" else f"(in {report.when}) "
     return where + first
 

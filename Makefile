@@ -130,14 +130,18 @@ notebooks-deps: $(STAMP_NOTEBOOKS)
 # and assignment lists of a JupyterHub exchange): a student's Jupyter started in the notebooks'
 # folder would greet them with "[E ...] nbgrader will not work correctly" (formgrader wants the
 # course folder under the server's root). Students need only `validate_assignment` (its Validate
-# button); the others are switched off in .venv (`jupyter server extension enable` undoes it).
+# button); the others are switched off in .venv, with their JupyterLab menus and the "Create
+# Assignment" toolbar (`jupyter server extension enable` / `jupyter labextension enable` undo it).
 NBGRADER_INSTRUCTOR_EXTENSIONS := formgrader assignment_list course_list
+NBGRADER_INSTRUCTOR_PLUGINS := formgrader assignment-list course-list create-assignment
 STAMP_JUPYTER := $(VENV)/.jupyter-student-stamp
 notebooks: $(STAMP_JUPYTER)
 	@echo "open the notebooks with: $(VENV)/bin/jupyter lab assignments/notebooks"
 $(STAMP_JUPYTER): $(STAMP_NOTEBOOKS)
 	@$(VENV)/bin/jupyter server extension disable --sys-prefix --log-level=ERROR \
 		$(addprefix nbgrader.server_extensions.,$(NBGRADER_INSTRUCTOR_EXTENSIONS)) > /dev/null
+	@$(VENV)/bin/jupyter labextension disable --level=sys_prefix \
+		$(addprefix @jupyter/nbgrader:,$(NBGRADER_INSTRUCTOR_PLUGINS)) > /dev/null 2>&1
 	@touch $@
 
 $(STAMP_NOTEBOOKS): $(STAMP_BUILD) pyproject.toml

@@ -5,6 +5,7 @@ error. Real: the server starts, loads its extensions and is stopped (about 10 s)
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -42,3 +43,9 @@ def test_jupyter_in_the_notebooks_folder_logs_no_error(tmp_path):
     assert "validate_assignment | extension was successfully loaded" in text, text  # the students' one
     errors = [line for line in text.splitlines() if line.startswith(("[E ", "[C ")) and "received signal 15" not in line]
     assert errors == [] and "nbgrader will not work" not in text, errors
+    # and JupyterLab offers no instructors' menu (formgrader, course and assignment lists, the
+    # Create Assignment toolbar), which would open an error page with their server side off
+    lab = json.loads((Path(sys.prefix) / "etc" / "jupyter" / "labconfig" / "page_config.json").read_text())
+    off = {name for name, disabled in lab.get("disabledExtensions", {}).items() if disabled}
+    assert {f"@jupyter/nbgrader:{p}" for p in ("formgrader", "assignment-list", "course-list", "create-assignment")} <= off
+    assert "@jupyter/nbgrader:validate-assignment" not in off

@@ -7,7 +7,10 @@ earn nothing. Each task gets a status: ``full marks``, ``failing``, ``some tests
 selected`` (``-m``/``-k`` deselected all its tests: it counts nothing), ``not collected``, or
 ``not run`` (collected, but the run stopped first: pytest stops at a collection error).
 
-The run ends with a one-line-per-failure summary (a task not started is one line), then the
+``-m task_a2`` (what ``make check TASK=a2`` passes) selects the one task whose id starts so
+(:func:`resolve_tasks`); a ``task_`` name that fits none, or several, stops the run listing the
+tasks. The run ends with a one-line-per-failure summary (a task not started is one line; a long
+message wraps, its end, what was expected and what came out, kept), then the
 table, as the last thing printed: after pytest's own tally, so that a student never scrolls up
 for it. ``assignments/conftest.py`` registers the plugin for students; the autograder's own
 self-check runs it in a release with ``--points-json``.

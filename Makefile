@@ -1,6 +1,11 @@
 # servelab: the two commands are `make demo` and `make test`. Each sets itself up from nothing:
 # a virtual environment in .venv, the Rust extension built by maturin (release), dependencies
 # from PyPI and crates.io.
+# Students (README.md of a release, assignments/README.md, each task's README) use three:
+#   make build                 once: .venv with servelab
+#   make check [TASK=a2]       the assignments' tests, then the points table (TASK: a task's id,
+#                              or a prefix naming one task); .venv/bin/pytest assignments/ is the same
+#   make notebooks             Jupyter and nbgrader; then .venv/bin/jupyter lab assignments/notebooks
 
 PYTHON ?= python3
 VENV   := .venv
@@ -69,8 +74,10 @@ test-assignments: $(STAMP_BUILD)
 		[ $$rc -eq 0 ] || { [ -n "$(ASSIGNMENTS_MAY_FAIL)" ] && [ $$rc -eq 1 ]; }
 
 # the students' one way to run their tests: .venv's pytest (a pytest from elsewhere cannot import
-# servelab), the fail-fast student profile, the points table last; make check TASK=a1_ledger runs
-# one task. Failing tests are expected while one works (pytest's exit 1); anything worse fails.
+# servelab), the fail-fast student profile, a time limit per test, the points table last; make
+# check TASK=a1_ledger (or TASK=a1) runs one task, and an unknown TASK lists the tasks
+# (servelab.grading.plugin). Failing tests are expected while one works (pytest's exit 1);
+# anything worse fails.
 check: $(STAMP_BUILD)
 	HYPOTHESIS_PROFILE=student $(PY) -m pytest assignments $(if $(TASK),-m task_$(TASK)); rc=$$?; [ $$rc -le 1 ]
 
@@ -136,8 +143,23 @@ build: $(STAMP_BUILD)
 # rebuild of the extension) by the targets that grade or release notebooks, and by `make
 # notebooks` for students (then: .venv/bin/jupyter lab assignments/notebooks).
 notebooks-deps: $(STAMP_NOTEBOOKS)
-notebooks: $(STAMP_NOTEBOOKS)
+# nbgrader's pip package switches on its instructors' server extensions (formgrader, the course
+# and assignment lists of a JupyterHub exchange): a student's Jupyter started in the notebooks'
+# folder would greet them with "[E ...] nbgrader will not work correctly" (formgrader wants the
+# course folder under the server's root). Students need only `validate_assignment` (its Validate
+# button); the others are switched off in .venv, with their JupyterLab menus and the "Create
+# Assignment" toolbar (`jupyter server extension enable` / `jupyter labextension enable` undo it).
+NBGRADER_INSTRUCTOR_EXTENSIONS := formgrader assignment_list course_list
+NBGRADER_INSTRUCTOR_PLUGINS := formgrader assignment-list course-list create-assignment
+STAMP_JUPYTER := $(VENV)/.jupyter-student-stamp
+notebooks: $(STAMP_JUPYTER)
 	@echo "open the notebooks with: $(VENV)/bin/jupyter lab assignments/notebooks"
+$(STAMP_JUPYTER): $(STAMP_NOTEBOOKS)
+	@$(VENV)/bin/jupyter server extension disable --sys-prefix --log-level=ERROR \
+		$(addprefix nbgrader.server_extensions.,$(NBGRADER_INSTRUCTOR_EXTENSIONS)) > /dev/null
+	@$(VENV)/bin/jupyter labextension disable --level=sys_prefix \
+		$(addprefix @jupyter/nbgrader:,$(NBGRADER_INSTRUCTOR_PLUGINS)) > /dev/null 2>&1
+	@touch $@
 
 $(STAMP_NOTEBOOKS): $(STAMP_BUILD) pyproject.toml
 	$(PY) -c "from servelab.grading.manifest import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['notebooks']))" \

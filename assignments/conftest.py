@@ -1,14 +1,15 @@
 """Registers servelab's grading plugins for ``pytest assignments/``: the points table read from
 ``manifest.toml`` (printed last), and the probe that reports a task not started yet in one line
 instead of a Hypothesis report (``servelab.grading.fail_fast``). The Hypothesis profile is
-``student`` unless ``HYPOTHESIS_PROFILE`` names another. (The autograder does not use this file.)"""
+``student`` unless ``HYPOTHESIS_PROFILE`` names another. Each test has a time limit
+(``servelab.grading.time_limit``: a stuck test fails, naming the limit, and the run goes on). (The autograder does not use this file.)"""
 
 import os
 import sys
 from pathlib import Path
 
 try:
-    from servelab.grading import fail_fast, plugin
+    from servelab.grading import fail_fast, plugin, time_limit
     from servelab.grading.hypothesis_profiles import register_and_load
 except ModuleNotFoundError as missing:  # a pytest from outside the project's .venv: one line, no traceback
     sys.stderr.write(f"{missing}: this pytest runs outside the project's .venv; "
@@ -29,9 +30,11 @@ sys.path.append(str(Path(__file__).with_name("given")))
 
 def pytest_addoption(parser):
     plugin.add_option(parser)
+    time_limit.add_option(parser)
 
 
 def pytest_configure(config):
     config.pluginmanager.register(plugin.GradingPlugin(Path(__file__).with_name("manifest.toml")),
                                   "servelab-grading")
     config.pluginmanager.register(fail_fast.FailFast(), "servelab-fail-fast")
+    config.pluginmanager.register(time_limit.from_config(config), "servelab-time-limit")

@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument("dir", type=Path, help="a folder of submissions, each a folder or a .zip named after the student")
             p.add_argument("--out", type=Path, default=Path("out/gradebook"),
-                           help="the output folder (results/, notebooks/, gradebook.csv, timing.csv)")
+                           help="the output folder (results/, notebooks/, gradebook.csv, timing.csv, similarity.csv)")
         p.add_argument("--root", type=Path, default=None, help="the pristine course copy (default: this checkout)")
         p.add_argument("--timeout", type=float, default=60.0, help=TIMEOUT_HELP)
         p.add_argument("--memory-mb", type=int, default=2048, help="address space of the student's process, MiB")

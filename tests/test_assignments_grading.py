@@ -147,6 +147,9 @@ def test_one_solved_task_scores_as_before_and_a_planted_bug_is_shrunk(tmp_path):
     # the one-line summary names each failing test, before the table
     tail = last_lines(run.stdout)
     assert any(line.strip().startswith("a1_ledger: test_param_count_matches_core: param_count of") for line in tail)
+    # ... to its end, what was expected and what came out (wrapped, not cut at 80 columns)
+    lines = " ".join(line.strip() for line in tail[:next(i for i, line in enumerate(tail) if "points by task" in line)])
+    assert re.search(r"test_param_count_matches_core: param_count of ModelSpec\(.*?\): expected \d+, got \d+", lines), lines
     # a bug the simplest model does not show (a layer lost from the third on): the probe's first
     # example passes, so only the full run's shrinking can bring the report down to 3 layers
     ledger.write_text(text.replace("return model.n_layers * per_layer",

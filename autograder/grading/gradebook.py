@@ -118,6 +118,11 @@ def grade_all(folder: Path, out: Path, root: Path, limits: Limits = Limits(), jo
         else:
             _stop(pool)
         path = _write_gradebook(root, manifest, out, rows, timing)
+    try:  # instructors only, beside the gradebook: pairs of edit files alike (autograder/grading/similarity.py)
+        from autograder.grading import similarity
+        print(f"similar pairs: {similarity.write_report(subs, manifest, root, out)}")
+    except ImportError as exc:  # the grades stand without it
+        print(f"no similarity report: {exc} (pip install -e '.[notebooks]')")
     print(f"graded {len(rows)} submissions: {path} (time limits per submission: {out / 'timing.csv'})")
     return path
 

@@ -53,6 +53,11 @@ def test_grade_all_writes_a_gradebook(tmp_path):
     after = publish(out, tmp_path / "feedback-after", after_due_date=True)
     assert f"{total} / {max_total}" in after[0].read_text()
     assert "manually graded" in pages[0].read_text()
+    # the similarity report, for instructors only (autograder/tests/test_similarity.py): alice
+    # and bob hand in the same reference file; carol nothing
+    alike = {(r["kind"], r["a"], r["b"]) for r in csv.DictReader((out / "similarity.csv").open())}
+    assert alike == {("classmate", "alice", "bob"), ("reference", "alice", "reference"), ("reference", "bob", "reference")}
+    assert "similarity" not in (out / "results" / "alice.json").read_text()
 
 
 def test_grade_all_names_a_bad_folder(tmp_path):

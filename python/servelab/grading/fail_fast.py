@@ -32,6 +32,7 @@ import pytest
 from hypothesis import settings
 
 from servelab.grading.hypothesis_profiles import PROBE
+from servelab.grading.time_limit import TimeLimitExceeded
 
 NOT_STARTED = "not started"
 try:
@@ -116,7 +117,7 @@ class FailFast:
             return
         try:
             run()
-        except (KeyboardInterrupt, SystemExit):
+        except (KeyboardInterrupt, SystemExit, TimeLimitExceeded):  # a stuck probe is a stuck test
             raise
         except BaseException as exc:  # noqa: BLE001 - only a stub's NotImplementedError stops here
             stub = not_implemented(exc)

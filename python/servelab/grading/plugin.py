@@ -7,7 +7,10 @@ earn nothing. Each task gets a status: ``full marks``, ``failing``, ``some tests
 selected`` (``-m``/``-k`` deselected all its tests: it counts nothing), ``not collected``, or
 ``not run`` (collected, but the run stopped first: pytest stops at a collection error).
 
-The run ends with a one-line-per-failure summary (a task not started is one line), then the
+``-m task_a2`` (what ``make check TASK=a2`` passes) selects the one task whose id starts so
+(:func:`resolve_tasks`); a ``task_`` name that fits none, or several, stops the run listing the
+tasks. The run ends with a one-line-per-failure summary (a task not started is one line; a long
+message wraps, its end, what was expected and what came out, kept), then the
 table, as the last thing printed: after pytest's own tally, so that a student never scrolls up
 for it. ``assignments/conftest.py`` registers the plugin for students; the autograder's own
 self-check runs it in a release with ``--points-json``.
@@ -17,12 +20,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from servelab.grading.manifest import Manifest, Task
+from servelab.grading.time_limit import TimeLimitExceeded
 
 
 @dataclass
@@ -80,6 +85,8 @@ class GradingPlugin:
     def pytest_configure(self, config: pytest.Config) -> None:
         for task in self.manifest.tasks:
             config.addinivalue_line("markers", f"{task.marker}: tests of task {task.id} ({task.title})")
+        if getattr(config.option, "markexpr", ""):
+            config.option.markexpr = resolve_tasks(config.option.markexpr, [t.id for t in self.manifest.tasks])
 
     # tryfirst: the task markers must be on the items before `-m` deselects by them
     @pytest.hookimpl(tryfirst=True)
@@ -174,6 +181,7 @@ class GradingPlugin:
     def print_table(self, tw) -> None:
         from rich import box
         from rich.console import Console
+        from rich.padding import Padding
         from rich.table import Table
 
         width = max(80, min(tw.fullwidth, 120))
@@ -184,8 +192,8 @@ class GradingPlugin:
             failing = len(failures) - idle
             console.print(f"servelab: {idle} not started (a stub raises NotImplementedError), {failing} failing"
                           + (" (details above):" if failing else ":"), markup=False)
-            for line in failures:
-                console.print("  " + shorten(line, width - 2), markup=False, overflow="ellipsis", no_wrap=True)
+            for line in failures:  # wrapped, not cut: "expected ..., got ..." comes last
+                console.print(Padding(shorten(line, 4 * (width - 4)), (0, 0, 0, 4), expand=False), markup=False)
         summary = self.summary()
         table = Table(title="servelab assignments: points by task", box=box.SIMPLE_HEAD)
         wide = width >= 110  # the lecture sections only when they fit beside the rest
@@ -214,17 +222,51 @@ def one_line(report: pytest.TestReport) -> str:
         text = crash.message if crash is not None else str(report.longrepr)
     first = next((line.strip() for line in text.splitlines() if line.strip()), "failed")
     first = first.removeprefix("AssertionError: ")  # the tests' messages say what was expected
+    stuck = f"{TimeLimitExceeded.__module__}.{TimeLimitExceeded.__qualname__}: "
+    if first.startswith(stuck):  # the summary line names the test already
+        first = first.removeprefix(stuck).removeprefix(report.nodeid + " ")
     where = "" if report.when == "call" else f"(in {report.when}) "
     return where + first
 
 
 def shorten(line: str, width: int) -> str:
-    """``line`` cut to ``width`` characters, an ellipsis marking the cut.
+    """``line`` cut to ``width`` characters in its middle, an ellipsis marking the cut: the
+    start says which test and which input, the end what was expected and what came out.
 
-    >>> shorten("param_count of ModelSpec(d_model=1): expected 12, got 11", 30)
-    'param_count of ModelSpec(d_mo…'
+    >>> shorten("param_count of ModelSpec(d_model=1, n_layers=2): expected 12, got 11", 40)
+    'param_count of Model…expected 12, got 11'
     """
-    return line if len(line) <= width else line[: width - 1] + "…"
+    if len(line) <= width:
+        return line
+    tail = (width - 1) // 2
+    return line[: width - 1 - tail] + "…" + line[len(line) - tail:]
+
+
+def resolve_tasks(markexpr: str, task_ids: list[str]) -> str:
+    """``-m`` with each ``task_X`` naming a task: an unambiguous prefix (``task_a2``) becomes
+    the task's marker; a name that is no task is a usage error listing the tasks (``make check
+    TASK=...`` passes ``-m task_<TASK>``).
+
+    >>> ids = ["a1_ledger", "a2_roofline", "a10_prefix_caching"]
+    >>> resolve_tasks("task_a2", ids), resolve_tasks("task_a1 or not task_a10", ids)
+    ('task_a2_roofline', 'task_a1_ledger or not task_a10_prefix_caching')
+    >>> resolve_tasks("task_b7", ids)
+    Traceback (most recent call last):
+    ...
+    pytest.UsageError: TASK=b7 is no task; the tasks are: a1_ledger, a2_roofline, a10_prefix_caching (a prefix such as a2 is enough when only one task starts with it)
+    """
+    def one(match: re.Match) -> str:
+        name = match.group(1)
+        if name in task_ids:
+            return match.group(0)
+        # a1 is a1_ledger, not a10_...: a prefix counts up to an underscore, or as a whole id
+        found = [t for t in task_ids if t.startswith(name + "_")] or [t for t in task_ids if t.startswith(name)]
+        if len(found) == 1:
+            return "task_" + found[0]
+        what = f"is the start of {len(found)} tasks" if found else "is no task"
+        raise pytest.UsageError(f"TASK={name} {what}; the tasks are: {', '.join(task_ids)} "
+                                "(a prefix such as a2 is enough when only one task starts with it)")
+    return re.sub(r"\btask_(\w+)", one, markexpr)
 
 
 def add_option(parser: pytest.Parser) -> None:

@@ -1,7 +1,8 @@
 """Tests of assignment 14 (the host tier's eviction choice), against servelab's allocator: your
-choice on generated entries, against the allocator's on the same tier; generated request traces run on servelab's allocator, whose every
-host-tier eviction your function must reproduce from what the tier held at that moment; and
-the win of the hits policy on a hot system prompt, measured on runs your choices reproduce."""
+choice on generated entries, against the allocator's on a tier holding the same entries;
+generated request traces run on servelab's allocator, whose every host-tier eviction your
+function must reproduce from what the tier held at that moment; and the win of the hits policy
+on a hot system prompt, measured on runs your choices reproduce."""
 
 from __future__ import annotations
 

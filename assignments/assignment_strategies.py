@@ -157,7 +157,7 @@ def assert_close(what, expected, actual, rtol, atol=0.0, equal_nan=False, kinds=
     """
     import numpy as np
 
-    want = np.asarray(expected, dtype=np.float64)
+    want = np.asarray(expected, dtype=float)  # float64
     finite = None if (np.isinf(want).any()) else (not equal_nan)
     got = answer_array(what, actual, want.shape, kinds, finite=finite)
     ok = np.allclose(got.astype(np.float64), want, rtol=rtol, atol=atol, equal_nan=equal_nan)

@@ -21,10 +21,9 @@ def rms_norm(x: np.ndarray, gain: np.ndarray, eps: float) -> np.ndarray:
 
 def _rotate(x: np.ndarray, theta: float) -> np.ndarray:
     """Rotary positions (rotate-half form) for ``x`` of shape ``(n, heads, d_head)``."""
-    n, _, d_head = x.shape
-    half = d_head // 2
-    inv_freq = theta ** (-np.arange(half, dtype=np.float64) / half)
-    angles = np.arange(n, dtype=np.float64)[:, None] * inv_freq[None, :]
+    half = x.shape[-1] // 2
+    # position p turns pair j by p * theta^(-j/half), computed in float64 then rounded once
+    angles = np.outer(np.arange(x.shape[0]), theta ** (-np.arange(half) / half))
     c, s = np.cos(angles).astype(F32)[:, None, :], np.sin(angles).astype(F32)[:, None, :]
     x1, x2 = x[..., :half], x[..., half:]
     return np.concatenate([x1 * c - x2 * s, x1 * s + x2 * c], axis=-1)
@@ -41,15 +40,14 @@ def attention_block(h: np.ndarray, wqkv: np.ndarray, wo: np.ndarray, n_heads: in
     q = _rotate(qkv[:, :q_dim].reshape(n, n_heads, d_head), theta)
     k = _rotate(qkv[:, q_dim:q_dim + kv_dim].reshape(n, n_kv_heads, d_head), theta)
     v = qkv[:, q_dim + kv_dim:].reshape(n, n_kv_heads, d_head)
+    # all heads at once: query head i sits beside the K/V head it reads, i // group, as
+    # (n, n_kv_heads, group, d_head); scores are (n_kv_heads, group, query, key)
     group = n_heads // n_kv_heads
-    visible = np.arange(n)[None, :] <= np.arange(n)[:, None]
-    out = np.empty((n, n_heads, d_head), F32)
-    for i in range(n_heads):
-        scores = (q[:, i] @ k[:, i // group].T) * F32(d_head ** -0.5)
-        scores = np.where(visible, scores, F32(-np.inf))
-        p = np.exp(scores - scores.max(axis=1, keepdims=True))
-        out[:, i] = (p / p.sum(axis=1, keepdims=True)) @ v[:, i // group]
-    return out.reshape(n, q_dim) @ wo
+    scores = np.einsum("qhgd,khd->hgqk", q.reshape(n, n_kv_heads, group, d_head), k) * F32(d_head ** -0.5)
+    scores = np.where(np.tril(np.ones((n, n), dtype=bool)), scores, F32(-np.inf))  # causal
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    return np.einsum("hgqk,khd->qhgd", weights, v).reshape(n, q_dim) @ wo
 
 
 def mlp_block(h: np.ndarray, w_gate_up: np.ndarray, w_down: np.ndarray) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Tests of assignment 14 (the host tier's eviction choice), against servelab's allocator: your
-choice on generated entries; generated request traces run on servelab's allocator, whose every
-host-tier eviction your function must reproduce from what the tier held at that moment; and
-the win of the hits policy on a hot system prompt, measured on runs your choices reproduce."""
+choice on generated entries, against the allocator's on a tier holding the same entries;
+generated request traces run on servelab's allocator, whose every host-tier eviction your
+function must reproduce from what the tier held at that moment; and the win of the hits policy
+on a hot system prompt, measured on runs your choices reproduce."""
 
 from __future__ import annotations
 
@@ -17,9 +18,25 @@ from servelab.blocks import BlockAllocator, OutOfBlocks
 POLICIES = ("hits", "lru")  # your functions are <policy>_victim, looked up when a test runs
 
 
-def _rule(policy: str, entries: list) -> int:
-    rank = (lambda e: e["stamp"]) if policy == "lru" else (lambda e: (e["hits"], e["stamp"]))
-    return min(entries, key=rank)["key"]
+def _allocator_victim(policy: str, entries: list) -> int:
+    """The key servelab's allocator drops from a full host tier holding ``entries``: each
+    entry becomes a one-block prefix, hit ``hits`` times on a 2-block GPU, and pushed to the
+    host in ``stamp`` order by the next prompt; two one-off prompts then overflow the tier."""
+    by_stamp = {e["stamp"]: e for e in entries}  # the strategy draws unique stamps
+    order = [by_stamp[s] for s in sorted(by_stamp)]
+    alloc = BlockAllocator(2, 2, True, len(entries), policy)
+    offloaded: list[int] = []  # the allocator's keys, in the order of ``order``
+    for i, e in enumerate([*order, None, None]):
+        prompt = [2 * i, 2 * i + 1, 0] if e is not None else [10**6 + i, 10**6, 0]
+        for _ in range(1 + (e["hits"] if e is not None else 0)):
+            alloc.allocate(0, prompt)
+            alloc.free(0)
+        for kind, _, key, _ in alloc.take_transfers():
+            if kind == "offload":
+                offloaded.append(key)
+            elif kind == "drop":
+                return order[offloaded.index(key)]["key"]
+    raise AssertionError(f"the allocator dropped nothing from a full host tier of {len(entries)}")
 
 
 def _victim(policy: str, entries: list) -> int:
@@ -78,7 +95,7 @@ def entry_lists(draw):
 
 @given(entry_lists(), st.sampled_from(sorted(POLICIES)))
 def test_the_victim_follows_the_rule(entries, policy):
-    want = _rule(policy, entries)
+    want = _allocator_victim(policy, entries)
     got = _victim(policy, entries)
     assert got == want, f"{policy}: entries {entries}: expected key {want}, got {got}"
 

@@ -24,9 +24,8 @@ def attention_inputs(draw):
     n = draw(st.integers(1, 12))
     ctx = draw(st.integers(0, 20))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    q = rng.standard_normal((n, n_heads, d_head), dtype=np.float32)
-    k = rng.standard_normal((n_kv, ctx + n, d_head), dtype=np.float32)
-    v = rng.standard_normal((n_kv, ctx + n, d_head), dtype=np.float32)
+    q, k, v = (rng.standard_normal(shape, dtype=np.float32)
+               for shape in ((n, n_heads, d_head), (n_kv, ctx + n, d_head), (n_kv, ctx + n, d_head)))
     return q, k, v, ctx
 
 
@@ -111,7 +110,8 @@ def test_tokens_processed_matches_the_real_model(prompt_len, n_new, use_cache):
 def test_lecture_numbers(prompt_len, n_new, use_cache):
     assert answer_int("tokens_processed", mine.tokens_processed(32, 200, True)) == 231, "with the cache (§2.2)"
     assert answer_int("tokens_processed", mine.tokens_processed(32, 200, False)) == 26_300, "without the cache (§2.2)"
-    # and off the lecture's numbers: the closed forms of §2.2 (a table of the two answers fails)
-    want = prompt_len + n_new - 1 if use_cache else sum(prompt_len + i for i in range(n_new))
+    # and off the lecture's numbers: the closed forms of §2.2 (a table of the two answers fails);
+    # without the cache, step i recomputes prompt_len + i tokens, an arithmetic series
+    want = prompt_len + n_new - 1 if use_cache else n_new * prompt_len + n_new * (n_new - 1) // 2
     got = answer_int("tokens_processed", mine.tokens_processed(prompt_len, n_new, use_cache))
     assert got == want, f"tokens_processed({prompt_len}, {n_new}, use_cache={use_cache}): expected {want}, got {got}"

@@ -1,7 +1,7 @@
 """Tests of assignment 9 (batch invariance, exercise 10): the summation order bit for bit
-against a slow scalar reference, the batch-invariant kernel's rows identical in any batch, the
-split-K kernel's rows really changing with the batch size, and both equal to an exact product
-up to float32 rounding."""
+against a slow scalar reference (``servelab.tiny_llm.ordered_sum``), the batch-invariant
+kernel's rows identical in any batch, the split-K kernel's rows really changing with the batch
+size, and both equal to an exact product up to float32 rounding."""
 
 from __future__ import annotations
 
@@ -11,25 +11,9 @@ from hypothesis import strategies as st
 
 import batch_invariance as mine
 from assignment_strategies import answer_array, answer_int
+from servelab.tiny_llm.ordered_sum import ordered_matmul as scalar_reference  # the slow, plain order
 
 EPS32 = float(np.finfo(np.float32).eps) / 2  # unit roundoff of float32
-
-
-def scalar_reference(x, w, starts):
-    """The order of the module docstring, one float32 scalar operation at a time (slow, plain)."""
-    b, k = x.shape
-    bounds = list(starts) + [k]
-    out = np.zeros((b, w.shape[1]), dtype=np.float32)
-    for r in range(b):
-        for c in range(w.shape[1]):
-            total = None
-            for lo, hi in zip(bounds[:-1], bounds[1:]):
-                acc = np.float32(0.0)
-                for j in range(lo, hi):
-                    acc = np.float32(acc + np.float32(x[r, j] * w[j, c]))
-                total = acc if total is None else np.float32(total + acc)
-            out[r, c] = total
-    return out
 
 
 def bits(a):

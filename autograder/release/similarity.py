@@ -41,21 +41,6 @@ from autograder.markers import SOLUTION, lines
 
 RUN = 12  # tokens in a compared run (the issue's and MOSS's usual size: short idioms do not match)
 LIMIT = 0.10  # a file holding this share of a task's solution gives the task away
-# What the check finds in the assignments' own files, which ship in either kind of release
-# (visible tests that recompute an answer to compare with, a given helper sharing a formula, a
-# task's file holding another task's layer): the task authors' to fix, there. (task, file) ->
-# the share when recorded; autograder/tests/test_release_similarity.py fails on any other
-# finding, or on one that grew.
-IN_THE_ASSIGNMENTS = {
-    ("a14_host_tier", "assignments/a14_host_tier/test_a14_host_tier.py"): 0.349,  # the LFU rule, as the oracle
-    ("a9_batch_invariance", "assignments/a9_batch_invariance/test_a9_batch_invariance.py"): 0.307,  # reduce_in_pieces
-    ("a4_kv_cache", "assignments/a12_tensor_parallel/layer_math.py"): 0.146,  # a12's given attention is a4's
-    ("a9_batch_invariance", "assignments/assignment_strategies.py"): 0.114,
-    ("a4_kv_cache", "assignments/a4_kv_cache/test_a4_kv_cache.py"): 0.113,
-    ("a9_batch_invariance", "assignments/a12_tensor_parallel/layer_math.py"): 0.110,
-    ("a9_batch_invariance", "assignments/a4_kv_cache/test_a4_kv_cache.py"): 0.102,
-    ("a13_parallel_plan", "assignments/given/pricing.py"): 0.101,  # the given step price
-}
 _SKIP = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
          tokenize.ENCODING, tokenize.ENDMARKER}
 _WORDS = re.compile(r"[A-Za-z_]\w*|\d[\w.]*|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|==|!=|<=|>=|\*\*|//|->|\S")

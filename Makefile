@@ -23,6 +23,7 @@ STAMP_VENV   := $(VENV)/.deps-stamp
 STAMP_BUILD  := $(VENV)/.build-stamp
 STAMP_NOTEBOOKS := $(VENV)/.notebooks-stamp
 STAMP_CLUSTER := $(VENV)/.cluster-stamp
+STAMP_STAFF := $(VENV)/.staff-stamp
 # One pip at a time in .venv (two terminals, parallel make): a lock that macOS has too (it has no
 # flock(1)), Python's fcntl.flock on $(VENV)/.build-lock, held while the command runs.
 LOCKED = $(PY) -c 'import fcntl, subprocess, sys; f = open(sys.argv[1], "w"); fcntl.flock(f, fcntl.LOCK_EX); sys.exit(subprocess.call(sys.argv[2:]))' $(VENV)/.build-lock
@@ -91,7 +92,7 @@ ARTIFACT_TESTS := autograder/tests/test_artifacts.py autograder/tests/test_staff
 test-autograder: test-autograder-rest test-autograder-artifacts
 test-autograder-rest: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
 	SELFCHECK_JOBS=$(JOBS) $(PY) -m pytest -q -p no:cacheprovider autograder/tests $(addprefix --ignore=,$(ARTIFACT_TESTS))
-test-autograder-artifacts: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
+test-autograder-artifacts: $(STAMP_BUILD) $(STAMP_NOTEBOOKS) $(STAMP_STAFF)
 	$(PY) -m pytest -q -p no:cacheprovider $(ARTIFACT_TESTS)
 
 selfcheck: $(STAMP_BUILD) $(STAMP_NOTEBOOKS)
@@ -168,6 +169,14 @@ $(STAMP_NOTEBOOKS): $(STAMP_BUILD) pyproject.toml
 	touch $@
 
 # Dask's `distributed`: the `cluster` extra of pyproject.toml, installed like the notebooks' one
+# the `staff` extra (Cython, setuptools, stubgen) in .venv: test_staff_wheel.py compiles the
+# library for the running Python, as make staff-wheels does for each one
+$(STAMP_STAFF): $(STAMP_BUILD) pyproject.toml
+	@$(PY) -c "from servelab.grading.manifest import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['staff']))" \
+		> $(VENV)/staff-in-venv-requirements.txt
+	@$(LOCKED) $(PY) -m pip install --quiet -r $(VENV)/staff-in-venv-requirements.txt
+	@touch $@
+
 $(STAMP_CLUSTER): $(STAMP_BUILD) pyproject.toml
 	@echo "installing the cluster extra (Dask distributed) for the tests…"
 	@$(PY) -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['cluster']))" \

@@ -633,10 +633,11 @@ def check_notebook_tampering(release_dir: Path, tmp: Path, report: Callable[[str
             problems.append(f"tampered notebook earned {t['score']} on {t['name']}: {t['output'][:200]}")
     if not any("notebook" in t["extra_data"] for t in data["tests"]):
         problems.append("no notebook was graded")
-    # the executed notebooks hold the source's test cells (hidden tests included), not the edits
+    # the executed notebooks hold the source's test cells, not the edits (as kept for the TAs:
+    # hidden-test regions out, notebooks/kept.py)
     for nb in nbgrader.notebooks_of(ROOT):
-        source = {c["metadata"]["nbgrader"]["grade_id"]: c["source"] for c in
-                  json.loads((ROOT / "assignments" / nb.file).read_text(encoding="utf-8"))["cells"]
+        source_nb = nb_kept.student_view(json.loads((ROOT / "assignments" / nb.file).read_text(encoding="utf-8")), set())
+        source = {c["metadata"]["nbgrader"]["grade_id"]: c["source"] for c in source_nb["cells"]
                   if nbgrader.cell_kind(c["metadata"].get("nbgrader", {}), c["cell_type"]) == "auto"}
         executed = tmp / "executed" / Path(nb.file).name
         if not executed.is_file():

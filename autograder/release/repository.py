@@ -66,7 +66,7 @@ PRIVATE = (
 )
 # what only a readable release ships: a staff binary's student gets the compiled library from
 # wheels/ instead, and no grader (its Classroom workflow needs the whole autograder)
-SOURCE_ONLY = ("python/", "rust/", "tests/", "benchmarks/", "autograder/", ".ci/", "Cargo.toml", "Cargo.lock")
+SOURCE_ONLY = ("python/", "rust/", "tests/", "benchmarks/", "autograder/", ".ci/", "docs/", "Cargo.toml", "Cargo.lock")
 WHEELS = "wheels/"
 DEVCONTAINER = Path(__file__).with_name("devcontainer")  # written as .devcontainer/ into a staff release
 STUDENT_README = "autograder/release/README.student.md"  # in the course copy; read from the grader's folder, like CLASSROOM

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -125,10 +126,19 @@ os.chmod(os.path.join(own, "connection.json"), 0o600)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the root phase exists only when the grader runs as root")
-def test_a_connection_file_link_took_the_old_root_phase_and_the_kernel_has_none(tmp_path):
+def test_a_connection_file_link_took_the_old_root_phase_and_the_kernel_has_none():
     """Control: the old root phase, given a planted ``connection.json`` link, rewrote the target
     and gave it to the sandbox's uid. Now the kernel starts as that uid (``setpriv`` in its
-    command line) and refuses to run as anyone else, before it touches a file."""
+    command line) and refuses to run as anyone else, before it touches a file. (In a folder of
+    the grader's own, as a grading's: the sandbox's uid may be let into no other.)"""
+    tmp_path = os_boundary.work_folder("servelab-test-root-phase-")
+    try:
+        _connection_file_link(tmp_path)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _connection_file_link(tmp_path: Path) -> None:
     uid = os_boundary.free_id()
     own = tmp_path / "own"
     own.mkdir()

@@ -8,8 +8,9 @@ demo 03 runs its policies through them; none of them names a policy. Adding a po
 record and one run function (ARCHITECTURE.md shows a worked example)::
 
     def run_fixed(job: Job) -> SimResult:
-        return run_static_batching(job.requests, job.model, job.gpu, job.params["fixed_b"],
-                                   efficiency=job.efficiency)
+        requests, model, gpu = job.requests, job.model, job.gpu
+        b = job.params["fixed_b"]    # the point's value of the record's axis
+        return run_static_batching(requests, model, gpu, b, efficiency=job.efficiency)
 
     register(Policy("fixed", run_fixed, lambda p: f"fixed B={p['fixed_b']}",
                     axes=(Axis("fixed_b", (16,), POSITIVE_INT, "batch size"),)))

@@ -47,19 +47,20 @@ demo: $(STAMP_BUILD)
 
 # the autograder's own tests and self-check exist only in the instructors' copy, and so does the
 # run on a second Python (a student needs one interpreter)
-# Lanes side by side (CI has two cores): the library's steps one after another in one, the
-# autograder's tests in two others (the packages' test, a wheel build and fresh venvs, beside the
-# rest; see test-autograder). One after the other, one core stood idle most of the time: pytest
-# uses one, and the self-check's workers wait on wall-clock limits. Each lane's output is printed
-# whole when it ends; the time limits of gradings follow the load, so no verdict depends on the
-# other lanes (autograder/grading/calibrate.py).
+# Lanes side by side (CI has two cores): the library's steps one after another in one, the run on
+# the second Python in another, the autograder's tests in two more (the packages' test, wheel
+# builds and fresh venvs, beside the rest; see test-autograder). One after the other, one core
+# stood idle most of the time: pytest uses one, and the self-check's workers wait on wall-clock
+# limits; with the second Python inside the library's lane, that lane ran on alone for minutes
+# after the others had ended. Each lane's output is printed whole when it ends; the time limits
+# of gradings follow the load, so no verdict depends on the other lanes
+# (autograder/grading/calibrate.py).
 test: $(STAMP_BUILD) $(STAMP_CLUSTER)
-	@$(MAKE) --no-print-directory -j3 --output-sync=target test-library \
-	$(if $(wildcard autograder/tests),test-autograder)
+	@$(MAKE) --no-print-directory -j4 --output-sync=target test-library \
+	$(if $(wildcard autograder/tests),test-python-other test-autograder)
 
 test-library: $(STAMP_BUILD)
-	@for step in test-rust test-python test-assignments stubtest \
-	$(if $(wildcard autograder/tests),test-python-other); do $(MAKE) --no-print-directory $$step || exit 1; done
+	@for step in test-rust test-python test-assignments stubtest; do $(MAKE) --no-print-directory $$step || exit 1; done
 
 # (MAKEFLAGS emptied: under make test's lanes it names a jobserver that cargo is not handed)
 test-rust:

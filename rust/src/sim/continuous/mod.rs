@@ -16,6 +16,8 @@
 //! * [`prefix`]: the loop with prefix caching, over the real block allocator, step by step;
 //! * [`prefix_events`]: the same at a cost per event (the default), as [`event_driven`] is to
 //!   [`per_step`];
+//! * [`spec_events`]: speculative decoding at a cost per decoding entry (the default), bit for
+//!   bit [`per_step`]'s speculative loop, and [`spec_draws`], its acceptance draws made ahead;
 //! * [`trace`]: the per-step record of the queues and the KV pool (`servelab trace`).
 //!
 //! # The KV pool, by counts
@@ -34,6 +36,8 @@ pub mod per_step;
 pub mod prefix;
 pub mod prefix_events;
 pub(crate) mod rules;
+mod spec_draws;
+pub mod spec_events;
 pub mod trace;
 
 use crate::blocks::{MAX_BLOCK_SIZE, MAX_NUM_BLOCKS};

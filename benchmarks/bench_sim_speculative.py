@@ -12,8 +12,8 @@ on the same requests:
 * **k=4 a=0.5** and **k=8 a=0.9**, on the new loop: a Llama-3.2-1B draft for Llama-3-8B on an H100.
 
 Before timing, each run's tokens per target step is checked against the closed form
-``(1 - a^(k+1)) / (1 - a)`` (within 3%: the last step of a request guesses fewer). Rust best of
-5 through ``serving_core``, CPU time of this thread. The ratios: each run's time over **off**'s,
+``(1 - a^(k+1)) / (1 - a)`` (within 5%: the last steps of a request guess fewer, and in the full
+pool at 64 req/s the spare blocks cut some guesses). Rust best of 5 through ``serving_core``, CPU time of this thread. The ratios: each run's time over **off**'s,
 and the per-step loop's over the new loop's.
 
 Why speculation costs more than the plain run however it is computed: the plain loop never
@@ -79,7 +79,7 @@ def _one_rate(console: Console, reqs, rate: float) -> None:
         s = runs[label].get("speculative")
         if s is not None and s.k > 0:
             got, want = r.tokens_per_target_step, expected_tokens_per_step(s.acceptance, s.k)
-            assert abs(got / want - 1) < 0.03, (label, got, want)
+            assert abs(got / want - 1) < 0.05, (label, got, want)
             assert r.n_steps < plain.n_steps, label
     n = len(reqs)
     t = Table(title=f"Speculative decoding in the simulator: {n:,} chat requests at {rate:g} req/s, vLLM "
@@ -100,3 +100,5 @@ def _one_rate(console: Console, reqs, rate: float) -> None:
     new, old = times[f"{HEADLINE}, new"], times[f"{HEADLINE}, per-step"]
     console.print(f"   {HEADLINE}: the new loop {new / times['off']:.2f}x the plain run (target: within 3x), "
                   f"the per-step loop {old / times['off']:.2f}x; the new loop is {old / new:.1f}x faster.")
+    console.print(f"   k=0 costs {times['k=0, new'] / times['off']:.2f}x the plain run (the option's own "
+                  "overhead: the decoders visited every step).")

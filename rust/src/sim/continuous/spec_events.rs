@@ -72,7 +72,8 @@ pub fn run(
         pieces: Vec::new(),
         so: SpecOutput { spec_proposed: vec![0; n], spec_accepted: vec![0; n], spec_steps: vec![0; n], draft_busy_s: 0.0 },
         by_len: vec![(0, 0); spec.k as usize + 1],
-        depth: Vec::new(),
+        most: 0,
+        depth: vec![(0, 0); spec.k as usize],
         finished: Vec::new(),
         running: Vec::new(),
         batch: Vec::new(),
@@ -122,6 +123,8 @@ struct Run<'a, 'p> {
     /// per guess length `g` in `0..=k`: the step's decoding entries that guessed `g`, their
     /// contexts' sum (below 2^57: fewer than 2^32 requests of fewer than 2^25 tokens)
     by_len: Vec<(i64, i64)>,
+    /// the step's longest guess (`by_len` is zero past it)
+    most: usize,
     /// per guess depth `j`: the entries guessing past `j`, their contexts' sum
     depth: Vec<(i64, i128)>,
     /// (request, slots held) of the decoders that sampled their last token in the step
@@ -244,7 +247,7 @@ impl Run<'_, '_> {
         let mut spare = kv.num_free_blocks();
         let (mut taken, mut crossing, mut kept_at) = (0i64, 0i64, 0usize);
         // the entries guessing all `k` (most of them), kept out of `by_len` in registers
-        let (mut full, mut full_c) = (0i64, 0i64);
+        let (mut full, mut full_c, mut most) = (0i64, 0i64, 0i64);
         let mut log = books.log.as_mut();
         finished.clear();
         for i in 0..dec.len() {
@@ -271,6 +274,7 @@ impl Run<'_, '_> {
                 let b = &mut by_len[g as usize];
                 b.0 += 1;
                 b.1 += c;
+                most = most.max(g);
             }
             if LOG {
                 if let Some(l) = log.as_mut() {
@@ -301,6 +305,7 @@ impl Run<'_, '_> {
         let b = &mut by_len[k as usize];
         b.0 += full;
         b.1 += full_c;
+        self.most = if full > 0 { k as usize } else { most as usize };
         dec.truncate(kept_at);
         kv.take(taken);
         self.crossing = crossing;
@@ -313,6 +318,7 @@ impl Run<'_, '_> {
     /// Returns (the shape, the draft's seconds).
     fn decoders_shape(&mut self) -> (StepShape, f64) {
         let Run { sp, by_len, depth, so, .. } = self;
+        let by_len = &mut by_len[..=self.most];
         let mut shape = StepShape::default();
         let mut most = 0;
         for (g, &(count, sum)) in by_len.iter().enumerate() {
@@ -331,8 +337,7 @@ impl Run<'_, '_> {
             by_len[0] = (0, 0);
             return (shape, 0.0);
         }
-        depth.clear();
-        depth.resize(most, (0, 0));
+        let depth = &mut depth[..most]; // k entries, allocated once
         let (mut count, mut sum) = (0i64, 0i128);
         for g in (1..=most).rev() {
             count += by_len[g].0;

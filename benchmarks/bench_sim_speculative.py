@@ -13,8 +13,9 @@ on the same requests:
 
 Before timing, each run's tokens per target step is checked against the closed form
 ``(1 - a^(k+1)) / (1 - a)`` (within 5%: the last steps of a request guess fewer, and in the full
-pool at 64 req/s the spare blocks cut some guesses). Rust best of 5 through ``serving_core``, CPU time of this thread. The ratios: each run's time over **off**'s,
-and the per-step loop's over the new loop's.
+pool at 64 req/s the spare blocks cut some guesses). Rust best of 5 through ``serving_core``,
+CPU time of this thread. The ratios: each run's time over **off**'s, and the per-step loop's
+over the new loop's.
 
 Why speculation costs more than the plain run however it is computed: the plain loop never
 visits a decoding request (a cost per event), while with speculation every decoder changes by a

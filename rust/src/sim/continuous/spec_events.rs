@@ -257,13 +257,10 @@ impl Run<'_, '_> {
             let room = if room == 0 { bs - 1 } else { room as i64 - 1 };
             // speculation: guesses within the budget, the last token and the spare blocks (the
             // guesses up to `room` fit in its last block, each `bs` more take one)
-            let mut g = k.min(budget).min(rem - 1);
-            if g > room {
-                g = g.min(room + spare * bs);
-                if g > room {
-                    spare -= blocks_past(g - room, bs);
-                }
-            }
+            // (no branch on `g > room`: it goes either way at random, and a mispredicted branch
+            // costs more than the arithmetic)
+            let g = k.min(budget).min(rem - 1).min(room + spare * bs);
+            spare -= blocks_past(g - room, bs);
             budget -= g;
             let kept = if g == 0 { 0 } else { window.kept(sp, ol, r as usize, rem, g) };
             proposed += g;
@@ -284,13 +281,9 @@ impl Run<'_, '_> {
                 }
             }
             // rule 6: the kept guesses' slots and KV, then 1 + kept tokens sampled
-            let room = if kept > room {
-                let nb = blocks_past(kept - room, bs);
-                taken += nb;
-                nb * bs - (kept - room)
-            } else {
-                room - kept
-            };
+            let nb = blocks_past(kept - room, bs);
+            taken += nb;
+            let room = room - kept + nb * bs;
             window.advance(1 + kept);
             let d = Dec { c: c + 1 + kept, rem: rem - 1 - kept, window, proposed, r, room: room as u32 };
             if d.rem == 0 {
@@ -437,12 +430,13 @@ impl Run<'_, '_> {
     }
 }
 
-/// Blocks that `over >= 1` slots past a full last block take: `ceil(over / bs)`, without a
-/// division in the common case of at most one block.
+/// Blocks that `over` slots past the end of a sequence's last block take: `ceil(over / bs)`,
+/// 0 for `over <= 0`; without a division or an unpredictable branch when it is at most one
+/// block (guesses of at most `bs`).
 #[inline(always)]
 fn blocks_past(over: i64, bs: i64) -> i64 {
     if over <= bs {
-        1
+        (over > 0) as i64
     } else {
         (over + bs - 1) / bs
     }

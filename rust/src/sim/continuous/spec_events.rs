@@ -84,7 +84,7 @@ pub fn run(
     Ok((books.finish(rec), so))
 }
 
-/// One decoding request, 40 bytes. Between steps all its tokens are computed (`held == c`).
+/// One decoding request, 48 bytes. Between steps all its tokens are computed (`held == c`).
 #[derive(Debug, Clone, Copy)]
 struct Dec {
     /// tokens whose KV is in the pool, and the slots it holds
@@ -392,7 +392,7 @@ impl Run<'_, '_> {
             self.running.push(r);
         }
         self.crossing = 0;
-        self.running.extend(self.prefilling.drain(..));
+        self.running.append(&mut self.prefilling);
 
         let Run { rec, books, req, state, kv, waiting, running, batch, guessed, so, sp, .. } = self;
         let mut pool = ReqPool { pl, req, state, kv };
@@ -485,6 +485,28 @@ mod tests {
             assert_eq!(format!("{got:?}"), format!("{want:?}"), "case {case} {prm:?} k {k}");
         }
         assert!(preempted > 200 && guessed > 500 && cut > 500, "the cases must reach every path: {preempted} {guessed} {cut}");
+    }
+
+    /// Bad options are refused with the per-step loop's messages (its checks, in its order).
+    #[test]
+    fn bad_options_name_the_value() {
+        let w = Workload::new(&[0.0], &[8], &[10]).unwrap();
+        let pr = pricer();
+        for (k, acc, bs, msg) in [
+            (-1, vec![0.5], 4, "k must be an integer in [0, 65536], got -1"),
+            (1 << 17, vec![0.5], 4, "k must be an integer in [0, 65536], got 131072"),
+            (2, vec![0.5, 0.5], 4, "acceptance must have one entry per request (1), got 2"),
+            (2, vec![f64::NAN], 4, "acceptance[0] must be a number in [0, 1], got nan"),
+            (2, vec![1.5], 0, "acceptance[0] must be a number in [0, 1], got 1.5"),
+            (2, vec![0.5], 0, "block_size must be an integer in [1, 65536], got 0"),
+        ] {
+            let sp = Speculation { k, acceptance: &acc, seed: 0, draft: &pr };
+            let prm = params(8, 64, bs, 16, false);
+            let want = run_speculative(&pr, &w, &prm, &sp, false, false).unwrap_err().to_string();
+            let got = run(&pr, &w, &prm, &sp, false, false).unwrap_err().to_string();
+            assert!(got.starts_with(msg), "{got}");
+            assert_eq!(got, want);
+        }
     }
 
     /// Room for every guess: a request's guesses are `k` but at its end, whatever its block

@@ -8,8 +8,8 @@
 //!
 //! * [`rules`]: rules 1-6 carried out on a step that visits every running request, the only
 //!   code for them;
-//! * [`per_step`]: the loop that runs [`rules`] step by step (the baseline, and speculative
-//!   decoding);
+//! * [`per_step`]: the loop that runs [`rules`] step by step (the baseline, and the reference
+//!   of speculative decoding);
 //! * [`event_driven`]: the default loop, an optimisation of [`rules`] that prices a step from
 //!   integer totals and visits a request only at its events (and runs [`rules`] itself in the
 //!   rare step that preempts);

@@ -7,7 +7,8 @@
 //!
 //! # Speculative decoding (§8, milestone 4a)
 //!
-//! [`run_speculative`] adds the engine's speculative step (`servelab.engine.speculative`): once
+//! The reference of [`super::spec_events`] (the default, the same output bit for bit at a cost
+//! per decoding entry; `tests/test_sim_spec_events.py`). [`run_speculative`] adds the engine's speculative step (`servelab.engine.speculative`): once
 //! rules 2-4 have planned the step, each decoding entry gets up to `k` draft guesses, within
 //! the token budget and the free blocks left (the blocks every guess being kept would need are
 //! reserved, so speculation never preempts anyone), never past the request's last token. The

@@ -12,10 +12,10 @@ on the same requests:
 * **k=4 a=0.5** and **k=8 a=0.9**, on the new loop: a Llama-3.2-1B draft for Llama-3-8B on an H100.
 
 Before timing, each run's tokens per target step is checked against the closed form
-``(1 - a^(k+1)) / (1 - a)`` (within 5%: the last steps of a request guess fewer, and in the full
-pool at 64 req/s the spare blocks cut some guesses). Rust best of 5 through ``serving_core``,
-CPU time of this thread. The ratios: each run's time over **off**'s, and the per-step loop's
-over the new loop's.
+``(1 - a^(k+1)) / (1 - a)`` (within 3%: the last steps of a request guess fewer; at 64 req/s
+only below it, the full pool's spare blocks cutting guesses). Rust best of 5 through
+``serving_core``, CPU time of this thread. The ratios: each run's time over **off**'s, and the
+per-step loop's over the new loop's.
 
 Why speculation costs more than the plain run however it is computed: the plain loop never
 visits a decoding request (a cost per event), while with speculation every decoder changes by a
@@ -80,7 +80,8 @@ def _one_rate(console: Console, reqs, rate: float) -> None:
         s = runs[label].get("speculative")
         if s is not None and s.k > 0:
             got, want = r.tokens_per_target_step, expected_tokens_per_step(s.acceptance, s.k)
-            assert abs(got / want - 1) < 0.05, (label, got, want)
+            # at 64 req/s the full pool's spare blocks cut guesses: fewer tokens a step, never more
+            assert abs(got / want - 1) < 0.03 or (rate > 16 and got < want), (label, got, want)
             assert r.n_steps < plain.n_steps, label
     n = len(reqs)
     t = Table(title=f"Speculative decoding in the simulator: {n:,} chat requests at {rate:g} req/s, vLLM "

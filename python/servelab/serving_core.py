@@ -455,12 +455,15 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
             raise ValueError("speculative decoding runs without prefix caching: pass "
                              "prefix_caching=False or speculative=None")
         spec = (speculative.k, speculative.acceptance_column(len(requests)), speculative.seed, speculative.draft)
+    queues = _checks.flag("_step_queues", _step_queues)
+    if queues and (caching or spec is not None):  # named here: the core's message says queues
+        raise ValueError("_step_queues=True records plain continuous batching only (no prefix caching, "
+                         "no speculation)")
     params: dict[str, Any] = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,
                               "num_blocks": blocks, "chunked_prefill": chunked}
     d = _core.sim_continuous_batching((model, gpu, efficiency), requests, dict(
         card=params, trace=_checks.flag("trace", trace), batch_log=_checks.flag("batch_log", batch_log),
-        per_step=per_step, prefix_caching=caching, shared=sp, host=tier, spec=spec,
-        queues=_checks.flag("_step_queues", _step_queues)))
+        per_step=per_step, prefix_caching=caching, shared=sp, host=tier, spec=spec, queues=queues))
     if caching:
         params["prefix_caching"] = True
     if host:

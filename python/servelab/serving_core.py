@@ -375,8 +375,8 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     The result counts ``host_hits`` and ``host_transfer_s``.
 
     ``speculative`` (a :class:`Speculation`: ``k``, the draft's ModelSpec, the acceptance
-    rate) adds speculative decoding (§8, milestone 4a) on the per-step loop
-    (``rust/src/sim/continuous/per_step.rs``; not with prefix caching). The result then has
+    rate) adds speculative decoding (§8, milestone 4a), at a cost per decoding entry
+    (``rust/src/sim/continuous/spec_events.rs``; not with prefix caching). The result then has
     ``spec_proposed``, ``spec_accepted``, ``spec_steps`` per request, ``draft_busy_s`` and
     :attr:`SimResult.tokens_per_target_step`; with ``k = 0`` it is the plain run.
 
@@ -388,8 +388,10 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     so memory stays linear in the number of requests. The simulator costs per event (arrival,
     admission, end of a prefill, finish, preemption), not per sequence-step; ``_per_step=True``
     (tests and benchmarks only) runs the per-sequence-step loop it replaced, with the same
-    output bit for bit. ``_step_queues=True`` (``servelab trace``) runs that loop and records the
-    queues and each running request's blocks after every step (``SimResult.step_queues``).
+    output bit for bit (with ``speculative`` too: the per-step speculative loop of
+    ``rust/src/sim/continuous/per_step.rs``). ``_step_queues=True`` (``servelab trace``) runs
+    that loop and records the queues and each running request's blocks after every step
+    (``SimResult.step_queues``).
 
     >>> from servelab.hw_model import LLAMA3_8B, H100
     >>> reqs = Requests(arrival_s=[0.0, 0.0], prompt_len=[512, 512], output_len=[2, 2])
@@ -453,12 +455,15 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
             raise ValueError("speculative decoding runs without prefix caching: pass "
                              "prefix_caching=False or speculative=None")
         spec = (speculative.k, speculative.acceptance_column(len(requests)), speculative.seed, speculative.draft)
+    queues = _checks.flag("_step_queues", _step_queues)
+    if queues and (caching or spec is not None):  # named here: the core's message says queues
+        raise ValueError("_step_queues=True records plain continuous batching only (no prefix caching, "
+                         "no speculation)")
     params: dict[str, Any] = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,
                               "num_blocks": blocks, "chunked_prefill": chunked}
     d = _core.sim_continuous_batching((model, gpu, efficiency), requests, dict(
         card=params, trace=_checks.flag("trace", trace), batch_log=_checks.flag("batch_log", batch_log),
-        per_step=per_step, prefix_caching=caching, shared=sp, host=tier, spec=spec,
-        queues=_checks.flag("_step_queues", _step_queues)))
+        per_step=per_step, prefix_caching=caching, shared=sp, host=tier, spec=spec, queues=queues))
     if caching:
         params["prefix_caching"] = True
     if host:

@@ -393,7 +393,9 @@ impl Pricer {
     /// tokens over `seqs` sequences, `keys` attention (query, key) pairs (`sum n*c + n(n+1)/2`)
     /// and `ctx_tokens` cached tokens read. Unchecked: the caller guarantees `tokens >= 1` and
     /// `seqs >= 1`. Bit for bit the same arithmetic as [`Pricer::price`] when the totals are
-    /// exact (integers below 2^53).
+    /// exact (integers below 2^53). Inlined: a simulator that reads only `time_s` (a
+    /// speculative step prices the draft's steps this way) then skips the other divisions.
+    #[inline]
     pub fn price_totals(&self, tokens: i64, seqs: i64, keys: f64, ctx_tokens: f64) -> StepCost {
         self.finish(tokens, seqs, keys, ctx_tokens)
     }
@@ -403,6 +405,7 @@ impl Pricer {
         self.peak_flops
     }
 
+    #[inline]
     fn finish(&self, tokens: i64, seqs: i64, keys: f64, ctx_tokens: f64) -> StepCost {
         let t = tokens as f64;
         let flops = self.matmul_flops_per_token * t

@@ -14,7 +14,7 @@ use crate::sim::admission::EarlyReject;
 use crate::sim::batch1::{self, AcceptAll};
 use crate::sim::continuous::per_step::{self, SpecOutput, Speculation};
 use crate::sim::continuous::prefix::{HostTierOption, PrefixOutput, Prefixes};
-use crate::sim::continuous::prefix_events;
+use crate::sim::continuous::{prefix_events, spec_events};
 use crate::sim::continuous::trace::StepQueues;
 use crate::sim::continuous::{event_driven, BatchLog, ContinuousOutput, ContinuousParams, StepExtra};
 use crate::sim::fixed_service::{self, FixedOutput};
@@ -141,10 +141,11 @@ impl ToPy for ContinuousRun {
 
 /// `sim_continuous_batching`'s options, a dict of these keys (`serving_core.run_continuous_batching`
 /// builds it): `card`, a dict keyed by `ContinuousParams`' fields; `per_step` (tests and
-/// benchmarks: the per-step loop of `sim/continuous/per_step.rs`, the same output bit for bit);
+/// benchmarks: the per-step loop of `sim/continuous/per_step.rs`, the same output bit for bit,
+/// with speculation too);
 /// `prefix_caching` over `shared` (`sim/continuous/prefix_events.rs`), with a host tier if `host` =
 /// `(host_blocks, host_policy, host_s_per_token)`; speculative decoding if `spec` = `(k,
-/// acceptance per request, seed, draft_model)`; `queues` (`servelab trace`) records the queues
+/// acceptance per request, seed, draft_model)` (`sim/continuous/spec_events.rs`); `queues` (`servelab trace`) records the queues
 /// after each step on the per-step loop (`sim/continuous/trace.rs`).
 #[derive(FromPyObject)]
 #[pyo3(from_item_all)]
@@ -174,7 +175,7 @@ fn sim_continuous_batching<'py>(
     if prefix_caching && (per_step || spec.is_some()) {
         return Err(PyValueError::new_err(match per_step {
             true => "per_step=True has no prefix caching (the prefix-caching loop is per-step already)",
-            false => "speculative decoding runs without prefix caching (the per-step loop)",
+            false => "speculative decoding runs without prefix caching",
         }));
     }
     let (parent, plen) = prefix_columns(shared, requests.arrival_s.len()?);
@@ -186,7 +187,10 @@ fn sim_continuous_batching<'py>(
     simulate(py, hw, requests, |pr, w| {
         let out = if let Some((k, acceptance, seed, d)) = &draft {
             let sp = Speculation { k: *k, acceptance, seed: *seed, draft: d };
-            let (o, s) = per_step::run_speculative(pr, w, &card, &sp, trace, batch_log)?;
+            let (o, s) = match per_step {
+                true => per_step::run_speculative(pr, w, &card, &sp, trace, batch_log)?,
+                false => spec_events::run(pr, w, &card, &sp, trace, batch_log)?,
+            };
             ContinuousRun(o, None, Some(s), None)
         } else if prefix_caching {
             let prefixes = Prefixes { parent: &parent, len: &plen };

@@ -8,14 +8,16 @@
 //!
 //! * [`rules`]: rules 1-6 carried out on a step that visits every running request, the only
 //!   code for them;
-//! * [`per_step`]: the loop that runs [`rules`] step by step (the baseline, and speculative
-//!   decoding);
+//! * [`per_step`]: the loop that runs [`rules`] step by step (the baseline, and the reference
+//!   of speculative decoding);
 //! * [`event_driven`]: the default loop, an optimisation of [`rules`] that prices a step from
 //!   integer totals and visits a request only at its events (and runs [`rules`] itself in the
 //!   rare step that preempts);
 //! * [`prefix`]: the loop with prefix caching, over the real block allocator, step by step;
 //! * [`prefix_events`]: the same at a cost per event (the default), as [`event_driven`] is to
 //!   [`per_step`];
+//! * [`spec_events`]: speculative decoding at a cost per decoding entry (the default), bit for
+//!   bit [`per_step`]'s speculative loop, and [`spec_draws`], its acceptance draws made ahead;
 //! * [`trace`]: the per-step record of the queues and the KV pool (`servelab trace`).
 //!
 //! # The KV pool, by counts
@@ -34,6 +36,8 @@ pub mod per_step;
 pub mod prefix;
 pub mod prefix_events;
 pub(crate) mod rules;
+mod spec_draws;
+pub mod spec_events;
 pub mod trace;
 
 use crate::blocks::{MAX_BLOCK_SIZE, MAX_NUM_BLOCKS};

@@ -7,7 +7,8 @@
 //!
 //! # Speculative decoding (§8, milestone 4a)
 //!
-//! [`run_speculative`] adds the engine's speculative step (`servelab.engine.speculative`): once
+//! The reference of [`super::spec_events`] (the default, the same output bit for bit at a cost
+//! per decoding entry; `tests/test_sim_spec_events.py`). [`run_speculative`] adds the engine's speculative step (`servelab.engine.speculative`): once
 //! rules 2-4 have planned the step, each decoding entry gets up to `k` draft guesses, within
 //! the token budget and the free blocks left (the blocks every guess being kept would need are
 //! reserved, so speculation never preempts anyone), never past the request's last token. The
@@ -64,13 +65,31 @@ impl Speculation<'_> {
     /// The uniform in `[0, 1)` that judges request `r`'s guess at output index `index`:
     /// SplitMix64 of the three, so it does not depend on the batch it falls in.
     fn uniform(&self, r: usize, index: i64) -> f64 {
+        self.bits(r, index) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// The 53 bits of [`Self::uniform`] as an integer `m` (the uniform is `m / 2^53`).
+    #[inline(always)]
+    pub(super) fn bits(&self, r: usize, index: i64) -> u64 {
         let mut x = self.seed ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (index as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
         x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
         x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         x ^= x >> 31;
-        (x >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+        x >> 11
     }
+
+    /// Whether request `r`'s guess at output index `index` is kept: `uniform < a`.
+    pub(super) fn kept(&self, r: usize, index: i64) -> bool {
+        self.uniform(r, index) < self.acceptance[r]
+    }
+}
+
+/// The integer test equal to `uniform < a` on [`Speculation::bits`]: `m / 2^53 < a` exactly
+/// when `m < ceil(a * 2^53)` (both scalings by 2^53 are exact in binary floating point, and an
+/// integer is below a real exactly when it is below its ceiling). For `a` in `[0, 1]`.
+pub(super) fn threshold(a: f64) -> u64 {
+    (a * (1u64 << 53) as f64).ceil() as u64
 }
 
 /// What speculation did, per request (summed over its decoding steps).
@@ -173,16 +192,10 @@ impl<'p> StepHooks<ReqPool<'p>> for PerStep<'_, '_> {
 
     #[inline]
     fn sample(&mut self, pool: &mut ReqPool<'p>, rec: &mut Recorder<'_>, e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool> {
-        let mut sampled = 1;
-        if let Some(&(g, kept)) = self.guessed.get(e) {
-            // kept guesses: their slots now (reserved by `speculate`), their KV computed
-            let s = &mut pool.req[r];
-            let (held, bs) = (s.held as i64, self.params.block_size);
-            pool.kv.take(blocks_for(held + kept, bs) - blocks_for(held, bs));
-            s.held += kept as i32;
-            s.c -= g - kept;
-            sampled += kept;
-        }
+        let sampled = match self.guessed.get(e) {
+            Some(&guess) => keep_guesses(pool, self.params.block_size, r, guess),
+            None => 1,
+        };
         Ok(pool.compute(rec, r, nt, sampled, self.ol[r], end))
     }
 
@@ -199,10 +212,23 @@ impl<'p> StepHooks<ReqPool<'p>> for PerStep<'_, '_> {
     }
 }
 
+/// Rule 6's part of speculation for request `r`, whose entry made `guess = (g, kept)`: the kept
+/// guesses take their slots now (reserved by [`speculate`]), the others' KV is dropped. Returns
+/// the tokens it samples, `1 + kept`.
+#[inline]
+pub(super) fn keep_guesses(pool: &mut ReqPool<'_>, bs: i64, r: usize, (g, kept): (i64, i64)) -> i64 {
+    let s = &mut pool.req[r];
+    let held = s.held as i64;
+    pool.kv.take(blocks_for(held + kept, bs) - blocks_for(held, bs));
+    s.held += kept as i32;
+    s.c -= g - kept;
+    1 + kept
+}
+
 /// The speculative step on a planned batch: guesses for its decoding entries (widening them
 /// to `1 + g` tokens), their verdicts into `guessed` (one per entry), and the draft's price.
 #[allow(clippy::too_many_arguments)]
-fn speculate(
+pub(super) fn speculate(
     sp: &Speculation<'_>,
     params: &ContinuousParams,
     pool: &ReqPool<'_>,
@@ -231,8 +257,7 @@ fn speculate(
             budget -= g;
             so.spec_steps[*r] += 1;
         }
-        let a = sp.acceptance[*r];
-        let kept = (0..g).take_while(|&j| sp.uniform(*r, generated + j) < a).count() as i64;
+        let kept = (0..g).take_while(|&j| sp.kept(*r, generated + j)).count() as i64;
         if g > 0 {
             draft.push((s.c, g));
             so.spec_proposed[*r] += g;

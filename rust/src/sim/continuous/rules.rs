@@ -4,8 +4,9 @@
 //! restating it.
 //!
 //! The functions carry out a step that visits every running request. Three loops step this way:
-//! [`super::per_step`] (the baseline, and speculative decoding), [`super::prefix`] (over the real
-//! block allocator) and the rare preempting step of [`super::event_driven`], whose fast path is
+//! [`super::per_step`] (the baseline, and speculative decoding's reference), [`super::prefix`]
+//! (over the real block allocator) and the rare preempting step of [`super::event_driven`] (and of
+//! [`super::spec_events`], speculation's default loop), whose fast path is
 //! an optimisation of these rules (integer totals instead of visits) and admits through
 //! [`admit`]. Each loop says through [`StepPool`] how its requests and its KV pool answer; the
 //! functions are generic, so each loop gets its own machine code and pays nothing for the others.

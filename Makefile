@@ -269,7 +269,7 @@ staff-wheels: wheel
 # python/ through a .pth file, with the abi3 extension that `make build` compiled: no second
 # Rust build, and the instructors' references stay importable. (tests/test_assignments_grading.py,
 # which grades the assignments through pytest, runs once, on the first Python.) The library's
-# tests all run, under the `compat` Hypothesis profile (10 examples a property instead of ci's
+# tests and the assignments all run, under the `compat` Hypothesis profile (10 examples a property instead of ci's
 # 60: a difference between Pythons fails on any input; the ci run explores the inputs).
 PYENV_ROOT   ?= $(HOME)/.pyenv
 PYTHON_OTHER ?= $(firstword $(wildcard $(PYENV_ROOT)/versions/3.10.*/bin/python3.10) $(shell command -v python3.10))
@@ -278,7 +278,7 @@ PY_OTHER     := $(VENV_OTHER)/bin/python
 STAMP_OTHER  := $(VENV_OTHER)/.deps-stamp
 test-python-other: $(STAMP_BUILD) $(STAMP_OTHER)
 	$(PY_OTHER) -c "import sys, servelab._core as c; print('second Python:', sys.version.split()[0], c.__file__)"
-	$(PY_OTHER) -m pytest -q -p no:cacheprovider assignments
+	HYPOTHESIS_PROFILE=compat $(PY_OTHER) -m pytest -q -p no:cacheprovider assignments
 	HYPOTHESIS_PROFILE=compat $(PY_OTHER) -m pytest -q -p no:cacheprovider tests --ignore=tests/test_assignments_grading.py
 
 $(STAMP_OTHER): $(STAMP_BUILD) pyproject.toml

@@ -130,35 +130,43 @@ def run_task(root: Path, task: Task, files: dict[str, Path] | str, workdir: Path
         return folder
 
     def new_child() -> Child:
-        # each test has its own child, its own scratch folder (the student's modules stay
-        # read-only) and its own wall-clock budget: a hang in one function costs the tests that
-        # call it, not the honest ones after it
+        # one child serves the task's tests one after another while it behaves; a test that
+        # kills it, hangs it or breaks the protocol costs only itself, since the next test gets
+        # a new child (and its own scratch folder: the student's modules stay read-only). Each
+        # test has its own wall-clock limit (Child.renew); starting a sandboxed interpreter
+        # for every test was most of a grading's time.
         scratch = sandbox / f"scratch-{next(spawned)}"
         return Child(modules, scratch, forbidden, list(BLOCKED_MODULES), limits, time.monotonic() + limits.wall_s,
-                     budget_end=end)
+                     budget_end=end, serves=len(task.tests))
 
     try:
-        first: Child | None = new_child()
+        child: Child | None = new_child()
     except SubmissionFailed as exc:  # the module does not even import: every test fails alike
         return {test: Outcome(False, _clean(str(exc), sandbox, root)) for test in task.tests}
+    fresh = True  # the child has served no test yet: its limit runs from its start, import included
 
     outcomes: dict[str, Outcome] = {}
     test_modules: dict[str, object] = {}
     settings.load_profile("autograder")
-    for n, test in enumerate(task.tests):
-        file_rel, _, func_name = test.partition("::")
-        if end is not None and time.monotonic() >= end:
-            if first is not None:
-                first.close()
-                first = None
-            outcomes[test] = Outcome(False, not_run(budget_s))
-            continue
-        try:
-            child = first or new_child()
-            first = None
-            for proxy in proxies.values():
-                proxy.bind(child)
+    try:
+        for n, test in enumerate(task.tests):
+            file_rel, _, func_name = test.partition("::")
+            if end is not None and time.monotonic() >= end:
+                if child is not None:
+                    child.close()
+                    child = None
+                outcomes[test] = Outcome(False, not_run(budget_s))
+                continue
             try:
+                if child is None or not child.alive():
+                    if child is not None:
+                        child.close()
+                    child, fresh = new_child(), True
+                if not fresh:
+                    child.renew(time.monotonic() + limits.wall_s)
+                fresh = False
+                for proxy in proxies.values():
+                    proxy.bind(child)
                 if file_rel not in test_modules:
                     test_modules[file_rel] = import_test_module(root / "assignments" / file_rel, proxies,
                                                                 f"_autograder_{task.id}_{n}")
@@ -166,17 +174,23 @@ def run_task(root: Path, task: Task, files: dict[str, Path] | str, workdir: Path
                 for kwargs in cases(fn):
                     call_test(fn, kwargs, new_folder)
                 outcomes[test] = Outcome(True, "passed")
+            except SubmissionFailed as exc:  # the child died, hung or broke the protocol: not kept
+                if child is not None:
+                    child.close()
+                    child = None
+                outcomes[test] = Outcome(False, _clean(_message(exc), sandbox, root))
+            except Exception as exc:
+                outcomes[test] = Outcome(False, _clean(_message(exc), sandbox, root))
+            except BaseException as exc:  # pytest.skip/fail inside a test: it did not pass
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                    raise
+                outcomes[test] = Outcome(False, _clean(_message(exc), sandbox, root))
             finally:
-                child.close()
-        except (Exception, SubmissionFailed) as exc:
-            outcomes[test] = Outcome(False, _clean(_message(exc), sandbox, root))
-        except BaseException as exc:  # pytest.skip/fail inside a test: it did not pass
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise
-            outcomes[test] = Outcome(False, _clean(_message(exc), sandbox, root))
-        finally:
-            for proxy in proxies.values():
-                proxy.bind(None)
+                for proxy in proxies.values():
+                    proxy.bind(None)
+    finally:
+        if child is not None:
+            child.close()
     return outcomes
 
 

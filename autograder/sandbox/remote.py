@@ -32,8 +32,9 @@ CHUNK = 1 << 16  # bytes per read or write on the pipes
 
 @dataclass(frozen=True)
 class Limits:
-    """Per test (each test runs in its own child process): wall-clock seconds from the child's
-    start (the import included), CPU seconds, address space, bytes of output, and processes or
+    """Per test: wall-clock seconds (from the child's start, the import included, for the
+    first test a child serves; from the test's start for the next ones), CPU seconds (a child
+    serving n tests gets n times this), address space, bytes of output, and processes or
     threads beyond those the user already runs."""
 
     wall_s: float = 60.0
@@ -95,14 +96,17 @@ class Child:
 
     def __init__(self, modules: list[tuple[str, Path]], scratch: Path, forbidden: list[Path],
                  blocked_modules: list[str], limits: Limits, deadline: float, preload: tuple[str, ...] = (),
-                 budget_end: float | None = None) -> None:
+                 budget_end: float | None = None, serves: int = 1) -> None:
         """``scratch``: a new folder, the child's cwd, HOME and TMPDIR, the only place it may write
         without namespaces (behind bubblewrap it may write nowhere: ``sealed`` in os_boundary).
         ``preload``: standard modules imported before the sandbox is installed. ``deadline``
         (``time.monotonic()``) bounds every exchange with the child, reads and writes alike;
         ``budget_end``, when earlier, bounds them instead (the task's budget: a message then says
-        that it ran out)."""
+        that it ran out). ``serves``: how many tests this child may answer one after another
+        (:meth:`renew` gives each its own wall-clock limit); its CPU limit is ``serves`` times
+        the per-test one, since a process's CPU time only adds up."""
         self.limits, self.deadline = limits, deadline
+        self._budget_given = budget_end
         self.budget_end = budget_end if budget_end is not None and budget_end < deadline else None
         if self.budget_end is not None:
             self.deadline = self.budget_end
@@ -121,7 +125,7 @@ class Child:
         read_fd, write_fd = os.pipe()
         cfg = {"reply_fd": write_fd, "modules": [[n, str(p)] for n, p in modules],
                "forbidden": [str(p) for p in forbidden], "writable": [str(scratch)],
-               "blocked_modules": list(blocked_modules), "cpu_s": max(1, int(limits.cpu_s)),
+               "blocked_modules": list(blocked_modules), "cpu_s": max(1, int(limits.cpu_s)) * max(1, int(serves)),
                "memory_bytes": int(limits.memory_bytes), "output_bytes": int(limits.output_bytes),
                "nproc": nproc, "preload": list(preload),
                # the kernel's refusals go with the OS boundary (SERVELAB_SANDBOX=none: the hook only)
@@ -173,6 +177,18 @@ class Child:
         if first != {"ready": True}:
             self.close()
             raise SubmissionFailed("the child process sent something unexpected while importing your code")
+
+    def alive(self) -> bool:
+        """Whether the child still answers: running, its pipes open (a death, a timeout or a
+        broken reply closes it)."""
+        return self._reply is not None and self.proc.poll() is None
+
+    def renew(self, deadline: float) -> None:
+        """A new wall-clock ``deadline`` for the next test this child serves (still capped by the
+        task's budget): a child kept from one test to the next gives each test its own limit."""
+        given = self._budget_given
+        self.budget_end = given if given is not None and given < deadline else None
+        self.deadline = deadline if self.budget_end is None else self.budget_end
 
     def call(self, module: str, name: str, args: tuple, kwargs: dict):
         """``module.name(*args, **kwargs)`` in the child; its value, decoded."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 import threading
 from concurrent.futures import Future
@@ -126,3 +127,22 @@ def selfcheck_run() -> tuple[dict, Path]:
     """The self-check's results (name -> :class:`autograder.selfcheck.Result`) and its folder."""
     results = _start_selfcheck().result()
     return results, _RUN["dir"]
+
+
+@pytest.fixture(scope="session")
+def dist(tmp_path_factory) -> dict[str, Path]:
+    """``make sdist wheel`` into a temporary folder, once a session: the archives' tests
+    (``test_artifacts.py``) list them and the staff wheel (``test_staff_wheel.py``) is built on
+    the same abi3 wheel, as ``make staff-wheels`` does (one release build of the Rust crate is
+    minutes of CPU: a second one would only repeat it)."""
+    from autograder.grading.grade import ROOT
+
+    out = tmp_path_factory.mktemp("dist")
+    # not the MAKEFLAGS of a `make test` lane (a jobserver this process was not handed)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    run = subprocess.run(["make", "--no-print-directory", "sdist", "wheel", f"DIST={out}"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=3600, env=env)  # a bound against a hang only
+    assert run.returncode == 0, f"make sdist wheel failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    wheels, sdists = sorted(out.glob("*.whl")), sorted(out.glob("*.tar.gz"))
+    assert len(wheels) == 1 and len(sdists) == 1, f"expected one wheel and one sdist, got {os.listdir(out)}"
+    return {"wheel": wheels[0], "sdist": sdists[0]}

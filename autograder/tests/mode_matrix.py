@@ -3,17 +3,19 @@ chooses, and prints one JSON line: the boundary's mode and, per fixture, its poi
 self-check's problems. Run by test_mode_matrix.py with the interpreter of a course copy
 under /opt (Gradescope's layout), as root or as another user.
 
-Usage: ``python -m autograder.tests.mode_matrix hostile NAME...``, ``hostile-walls-off
-NAME...`` (the control: without Landlock and the no-new-code rule), or ``probe`` (what a
-child can read and map).
+Usage: ``python -m autograder.tests.mode_matrix hostile NAME...`` (``all``: every fixture),
+``hostile-walls-off NAME...`` (the control: without Landlock and the no-new-code rule, in this
+process), or ``probe`` (what a child can read and map).
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from autograder.sandbox import os_boundary
@@ -22,18 +24,30 @@ from autograder.sandbox import os_boundary
 PAST_THE_HOOK = ["subinterpreter_reads_solution", "dir_fd_reads_solution", "hardlink_via_dir_fd",
                  "grader_proc_through_subinterpreter", "runtime_extension_reads_solution", "tmp_leftovers",
                  "neighbour_temp_folder", "carried_native_code"]
+JOBS = 4  # hostile gradings at a time
 
 
-def hostile(names: list[str]) -> dict:
+def _one_hostile(name: str) -> tuple[str, dict]:
     from autograder.selfcheck import HOSTILE, check_hostile
 
-    out = {}
-    for name in names:
-        with tempfile.TemporaryDirectory(prefix="servelab-matrix-") as tmp:
-            problems = check_hostile(HOSTILE / name, Path(tmp))
-            score = json.loads((Path(tmp) / "results.json").read_text())["score"]
-        out[name] = {"score": score, "problems": problems}
-    return out
+    with tempfile.TemporaryDirectory(prefix="servelab-matrix-") as tmp:
+        problems = check_hostile(HOSTILE / name, Path(tmp))
+        score = json.loads((Path(tmp) / "results.json").read_text())["score"]
+    return name, {"score": score, "problems": problems}
+
+
+def hostile(names: list[str], jobs: int = JOBS) -> dict:
+    """Each fixture graded as the self-check grades it, ``jobs`` at a time (most of a hostile
+    grading is waiting on a limit, so the cores are not the bound), in worker processes of this
+    interpreter (spawned: each its own boundary, as a grade-all worker)."""
+    if "all" in names:
+        from autograder.selfcheck import hostiles
+
+        names = [h.name for h in hostiles()]
+    if jobs == 1 or len(names) == 1:  # in this process (walls_off patches this process only)
+        return dict(map(_one_hostile, names))
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return dict(pool.map(_one_hostile, names))
 
 
 PROBE = '''
@@ -92,9 +106,10 @@ def walls_off() -> None:
 
 if __name__ == "__main__":
     kind, *names = sys.argv[1:]
-    if kind == "hostile-walls-off":
+    walled_off = kind == "hostile-walls-off"
+    if walled_off:
         walls_off()
         kind = "hostile"
     result = {"mode": os_boundary.boundary().mode}
-    result.update(hostile(names) if kind == "hostile" else probe())
+    result.update(hostile(names, jobs=1 if walled_off else JOBS) if kind == "hostile" else probe())
     print(json.dumps(result))

@@ -87,20 +87,6 @@ def find_python(version: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def dist(tmp_path_factory) -> dict[str, Path]:
-    """``make sdist wheel`` into a temporary folder: the instructors' copy builds both."""
-    out = tmp_path_factory.mktemp("dist")
-    # not the MAKEFLAGS of a `make test` lane (a jobserver this process was not handed)
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    run = subprocess.run(["make", "--no-print-directory", "sdist", "wheel", f"DIST={out}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=LONG, env=env)
-    assert run.returncode == 0, f"make sdist wheel failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
-    wheels, sdists = sorted(out.glob("*.whl")), sorted(out.glob("*.tar.gz"))
-    assert len(wheels) == 1 and len(sdists) == 1, f"expected one wheel and one sdist, got {os.listdir(out)}"
-    return {"wheel": wheels[0], "sdist": sdists[0]}
-
-
-@pytest.fixture(scope="module")
 def release_dir(tmp_path_factory) -> Path:
     return selfcheck.make_release(tmp_path_factory.mktemp("release"))
 

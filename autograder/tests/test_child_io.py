@@ -94,16 +94,17 @@ def test_a_one_byte_flood_is_cut_off_and_each_byte_is_scanned_once(tmp_path):
 
 SLEEPY_LEDGER = """import time
 
-time.sleep(1.0)  # in every child: each of a1's six tests takes at least this long
 
-
-def param_count(model):
-    return 0
+def __getattr__(name):  # every function a1's tests call: each of its six tests takes at least 1 s
+    def slow(*args, **kwargs):
+        time.sleep(1.0)
+        return 0
+    return slow
 """
 
 
 def sleeper_grading(tmp_path, monkeypatch, per_test_s: float) -> dict:
-    """A submission whose every child sleeps 1 s at import, graded with a task budget of
+    """A submission whose every function sleeps 1 s, graded with a task budget of
     ``per_test_s`` a test (six tests) plus half a 6 s limit."""
     (tmp_path / "sleepy" / "a1_ledger").mkdir(parents=True)
     (tmp_path / "sleepy" / "a1_ledger" / "ledger.py").write_text(SLEEPY_LEDGER)

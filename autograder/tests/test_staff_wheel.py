@@ -60,15 +60,12 @@ SUBSET = (
 
 
 @pytest.fixture(scope="module")
-def staff(tmp_path_factory) -> dict[str, Path]:
-    """maturin's abi3 wheel (this machine's glibc: no zig), its staff wheel for this Python, and
-    a fresh venv with the staff wheel and the `dev` extra."""
+def staff(tmp_path_factory, dist) -> dict[str, Path]:
+    """The session's abi3 wheel (``make wheel``, as ``make staff-wheels`` uses: conftest's
+    ``dist``), its staff wheel for this Python, and a fresh venv with the staff wheel and the
+    `dev` extra."""
     tmp = tmp_path_factory.mktemp("staff")
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    run = subprocess.run(["make", "--no-print-directory", "wheel", "WHEEL_FLAGS=", f"DIST={tmp / 'base'}"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=LONG, env=env)
-    assert run.returncode == 0, f"make wheel failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
-    base = next((tmp / "base").glob("servelab-*-abi3-*.whl"))
+    base = dist["wheel"]
     wheel = staff_wheel.build(base, tmp / "staff", jobs=os.cpu_count() or 1, opt="-O0")
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

@@ -45,6 +45,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from servelab.grading.manifest import tomllib  # tomli on Python 3.10
 
@@ -290,8 +291,13 @@ def check_hostile(folder: Path, tmp: Path, report: Callable[[str], None] | None 
     factor = _Factor()
     # expect.toml's ``zip``: the submission is that zip inside the folder (a zip trick)
     kept_notebooks = tmp / "kept-notebooks"
+
+    def log(line: str) -> None:
+        factor(line)
+        if report is not None:
+            report(line)
     data = grade(folder / expect["zip"] if "zip" in expect else folder, out=out, limits=HOSTILE_LIMITS,
-                 report=lambda line: (factor(line), report and report(line)), notebooks_out=kept_notebooks)
+                 report=log, notebooks_out=kept_notebooks)
     problems = _private_lines_shown(folder.name, data, kept_notebooks)
     score = total_points(data)  # hidden tests included (results.json's score may leave them out)
     if score > expect["max_points"]:
@@ -364,7 +370,7 @@ def _bounds_worker(task_id: str, submission: str, out: str) -> None:
     def inflated(self, req, what):
         return inflate(real(self, req, what))
 
-    remote.Child.request = inflated
+    setattr(remote.Child, "request", inflated)  # this process only: it grades once, then ends
     start = time.monotonic()
     factor = _Factor()
     data = grade(Path(submission), only_tasks=frozenset({task_id}), limits=HOSTILE_LIMITS, report=factor)
@@ -454,7 +460,8 @@ def run_one(check: Check, tmp: Path, release_dir: Path, pristine: Path | None = 
     ``pristine``: a copy of the release that no check runs in (paste-back checks copy it while
     others run pytest in ``release_dir``); default ``release_dir``."""
     tmp.mkdir(parents=True, exist_ok=True)
-    factor, keep = _Factor(), {}
+    factor = _Factor()
+    keep: dict[str, Any] = {}  # what the check hands back (check_reference's data, a mutant's killed tests)
     start, cpu = time.monotonic(), _cpu_seconds()
     try:
         if check.kind == "reference":

@@ -35,7 +35,8 @@ def build(manifest: Manifest, outcomes: dict[str, dict], hidden: set[str],
     """``outcomes[task][test] = Outcome``; ``hidden``: test ids in hidden regions.
     ``execution_time`` is left out unless given (Gradescope's format makes it optional): the
     grader leaves it out, so that a regrade writes the very same bytes."""
-    tests, lines = [], []
+    tests: list[dict] = []
+    lines: list[str] = []
     score = 0
     for t_index, task in enumerate(manifest.tasks, 1):
         got, first = 0, len(tests)

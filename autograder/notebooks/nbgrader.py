@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,7 +141,7 @@ def not_answered(path: Path, test_id: str, error: str) -> str:
         cells = json.loads(Path(path).read_text(encoding="utf-8"))["cells"]
     except (OSError, ValueError, KeyError, TypeError):
         return error
-    waiting = []
+    waiting: list[str] = []
     for c in cells:
         meta = c.get("metadata", {}).get("nbgrader", {}) if isinstance(c, dict) else {}
         if meta.get("grade_id") == test_id:
@@ -380,7 +381,7 @@ def _keep(course: Path, root: Path, notebooks: tuple[Notebook, ...], keep: Path)
 
 
 def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Limits = Limits(),
-              forbidden: list[Path] = (), keep: Path | None = None) -> dict[str, dict[str, tuple[float, str]]]:
+              forbidden: Sequence[Path] = (), keep: Path | None = None) -> dict[str, dict[str, tuple[float, str]]]:
     """Autogrades the submitted notebooks (``files``: manifest file -> submitted path, the
     grader's own copies) with nbgrader. Returns ``{notebook id: {grade_id: (score, message)}}``
     for every graded cell of every manifest notebook; a missing or unreadable notebook scores 0
@@ -395,12 +396,14 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
     course = work / "course"
     problems = problems_of(root, files)
     graded = [nb for nb in notebooks if nb.id not in problems]
+    # a missing notebook is one of the problems: every graded one has its file
+    submitted = {nb.file: path for nb in graded if (path := files.get(nb.file)) is not None}
     course.mkdir(mode=0o700)
     flags = {}
     sub = course / "submitted" / STUDENT / ASSIGNMENT
     sub.mkdir(parents=True)
     for nb in graded:
-        safe_files.copy_file(files[nb.file], sub / Path(nb.file).name, limit=MAX_NOTEBOOK)
+        safe_files.copy_file(submitted[nb.file], sub / Path(nb.file).name, limit=MAX_NOTEBOOK)
         found = suspicious(sub / Path(nb.file).name)
         if found:
             flags[nb.id] = f"  [flagged for the instructor's review: the notebook's own cells use {', '.join(found)}]"
@@ -441,7 +444,7 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
     for nb in notebooks:
         cells = cell_points(Path(root) / "assignments" / nb.file)
         got = result.get("notebooks", {}).get(nb.name)
-        scores = {}
+        scores: dict[str, tuple[float, str]] = {}
         for cell in cells:
             if nb.id in problems:
                 scores[cell.grade_id] = (0, problems[nb.id])
@@ -459,7 +462,7 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
                 # kernel is the student's, and it has run every test cell above, hidden tests
                 # included (it could quote them in a visible cell's error)
                 message = "passed" if score >= cell.points and ok else not_answered(
-                    files[nb.file], cell.grade_id, why if not ok else KERNEL_FAILED)
+                    submitted[nb.file], cell.grade_id, why if not ok else KERNEL_FAILED)
                 if not ok:  # nbgrader may have passed it in the student's kernel; the grader does not
                     score = 0
                 scores[cell.grade_id] = (score, message + flags.get(nb.id, ""))
@@ -501,7 +504,8 @@ def merge(data: dict, root: Path, scores: dict[str, dict[str, tuple[float, str]]
     lines = []
     base = len({t["extra_data"]["task"] for t in data["tests"]})
     for n_index, nb in enumerate(notebooks_of(root), base + 1):
-        got = total = pending = 0
+        got: float = 0
+        total = pending = 0
         for c_index, cell in enumerate(cell_points(Path(root) / "assignments" / nb.file), 1):
             score, message = scores[nb.id][cell.grade_id]
             score = int(score) if float(score).is_integer() else float(score)

@@ -94,7 +94,7 @@ def _graded_notebooks(message_for_manual: str) -> dict:
     autograded cells passed, manual cells with ``message_for_manual``."""
     data = results.build(manifest_of(ROOT), {t.id: {test: _Outcome() for test in t.tests} for t in manifest_of(ROOT).tasks},
                          set(), 0.0)
-    scores = {}
+    scores: dict[str, dict[str, tuple[float, str]]] = {}
     for nb in nbgrader.notebooks_of(ROOT):
         cells = nbgrader.cell_points(ROOT / "assignments" / nb.file)
         scores[nb.id] = {c.grade_id: ((c.points, "passed") if c.kind == "auto" else

@@ -87,7 +87,7 @@ def test_the_factor_changes_no_byte_of_results_json(tmp_path):
     assert a.read_bytes() == b.read_bytes()
 
 
-# ---- pending manual cells (autograder/notebooks/nbgrader.py merge, autograder/grading/results.py) -------------------
+# ---- pending manual cells (autograder/notebooks/scores.py merge, autograder/grading/results.py) -------------------
 
 def _graded_notebooks(message_for_manual: str) -> dict:
     """results.json of no Python task, with every notebook cell scored by hand-made outcomes:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.grading.manifest import Manifest, tomllib  # tomli on Python 3.10
+from servelab.harness.manifest import Manifest, tomllib  # tomli on Python 3.10
 from autograder.markers import count_regions, strip_solutions
 
 ROOT = Path(__file__).resolve().parents[1]

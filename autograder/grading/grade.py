@@ -23,7 +23,7 @@ from autograder.sandbox.remote import Limits
 from autograder.notebooks import nbgrader
 from autograder.sandbox import os_boundary
 from autograder.grading.submission import SubmissionError, collect, find_file, unpack
-from servelab.grading.manifest import Manifest
+from servelab.harness.manifest import Manifest
 
 ROOT = Path(__file__).resolve().parents[2]  # autograder/grading/grade.py
 # The time budget of a submission: an honest test takes seconds where its limit is a minute, so a

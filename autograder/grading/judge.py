@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings
 
 from autograder.sandbox.remote import Child, Limits, RemoteModule, SubmissionFailed
 from autograder.grading.testload import call_test, cases, find_test, import_test_module
-from servelab.grading.hypothesis_profiles import PROFILES, SettingsKwargs
-from servelab.grading.manifest import Task
+from servelab.harness.hypothesis_profiles import PROFILES, SettingsKwargs
+from servelab.harness.manifest import Task
 
 # the "grading" profile (derandomized, fixed example count), nothing written to disk, and no
 # "explain" or "shrink" phase: each shrinking step is another round trip to the sandbox (a

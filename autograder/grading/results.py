@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from autograder.files import normal_mode
-from servelab.grading.manifest import Manifest
+from servelab.harness.manifest import Manifest
 
 PENDING = "pending"  # a test whose points wait for the instructor (status_of; never a "status" value)
 

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.grading.manifest import tomllib  # tomli on Python 3.10
+from servelab.harness.manifest import tomllib  # tomli on Python 3.10
 
 from autograder import markers
 from autograder.notebooks.recheck import cell_kind

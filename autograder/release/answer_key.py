@@ -28,7 +28,7 @@ from autograder.grading.grade import ROOT, manifest_of
 from autograder.grading.judge import GIVEN
 from servelab import lecture_key
 from autograder.grading.results import write_json_atomic
-from servelab.grading.hypothesis_profiles import PROFILES
+from servelab.harness.hypothesis_profiles import PROFILES
 
 ANSWERS = ROOT / "autograder" / "answers"
 EXERCISES = ROOT / "autograder" / "exercises"

@@ -57,7 +57,7 @@ from autograder.notebooks import nbgrader
 from autograder.ci.workflow import classroom_workflow
 from autograder.grading.grade import hidden_tests, manifest_of
 from autograder.markers import SOLUTION, count_regions, strip_hidden, strip_solutions
-from servelab.grading.manifest import Manifest
+from servelab.harness.manifest import Manifest
 
 PRIVATE = (
     "autograder/mutants/", "autograder/tests/", "autograder/answers/", "autograder/exercises/",

@@ -11,7 +11,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.grading.manifest import tomllib  # tomli on Python 3.10
+from servelab.harness.manifest import tomllib  # tomli on Python 3.10
 
 from autograder.grading.grade import ROOT, manifest_of
 from autograder.notebooks import nbgrader

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from servelab.grading.manifest import tomllib  # tomli on Python 3.10
+from servelab.harness.manifest import tomllib  # tomli on Python 3.10
 
 from autograder.grading import calibrate
 from autograder.grading.grade import ROOT, grade, manifest_of

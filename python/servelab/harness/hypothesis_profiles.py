@@ -10,7 +10,7 @@
   100 examples, full shrinking so that a failure ends at the smallest counterexample, and the
   example database, so that the next run tries the last failure first. Before each test a probe
   (:data:`PROBE`: the ``@example`` cases and one generated example, no shrinking) finds a task
-  not started yet (:mod:`servelab.grading.fail_fast`), so an empty stub costs one example;
+  not started yet (:mod:`servelab.harness.fail_fast`), so an empty stub costs one example;
 * ``dev``: Hypothesis' defaults without a deadline;
 * ``thorough``: many examples, for a long soak.
 

@@ -5,7 +5,7 @@ An untouched stub raises ``NotImplementedError`` on every input, so there is not
 Hypothesis to look for: today's profile would still generate, then shrink, then look for more
 bugs, for tens of seconds a test. So before a Hypothesis test runs, a probe calls it on its
 ``@example`` cases and one generated example, with no shrinking and no database (the
-``student_probe`` settings of :mod:`servelab.grading.hypothesis_profiles`):
+``student_probe`` settings of :mod:`servelab.harness.hypothesis_profiles`):
 
 * the probe raises ``NotImplementedError``: the test fails at once, reported as the one line
   ``not started: param_count() in a1_ledger/ledger.py still raises NotImplementedError``;
@@ -32,8 +32,8 @@ from typing import Any, Callable
 import pytest
 from hypothesis import settings
 
-from servelab.grading.hypothesis_profiles import PROBE
-from servelab.grading.time_limit import TimeLimitExceeded
+from servelab.harness.hypothesis_profiles import PROBE
+from servelab.harness.time_limit import TimeLimitExceeded
 
 NOT_STARTED = "not started"
 if sys.version_info >= (3, 11):

@@ -1,16 +1,16 @@
 """Registers servelab's grading plugins for ``pytest assignments/``: the points table read from
 ``manifest.toml`` (printed last), and the probe that reports a task not started yet in one line
-instead of a Hypothesis report (``servelab.grading.fail_fast``). The Hypothesis profile is
+instead of a Hypothesis report (``servelab.harness.fail_fast``). The Hypothesis profile is
 ``student`` unless ``HYPOTHESIS_PROFILE`` names another. Each test has a time limit
-(``servelab.grading.time_limit``: a stuck test fails, naming the limit, and the run goes on). (The autograder does not use this file.)"""
+(``servelab.harness.time_limit``: a stuck test fails, naming the limit, and the run goes on). (The autograder does not use this file.)"""
 
 import os
 import sys
 from pathlib import Path
 
 try:
-    from servelab.grading import fail_fast, plugin, time_limit
-    from servelab.grading.hypothesis_profiles import register_and_load
+    from servelab.harness import fail_fast, plugin, time_limit
+    from servelab.harness.hypothesis_profiles import register_and_load
 except ModuleNotFoundError as missing:  # a pytest from outside the project's .venv: one line, no traceback
     sys.stderr.write(f"{missing}: this pytest runs outside the project's .venv; "
                      "run `make check` (or .venv/bin/pytest assignments/) instead\n")

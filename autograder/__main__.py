@@ -18,7 +18,7 @@ class HELP(argparse.ArgumentDefaultsHelpFormatter):
     """Every help shows each option's default: "(default: ...)" is added, except for a default
     of None, whose help says in words what happens (as "(default: print it)")."""
 
-    def _get_help_string(self, action: argparse.Action) -> str:
+    def _get_help_string(self, action: argparse.Action) -> str | None:
         return action.help if action.default is None else super()._get_help_string(action)
 
 

@@ -1,12 +1,12 @@
 """Hypothesis profiles for the library's tests (``ci`` under ``make test``; see
-:mod:`servelab.grading.hypothesis_profiles`), and ``assignments/`` on ``sys.path``: the
+:mod:`servelab.harness.hypothesis_profiles`), and ``assignments/`` on ``sys.path``: the
 library's tests draw from the assignments' strategies module (``assignment_strategies``), so
 that one set of ranges serves both."""
 
 import sys
 from pathlib import Path
 
-from servelab.grading.hypothesis_profiles import register_and_load
+from servelab.harness.hypothesis_profiles import register_and_load
 
 ASSIGNMENTS = str(Path(__file__).resolve().parents[1] / "assignments")
 if ASSIGNMENTS not in sys.path:

@@ -4,7 +4,7 @@ points plugin, the reference scores full marks, stubs score zero without a crash
 counterexample, a skipped test earns nothing, ``-m task_<id>`` runs one task and shows the
 others as "not selected", and the points table is the last thing printed. Each case runs pytest on a temporary copy of
 assignments/ in a child process. (That every mutant loses points is the autograder self-check's
-job, through the real grader: ``autograder/selfcheck.py``.)"""
+job, through the real grader: ``autograder/selfcheck/``.)"""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.grading.manifest import Manifest, tomllib  # tomli on Python 3.10
+from servelab.harness.manifest import Manifest, tomllib  # tomli on Python 3.10
 from autograder.markers import count_regions, strip_solutions
 
 ROOT = Path(__file__).resolve().parents[1]

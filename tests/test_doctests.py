@@ -29,8 +29,8 @@ NO_EXAMPLES = {
     "servelab.demos.demo02": "writes files and prints; tests/test_demo02*.py",
     "servelab.demos.demo03": "writes files and prints; tests/test_demo03*.py",
     "servelab.demos.demo_paged": "writes files and prints; tests/test_demo_paged*.py",
-    "servelab.grading": "package docstring only",
-    "servelab.grading.plugin": "a pytest plugin; tests/test_assignments_grading.py drives it",
+    "servelab.harness": "package docstring only",
+    "servelab.harness.plugin": "a pytest plugin; tests/test_assignments_grading.py drives it",
     "servelab.plots": "writes PNG files; the demo tests check them",
 }
 

@@ -1,4 +1,4 @@
-"""The per-test time limit of ``pytest assignments/`` (servelab.grading.time_limit): a planted endless
+"""The per-test time limit of ``pytest assignments/`` (servelab.harness.time_limit): a planted endless
 loop, in a plain test and in a Hypothesis property, each fails naming the test and the limit, and
 the run goes on. Run in a pytest of its own (a subprocess with a wall-clock bound, so that a broken
 limit fails this test instead of hanging it); a limit of 1 s: about 5 s in all."""
@@ -12,7 +12,7 @@ pytest_plugins = ["pytester"]
 # as assignments/conftest.py registers them: the student profile's probe runs first, and a stuck
 # probe is a stuck test too
 CONFTEST = """
-from servelab.grading import fail_fast, time_limit
+from servelab.harness import fail_fast, time_limit
 
 def pytest_addoption(parser):
     time_limit.add_option(parser)

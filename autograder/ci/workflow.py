@@ -9,7 +9,7 @@ grader runs once, and one such step per task reads that task's verdict from ``re
 tests; for a notebook, the points of its autograded cells (manually graded ones are not
 Classroom's). So the points live in the manifest and the notebooks only, as everywhere else.
 
->>> from servelab.grading.manifest import Manifest
+>>> from servelab.harness.manifest import Manifest
 >>> task = '[[task]]\\nid = "{0}"\\ntitle = "{0}"\\nlecture = "§3"\\nedit = ["{0}/x.py"]\\ntests = {{ "{0}/test_x.py::t" = {1} }}\\n'
 >>> m = Manifest.from_toml(task.format("a1_ledger", 5) + task.format("a2_roofline", 3))
 >>> [(s.id, s.points) for s in grading_steps(m, {})]
@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from servelab.grading.manifest import Manifest
+from servelab.harness.manifest import Manifest
 
 TEMPLATE = Path(__file__).with_name("classroom.yml")
 MARKER = "      # @GRADING_STEPS@\n"

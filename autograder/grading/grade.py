@@ -11,8 +11,9 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import cast
 
 import servelab
 from autograder.grading import calibrate, grading_secret, results, submission_metadata, testload
@@ -22,7 +23,7 @@ from autograder.sandbox.remote import Limits
 from autograder.notebooks import nbgrader
 from autograder.sandbox import os_boundary
 from autograder.grading.submission import SubmissionError, collect, find_file, unpack
-from servelab.grading.manifest import Manifest
+from servelab.harness.manifest import Manifest
 
 ROOT = Path(__file__).resolve().parents[2]  # autograder/grading/grade.py
 # The time budget of a submission: an honest test takes seconds where its limit is a minute, so a
@@ -71,7 +72,7 @@ def hidden_tests(root: Path, manifest: Manifest) -> set[str]:
     return out
 
 
-def forbidden_paths(root: Path, extra: list[Path] = ()) -> list[Path]:
+def forbidden_paths(root: Path, extra: Sequence[Path] = ()) -> list[Path]:
     """What the child may not read or list: every top-level entry of the course copy except the
     virtual environment that runs it (numpy lives there), servelab itself wherever it is
     installed, and ``extra`` (other students' submissions, the gradebook)."""
@@ -92,7 +93,7 @@ def _all_but(path: Path, keep: Path) -> list[Path]:
 
 
 def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: Limits = Limits(),
-          extra_forbidden: list[Path] = (), only_tasks: frozenset[str] | None = None,
+          extra_forbidden: Sequence[Path] = (), only_tasks: frozenset[str] | None = None,
           notebooks_out: Path | None = None, time_factor: float | None = None,
           report: Callable[[str], None] | None = None,
           secret: grading_secret.Secret | None = None, identity: str | None = None,
@@ -168,7 +169,7 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
                 elif broken:
                     scores = nbgrader.not_graded(root, broken)
                 else:
-                    nb_files = {nb.file: find_file(folder, nb.file) for nb in nbgrader.notebooks_of(root)}
+                    nb_files = {nb.file: find_file(cast(Path, folder), nb.file) for nb in nbgrader.notebooks_of(root)}
                     scores = nbgrader.autograde(root, nb_files, work / "nb", limits,
                                                  nbgrader.kernel_forbidden(root, keep_out), keep=notebooks_out)
             except Exception as exc:  # nbgrader or the recheck fell over: the notebooks score 0, say why
@@ -204,7 +205,7 @@ def _answers_of(root: Path, into: Path, report: Callable[[str], None] | None) ->
 def _grade_task(root: Path, task, folder: Path | None, broken: str | None, work: Path, limits: Limits,
                 forbidden: list[Path], secret: grading_secret.Secret, identity: str,
                 budget: float) -> dict[str, Outcome]:
-    files = broken if broken else collect(folder, task.edit)
+    files = broken if broken else collect(cast(Path, folder), task.edit)
     if isinstance(files, str):
         return run_task(root, task, files, work / "run", limits, forbidden)
     # each task's own copies: the student's file may change later, the sandbox may not

@@ -16,6 +16,7 @@ import builtins
 import itertools
 import shutil
 import time
+from typing import cast
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,17 +24,18 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings
 
 from autograder.sandbox.remote import Child, Limits, RemoteModule, SubmissionFailed
 from autograder.grading.testload import call_test, cases, find_test, import_test_module
-from servelab.grading.hypothesis_profiles import PROFILES
-from servelab.grading.manifest import Task
+from servelab.harness.hypothesis_profiles import PROFILES, SettingsKwargs
+from servelab.harness.manifest import Task
 
 # the "grading" profile (derandomized, fixed example count), nothing written to disk, and no
 # "explain" or "shrink" phase: each shrinking step is another round trip to the sandbox (a
 # failing state-machine test spent a minute there), and pass/fail does not need it. The
 # message shows the first failing example found; a local `pytest` run shrinks it.
-settings.register_profile("autograder", **{**PROFILES["grading"], "database": None,
-                                           "phases": [Phase.explicit, Phase.generate],
-                                           "report_multiple_bugs": False, "verbosity": Verbosity.quiet,
-                                           "suppress_health_check": list(HealthCheck)})
+AUTOGRADER_PROFILE: SettingsKwargs = {**PROFILES["grading"], "database": None,
+                                      "phases": [Phase.explicit, Phase.generate],
+                                      "report_multiple_bugs": False, "verbosity": Verbosity.quiet,
+                                      "suppress_health_check": list(HealthCheck)}
+settings.register_profile("autograder", **AUTOGRADER_PROFILE)
 MAX_MESSAGE = 3000
 GROUP = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11+
 TEST_FILE_PREFIXES = ("test_", "conftest")
@@ -155,7 +157,7 @@ def run_task(root: Path, task: Task, files: dict[str, Path] | str, workdir: Path
                 if child is not None:
                     child.close()
                     child = None
-                outcomes[test] = Outcome(False, not_run(budget_s))
+                outcomes[test] = Outcome(False, not_run(cast(float, budget_s)))
                 continue
             try:
                 if child is None or not child.alive():

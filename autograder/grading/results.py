@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from autograder.files import normal_mode
-from servelab.grading.manifest import Manifest
+from servelab.harness.manifest import Manifest
 
 PENDING = "pending"  # a test whose points wait for the instructor (status_of; never a "status" value)
 
@@ -35,7 +35,8 @@ def build(manifest: Manifest, outcomes: dict[str, dict], hidden: set[str],
     """``outcomes[task][test] = Outcome``; ``hidden``: test ids in hidden regions.
     ``execution_time`` is left out unless given (Gradescope's format makes it optional): the
     grader leaves it out, so that a regrade writes the very same bytes."""
-    tests, lines = [], []
+    tests: list[dict] = []
+    lines: list[str] = []
     score = 0
     for t_index, task in enumerate(manifest.tasks, 1):
         got, first = 0, len(tests)

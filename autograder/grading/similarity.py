@@ -39,7 +39,7 @@ from pathlib import Path
 from autograder.files import write_text_atomic
 from autograder.grading.submission import SubmissionError, find_file, unpack
 from autograder.markers import strip_solutions
-from servelab.grading.manifest import Manifest
+from servelab.harness.manifest import Manifest
 
 THRESHOLD = 0.5  # a pair is listed when either file shares this much of its own code with the other
 NOISE_T = 25  # copydetect's k: matches shorter than this (characters of normalised code) are noise

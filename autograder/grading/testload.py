@@ -17,6 +17,7 @@ import inspect
 import itertools
 import sys
 import types
+from collections.abc import Mapping
 from pathlib import Path
 
 from _pytest.assertion.rewrite import rewrite_asserts
@@ -88,7 +89,7 @@ def seed_hypothesis(module, file_rel: str, seed_of) -> list[str]:
     return done
 
 
-def import_test_module(path: Path, proxies: dict[str, types.ModuleType], unique: str):
+def import_test_module(path: Path, proxies: Mapping[str, types.ModuleType], unique: str) -> types.ModuleType:
     """Imports a pristine test file with the proxies standing in for the student's modules; the
     helpers it imports from its own folder are forgotten afterwards (another task may have a
     helper of the same name). Modules shared by every task's tests (``assignments/*.py``, such
@@ -101,6 +102,8 @@ def import_test_module(path: Path, proxies: dict[str, types.ModuleType], unique:
     sys.path.insert(0, str(path.parent))
     try:
         spec = importlib.util.spec_from_file_location(unique, path)
+        if spec is None:
+            raise ImportError(f"{path} is not a loadable module")
         module = importlib.util.module_from_spec(spec)
         source = path.read_bytes()
         tree = ast.parse(source, filename=str(path))

@@ -1,9 +1,11 @@
 """The nbgrader notebooks (``assignments/notebooks/``).
 
-* :mod:`.nbgrader`: the manifest's notebooks and their cells' points, nbgrader's
-  ``generate_assignment`` (student versions) and ``autograde``, and the cells' lines in
-  results.json;
-* :mod:`.runner`: the process that runs nbgrader (started by :mod:`.nbgrader`);
+* :mod:`.nbgrader`: the door the rest of the grader uses, one name for each of these jobs:
+  :mod:`.cells` (the manifest's notebooks and their cells' points), :mod:`.launch` (one
+  nbgrader run), :mod:`.generation` (``generate_assignment``: the student versions),
+  :mod:`.submitted` (a submitted notebook before grading), :mod:`.autograding`
+  (``autograde``) and :mod:`.scores` (the cells' lines in results.json);
+* :mod:`.runner`: the process that runs nbgrader (started by :mod:`.launch`);
 * :mod:`.kernel_spec`: each notebook kernel's fresh folders and the spec that starts it;
 * :mod:`.recheck`: the grader's own, second check of every autograded cell, on values the
   sandboxed child hands back (nbgrader's test cells share the student's kernel);

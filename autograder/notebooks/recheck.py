@@ -151,7 +151,8 @@ def free_names(source: str) -> set[str]:
 def _names(source: str) -> tuple[set[str], set[str]]:
     """(names read, names bound) anywhere in ``source``."""
     tree = ast.parse(source)
-    loaded, bound = set(), set()
+    loaded: set[str] = set()
+    bound: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)

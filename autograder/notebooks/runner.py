@@ -84,6 +84,8 @@ def _kernel_manager(gid: int | None, runtime: str):
     from jupyter_client.manager import AsyncKernelManager
 
     class SandboxKernelManager(AsyncKernelManager):
+        connection_file: str  # a traitlet of KernelManager's (jupyter_client has no stubs)
+
         def write_connection_file(self, **kwargs) -> None:
             if not self.connection_file:
                 self.connection_file = os.path.join(runtime, f"kernel-{uuid.uuid4()}.json")

@@ -28,7 +28,7 @@ from autograder.grading.grade import ROOT, manifest_of
 from autograder.grading.judge import GIVEN
 from servelab import lecture_key
 from autograder.grading.results import write_json_atomic
-from servelab.grading.hypothesis_profiles import PROFILES
+from servelab.harness.hypothesis_profiles import PROFILES
 
 ANSWERS = ROOT / "autograder" / "answers"
 EXERCISES = ROOT / "autograder" / "exercises"
@@ -45,6 +45,8 @@ def _import(path: Path, name: str):
     sys.path[:0] = [str(path.parent), str(given)]
     try:
         spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{path} is not a loadable module")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # a dataclass looks its module up while it is defined
         spec.loader.exec_module(module)

@@ -57,7 +57,7 @@ from autograder.notebooks import nbgrader
 from autograder.ci.workflow import classroom_workflow
 from autograder.grading.grade import hidden_tests, manifest_of
 from autograder.markers import SOLUTION, count_regions, strip_hidden, strip_solutions
-from servelab.grading.manifest import Manifest
+from servelab.harness.manifest import Manifest
 
 PRIVATE = (
     "autograder/mutants/", "autograder/tests/", "autograder/answers/", "autograder/exercises/",
@@ -157,8 +157,9 @@ def plan(root: Path, readable: bool = False) -> dict[str, str | None]:
             text = re.sub(r"^ASSIGNMENTS_MAY_FAIL \?=.*$", "ASSIGNMENTS_MAY_FAIL ?= 1", text, count=1, flags=re.M)
         out[rel] = text
     _drop_dependents(root, out)
-    if "Makefile" in out:
-        out["Makefile"] = student_makefile(out["Makefile"], kept=set(out) | {"README.md"},
+    makefile = out.get("Makefile")  # always read as text above (None: a file copied as bytes)
+    if makefile is not None:
+        out["Makefile"] = student_makefile(makefile, kept=set(out) | {"README.md"},
                                            drop=() if readable else SOURCE_TARGETS)
     if "pyproject.toml" in out:
         out["pyproject.toml"] = student_pyproject((root / "pyproject.toml").read_text(encoding="utf-8"))

@@ -14,7 +14,7 @@ wheel per Python version in which
   The autograder was never in a wheel (pyproject.toml's ``[tool.maturin]``);
 * :data:`KEPT_AS_SOURCE` stays Python: ``python -m servelab`` needs a code object, which an
   extension module has not, and pytest's hooks must be Python functions (the students' harness,
-  ``servelab.grading``);
+  ``servelab.harness``);
 * the data files (``servelab/data/``), ``py.typed``, the Rust core and its stub are as in the
   base wheel.
 
@@ -47,9 +47,9 @@ PACKAGE = "servelab"
 LEFT_OUT = ("servelab/reference/", "servelab/lecture_key.py")
 # stays readable Python: runpy needs the code object of a package's __main__, and pytest's
 # plugin manager (pluggy) takes only Python functions as hooks, so the students' harness
-# (servelab.grading: the points table, the fail-fast probe, the manifest and Hypothesis profiles,
+# (servelab.harness: the points table, the fail-fast probe, the manifest and Hypothesis profiles,
 # no answer in it) ships as source; the release's similarity check reads it like every other file
-KEPT_AS_SOURCE = ("servelab/__main__.py", "servelab/grading/")
+KEPT_AS_SOURCE = ("servelab/__main__.py", "servelab/harness/")
 # the compiler's settings (Cython's directives): functions that inspect.signature, help() and
 # pickle treat as Python functions (binding), keyword arguments as in Python, annotations that
 # stay annotations (Cython would otherwise turn ``x: int`` into a C-level type check that raises

@@ -106,6 +106,8 @@ def _grader_module(name: str):
 
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"_servelab_{name}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} is not a loadable module")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -210,12 +212,14 @@ def disarm_process_spawning() -> None:
     machinery already imported ``subprocess`` (a Jupyter kernel) holds it: its entry points are
     replaced before the hook goes in. Nothing can restore them: the original is reachable only
     through ``gc`` (refused) or a fresh import (refused)."""
+    # setattr: the names are private to those modules (no stub declares them; this file imports
+    # nothing beyond what the child needs, not even typing)
     posix = sys.modules.get("_posixsubprocess")
     if posix is not None:
-        posix.fork_exec = _refuse_processes
+        setattr(posix, "fork_exec", _refuse_processes)
     subprocess_module = sys.modules.get("subprocess")
     if subprocess_module is not None and hasattr(subprocess_module, "_fork_exec"):
-        subprocess_module._fork_exec = _refuse_processes
+        setattr(subprocess_module, "_fork_exec", _refuse_processes)
 
 
 def install_audit_hook(cfg: dict) -> None:
@@ -361,6 +365,8 @@ def main() -> None:
         try:
             sys.path.insert(0, os.path.dirname(path))
             spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"{path} is not a loadable module")
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
             spec.loader.exec_module(module)

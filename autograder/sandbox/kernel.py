@@ -28,6 +28,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def _load(name: str):
     """autograder/<name>.py by path (the package itself stays off the kernel's sys.path)."""
     spec = importlib.util.spec_from_file_location(f"_servelab_{name}", os.path.join(HERE, f"{name}.py"))
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{name}.py is not a loadable module in {HERE}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)

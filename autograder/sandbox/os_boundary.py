@@ -49,6 +49,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 TOOLS_PATH = "/usr/bin:/bin:/usr/sbin:/sbin:/usr/local/bin"
 BWRAP = shutil.which("bwrap", path=TOOLS_PATH)
@@ -109,7 +110,7 @@ class Boundary:
         parts = (["bwrap"] if self.bwrap else []) + (["uid"] if self.uid is not None else [])
         return "+".join(parts) or "none"
 
-    def command(self, argv: list[str], readable: list[Path], writable: list[Path], hidden: list[Path] = (),
+    def command(self, argv: list[str], readable: Sequence[Path], writable: Sequence[Path], hidden: Sequence[Path] = (),
                 cwd: Path | None = None, share_net: bool = False, ignore_sigint: bool = False,
                 drop_here: bool = True, sealed: bool = False, noexec_tmp: Path | None = None) -> list[str]:
         """``argv`` wrapped in the boundary. ``readable``/``writable``: the folders or files the
@@ -157,19 +158,19 @@ class Boundary:
             cmd += ["--cap-drop", "ALL"]
             for cap in self.kept_capabilities(drop_here, sealed):
                 cmd += ["--cap-add", cap]
-        for path in SYSTEM_PATHS:
-            if os.path.islink(path):
-                cmd += ["--symlink", os.readlink(path), path]
-            elif os.path.exists(path):
-                cmd += ["--ro-bind", path, path]
+        for system in SYSTEM_PATHS:
+            if os.path.islink(system):
+                cmd += ["--symlink", os.readlink(system), system]
+            elif os.path.exists(system):
+                cmd += ["--ro-bind", system, system]
         # the fresh /proc, /dev and /tmp first: a folder bound later may lie under /tmp
         cmd += ["--dev", "/dev", "--tmpfs", "/tmp"] + ([] if sealed else ["--proc", "/proc", "--tmpfs", "/dev/shm"])
         mounted: list[Path] = [Path("/usr")]
         made = {Path("/")}
-        binds = ([("--ro-bind", p) for p in (*interpreter_paths(), *readable)] +
-                 [("--ro-bind" if sealed else "--bind", p) for p in writable])
+        read_only: list[str | Path] = [*interpreter_paths(), *readable]
+        binds = ([("--ro-bind", Path(p)) for p in read_only] +
+                 [("--ro-bind" if sealed else "--bind", Path(p)) for p in writable])
         for flag, path in binds:
-            path = Path(path)
             # bubblewrap makes missing parents mode 0700: the child (another uid) could not pass
             for parent in reversed(path.parents):
                 if parent not in made and not any(parent == m or m in parent.parents for m in mounted):
@@ -177,8 +178,8 @@ class Boundary:
                     made.add(parent)
             cmd += [flag, str(path), str(path)]
             mounted.append(path)
-        for path in hidden:  # e.g. servelab installed inside the venv, the references under python/
-            path = Path(path)
+        for one in hidden:  # e.g. servelab installed inside the venv, the references under python/
+            path = Path(one)
             if path.exists() and any(path == m or m in path.parents for m in mounted):
                 cmd += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
         if sealed:  # last: the folders above were made in these tmpfs
@@ -224,7 +225,7 @@ class Boundary:
         if self.uid is not None:
             for dirpath, dirnames, filenames in os.walk(folder):
                 for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
-                    os.chown(name, self.uid, self.gid, follow_symlinks=False)
+                    os.chown(name, self.uid, -1 if self.gid is None else self.gid, follow_symlinks=False)
             os.chmod(folder, 0o700)
         return folder
 
@@ -251,23 +252,23 @@ class Boundary:
                               f"grade from a folder made by os_boundary.work_folder()")
             if st.st_uid != os.geteuid():
                 continue
-            if st.st_gid != self.gid:
+            if self.gid is not None and st.st_gid != self.gid:
                 os.chown(folder, -1, self.gid)
             os.chmod(folder, stat.S_IMODE(st.st_mode) | stat.S_IXGRP)
 
-    def lock(self, paths: list[Path], keep: list[Path] = ()) -> None:
+    def lock(self, paths: Sequence[Path], keep: Sequence[Path] = ()) -> None:
         """Without a mount namespace, the folders the child must not read (the course copy's
         private parts) lose every permission of group and others: mode 0700, the grader's. A
         path holding one of ``keep`` (servelab's folder: a kernel imports it), or the
         interpreter's folders, is left alone."""
         if self.bwrap or self.uid is None:
             return
-        keep = [Path(k).resolve() for k in (*keep, *LAUNCHERS, *interpreter_paths())]
+        kept = [Path(k).resolve() for k in [*keep, *LAUNCHERS, *map(Path, interpreter_paths())]]
 
         def close(path: Path) -> None:
-            if path in keep:
+            if path in kept:
                 return
-            if any(path in k.parents for k in keep):  # e.g. autograder/, which holds child.py
+            if any(path in k.parents for k in kept):  # e.g. autograder/, which holds child.py
                 try:
                     for entry in sorted(path.iterdir()):
                         close(entry)
@@ -362,7 +363,7 @@ def library_paths() -> list[str]:
 def interpreter_paths() -> list[str]:
     """The folders the interpreter runs from: its installation (a pyenv's under /root, a
     system Python's /usr) and its virtual environment, outside ``/usr``."""
-    out = []
+    out: list[str] = []
     for p in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))):
         real = os.path.realpath(p)
         if not any(real == s or real.startswith(s + os.sep) for s in ("/usr", *out)):

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import types
+from typing import IO, cast
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,9 +86,10 @@ def _describe_exit(code: int | None, limits: Limits) -> str:
     if code >= 0:
         return f"ended with exit code {code}"
     sig = -code
-    why = {signal.SIGXCPU: f" (CPU time limit of {limits.cpu_s} s)",
-           signal.SIGXFSZ: f" (output over the limit of {limits.output_bytes} bytes)",
-           signal.SIGKILL: " (killed)", signal.SIGSEGV: " (crashed; possibly out of memory)"}.get(sig, "")
+    reasons: dict[int, str] = {signal.SIGXCPU: f" (CPU time limit of {limits.cpu_s} s)",
+                               signal.SIGXFSZ: f" (output over the limit of {limits.output_bytes} bytes)",
+                               signal.SIGKILL: " (killed)", signal.SIGSEGV: " (crashed; possibly out of memory)"}
+    why = reasons.get(sig, "")
     return f"was killed by {signal.Signals(sig).name}{why}"
 
 
@@ -164,7 +166,7 @@ class Child:
         # both pipes non-blocking: every exchange waits in poll, up to the deadline, never in a
         # read or a write (a child that stops reading a large request cannot hang the grader)
         os.set_blocking(read_fd, False)
-        self._request = self.proc.stdin.fileno()
+        self._request = cast(IO[bytes], self.proc.stdin).fileno()  # stdin=PIPE
         os.set_blocking(self._request, False)
         first = self._read("importing your code")
         if "import_error" in first:
@@ -237,8 +239,8 @@ class Child:
             raise self._timed_out(what, "the test was about to call ")
         view, sel = memoryview(data), selectors.DefaultSelector()
         try:
-            sel.register(self._request, selectors.EVENT_WRITE)
-            sel.register(self._reply, selectors.EVENT_READ)
+            sel.register(cast(int, self._request), selectors.EVENT_WRITE)
+            sel.register(cast(int, self._reply), selectors.EVENT_READ)
             while view:
                 left = self.deadline - time.monotonic()
                 if left <= 0:
@@ -249,7 +251,7 @@ class Child:
                             sel.unregister(self._reply)  # it closed its end: its stdin tells the rest
                         continue
                     try:
-                        view = view[os.write(self._request, view[:CHUNK]):]
+                        view = view[os.write(cast(int, self._request), view[:CHUNK]):]
                     except BlockingIOError:
                         continue
                     except OSError:  # BrokenPipeError: it ended
@@ -260,7 +262,7 @@ class Child:
     def _take(self, what: str) -> bool:
         """One read of what the child wrote into the buffer; False at its end of file."""
         try:
-            chunk = os.read(self._reply, CHUNK)
+            chunk = os.read(cast(int, self._reply), CHUNK)
         except BlockingIOError:
             return True
         if not chunk:
@@ -274,7 +276,7 @@ class Child:
     def _read(self, what: str) -> dict:
         sel = selectors.DefaultSelector()
         try:
-            sel.register(self._reply, selectors.EVENT_READ)
+            sel.register(cast(int, self._reply), selectors.EVENT_READ)
             while (end := self._buffer.find(b"\n", self._scanned)) < 0:
                 self._scanned = len(self._buffer)
                 left = self.deadline - time.monotonic()

@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -30,12 +31,24 @@ if not os.environ.get(ENV_SECRET_FILE):
     os.environ.setdefault(ENV_SECRET, "servelab self-check: a fixed, public secret")
 
 SELFCHECK_TESTS = "test_selfcheck.py"
-_RUN: dict[str, object] = {}  # "future": results, "dir": its folder, "stop": an Event
 
 
-def _start_selfcheck(names: set[str] | None = None) -> Future:
+@dataclass(frozen=True)
+class _Run:
+    """The self-check of this session: its results to come, its folder, and what stops it."""
+
+    future: Future
+    folder: Path
+    stop: threading.Event
+
+
+_RUN: _Run | None = None  # started by the first test that needs it
+
+
+def _start_selfcheck(names: set[str] | None = None) -> _Run:
     """Starts the self-check once: the checks called ``names``, or (None) all of them."""
-    if "future" not in _RUN:
+    global _RUN
+    if _RUN is None:
         from autograder import selfcheck
 
         folder = Path(tempfile.mkdtemp(prefix="servelab-selfcheck-tests-"))
@@ -50,9 +63,9 @@ def _start_selfcheck(names: set[str] | None = None) -> Future:
             except BaseException as exc:  # the fixture re-raises it in the tests that need it
                 future.set_exception(exc)
 
-        _RUN.update(future=future, dir=folder, stop=stop)
+        _RUN = _Run(future, folder, stop)
         threading.Thread(target=run, name="selfcheck", daemon=True).start()
-    return _RUN["future"]
+    return _RUN
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -65,8 +78,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     for item in session.items:
         if Path(str(item.fspath)).name != SELFCHECK_TESTS:
             continue
-        if getattr(item, "originalname", "") == "test_check_holds":
-            names.add(item.callspec.params["name"])
+        if isinstance(item, pytest.Function) and item.originalname == "test_check_holds":
+            names.add(str(item.callspec.params["name"]))  # the check's name (test_selfcheck.py)
         elif {"results", "selfcheck_run", "selfcheck_dir"} & set(getattr(item, "fixturenames", ())):
             everything = True
     if names or everything:
@@ -76,9 +89,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     """The self-check's time-limit factors, and the graded tests no mutant fails (a warning
     until ``selfcheck.SURVIVORS_FAIL``)."""
-    future = _RUN.get("future")
-    if future is None or not future.done() or future.exception() is not None:
+    if _RUN is None or not _RUN.future.done() or _RUN.future.exception() is not None:
         return
+    future = _RUN.future
     from autograder import selfcheck
 
     results = future.result()
@@ -97,13 +110,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if "stop" in _RUN:
-        _RUN["stop"].set()  # an interrupted session: queued checks are dropped, running ones end
+    if _RUN is not None:
+        _RUN.stop.set()  # an interrupted session: queued checks are dropped, running ones end
         try:
-            _RUN["future"].result(timeout=600)
+            _RUN.future.result(timeout=600)
         except Exception:
             pass
-        shutil.rmtree(_RUN["dir"], ignore_errors=True)
+        shutil.rmtree(_RUN.folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -125,8 +138,8 @@ def reference_graded(tmp_path_factory) -> tuple[dict, Path]:
 @pytest.fixture(scope="session")
 def selfcheck_run() -> tuple[dict, Path]:
     """The self-check's results (name -> :class:`autograder.selfcheck.Result`) and its folder."""
-    results = _start_selfcheck().result()
-    return results, _RUN["dir"]
+    run = _start_selfcheck()
+    return run.future.result(), run.folder
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,7 @@ from autograder.notebooks import nbgrader
 from autograder import selfcheck
 from autograder.ci import workflow
 from autograder.grading.grade import ROOT, manifest_of
-from servelab.grading.manifest import Manifest
+from servelab.harness.manifest import Manifest
 from autograder.markers import HIDDEN, SOLUTION
 
 # path fragments that must never be in an archive: the answer key, mutants, hostile submissions,
@@ -94,7 +94,7 @@ def release_dir(tmp_path_factory) -> Path:
 def test_secrets_in_finds_each_kind_of_leak():
     members = {"servelab/reference/step_cost.py": b"", "autograder/answers/answer_key.json": b"{}",
                "mutants/a1_ledger.toml": b"", "a.py": f"def f():\n    {SOLUTION_BEGIN}\n    return 1\n".encode(),
-               "servelab/grading/doc.py": f'""">>> strip("{SOLUTION_BEGIN}")"""\n'.encode(),
+               "servelab/harness/doc.py": f'""">>> strip("{SOLUTION_BEGIN}")"""\n'.encode(),
                "servelab/_core.abi3.so": b"\x7fELF\xff\xfe"}
     assert secrets_in(members) == ["autograder/answers/answer_key.json", "mutants/a1_ledger.toml",
                                    f"a.py: {SOLUTION_BEGIN}"]

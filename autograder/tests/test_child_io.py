@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -20,6 +21,9 @@ from autograder.grading.gradebook import grade_all
 from autograder.sandbox import remote
 from autograder.sandbox.remote import Child, Limits, SubmissionFailed
 from autograder.selfcheck import HOSTILE, points_by_task
+
+if TYPE_CHECKING:  # typeshed's names (Python 3.12's collections.abc.Buffer)
+    from typing_extensions import Buffer, Self
 
 STOPS_READING = HOSTILE / "stops_reading" / "a12_tensor_parallel" / "tp_layer.py"
 FLOOD = HOSTILE / "one_byte_flood" / "a1_ledger" / "ledger.py"
@@ -75,8 +79,10 @@ class CountingBuffer(bytearray):
         CountingBuffer.scanned += max(0, len(self) - start)
         return super().find(sub, start, *args)
 
-    def __iadd__(self, other):
-        CountingBuffer.received += len(other)
+    # the override is bytearray's own signature: typeshed's bytearray.__iadd__ (a Buffer)
+    # already breaks MutableSequence's (an Iterable[int]), ignored in the stub itself
+    def __iadd__(self, other: Buffer) -> Self:  # type: ignore[override]
+        CountingBuffer.received += len(memoryview(other))
         return super().__iadd__(other)
 
 

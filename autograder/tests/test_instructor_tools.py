@@ -87,14 +87,14 @@ def test_the_factor_changes_no_byte_of_results_json(tmp_path):
     assert a.read_bytes() == b.read_bytes()
 
 
-# ---- pending manual cells (autograder/notebooks/nbgrader.py merge, autograder/grading/results.py) -------------------
+# ---- pending manual cells (autograder/notebooks/scores.py merge, autograder/grading/results.py) -------------------
 
 def _graded_notebooks(message_for_manual: str) -> dict:
     """results.json of no Python task, with every notebook cell scored by hand-made outcomes:
     autograded cells passed, manual cells with ``message_for_manual``."""
     data = results.build(manifest_of(ROOT), {t.id: {test: _Outcome() for test in t.tests} for t in manifest_of(ROOT).tasks},
                          set(), 0.0)
-    scores = {}
+    scores: dict[str, dict[str, tuple[float, str]]] = {}
     for nb in nbgrader.notebooks_of(ROOT):
         cells = nbgrader.cell_points(ROOT / "assignments" / nb.file)
         scores[nb.id] = {c.grade_id: ((c.points, "passed") if c.kind == "auto" else

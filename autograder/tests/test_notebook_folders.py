@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from autograder.grading.grade import ROOT, grade
-from autograder.notebooks import instructors_log, kept, kernel_spec, nbgrader, runner, safe_files
+from autograder.notebooks import autograding, instructors_log, kept, kernel_spec, nbgrader, runner, safe_files
 from autograder.sandbox import os_boundary
 from autograder.sandbox.remote import Limits
 
@@ -80,7 +80,8 @@ def test_with_shared_folders_and_nbgraders_log_shown_the_hidden_tests_reach_resu
                                                                                      tmp_path):
     """The kernel wrote the hidden tests it ran into ex06's file: nbgrader's error quotes a
     non-JSON file's first characters, which the old message passed on."""
-    monkeypatch.setattr(nbgrader, "failure_message", lambda kind, log: f"nbgrader could not run this notebook: {log[-3000:]}")
+    monkeypatch.setattr(autograding, "failure_message",  # where autograde() looks it up
+                        lambda kind, log: f"nbgrader could not run this notebook: {log[-3000:]}")
     data = grade(HOSTILE / "hidden_tests_in_file_names", limits=LIMITS, only_tasks=ONLY)
     assert kept.leaked(data, nbgrader.private_lines_of(ROOT)), [t["output"][:300] for t in data["tests"]][7:9]
 
@@ -91,7 +92,7 @@ def test_failures_are_the_graders_words_and_the_details_go_to_the_instructors_lo
     bad = tmp_path / "ex06_tail_fanout.ipynb"
     bad.write_text("SECRET-FIRST-CHARACTERS and more")
     with caplog.at_level("WARNING", logger=instructors_log.LOGGER.name):
-        why = nbgrader._readable_notebook(bad)
+        why = nbgrader.why_unreadable(bad)
     assert why == nbgrader.NOT_READABLE and "SECRET" not in why
     assert any("JSONDecodeError" in r.getMessage() for r in caplog.records)
     assert {runner.failure_kind(f"x {w} y") for _, words in runner.FAILURES for w in words} == {

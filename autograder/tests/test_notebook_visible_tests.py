@@ -48,7 +48,7 @@ def _meta(cell: dict) -> dict:
 
 
 def _is_test(cell: dict) -> bool:
-    return cell["cell_type"] == "code" and _meta(cell).get("grade") and not _meta(cell).get("solution")
+    return cell["cell_type"] == "code" and bool(_meta(cell).get("grade")) and not _meta(cell).get("solution")
 
 
 def _bound(tree: ast.AST) -> set[str]:
@@ -94,7 +94,8 @@ class _Recorder(ast.NodeTransformer):
     reads an answer (directly or through a name bound from one) and whether it calls an answer."""
 
     def __init__(self, tainted: set[str], functions: set[str]) -> None:
-        self.tainted, self.functions, self.info = tainted, functions, []
+        self.tainted, self.functions = tainted, functions
+        self.info: list[tuple[bool, bool, str]] = []  # (reads an answer, calls one, the expression)
 
     def _reads_answer(self, node: ast.AST) -> bool:
         return any(isinstance(n, ast.Name) and n.id in self.tainted for n in ast.walk(node))
@@ -133,7 +134,11 @@ def _computed_leaks(source: str, scope: dict, names: set[str], plain: dict) -> l
     recorder = _Recorder(_tainted(tree, names), functions)
     tree = ast.fix_missing_locations(recorder.visit(tree))
     seen: list[tuple[int, object]] = []
-    run = dict(scope, __rec__=lambda i, v: (seen.append((i, v)), v)[1])
+
+    def record(i: int, v: object) -> object:
+        seen.append((i, v))
+        return v
+    run = dict(scope, __rec__=record)
     with contextlib.redirect_stdout(io.StringIO()):
         exec(compile(tree, "<visible test>", "exec"), run)  # the reference passes its visible tests
     returned = [v for i, v in seen if recorder.info[i][1] and _telling(v)]

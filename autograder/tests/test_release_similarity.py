@@ -61,7 +61,8 @@ def test_the_readable_release_is_reported_with_the_answers_it_holds(solutions, r
 def _renamed(text: str) -> str:
     """``text`` with every identifier of its own renamed and every number changed: what a copier
     does (the builtins and ``self`` stay)."""
-    out, names = [], {}
+    out: list[tuple[int, str]] = []
+    names: dict[str, str] = {}
     for tok in tokenize.generate_tokens(io.StringIO(text).readline):
         if tok.type == tokenize.NAME and tok.string not in similarity.KEPT_NAMES:
             out.append((tok.type, names.setdefault(tok.string, f"v{len(names)}")))

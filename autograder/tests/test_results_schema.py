@@ -21,7 +21,7 @@ MANIFEST = manifest_of(ROOT)
 QUICK = Limits(wall_s=30.0, cpu_s=30)  # generous: a loaded CI machine must not turn a pass into a timeout
 
 
-# the nbgrader notebooks: one test per graded cell, after the tasks' tests (autograder/notebooks/nbgrader.py)
+# the nbgrader notebooks: one test per graded cell, after the tasks' tests (autograder/notebooks/scores.py)
 NB_CELLS = [(nb.file, c) for nb in notebooks_of(ROOT) for c in cell_points(ROOT / "assignments" / nb.file)]
 
 

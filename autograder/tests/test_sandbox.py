@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from servelab.grading.manifest import tomllib  # tomli on Python 3.10
+from servelab.harness.manifest import tomllib  # tomli on Python 3.10
 
 from autograder.sandbox import os_boundary
 from autograder.grading.grade import ROOT, grade

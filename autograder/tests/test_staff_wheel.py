@@ -3,7 +3,7 @@ gives nothing away: built for the running Python from maturin's abi3 wheel, inst
 fresh venv outside the repository, it
 
 * holds no ``.py`` of the library but ``__main__.py`` and the students' pytest harness
-  (``servelab.grading``), no ``servelab.reference`` and no
+  (``servelab.harness``), no ``servelab.reference`` and no
   ``servelab.lecture_key``, and a ``.pyi`` stub beside every compiled module;
 * embeds no source: no run of 12 source tokens (docstrings aside) is among a compiled module's
   printable strings;
@@ -91,9 +91,9 @@ def test_the_wheel_holds_compiled_modules_and_stubs_and_no_answer(staff):
     assert staff["wheel"].name.startswith(f"servelab-0.1.0-{staff_wheel.python_tag()}-{staff_wheel.python_tag()}-")
     # source: python -m servelab's __main__ and the students' pytest harness (pluggy takes Python
     # functions only), nothing else
-    assert [n for n in names if n.endswith(".py") and not n.startswith("servelab/grading/")] == ["servelab/__main__.py"]
-    assert sorted(n for n in names if n.startswith("servelab/grading/")) == sorted(
-        p.relative_to(ROOT / "python").as_posix() for p in (ROOT / "python/servelab/grading").glob("*.py"))
+    assert [n for n in names if n.endswith(".py") and not n.startswith("servelab/harness/")] == ["servelab/__main__.py"]
+    assert sorted(n for n in names if n.startswith("servelab/harness/")) == sorted(
+        p.relative_to(ROOT / "python").as_posix() for p in (ROOT / "python/servelab/harness").glob("*.py"))
     assert not [n for n in names if n.startswith(("servelab/reference", "servelab/lecture_key"))]
     compiled = [n for n in names if n.endswith(suffix)]
     sources = [p.relative_to(ROOT / "python").as_posix() for p in (ROOT / "python/servelab").rglob("*.py")

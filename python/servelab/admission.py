@@ -236,10 +236,15 @@ class RunColumns(Protocol):
     has it all. (A protocol, not that class: the simulator imports this module for
     :class:`EarlyReject`, and the arrow runs one way.)"""
 
-    requests: Requests
-    rejected: np.ndarray
-    first_token_s: np.ndarray
-    would_first_token_s: np.ndarray | None
+    # read-only members: a frozen SimResult's fields satisfy them
+    @property
+    def requests(self) -> Requests: ...
+    @property
+    def rejected(self) -> np.ndarray: ...
+    @property
+    def first_token_s(self) -> np.ndarray: ...
+    @property
+    def would_first_token_s(self) -> np.ndarray | None: ...
 
 
 def admission_report(result: RunColumns, slo_ttft_s: float) -> AdmissionReport:

@@ -495,8 +495,8 @@ def decode_step_cost(model: ModelSpec, gpu: GpuSpec, batch_size: int, context_le
         raise ValueError(f"context_len must be an integer in [0, {_core.MAX_TOKENS}], got {c}")
     # one group of b identical sequences: no list of b pairs (b may be millions)
     cols = _core.step_cost_columns((model, gpu, efficiency), np.array([1]), np.array([c]), np.array([b]))
-    return StepCost(**{k: float(v[0]) for k, v in cols.items() if k != "compute_bound"},
-                    bound="compute" if cols["compute_bound"][0] else "memory", n_tokens=b, n_seqs=b)
+    first = {k: float(v[0]) for k, v in cols.items() if k != "compute_bound"}
+    return StepCost._from_core({**first, "compute_bound": bool(cols["compute_bound"][0]), "n_tokens": b, "n_seqs": b})
 
 
 def prefill_cost(model: ModelSpec, gpu: GpuSpec, prompt_len: int,

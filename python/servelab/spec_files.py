@@ -31,6 +31,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
@@ -99,10 +100,10 @@ def _read(path: Path, what: str) -> Any:
     try:
         if path.suffix.lower() == ".json":
             return json.loads(raw)
-        try:
+        if sys.version_info >= (3, 11):
             import tomllib
-        except ModuleNotFoundError:  # Python 3.10: the same parser, under its PyPI name
-            import tomli as tomllib  # type: ignore[no-redef,import-not-found,unused-ignore]
+        else:  # Python 3.10: the same parser, under its PyPI name
+            import tomli as tomllib
         return tomllib.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError and TOMLDecodeError are ValueErrors
         raise ValueError(f"{what}: spec file {str(path)!r} is not valid {path.suffix[1:].upper()}: {exc}") from None

@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -167,6 +167,10 @@ class Requests:
     arrival_s: np.ndarray
     prompt_len: np.ndarray
     output_len: np.ndarray
+
+    if TYPE_CHECKING:  # what the constructor takes (the fields hold the validated arrays)
+        def __init__(self, arrival_s: Sequence[float] | np.ndarray, prompt_len: Sequence[int] | np.ndarray,
+                     output_len: Sequence[int] | np.ndarray) -> None: ...
 
     def __post_init__(self) -> None:
         a = _float_column("arrival_s", self.arrival_s)
@@ -587,11 +591,11 @@ def load_trace_csv(path: str | Path, *, limit: int | None = None, start_at_zero:
                 raw_t, raw_p, raw_o = row[ia], row[ip], row[io]
             except IndexError:
                 raise ValueError(f"{path}, line {line}: expected {len(header)} columns, got {row}") from None
-            for name, raw, sink in (("prompt length", raw_p, prompts), ("output length", raw_o, outputs)):
+            for name, cell, sink in (("prompt length", raw_p, prompts), ("output length", raw_o, outputs)):
                 try:
-                    sink.append(int(raw.strip()))
+                    sink.append(int(cell.strip()))
                 except ValueError:
-                    raise ValueError(f"{path}, line {line}: {name} must be an integer, got {raw!r}") from None
+                    raise ValueError(f"{path}, line {line}: {name} must be an integer, got {cell!r}") from None
             try:
                 times.append(float(raw_t))
             except ValueError:

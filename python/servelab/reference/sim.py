@@ -198,7 +198,7 @@ def _simulate(requests: Any, pricer: Pricer, choose: Choose, ride_along: bool, t
                 wake_at = wake
                 events.push(wake, ("wake", None))
 
-    result = {k: np.array(v, dtype=np.float64) for k, v in out.items()
+    result: dict[str, Any] = {k: np.array(v, dtype=np.float64) for k, v in out.items()
               if k in ("start_s", "first_token_s", "finish_s")}
     result["rejected"] = np.array(out["rejected"], dtype=bool)
     result["batch_id"] = np.array(out["batch_id"], dtype=np.int64)

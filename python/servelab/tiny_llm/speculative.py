@@ -134,8 +134,9 @@ def speculate(prompt: Sequence[int] | np.ndarray, max_new_tokens: int, k: int, *
     """
     target = model_for(TINY) if target is None else target
     cfg = target.config
-    if verify is None:
-        verify = accept_greedy if temperature is None else accept_sampled
+    if verify is None:  # through a Verify: both rules take the same five arguments
+        default: Verify = accept_greedy if temperature is None else accept_sampled
+        verify = default
     if draft.config.vocab_size != cfg.vocab_size:
         raise ValueError(f"draft has vocab_size {draft.config.vocab_size}, the target "
                          f"{cfg.vocab_size}: they must share one vocabulary")
@@ -168,14 +169,16 @@ def speculate(prompt: Sequence[int] | np.ndarray, max_new_tokens: int, k: int, *
     while len(seq) - len(tokens) < max_new_tokens:
         room = max_new_tokens - (len(seq) - len(tokens))
         k_now = min(k, room - 1)  # never guess past the end
-        guesses, draft_probs = [], []
+        guesses: list[int] = []
+        draft_probs: list[np.ndarray] = []  # sampling only (greedy picks carry no probabilities)
         for _ in range(k_now):
             known = seq + guesses  # the draft's cache may lag a token or two behind
             logits = draft.forward(known[len(d_cache):], d_cache)
             draft_forwards += 1
             guess, q = pick(logits, len(seq) + len(guesses), 1)
             guesses.append(guess)
-            draft_probs.append(q)
+            if q is not None:
+                draft_probs.append(q)
         context = len(t_cache)
         rows = target.forward(seq[context:] + guesses, t_cache, all_logits=True)
         if temperature is None:

@@ -83,7 +83,7 @@ def run_data(trace: Trace, title: str, ttft_s: float = lecture.LECTURE_SLO.ttft_
              tpot_s: float = lecture.LECTURE_SLO.tpot_s) -> dict[str, Any]:
     """One run as the page's script reads it (see the module docstring)."""
     misses = set(trace.slo_misses(ttft_s, tpot_s))
-    preempted_at: dict[int, list[float]] = {}
+    preempted_at: dict[int, list[float | None]] = {}  # null: a NaN time (see _num)
     for s in trace.steps:
         for rid in s.preempted:
             preempted_at.setdefault(rid, []).append(_num(s.start_s))

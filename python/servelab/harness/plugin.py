@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from servelab.grading.manifest import Manifest, Task
-from servelab.grading.time_limit import TimeLimitExceeded
+from servelab.harness.manifest import Manifest, Task
+from servelab.harness.time_limit import TimeLimitExceeded
 
 
 @dataclass

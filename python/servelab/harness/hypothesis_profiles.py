@@ -10,7 +10,7 @@
   100 examples, full shrinking so that a failure ends at the smallest counterexample, and the
   example database, so that the next run tries the last failure first. Before each test a probe
   (:data:`PROBE`: the ``@example`` cases and one generated example, no shrinking) finds a task
-  not started yet (:mod:`servelab.grading.fail_fast`), so an empty stub costs one example;
+  not started yet (:mod:`servelab.harness.fail_fast`), so an empty stub costs one example;
 * ``dev``: Hypothesis' defaults without a deadline;
 * ``thorough``: many examples, for a long soak.
 
@@ -21,10 +21,26 @@ count under every profile.
 from __future__ import annotations
 
 import os
+from typing import TypedDict
 
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, Phase, Verbosity, settings
 
-PROFILES = {
+
+class SettingsKwargs(TypedDict, total=False):
+    """The keyword arguments of ``hypothesis.settings`` that the profiles set."""
+
+    max_examples: int
+    deadline: None
+    derandomize: bool
+    print_blob: bool
+    suppress_health_check: list[HealthCheck]
+    phases: list[Phase]
+    database: None
+    report_multiple_bugs: bool
+    verbosity: Verbosity
+
+
+PROFILES: dict[str, SettingsKwargs] = {
     "ci": dict(max_examples=60, deadline=None, derandomize=True,
                suppress_health_check=[HealthCheck.too_slow]),
     "compat": dict(max_examples=10, deadline=None, derandomize=True,
@@ -38,7 +54,7 @@ PROFILES = {
 }
 
 # the student profile's probe: is the task started at all? (a stub raises on the first example)
-PROBE = dict(max_examples=1, phases=[Phase.explicit, Phase.generate], database=None,
+PROBE: SettingsKwargs = dict(max_examples=1, phases=[Phase.explicit, Phase.generate], database=None,
              report_multiple_bugs=False)
 
 

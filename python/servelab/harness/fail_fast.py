@@ -5,7 +5,7 @@ An untouched stub raises ``NotImplementedError`` on every input, so there is not
 Hypothesis to look for: today's profile would still generate, then shrink, then look for more
 bugs, for tens of seconds a test. So before a Hypothesis test runs, a probe calls it on its
 ``@example`` cases and one generated example, with no shrinking and no database (the
-``student_probe`` settings of :mod:`servelab.grading.hypothesis_profiles`):
+``student_probe`` settings of :mod:`servelab.harness.hypothesis_profiles`):
 
 * the probe raises ``NotImplementedError``: the test fails at once, reported as the one line
   ``not started: param_count() in a1_ledger/ledger.py still raises NotImplementedError``;
@@ -25,20 +25,21 @@ True
 
 from __future__ import annotations
 
-import builtins
+import sys
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 from hypothesis import settings
 
-from servelab.grading.hypothesis_profiles import PROBE
-from servelab.grading.time_limit import TimeLimitExceeded
+from servelab.harness.hypothesis_profiles import PROBE
+from servelab.harness.time_limit import TimeLimitExceeded
 
 NOT_STARTED = "not started"
-try:
-    GROUP = builtins.BaseExceptionGroup  # Python 3.11+
-except AttributeError:  # Python 3.10: Hypothesis raises the exceptiongroup backport's groups
-    from exceptiongroup import BaseExceptionGroup as GROUP  # type: ignore[no-redef]
+if sys.version_info >= (3, 11):
+    GROUP = BaseExceptionGroup
+else:  # Python 3.10: Hypothesis raises the exceptiongroup backport's groups
+    from exceptiongroup import BaseExceptionGroup as GROUP
 
 
 def not_implemented(exc: BaseException) -> NotImplementedError | None:
@@ -84,16 +85,23 @@ def stub_of(exc: BaseException) -> str:
     return f"{tb.tb_frame.f_code.co_name}() in {where}"
 
 
-def _probe(item: pytest.Item):
+def _probe(item: pytest.Item) -> Callable[[], None] | None:
     """A callable that runs ``item``'s Hypothesis test under the probe settings, or None when
     the item is not a Hypothesis test."""
-    probe_of = lambda current: settings(current, **PROBE)  # noqa: E731
-    run_test = getattr(getattr(item, "cls", None), "runTest", None)
-    machine = getattr(run_test, "_hypothesis_state_machine_class", None)
-    if machine is not None and item.name == "runTest":  # a RuleBasedStateMachine's TestCase
+    if not isinstance(item, pytest.Function):  # a doctest, say: never a Hypothesis test
+        return None
+    function = item
+
+    def probe_of(current: settings) -> settings:
+        return settings(current, **PROBE)
+
+    # the TestCase class of a state machine carries its settings as a class attribute
+    case: Any = function.cls
+    machine = getattr(getattr(case, "runTest", None), "_hypothesis_state_machine_class", None)
+    if machine is not None and function.name == "runTest":  # a RuleBasedStateMachine's TestCase
         from hypothesis.stateful import run_state_machine_as_test
-        return lambda: run_state_machine_as_test(machine, settings=probe_of(item.cls.settings))
-    func = getattr(getattr(item, "obj", None), "__func__", getattr(item, "obj", None))
+        return lambda: run_state_machine_as_test(machine, settings=probe_of(case.settings))
+    func: Any = getattr(function.obj, "__func__", function.obj)
     current = getattr(func, "_hypothesis_internal_use_settings", None)
     if current is None or getattr(func, "hypothesis", None) is None:
         return None
@@ -101,7 +109,7 @@ def _probe(item: pytest.Item):
     def run() -> None:
         func._hypothesis_internal_use_settings = probe_of(current)
         try:
-            item.obj(**{name: item.funcargs[name] for name in item._fixtureinfo.argnames})
+            function.obj(**{name: function.funcargs[name] for name in function._fixtureinfo.argnames})
         finally:
             func._hypothesis_internal_use_settings = current
     return run

@@ -1,0 +1,197 @@
+"""Autograding the submitted notebooks: the grader's own recheck of each autograded cell
+(:mod:`autograder.notebooks.recheck`), then nbgrader's autograde in sandboxed kernels, and
+each cell's score and message (:func:`not_answered`: a test that failed because the answers
+above it were never written says so)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import servelab
+
+from autograder.notebooks import instructors_log, kept, kernel_spec, recheck, safe_files
+from autograder.notebooks.cells import ASSIGNMENT, MAX_NOTEBOOK, STUDENT, Notebook, cell_points, notebooks_of
+from autograder.notebooks.generation import generated, private_lines_of
+from autograder.notebooks.kernel_spec import KERNEL_CPU_FACTOR
+from autograder.notebooks.launch import NOT_GRADED, failure_message, run_nbgrader
+from autograder.notebooks.scores import PENDING
+from autograder.notebooks.submitted import problems_of, suspicious
+from autograder.sandbox import os_boundary
+from autograder.sandbox.remote import Limits
+
+KERNEL_NAME = "servelab-sandbox"
+# a test cell that the grader's check passes and nbgrader's run failed (the kernel's own error
+# text is not shown: see autograde())
+KERNEL_FAILED = ("the test cell raised an error in your notebook's kernel (its values pass the grader's own "
+                 "check: run the notebook top to bottom and look at that cell's output)")
+
+
+def not_answered(path: Path, test_id: str, error: str) -> str:
+    """The message for test cell ``test_id`` of the submitted notebook ``path`` when the answer
+    cells between it and the test cell before it were never answered (they still ``raise NotImplementedError``) and the test
+    failed the way that causes (``NameError``, ``NotImplementedError``): ``error`` alone would
+    only say ``name 'a' is not defined``. Otherwise ``error`` unchanged.
+
+    >>> import tempfile
+    >>> cell = lambda kind, gid, src, **meta: {"cell_type": kind, "source": src, "metadata":
+    ...     {"nbgrader": {"grade_id": gid, **meta}}}
+    >>> nb = Path(tempfile.mkdtemp()) / "ex.ipynb"
+    >>> _ = nb.write_text(json.dumps({"cells": [
+    ...     cell("code", "a_answer", ["# YOUR CODE HERE\\n", "raise NotImplementedError()"], solution=True),
+    ...     cell("code", "a_test", "assert a > 0", grade=True)]}))
+    >>> print(not_answered(nb, "a_test", "NameError: name 'a' is not defined"))
+    not answered: cell a_answer above still raises NotImplementedError (write your answer there); the test then failed with NameError: name 'a' is not defined
+    >>> not_answered(nb, "a_test", "AssertionError: a must be positive")
+    'AssertionError: a must be positive'
+    >>> not_answered(nb, "a_test", recheck.OWN_CHECK_FAILED + "NameError: name 'a' is not defined")[:44]
+    'not answered: cell a_answer above still rais'
+    """
+    if not error.removeprefix(recheck.OWN_CHECK_FAILED).startswith(("NameError", "NotImplementedError")):
+        return error
+    try:
+        cells = json.loads(Path(path).read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return error
+    waiting: list[str] = []
+    for c in cells:
+        meta = c.get("metadata", {}).get("nbgrader", {}) if isinstance(c, dict) else {}
+        if meta.get("grade_id") == test_id:
+            break
+        if meta.get("grade") and c.get("cell_type") == "code":
+            waiting = []  # answers above an earlier test cell are that test's business
+        source = c.get("source", "") if isinstance(c, dict) else ""
+        source = "".join(source) if isinstance(source, list) else str(source)
+        if c.get("cell_type") == "code" and meta.get("solution") and "raise NotImplementedError" in source:
+            waiting.append(str(meta.get("grade_id", "?")))
+    else:
+        return error
+    if not waiting:
+        return error
+    return (f"not answered: cell{'s' if len(waiting) > 1 else ''} {', '.join(waiting)} above still "
+            f"raise{'' if len(waiting) > 1 else 's'} NotImplementedError (write your answer there); "
+            f"the test then failed with {error}")
+
+
+def _copy_template(template: Path, course: Path) -> None:
+    """The generated course's source notebooks, student versions and database (cells and
+    checksums nbgrader restores from), copied into the grader's new ``course`` folder."""
+    for sub in ("source", "release"):
+        (course / sub / ASSIGNMENT).mkdir(parents=True)
+        for path in sorted((template / sub / ASSIGNMENT).iterdir()):
+            safe_files.copy_file(path, course / sub / ASSIGNMENT / path.name, limit=MAX_NOTEBOOK)
+    safe_files.copy_file(template / "gradebook.db", course / "gradebook.db", limit=1 << 30)
+
+
+def _keep(course: Path, root: Path, notebooks: tuple[Notebook, ...], keep: Path) -> None:
+    """The executed notebooks, for the instructor's manual grading: nbgrader's output (in the
+    grader's own folder, where no kernel writes) without what is private to the course
+    (:mod:`autograder.notebooks.kept`)."""
+    done = course / "autograded" / STUDENT / ASSIGNMENT
+    keep = Path(os.path.realpath(keep))  # the operator's folder; below it nothing is followed
+    keep.mkdir(parents=True, exist_ok=True)
+    private = private_lines_of(root)
+    for nb in notebooks:
+        name = Path(nb.file).name
+        try:
+            data = kept.kept_copy(safe_files.read_file(done / name, limit=64 * MAX_NOTEBOOK), private)
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as exc:
+            instructors_log.note(f"notebook {nb.name}", "the autograded notebook was not kept", repr(exc))
+            continue
+        if (keep / name).exists() or (keep / name).is_symlink():
+            (keep / name).unlink()
+        safe_files.write_new(keep / name, data, mode=0o644)
+
+
+def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Limits = Limits(),
+              forbidden: Sequence[Path] = (), keep: Path | None = None) -> dict[str, dict[str, tuple[float, str]]]:
+    """Autogrades the submitted notebooks (``files``: manifest file -> submitted path, the
+    grader's own copies) with nbgrader. Returns ``{notebook id: {grade_id: (score, message)}}``
+    for every graded cell of every manifest notebook; a missing or unreadable notebook scores 0
+    with a message saying so. ``keep``: a folder to copy the executed (autograded) notebooks into.
+
+    Every message is the grader's own (README: threat model): nbgrader's log and the kernel's
+    errors go to the instructors' log (:mod:`autograder.notebooks.instructors_log`)."""
+    notebooks = notebooks_of(root)
+    out: dict[str, dict[str, tuple[float, str]]] = {}
+    work = Path(os.path.realpath(work))
+    work.mkdir(parents=True, exist_ok=True)
+    course = work / "course"
+    problems = problems_of(root, files)
+    graded = [nb for nb in notebooks if nb.id not in problems]
+    # a missing notebook is one of the problems: every graded one has its file
+    submitted = {nb.file: path for nb in graded if (path := files.get(nb.file)) is not None}
+    course.mkdir(mode=0o700)
+    flags = {}
+    sub = course / "submitted" / STUDENT / ASSIGNMENT
+    sub.mkdir(parents=True)
+    for nb in graded:
+        safe_files.copy_file(submitted[nb.file], sub / Path(nb.file).name, limit=MAX_NOTEBOOK)
+        found = suspicious(sub / Path(nb.file).name)
+        if found:
+            flags[nb.id] = f"  [flagged for the instructor's review: the notebook's own cells use {', '.join(found)}]"
+    # the grader's own verdict on the autograded cells (autograder/notebooks/recheck.py): nbgrader's
+    # test cells share the student's kernel, these run here on values the child hands back. First:
+    # the child then never runs after a kernel that ran the hidden tests (nothing of theirs to find)
+    rechecked: dict[str, dict[str, tuple[bool, str]]] = {}
+    for nb in graded:
+        source = Path(root) / "assignments" / nb.file
+        if any(c.kind == "auto" for c in cell_points(source)):
+            # servelab's folder too (the kernel needs it for the test cells, the child does not):
+            # its compiled core loaded by path would answer for the notebook
+            rechecked[nb.id] = recheck.recheck(source, sub / Path(nb.file).name, work / "recheck" / nb.id,
+                                               [*forbidden, Path(servelab.__file__).resolve().parent],
+                                               limits, KERNEL_CPU_FACTOR)
+    result: dict = {"success": True, "notebooks": {}}
+    if graded:
+        _copy_template(generated(root), course)
+        boundary = os_boundary.boundary()
+        jobs = []
+        hide = kernel_spec.kernel_hidden(list(forbidden), course)
+        for nb in graded:
+            folders = kernel_spec.kernel_folders(work / "kernels", nb.name)
+            spec = f"{KERNEL_NAME}-{nb.name}"
+            kernel_spec.write_spec(course / "jupyter", spec, folders, hide, limits, boundary)
+            jobs.append({"name": nb.name, "kernel": spec, "runtime": str(folders.runtime), "base": str(folders.base),
+                         "sockets": str(folders.sockets / "kernel")})
+        # the whole run may take the per-test wall clock for each notebook, plus kernel starts
+        budget = 60 + len(notebooks) * 2 * max(1.0, limits.wall_s)
+        result = run_nbgrader(course, {"action": "autograde", "notebooks": jobs, "gid": boundary.gid,
+                               "cell_timeout": max(1, int(limits.wall_s)),
+                               # nbgrader itself plus a kernel's worth of outputs
+                               "memory_bytes": max(2 << 30, 2 * int(limits.memory_bytes))},
+                      timeout_s=budget, subject="notebooks")
+        boundary.reap()  # anything still running as the kernels' uid
+        if keep is not None:
+            _keep(course, root, tuple(graded), Path(keep))
+    for nb in notebooks:
+        cells = cell_points(Path(root) / "assignments" / nb.file)
+        got = result.get("notebooks", {}).get(nb.name)
+        scores: dict[str, tuple[float, str]] = {}
+        for cell in cells:
+            if nb.id in problems:
+                scores[cell.grade_id] = (0, problems[nb.id])
+            elif nb.name in result.get("failed", {}):
+                scores[cell.grade_id] = (0, failure_message(result["failed"][nb.name], result.get("log", "")))
+            elif not result.get("success") or got is None or cell.grade_id not in got:
+                scores[cell.grade_id] = (0, result.get("why") or NOT_GRADED)
+            elif cell.kind == "manual":
+                scores[cell.grade_id] = (0, PENDING.format(points=cell.points))
+            else:
+                g = got[cell.grade_id]
+                score = min(float(g.get("auto_score") or 0), cell.points)
+                ok, why = rechecked.get(nb.id, {}).get(cell.grade_id, (False, "the grader did not check this cell"))
+                # the message is the grader's own check's, never the kernel's error text: the
+                # kernel is the student's, and it has run every test cell above, hidden tests
+                # included (it could quote them in a visible cell's error)
+                message = "passed" if score >= cell.points and ok else not_answered(
+                    submitted[nb.file], cell.grade_id, why if not ok else KERNEL_FAILED)
+                if not ok:  # nbgrader may have passed it in the student's kernel; the grader does not
+                    score = 0
+                scores[cell.grade_id] = (score, message + flags.get(nb.id, ""))
+        out[nb.id] = scores
+    return out

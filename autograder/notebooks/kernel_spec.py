@@ -128,7 +128,10 @@ def write_spec(data: Path, spec_name: str, folders: KernelFolders, forbidden: li
     os.chmod(folders.base, 0o700)
     boundary.lock(forbidden, keep=[servelab_home / "servelab"])  # only without namespaces
     argv = boundary.command([sys.executable, "-s", str(os_boundary.KERNEL), "-f", "{connection_file}"],
-                            readable=[servelab_home, *os_boundary.LAUNCHERS, folders.runtime], writable=writable,
+                            # its packages too: a venv may reach them through a .pth file, outside the
+                            # interpreter's folders that the boundary shows anyway
+                            readable=[servelab_home, *os_boundary.LAUNCHERS, folders.runtime, *kernel_packages(forbidden)],
+                            writable=writable,
                             hidden=forbidden, ignore_sigint=True, cwd=folders.cwd)
     home = folders.home
     # the kernel's own HOME and tools' folders (nbgrader's are the grader's: not inherited)

@@ -73,6 +73,20 @@ def kernel_hidden(forbidden: list[Path], course: Path) -> list[Path]:
     return [*forbidden, course]
 
 
+def kernel_packages(forbidden: list[Path]) -> list[Path]:
+    """The folders of this interpreter's import path (the venv's site-packages and what its
+    .pth files add: ipykernel, zmq, IPython...) that neither lie in ``forbidden`` nor hold any
+    of it (the course copy's own folder is on the grader's path): what a kernel imports while
+    it starts and while it runs."""
+    hidden = [Path(p).resolve() for p in forbidden]
+    out = []
+    for entry in sys.path:
+        path = Path(entry or ".").resolve()
+        if path.is_dir() and not any(path == h or h in path.parents or path in h.parents for h in hidden):
+            out.append(path)
+    return out
+
+
 def write_spec(data: Path, spec_name: str, folders: KernelFolders, forbidden: list[Path], limits: Limits,
                  boundary: os_boundary.Boundary) -> None:
     """Writes the sandboxed kernel's spec ``spec_name`` into the Jupyter data folder ``data``.
@@ -101,6 +115,12 @@ def write_spec(data: Path, spec_name: str, folders: KernelFolders, forbidden: li
            "uid": boundary.uid, "gid": boundary.gid, "cwd": str(folders.cwd), "bwrap": boundary.bwrap,
            "syscall_filter": boundary.mode != "none"}  # no network, no processes (sandbox/syscall_filter.py)
     servelab_home = Path(servelab.__file__).resolve().parent.parent  # python/ (or site-packages)
+    if not boundary.bwrap and boundary.mode != "none":
+        # no mount namespace: Landlock is the kernel's file boundary, as it is a task child's
+        # (sandbox/landlock.py): it reads its machinery (the interpreter's library, the venv's
+        # packages, servelab) and its connection file, and writes its own folders only
+        cfg["landlock"] = boundary.confinement(
+            readable=[servelab_home, folders.runtime, *kernel_packages(forbidden)], writable=writable)
     for folder in (*writable, folders.runtime, servelab_home):
         boundary.reach(folder)
     if boundary.gid is not None:  # closed until the runner opens it to the kernel's group
@@ -108,7 +128,10 @@ def write_spec(data: Path, spec_name: str, folders: KernelFolders, forbidden: li
     os.chmod(folders.base, 0o700)
     boundary.lock(forbidden, keep=[servelab_home / "servelab"])  # only without namespaces
     argv = boundary.command([sys.executable, "-s", str(os_boundary.KERNEL), "-f", "{connection_file}"],
-                            readable=[servelab_home, *os_boundary.LAUNCHERS, folders.runtime], writable=writable,
+                            # its packages too: a venv may reach them through a .pth file, outside the
+                            # interpreter's folders that the boundary shows anyway
+                            readable=[servelab_home, *os_boundary.LAUNCHERS, folders.runtime, *kernel_packages(forbidden)],
+                            writable=writable,
                             hidden=forbidden, ignore_sigint=True, cwd=folders.cwd)
     home = folders.home
     # the kernel's own HOME and tools' folders (nbgrader's are the grader's: not inherited)

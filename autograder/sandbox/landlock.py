@@ -11,7 +11,8 @@ imports and before the student's code, with:
 * **read** (files and folder listings): the interpreter's standard library, numpy's folder,
   the task's folder (the student's files, the task's helpers and the given files the grader
   copied there), ``/dev/null`` and ``/dev/urandom``;
-* **write** (create, write, truncate, remove): the scratch folder only;
+* **write** (create, write, truncate, remove, bind a Unix socket): the scratch folder only (a
+  notebook's kernel: its own folders);
 * nothing executable (``execve`` of any file is refused; the seccomp filter refuses it too),
   no TCP (ABI 4 and later), no signal to a process outside the child and no abstract Unix
   socket (ABI 6 and later).
@@ -53,8 +54,10 @@ SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
 FILE_RIGHTS = ACCESS_FS["execute"] | ACCESS_FS["write_file"] | ACCESS_FS["read_file"] | \
     ACCESS_FS["truncate"] | ACCESS_FS["ioctl_dev"]
 READ = ACCESS_FS["read_file"] | ACCESS_FS["read_dir"]
+# make_sock: a notebook's kernel binds its Unix sockets in its own sockets folder (a task's child
+# may make none: the audit hook and the seccomp filter refuse its sockets first)
 WRITE = READ | ACCESS_FS["write_file"] | ACCESS_FS["truncate"] | ACCESS_FS["make_reg"] | \
-    ACCESS_FS["make_dir"] | ACCESS_FS["remove_file"] | ACCESS_FS["remove_dir"]
+    ACCESS_FS["make_dir"] | ACCESS_FS["remove_file"] | ACCESS_FS["remove_dir"] | ACCESS_FS["make_sock"]
 DEVICES = ("/dev/null", "/dev/urandom")  # what the interpreter and numpy open by name
 
 

@@ -143,7 +143,10 @@ class Child:
         cfg["landlock"] = self.boundary.confinement(readable=folders, writable=[scratch])
         # sealed: no writable or executable place for a carried binary, no /proc (os_boundary)
         argv = self.boundary.command([sys.executable, "-s", str(CHILD), json.dumps(cfg)],
-                                     readable=[*folders, CHILD, os_boundary.SYSCALL_FILTER, os_boundary.LANDLOCK],
+                                     # numpy's folder too: a venv may reach it through a .pth file, outside
+                                     # the interpreter's folders that the boundary shows anyway
+                                     readable=[*folders, CHILD, os_boundary.SYSCALL_FILTER, os_boundary.LANDLOCK,
+                                               *os_boundary.library_paths()],
                                      writable=[scratch],
                                      hidden=forbidden, cwd=scratch, sealed=True, noexec_tmp=tmp)
         for folder in (*folders, scratch):

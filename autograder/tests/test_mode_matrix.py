@@ -24,9 +24,11 @@ from pathlib import Path
 import pytest
 
 from autograder.grading.grade import ROOT, manifest_of
-from autograder.selfcheck import reference_submission
+from autograder.notebooks import nbgrader
+from autograder.selfcheck import notebook_full_marks, reference_submission
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 HONEST_TASKS = frozenset({"a1_ledger", "a4_kv_cache"})
+HONEST_NOTEBOOK = "nb01_ledger_70b"
 NOBODY = 65534
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not SYSTEM_PYTHON.exists(),
@@ -171,24 +173,72 @@ def test_bubblewrap_as_a_user_holds_the_file_and_code_tricks():
         shutil.rmtree(source.parent, ignore_errors=True)
 
 
-def test_an_honest_class_under_a_private_tmpdir_keeps_its_points_in_uid_only(opt_course, private_tmpdir, tmp_path):
-    """The reference twice, ``grade-all --jobs 2``, uid-only, TMPDIR under a 0700 folder: both
-    students get the reference's points on the tasks they handed in (each worker has its own
-    uid and work folder; before, both rewrote the group of TMPDIR's ancestors and one lost its
-    own files), and no folder above TMPDIR changed (the fixture checks)."""
-    subs = tmp_path / "class"
+def honest_class(into: Path) -> Path:
+    """Two students handing in the reference of :data:`HONEST_TASKS` and the notebook
+    :data:`HONEST_NOTEBOOK` (its kernel: the notebooks' own boundary in each mode)."""
+    notebook = next(nb for nb in nbgrader.notebooks_of(ROOT) if nb.id == HONEST_NOTEBOOK)
     for student in ("ada", "grace"):
-        reference_submission(subs / student, tasks=HONEST_TASKS)
-    out = tmp_path / "gradebook"
-    run = subprocess.run([str(opt_course / ".venv" / "bin" / "python"), "-m", "autograder", "grade-all", str(subs),
-                          "--out", str(out), "--jobs", "2"], cwd=opt_course, env=grader_env(private_tmpdir, "uid"),
-                         capture_output=True, text=True, timeout=1500)
-    assert run.returncode == 0, run.stderr[-3000:]
-    rows = list(csv.DictReader((out / "gradebook.csv").open()))
+        reference_submission(into / student, tasks=HONEST_TASKS)
+        dst = into / student / "assignments" / notebook.file
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / "assignments" / notebook.file, dst)
+    return into
+
+
+def assert_honest_points(gradebook: Path) -> None:
+    rows = list(csv.DictReader((gradebook / "gradebook.csv").open()))
     want = {t.id: t.points for t in manifest_of(ROOT).tasks if t.id in HONEST_TASKS}
+    want[HONEST_NOTEBOOK] = notebook_full_marks()[HONEST_NOTEBOOK]
     assert [r["submission"] for r in rows] == ["ada", "grace"]
     for row in rows:
         assert {task: int(row[task]) for task in want} == want, row
+
+
+def grade_all(python: Path, course: Path, subs: Path, out: Path, env: dict, prefix: list[str] = ()) -> None:
+    run = subprocess.run([*prefix, str(python), "-m", "autograder", "grade-all", str(subs), "--out", str(out),
+                          "--jobs", "2"], cwd=course, env=env, capture_output=True, text=True, timeout=1500)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
+def test_an_honest_class_under_a_private_tmpdir_keeps_its_points_in_uid_only(opt_course, private_tmpdir, tmp_path):
+    """The reference twice, ``grade-all --jobs 2``, uid-only, TMPDIR under a 0700 folder: both
+    students get the reference's points on the tasks and the notebook they handed in (each
+    worker has its own uid and work folder; before, both rewrote the group of TMPDIR's
+    ancestors and one lost its own files; the notebook's kernel is confined by Landlock), and
+    no folder above TMPDIR changed (the fixture checks)."""
+    subs = honest_class(tmp_path / "class")
+    grade_all(opt_course / ".venv" / "bin" / "python", opt_course, subs, tmp_path / "gradebook",
+              grader_env(private_tmpdir, "uid"))
+    assert_honest_points(tmp_path / "gradebook")
+
+
+def test_an_honest_class_under_a_private_tmpdir_keeps_its_points_in_the_default_mode(private_tmpdir, tmp_path):
+    """The same class in the default mode (bubblewrap and the uid, as root), from this copy."""
+    subs = honest_class(tmp_path / "class")
+    grade_all(Path(sys.executable), ROOT, subs, tmp_path / "gradebook", grader_env(private_tmpdir, None))
+    assert_honest_points(tmp_path / "gradebook")
+
+
+def test_an_honest_class_keeps_its_points_as_a_user():
+    """The same class graded by a non-root user (bubblewrap in a user namespace), on a course
+    copy of its own under /opt, with a TMPDIR of that user's."""
+    source = make_opt_course()
+    try:
+        user_tmp = source.parent / "user-tmp"
+        user_tmp.mkdir()
+        os.chown(user_tmp, NOBODY, NOBODY)
+        subs = honest_class(source.parent / "class")
+        for folder, _, names in os.walk(subs):  # the class, readable by that user
+            os.chmod(folder, 0o755)
+            for n in names:
+                os.chmod(Path(folder) / n, 0o644)
+        out = user_tmp / "gradebook"
+        env = {**grader_env(user_tmp, None), "HOME": str(user_tmp)}
+        setpriv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
+        grade_all(source / ".venv" / "bin" / "python", source, subs, out, env, setpriv)
+        assert_honest_points(out)
+    finally:
+        shutil.rmtree(source.parent, ignore_errors=True)
 
 
 def test_run_autograder_under_a_docker_default_gives_carried_native_code_nothing(opt_course, private_tmpdir):

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grading.grade import ROOT, grade
+import servelab
+from autograder.grading.grade import ROOT, forbidden_paths, grade
 from autograder.notebooks import autograding, instructors_log, kept, kernel_spec, nbgrader, runner, safe_files
 from autograder.sandbox import os_boundary
 from autograder.sandbox.remote import Limits
@@ -180,3 +181,40 @@ def test_each_notebooks_kernel_gets_fresh_folders_outside_the_course(tmp_path):
         assert envs[0][key] != envs[1][key], key
         assert all(course not in Path(e[key]).parents for e in envs), key
     assert all(json.loads(e["SERVELAB_SANDBOX"])["cwd"] == e["PWD"] for e in envs)
+
+
+def test_without_namespaces_the_kernel_is_confined_by_landlock_to_its_machinery_and_folders(monkeypatch):
+    """uid-only (no mount namespace): the kernel's spec carries Landlock rules, required, that
+    let it read its packages, servelab and its connection file and write its own folders only;
+    nothing it may read holds the course copy (on the grader's import path) or lies in what is
+    hidden from it. Behind bubblewrap the mount namespace is the wall, and there is no rule.
+    (End to end: test_mode_matrix.py grades a notebook in each mode.)"""
+    tmp_path = os_boundary.work_folder("servelab-kernel-walls-")  # the uid may be let in
+    # the uid-only mode closes what is hidden (0700, for good, as on Gradescope): not this checkout
+    monkeypatch.setattr(os_boundary.Boundary, "lock", lambda self, paths, keep=(): None)
+    try:
+        uid = os_boundary.free_id()
+        course = tmp_path / "course"  # nbgrader's folder of this grading
+        course.mkdir()
+        hidden = [*forbidden_paths(ROOT), course]
+        folders = kernel_spec.kernel_folders(tmp_path / "kernels", "nb")
+        b = os_boundary.Boundary(bwrap=False, uid=uid, gid=uid)
+        kernel_spec.write_spec(tmp_path / "jupyter", "k", folders, hidden, Limits(), b)
+        env = json.loads((tmp_path / "jupyter" / "kernels" / "k" / "kernel.json").read_text())["env"]
+        rules = json.loads(env["SERVELAB_SANDBOX"])["landlock"]
+        assert rules["required"] is True
+        assert sorted(rules["write"]) == sorted(str(p.resolve()) for p in folders.writable)
+        read = [Path(p) for p in rules["read"]]
+        assert Path(servelab.__file__).resolve().parent.parent in read and folders.runtime.resolve() in read
+        assert any((p / "ipykernel").is_dir() for p in read)
+        servelab_home = Path(servelab.__file__).resolve().parent.parent
+        venv = Path(sys.prefix).resolve()
+        assert not [p for p in read if p == ROOT or p in ROOT.parents or p == course or course in p.parents]
+        assert not [p for p in read if ROOT in p.parents and p != servelab_home and p != venv and venv not in p.parents]
+        bwrap = os_boundary.Boundary(bwrap=True, uid=uid, gid=uid)
+        folders = kernel_spec.kernel_folders(tmp_path / "kernels", "nb2")
+        kernel_spec.write_spec(tmp_path / "jupyter2", "k", folders, hidden, Limits(), bwrap)
+        env = json.loads((tmp_path / "jupyter2" / "kernels" / "k" / "kernel.json").read_text())["env"]
+        assert "landlock" not in json.loads(env["SERVELAB_SANDBOX"])
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)

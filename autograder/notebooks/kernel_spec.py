@@ -130,7 +130,8 @@ def write_spec(data: Path, spec_name: str, folders: KernelFolders, forbidden: li
     argv = boundary.command([sys.executable, "-s", str(os_boundary.KERNEL), "-f", "{connection_file}"],
                             # its packages too: a venv may reach them through a .pth file, outside the
                             # interpreter's folders that the boundary shows anyway
-                            readable=[servelab_home, *os_boundary.LAUNCHERS, folders.runtime, *kernel_packages(forbidden)],
+                            readable=[servelab_home, *os_boundary.LAUNCHERS, folders.runtime,
+                                      *os_boundary.beyond_interpreter(kernel_packages(forbidden))],
                             writable=writable,
                             hidden=forbidden, ignore_sigint=True, cwd=folders.cwd)
     home = folders.home

@@ -146,7 +146,7 @@ class Child:
                                      # numpy's folder too: a venv may reach it through a .pth file, outside
                                      # the interpreter's folders that the boundary shows anyway
                                      readable=[*folders, CHILD, os_boundary.SYSCALL_FILTER, os_boundary.LANDLOCK,
-                                               *os_boundary.library_paths()],
+                                               *os_boundary.beyond_interpreter(os_boundary.library_paths())],
                                      writable=[scratch],
                                      hidden=forbidden, cwd=scratch, sealed=True, noexec_tmp=tmp)
         for folder in (*folders, scratch):

@@ -371,12 +371,12 @@ def interpreter_paths() -> list[str]:
     return out
 
 
-def beyond_interpreter(paths) -> list[str]:
+def beyond_interpreter(paths: Sequence[str | Path]) -> list[Path]:
     """Those of ``paths`` that the boundary does not show already with the interpreter's folders
     (:func:`interpreter_paths`, ``/usr``): a venv's packages reached through a .pth file, say.
     Mounting a folder again inside one already mounted would only cost its exec mapping.
 
-    >>> beyond_interpreter([sys.prefix, "/usr/lib", "/nowhere/else"])
+    >>> [str(p) for p in beyond_interpreter([sys.prefix, "/usr/lib", "/nowhere/else"])]
     ['/nowhere/else']
     """
     shown = [*interpreter_paths(), "/usr"]
@@ -384,7 +384,7 @@ def beyond_interpreter(paths) -> list[str]:
     for p in paths:
         real = os.path.realpath(p)
         if not any(real == s or real.startswith(s.rstrip(os.sep) + os.sep) for s in shown):
-            out.append(str(p))
+            out.append(Path(p))
     return out
 
 

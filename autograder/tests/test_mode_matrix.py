@@ -19,6 +19,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -194,7 +195,7 @@ def assert_honest_points(gradebook: Path) -> None:
         assert {task: int(row[task]) for task in want} == want, row
 
 
-def grade_all(python: Path, course: Path, subs: Path, out: Path, env: dict, prefix: list[str] = ()) -> None:
+def grade_all(python: Path, course: Path, subs: Path, out: Path, env: dict, prefix: Sequence[str] = ()) -> None:
     run = subprocess.run([*prefix, str(python), "-m", "autograder", "grade-all", str(subs), "--out", str(out),
                           "--jobs", "2"], cwd=course, env=env, capture_output=True, text=True, timeout=1500)
     assert run.returncode == 0, run.stderr[-3000:]

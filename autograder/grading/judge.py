@@ -136,7 +136,7 @@ def run_task(root: Path, task: Task, files: dict[str, Path] | str, workdir: Path
         # kills it, hangs it or breaks the protocol costs only itself, since the next test gets
         # a new child (and its own scratch folder: the student's modules stay read-only). Each
         # test has its own wall-clock limit (Child.renew). A sandboxed interpreter takes about
-        # 0.1 s to start (a2's 16 tests, 1.6 s), so a task pays that once.
+        # 0.1 s to start (1.5 s for a task of 15 tests), so a task pays that once.
         scratch = sandbox / f"scratch-{next(spawned)}"
         return Child(modules, scratch, forbidden, list(BLOCKED_MODULES), limits, time.monotonic() + limits.wall_s,
                      budget_end=end, serves=len(task.tests))

@@ -7,7 +7,13 @@ process (:func:`measure`: the child's start included, as a test's limit includes
 compares the time with :data:`REFERENCE_S`, the same workload on a quiet machine. The ratio,
 never below 1 (a fast machine keeps the limits it was given) and at most :data:`MAX_FACTOR`
 (a stalled calibration must not make hostile code run for an hour), multiplies the wall-clock
-and CPU seconds of :class:`~autograder.sandbox.remote.Limits` (:func:`scaled`).
+seconds of :class:`~autograder.sandbox.remote.Limits` (:func:`scaled`) and the time budgets.
+
+The CPU seconds follow the child's own CPU time instead (:data:`REFERENCE_CPU_S`): what a test
+costs in CPU depends on the machine's speed, not on how many processes share it (a busy machine
+gives each one fewer CPU seconds per wall-clock second, not more per operation). Scaled by the
+load, a spinning submission would get ten times the CPU on a busy machine, and add to the load
+that every other grading is timed against.
 
 The factor changes how long the grader waits, never what it decides: results.json does not
 record it (a regrade stays byte-identical); ``grade`` prints it on stderr, ``grade-all`` writes
@@ -17,6 +23,9 @@ it to ``OUT/timing.csv``, the self-check shows it in its table.
 >>> big = scaled(Limits(wall_s=4.0, cpu_s=4), 2.5)
 >>> big.wall_s, big.cpu_s
 (10.0, 10)
+>>> busy = scaled(Limits(wall_s=4.0, cpu_s=4), 8.0, cpu_factor=1.2)  # loaded, not slower
+>>> busy.wall_s, busy.cpu_s
+(32.0, 5)
 >>> scaled(Limits(wall_s=4.0, cpu_s=4), 1.0) == Limits(wall_s=4.0, cpu_s=4)
 True
 >>> factor_of(0.9, 0.3), factor_of(0.1, 0.3), factor_of(99.0, 0.3)
@@ -51,6 +60,7 @@ EXPECTED_X = 235197  # the workload's answer: a child that printed anything else
 # seconds the child takes, start to exit, on a quiet 2-core machine (CPython 3.11; its CPU time
 # alone is 0.17 s): measured by `python -c "from autograder.grading.calibrate import measure; print(measure())"`
 REFERENCE_S = 0.2
+REFERENCE_CPU_S = 0.17  # the same child's CPU seconds (the workload alone), on that machine
 MAX_FACTOR = 10.0
 TIMEOUT_S = 120.0  # a calibration child slower than this is a machine not fit to grade on
 
@@ -58,17 +68,20 @@ TIMEOUT_S = 120.0  # a calibration child slower than this is a machine not fit t
 @dataclass(frozen=True)
 class Calibration:
     """One timing of the workload: wall-clock seconds of the child (start to exit), its CPU
-    seconds, and the factor the limits are multiplied by."""
+    seconds, the factor of the wall-clock limits and budgets (speed and load) and that of the
+    CPU limits (speed only)."""
 
     wall_s: float
     cpu_s: float
     factor: float
+    cpu_factor: float = 1.0
 
     def describe(self, limits: Limits) -> str:
         """One line for the instructor: the factor and the limits it gives."""
-        big = scaled(limits, self.factor)
+        big = scaled(limits, self.factor, self.cpu_factor)
         return (f"time limits x{self.factor:.2f} for this machine's speed and load (a {REFERENCE_S:g} s "
-                f"calibration took {self.wall_s:.2f} s): per test {big.wall_s:g} s wall-clock, {big.cpu_s} s CPU")
+                f"calibration took {self.wall_s:.2f} s): per test {big.wall_s:g} s wall-clock, {big.cpu_s} s CPU "
+                f"(x{self.cpu_factor:.2f}, the speed alone: its CPU time was {self.cpu_s:.2f} s)")
 
 
 def factor_of(seconds: float, reference: float = REFERENCE_S) -> float:
@@ -81,11 +94,14 @@ def factor_of(seconds: float, reference: float = REFERENCE_S) -> float:
     return min(MAX_FACTOR, max(1.0, math.ceil(100 * seconds / reference) / 100))
 
 
-def scaled(limits: Limits, factor: float) -> Limits:
-    """``limits`` with its wall-clock and CPU seconds multiplied by ``factor`` (>= 1)."""
-    if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor >= 1):
-        raise ValueError(f"factor must be a finite number >= 1, got {factor!r}")
-    return dataclasses.replace(limits, wall_s=limits.wall_s * factor, cpu_s=math.ceil(limits.cpu_s * factor))
+def scaled(limits: Limits, factor: float, cpu_factor: float | None = None) -> Limits:
+    """``limits`` with its wall-clock seconds multiplied by ``factor`` and its CPU seconds by
+    ``cpu_factor`` (None: ``factor`` too), each >= 1."""
+    cpu = factor if cpu_factor is None else cpu_factor
+    for name, value in (("factor", factor), ("cpu_factor", cpu)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 1):
+            raise ValueError(f"{name} must be a finite number >= 1, got {value!r}")
+    return dataclasses.replace(limits, wall_s=limits.wall_s * factor, cpu_s=math.ceil(limits.cpu_s * cpu))
 
 
 def measure() -> Calibration:
@@ -101,7 +117,8 @@ def measure() -> Calibration:
         ok = False
     if not ok:
         raise RuntimeError(f"the calibration child failed (exit {run.returncode}): {run.stderr[-500:]!r}")
-    return Calibration(round(wall, 3), round(float(reply["cpu_s"]), 3), factor_of(wall))
+    cpu = float(reply["cpu_s"])
+    return Calibration(round(wall, 3), round(cpu, 3), factor_of(wall), factor_of(cpu, REFERENCE_CPU_S))
 
 
 def apply(limits: Limits, factor: float | None = None, report: Callable[[str], None] | None = None) -> Limits:
@@ -121,7 +138,7 @@ def resolve(limits: Limits, factor: float | None = None,
     else:
         try:
             cal = measure()
-            big, line, used = scaled(limits, cal.factor), cal.describe(limits), cal.factor
+            big, line, used = scaled(limits, cal.factor, cal.cpu_factor), cal.describe(limits), cal.factor
         except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
             big, used = limits, 1.0
             line = f"time limits as given (the calibration failed: {type(exc).__name__}: {exc})"

@@ -46,6 +46,8 @@ def test_scaled_limits_never_go_below_the_given_ones(factor):
 def test_a_factor_below_one_is_refused_by_name(bad):
     with pytest.raises(ValueError, match="factor must be a finite number >= 1"):
         calibrate.scaled(Limits(), bad)
+    with pytest.raises(ValueError, match="cpu_factor must be a finite number >= 1"):
+        calibrate.scaled(Limits(), 2.0, cpu_factor=bad)
 
 
 def test_the_calibration_runs_the_workload_in_a_child():
@@ -54,6 +56,8 @@ def test_the_calibration_runs_the_workload_in_a_child():
     assert 0 < cal.cpu_s <= cal.wall_s + 0.05
     # the factor comes from the unrounded wall time; the record keeps it to the millisecond
     assert abs(cal.factor - calibrate.factor_of(cal.wall_s)) <= 0.01 + 1e-9
+    # the CPU limits' factor from the CPU time alone
+    assert abs(cal.cpu_factor - calibrate.factor_of(cal.cpu_s, calibrate.REFERENCE_CPU_S)) <= 0.01 + 1e-9
 
 
 def test_grade_hands_the_scaled_limits_to_every_task_and_says_so(tmp_path, monkeypatch):
@@ -62,12 +66,13 @@ def test_grade_hands_the_scaled_limits_to_every_task_and_says_so(tmp_path, monke
     seen = []
     real = grade_module.run_task
     monkeypatch.setattr(grade_module, "run_task", lambda *a: (seen.append(a[4]), real(*a))[1])
-    monkeypatch.setattr(calibrate, "measure", lambda: calibrate.Calibration(0.8, 0.17, 4.0))
+    # a loaded machine (wall-clock x4) that is also slower (its CPU time x1.5)
+    monkeypatch.setattr(calibrate, "measure", lambda: calibrate.Calibration(0.8, 0.255, 4.0, 1.5))
     said = []
     (tmp_path / "empty").mkdir()
     data = grade(tmp_path / "empty", limits=Limits(wall_s=2.0, cpu_s=2), report=said.append)
-    assert seen and all((limits.wall_s, limits.cpu_s) == (8.0, 8) for limits in seen)
-    assert said[0].startswith("time limits x4.00") and "8 s wall-clock, 8 s CPU" in said[0]
+    assert seen and all((limits.wall_s, limits.cpu_s) == (8.0, 3) for limits in seen)
+    assert said[0].startswith("time limits x4.00") and "8 s wall-clock, 3 s CPU (x1.50" in said[0]
     # the tasks' time budget (4 s a test x4, and one 8 s limit), then the time, which results.json leaves out
     budget = 4 * 4 * sum(len(t.tests) for t in grade_module.manifest_of(grade_module.ROOT).tasks) + 8
     assert said[1] == (f"time budget: at most {budget} s for the tasks (4 s a test x4, and a reserve of 1 "

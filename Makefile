@@ -60,8 +60,9 @@ test: $(STAMP_BUILD) $(STAMP_CLUSTER)
 	$(if $(wildcard autograder/tests),test-python-other test-autograder)
 
 # (test-assignments is left out where tests/test_assignments_grading.py exists: its first test
-# runs the same `pytest assignments/` on the reference, under the same profile, and demands the
-# same full marks; a release, which has no tests/, runs it here)
+# runs the same `pytest assignments/` on the reference and demands the same full marks, and the
+# self-check grades the reference with 100 examples a property; a release, which has no tests/,
+# runs it here)
 LIBRARY_STEPS := test-rust test-python $(if $(wildcard tests/test_assignments_grading.py),,test-assignments) stubtest typecheck
 test-library: $(STAMP_BUILD)
 	@for step in $(LIBRARY_STEPS); do $(MAKE) --no-print-directory $$step || exit 1; done
@@ -272,9 +273,12 @@ staff-wheels: wheel
 # picks another) runs the assignments' and the library's tests. Its venv imports servelab from
 # python/ through a .pth file, with the abi3 extension that `make build` compiled: no second
 # Rust build, and the instructors' references stay importable. (tests/test_assignments_grading.py,
-# which grades the assignments through pytest, runs once, on the first Python.) The library's
-# tests and the assignments all run, under the `compat` Hypothesis profile (10 examples a property instead of ci's
-# 60: a difference between Pythons fails on any input; the ci run explores the inputs).
+# which grades the assignments through pytest, runs once, on the first Python, and so does
+# test_benchmarks_smoke.py: the benchmarks are `make bench`'s, a developer's tool on the first
+# Python, not a student's.) The library's other tests and the assignments all run, under the
+# `compat` Hypothesis profile (10 examples a property instead of ci's 60: a difference between
+# Pythons fails on any input; the ci run explores the inputs). Its venv holds what a student's
+# does (the runtime and `student` dependencies): no mypy, which runs on the first Python.
 PYENV_ROOT   ?= $(HOME)/.pyenv
 PYTHON_OTHER ?= $(firstword $(wildcard $(PYENV_ROOT)/versions/3.10.*/bin/python3.10) $(shell command -v python3.10))
 VENV_OTHER   := $(VENV)/other-python
@@ -283,13 +287,14 @@ STAMP_OTHER  := $(VENV_OTHER)/.deps-stamp
 test-python-other: $(STAMP_BUILD) $(STAMP_OTHER)
 	$(PY_OTHER) -c "import sys, servelab._core as c; print('second Python:', sys.version.split()[0], c.__file__)"
 	HYPOTHESIS_PROFILE=compat $(PY_OTHER) -m pytest -q -p no:cacheprovider assignments
-	HYPOTHESIS_PROFILE=compat $(PY_OTHER) -m pytest -q -p no:cacheprovider tests --ignore=tests/test_assignments_grading.py
+	HYPOTHESIS_PROFILE=compat $(PY_OTHER) -m pytest -q -p no:cacheprovider tests --ignore=tests/test_assignments_grading.py \
+		--ignore=tests/test_benchmarks_smoke.py
 
 $(STAMP_OTHER): $(STAMP_BUILD) pyproject.toml
 	@test -n "$(PYTHON_OTHER)" || { echo "no second Python found: install 3.10 (pyenv install 3.10) or set PYTHON_OTHER=/path/to/python3.X" >&2; exit 1; }
 	rm -rf $(VENV_OTHER)
 	$(PYTHON_OTHER) -m venv $(VENV_OTHER)
-	$(PY) -c "from servelab.harness.manifest import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['dev']))" \
+	$(PY) -c "from servelab.harness.manifest import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['student']))" \
 		> $(VENV_OTHER)/requirements.txt
 	$(PY_OTHER) -m pip install --quiet -r $(VENV_OTHER)/requirements.txt
 	$(PY_OTHER) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" | xargs -I{} sh -c 'echo "$(abspath python)" > {}/servelab-source.pth'

@@ -34,11 +34,15 @@ def copy_assignments(tmp_path: Path) -> Path:
     return dst
 
 
-def grade(copy: Path, *extra: str) -> tuple[dict, subprocess.CompletedProcess]:
+def grade(copy: Path, *extra: str, profile: str = "compat") -> tuple[dict, subprocess.CompletedProcess]:
+    """``pytest`` on ``copy`` with the points plugin, under Hypothesis' ``profile``: compat (10
+    examples a property) where what is checked is the students' path (points, statuses, the
+    table), since the grader's run of the reference (the self-check, 100 examples a property)
+    explores the inputs; ci where a bug must be found and shrunk."""
     out = copy.parent / "points.json"
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(copy),
                           "--points-json", str(out), *extra], capture_output=True, text=True, cwd=copy.parent,
-                         timeout=600, env={**os.environ, "HYPOTHESIS_PROFILE": "ci"})
+                         timeout=600, env={**os.environ, "HYPOTHESIS_PROFILE": profile})
     assert out.exists(), f"no points table written:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     return json.loads(out.read_text()), run
 
@@ -119,7 +123,7 @@ def test_one_solved_task_scores_as_before_and_a_planted_bug_is_shrunk(tmp_path):
     copy = copy_assignments(tmp_path)
     stub_all(copy, keep="a1_ledger")
     ledger = copy / "a1_ledger" / "ledger.py"
-    summary, run = grade(copy, "-m", "task_a1_ledger or task_a2_roofline")
+    summary, run = grade(copy, "-m", "task_a1_ledger or task_a2_roofline", profile="ci")
     assert points_by_task(summary)["a1_ledger"] == MANIFEST.tasks[0].points == summary["points"], run.stdout[-2000:]
     assert {t["id"]: t["status"] for t in summary["tasks"]}["a2_roofline"] == "not started"
     # a bug: one RMSNorm per layer instead of two. Every model with n_layers * d_model > 0 shows
@@ -128,7 +132,7 @@ def test_one_solved_task_scores_as_before_and_a_planted_bug_is_shrunk(tmp_path):
     planted = text.replace("per_layer = attention + mlp + 2 * model.d_model", "per_layer = attention + mlp + model.d_model")
     assert planted != text
     ledger.write_text(planted)
-    summary, run = grade(copy, "-m", "task_a1_ledger")
+    summary, run = grade(copy, "-m", "task_a1_ledger", profile="ci")
     a1 = MANIFEST.tasks[0]
     # every a1 test catches it: the 70B and no-GQA tests, whose lecture numbers are rounded,
     # also check a generated neighbour against the core (no lookup passes them)
@@ -154,7 +158,7 @@ def test_one_solved_task_scores_as_before_and_a_planted_bug_is_shrunk(tmp_path):
     # example passes, so only the full run's shrinking can bring the report down to 3 layers
     ledger.write_text(text.replace("return model.n_layers * per_layer",
                                    "return (model.n_layers - (model.n_layers >= 3)) * per_layer"))
-    summary, run = grade(copy, "-m", "task_a1_ledger")
+    summary, run = grade(copy, "-m", "task_a1_ledger", profile="ci")
     section = re.search(r"_{3,} test_param_count_matches_core _{3,}\n(.*?)(?:\n_{3,} \w|\Z)", run.stdout, re.S)
     assert section, run.stdout[-3000:]
     assert re.search(r"n_layers=3,\s+d_model=1,\s+n_heads=1,\s+n_kv_heads=1,\s+d_head=1,\s+d_ff=1,\s+vocab_size=1,",

@@ -18,7 +18,7 @@ from typing import cast
 import servelab
 from autograder.grading import calibrate, grading_secret, results, submission_metadata, testload
 from autograder.markers import hidden_test_names
-from autograder.grading.judge import Outcome, run_task
+from autograder.grading.judge import Outcome, Shortcut, run_task
 from autograder.sandbox.remote import Limits
 from autograder.notebooks import nbgrader
 from autograder.sandbox import os_boundary
@@ -97,7 +97,7 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
           notebooks_out: Path | None = None, time_factor: float | None = None,
           report: Callable[[str], None] | None = None,
           secret: grading_secret.Secret | None = None, identity: str | None = None,
-          metadata: submission_metadata.Metadata | None = None) -> dict:
+          metadata: submission_metadata.Metadata | None = None, shortcut: Shortcut | None = None) -> dict:
     """Grades ``submission`` (a folder or a zip) and returns (and writes to ``out``) results.json.
 
     ``only_tasks`` grades just those tasks (the others score zero, "not graded"): the self-check
@@ -112,7 +112,8 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
     other half of the seed (default: ``metadata``'s, else the submission's folder or zip name:
     :mod:`autograder.grading.submission_metadata`). ``metadata``: Gradescope's submission
     metadata; its due date decides whether results.json's ``score`` counts the hidden tests
-    (:func:`autograder.grading.results.count_visible`; unknown: not yet).
+    (:func:`autograder.grading.results.count_visible`; unknown: not yet). ``shortcut``: the
+    self-check's, for mutants only (:class:`autograder.grading.judge.Shortcut`).
 
     Each task has a time budget (its share, :func:`task_budget`, and what is left of the
     submission's reserve): a submission that stalls in every test is
@@ -158,7 +159,7 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
                 continue
             share, began = task_budget(task, factor), time.monotonic()
             outcomes[task.id] = _contained(task, lambda task=task, budget=share + reserve: _grade_task(
-                root, task, folder, broken, work, limits, forbidden, secret, identity, budget))
+                root, task, folder, broken, work, limits, forbidden, secret, identity, budget, shortcut))
             reserve = max(0.0, reserve - max(0.0, time.monotonic() - began - share))
         data = results.build(manifest, outcomes, hidden_tests(root, manifest))
         # ---- nbgrader notebooks (autograder/notebooks/nbgrader.py): autograded, merged after the tasks
@@ -204,7 +205,7 @@ def _answers_of(root: Path, into: Path, report: Callable[[str], None] | None) ->
 
 def _grade_task(root: Path, task, folder: Path | None, broken: str | None, work: Path, limits: Limits,
                 forbidden: list[Path], secret: grading_secret.Secret, identity: str,
-                budget: float) -> dict[str, Outcome]:
+                budget: float, shortcut: Shortcut | None = None) -> dict[str, Outcome]:
     files = broken if broken else collect(cast(Path, folder), task.edit)
     if isinstance(files, str):
         return run_task(root, task, files, work / "run", limits, forbidden)
@@ -213,7 +214,7 @@ def _grade_task(root: Path, task, folder: Path | None, broken: str | None, work:
     # the generated inputs: this secret, this student, this test; not the files, so that a
     # resubmission (a regrade, a whitespace change) draws the same ones (README: the trade-off)
     with testload.seeded(lambda test_id: grading_secret.seed_for(secret, identity, f"{task.id}\0{test_id}")):
-        return run_task(root, task, files, work / "run", limits, forbidden, budget_s=budget)
+        return run_task(root, task, files, work / "run", limits, forbidden, budget_s=budget, shortcut=shortcut)
 
 
 def _contained(task, grade_one) -> dict[str, Outcome]:

@@ -16,7 +16,7 @@ import builtins
 import itertools
 import shutil
 import time
-from typing import cast
+from typing import Protocol, cast
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +50,18 @@ BLOCKED_MODULES = ("servelab", "servelab._core", "servelab.hw_model", "servelab.
 class Outcome:
     passed: bool
     message: str
+
+
+class Shortcut(Protocol):
+    """Tests a grading may leave out once its task has failed one (the self-check's mutants: a
+    mutant only has to lose points, and a test another mutant already fails needs no second
+    proof; autograder/selfcheck/mutant_kills.py). Never used for a student's grade."""
+
+    def skip(self, test: str) -> str | None:
+        """The message to record instead of running ``test`` (it scores 0), or None: run it."""
+
+    def failed(self, test: str) -> None:
+        """``test`` has just failed."""
 
 
 def imported_names(path: Path) -> set[str]:
@@ -110,12 +122,14 @@ def not_run(budget_s: float) -> str:
 
 
 def run_task(root: Path, task: Task, files: dict[str, Path] | str, workdir: Path, limits: Limits,
-             forbidden: list[Path], budget_s: float | None = None) -> dict[str, Outcome]:
+             forbidden: list[Path], budget_s: float | None = None,
+             shortcut: Shortcut | None = None) -> dict[str, Outcome]:
     """Outcome of every manifest test of ``task``. ``files`` maps each edited file to the copy
     taken from the submission, or is a message saying why there is none. ``budget_s``: the
     wall-clock seconds the whole task may take (:func:`autograder.grading.grade.task_budget`);
     a child still running when it ends is stopped, and the tests not yet run score 0 with
-    :func:`not_run`'s message."""
+    :func:`not_run`'s message. ``shortcut``: once a test has failed, the later tests it says to
+    skip score 0 with its message, unrun (the self-check's mutants only)."""
     end = None if budget_s is None else time.monotonic() + budget_s
     if isinstance(files, str):
         return {test: Outcome(False, files) for test in task.tests}
@@ -153,6 +167,11 @@ def run_task(root: Path, task: Task, files: dict[str, Path] | str, workdir: Path
     try:
         for n, test in enumerate(task.tests):
             file_rel, _, func_name = test.partition("::")
+            why = shortcut.skip(test) if shortcut is not None and not all(o.passed for o in outcomes.values()) \
+                else None
+            if why is not None:
+                outcomes[test] = Outcome(False, why)
+                continue
             if end is not None and time.monotonic() >= end:
                 if child is not None:
                     child.close()
@@ -190,6 +209,8 @@ def run_task(root: Path, task: Task, files: dict[str, Path] | str, workdir: Path
             finally:
                 for proxy in proxies.values():
                     proxy.bind(None)
+            if shortcut is not None and not outcomes[test].passed:
+                shortcut.failed(test)
     finally:
         if child is not None:
             child.close()

@@ -9,6 +9,7 @@ by a later notebook's kernel (README: threat model).
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -108,8 +109,11 @@ def write_spec(data: Path, spec_name: str, folders: KernelFolders, forbidden: li
     writable = folders.writable
     cfg = {"forbidden": [str(p) for p in forbidden], "writable": [str(p) for p in writable],
            # CPU seconds for the whole kernel (every cell, the imports): an endless cell must meet
-           # its per-cell wall-clock timeout first, and the cells after it must still run
-           "blocked_modules": [], "cpu_s": KERNEL_CPU_FACTOR * max(1, int(limits.cpu_s)),
+           # its per-cell wall-clock timeout first, and the cells after it must still run. So they
+           # count in wall-clock limits too: a spinning cell may have a core to itself for its
+           # whole timeout, and the wall-clock limit grows with the load where the CPU one does
+           # not (autograder/grading/calibrate.py)
+           "blocked_modules": [], "cpu_s": KERNEL_CPU_FACTOR * max(1, int(limits.cpu_s), math.ceil(limits.wall_s)),
            "memory_bytes": int(limits.memory_bytes),
            "output_bytes": int(limits.output_bytes), "nproc": nproc,
            "uid": boundary.uid, "gid": boundary.gid, "cwd": str(folders.cwd), "bwrap": boundary.bwrap,

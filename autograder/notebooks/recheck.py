@@ -38,6 +38,7 @@ import ast
 import builtins
 import dataclasses
 import json
+import math
 import time
 from pathlib import Path
 
@@ -185,7 +186,10 @@ def recheck(source_nb: Path, submitted_nb: Path, scratch: Path, forbidden: list[
                              f"{type(exc).__name__}: {exc}")
         return {g: (False, "the grader could not read the notebook (JSON in nbformat 4)") for g in ids}
     try:
-        whole = dataclasses.replace(limits, wall_s=cells_factor * limits.wall_s, cpu_s=cells_factor * limits.cpu_s)
+        # the CPU seconds of every cell together, at least their wall-clock timeouts: a cell that
+        # spins until its deadline must not leave the cells after it without CPU
+        whole = dataclasses.replace(limits, wall_s=cells_factor * limits.wall_s,
+                                    cpu_s=cells_factor * max(limits.cpu_s, math.ceil(limits.wall_s)))
         child = Child([(MODULE, module_path)], Path(scratch) / "child", forbidden, list(BLOCKED), whole,
                       time.monotonic() + whole.wall_s, preload=KERNEL_PRELOAD)
     except SubmissionFailed as exc:

@@ -22,6 +22,7 @@ from autograder.notebooks import nbgrader
 from autograder.selfcheck.bounds import check_bounds
 from autograder.selfcheck.catalogue import (HOSTILE, MUTANTS, SELFCHECK_SECRET, SURVIVORS_FAIL, Check, Factor,
                                             checks, mutants, surviving_tests)
+from autograder.selfcheck.mutant_kills import MutantKills
 from autograder.selfcheck.submissions import (check_hostile, check_mutant, check_paste_back, check_reference,
                                               check_release_grades_zero, check_release_pytest_zero, make_release)
 from autograder.selfcheck.tampering import check_notebook_tampering
@@ -49,10 +50,12 @@ def _cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 
-def run_one(check: Check, tmp: Path, release_dir: Path, pristine: Path | None = None) -> Result:
+def run_one(check: Check, tmp: Path, release_dir: Path, pristine: Path | None = None,
+            kills: Path | None = None) -> Result:
     """Runs ``check`` in the new folder ``tmp``; a check that raises is a problem, not a crash.
     ``pristine``: a copy of the release that no check runs in (paste-back checks copy it while
-    others run pytest in ``release_dir``); default ``release_dir``."""
+    others run pytest in ``release_dir``); default ``release_dir``. ``kills``: the folder of
+    the tests the run's mutants fail (:mod:`.mutant_kills`; None: a mutant runs every test)."""
     tmp.mkdir(parents=True, exist_ok=True)
     factor = Factor()
     keep: dict[str, Any] = {}  # what the check hands back (check_reference's data, a mutant's killed tests)
@@ -71,7 +74,8 @@ def run_one(check: Check, tmp: Path, release_dir: Path, pristine: Path | None = 
         elif check.kind == "paste-back":
             problems = check_paste_back(pristine or release_dir, check.arg, tmp)
         elif check.kind == "mutant":
-            problems = check_mutant(mutants()[int(check.arg)], tmp, factor, keep)
+            problems = check_mutant(mutants()[int(check.arg)], tmp, factor, keep,
+                                    None if kills is None else MutantKills(kills))
         elif check.kind == "bounds":
             problems = check_bounds(check.arg, tmp, factor)
         else:
@@ -114,7 +118,9 @@ def run_all(tmp: Path, jobs: int | None = None, only: list[Check] | None = None,
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs or default_jobs(), mp_context=context,
                              initializer=_worker_init, initargs=(nb_course,)) as pool:
-        futures = {pool.submit(run_one, c, tmp / f"check{n}", release_dir, pristine): c for n, c in enumerate(todo)}
+        # the mutants' failing tests, shared by the workers (a mutant stops once it has lost a point)
+        futures = {pool.submit(run_one, c, tmp / f"check{n}", release_dir, pristine, tmp / "mutant-kills"): c
+                   for n, c in enumerate(todo)}
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)

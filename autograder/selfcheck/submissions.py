@@ -21,6 +21,7 @@ from autograder.grading.results import total_points
 from autograder.notebooks import kept as nb_kept
 from autograder.notebooks import nbgrader, recheck
 from autograder.release.repository import release
+from autograder.selfcheck.mutant_kills import MutantKills
 from autograder.selfcheck.catalogue import (HOSTILE_LIMITS, HOSTILE_SECONDS, RELEASE_PYTEST_S, Factor,
                                             course_fingerprint, full_marks, notebook_full_marks,
                                             points_by_task, reference_submission)
@@ -113,9 +114,10 @@ def check_paste_back(release_dir: Path, task_id: str, tmp: Path | None = None) -
 
 
 def check_mutant(mutant: dict, tmp: Path, report: Callable[[str], None] | None = None,
-                 keep: dict | None = None) -> list[str]:
+                 keep: dict | None = None, kills: MutantKills | None = None) -> list[str]:
     """The mutant loses points on its task. ``keep``: a dict that receives the manifest tests
-    it fails (``keep["killed"]``, a tuple of test ids)."""
+    it fails (``keep["killed"]``, a tuple of test ids). ``kills``: the tests other mutants
+    already fail, left out once this one has failed a test (:mod:`.mutant_kills`)."""
     sub = reference_submission(tmp / "mutant")
     path = sub / "assignments" / mutant["file"]
     text = path.read_text()
@@ -125,7 +127,7 @@ def check_mutant(mutant: dict, tmp: Path, report: Callable[[str], None] | None =
     # only the mutant's task is graded: the others run in sandboxes of their own folders and
     # cannot see the changed file (tests/test_assignments_grading.py checks that no task
     # imports another's module)
-    data = grade(sub, only_tasks=frozenset({mutant["task"]}), report=report)
+    data = grade(sub, only_tasks=frozenset({mutant["task"]}), report=report, shortcut=kills)
     if keep is not None:
         keep["killed"] = tuple(t["extra_data"]["test"] for t in data["tests"]
                                if t["extra_data"]["task"] == mutant["task"] and t["score"] < t["max_score"])

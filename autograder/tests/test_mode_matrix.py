@@ -174,11 +174,15 @@ def test_bubblewrap_as_a_user_holds_the_file_and_code_tricks():
         shutil.rmtree(source.parent, ignore_errors=True)
 
 
-def honest_class(into: Path) -> Path:
-    """Two students handing in the reference of :data:`HONEST_TASKS` and the notebook
+TWO_STUDENTS = ("ada", "grace")  # side by side under grade-all --jobs 2 (uid-only: their uids and folders)
+ONE_STUDENT = ("ada",)  # where what the mode could break is a grading's own: its TMPDIR, its packages
+
+
+def honest_class(into: Path, students: Sequence[str] = TWO_STUDENTS) -> Path:
+    """``students`` handing in the reference of :data:`HONEST_TASKS` and the notebook
     :data:`HONEST_NOTEBOOK` (its kernel: the notebooks' own boundary in each mode)."""
     notebook = next(nb for nb in nbgrader.notebooks_of(ROOT) if nb.id == HONEST_NOTEBOOK)
-    for student in ("ada", "grace"):
+    for student in students:
         reference_submission(into / student, tasks=HONEST_TASKS)
         dst = into / student / "assignments" / notebook.file
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -186,11 +190,11 @@ def honest_class(into: Path) -> Path:
     return into
 
 
-def assert_honest_points(gradebook: Path) -> None:
+def assert_honest_points(gradebook: Path, students: Sequence[str] = TWO_STUDENTS) -> None:
     rows = list(csv.DictReader((gradebook / "gradebook.csv").open()))
     want = {t.id: t.points for t in manifest_of(ROOT).tasks if t.id in HONEST_TASKS}
     want[HONEST_NOTEBOOK] = notebook_full_marks()[HONEST_NOTEBOOK]
-    assert [r["submission"] for r in rows] == ["ada", "grace"]
+    assert [r["submission"] for r in rows] == list(students)
     for row in rows:
         assert {task: int(row[task]) for task in want} == want, row
 
@@ -214,21 +218,22 @@ def test_an_honest_class_under_a_private_tmpdir_keeps_its_points_in_uid_only(opt
 
 
 def test_an_honest_class_under_a_private_tmpdir_keeps_its_points_in_the_default_mode(private_tmpdir, tmp_path):
-    """The same class in the default mode (bubblewrap and the uid, as root), from this copy."""
-    subs = honest_class(tmp_path / "class")
+    """One student of the class in the default mode (bubblewrap and the uid, as root), from this
+    copy (two side by side: test_gradebook.py)."""
+    subs = honest_class(tmp_path / "class", ONE_STUDENT)
     grade_all(Path(sys.executable), ROOT, subs, tmp_path / "gradebook", grader_env(private_tmpdir, None))
-    assert_honest_points(tmp_path / "gradebook")
+    assert_honest_points(tmp_path / "gradebook", ONE_STUDENT)
 
 
 def test_an_honest_class_keeps_its_points_as_a_user():
-    """The same class graded by a non-root user (bubblewrap in a user namespace), on a course
-    copy of its own under /opt, with a TMPDIR of that user's."""
+    """One student of the class graded by a non-root user (bubblewrap in a user namespace), on
+    a course copy of its own under /opt, with a TMPDIR of that user's."""
     source = make_opt_course()
     try:
         user_tmp = source.parent / "user-tmp"
         user_tmp.mkdir()
         os.chown(user_tmp, NOBODY, NOBODY)
-        subs = honest_class(source.parent / "class")
+        subs = honest_class(source.parent / "class", ONE_STUDENT)
         for folder, _, names in os.walk(subs):  # the class, readable by that user
             os.chmod(folder, 0o755)
             for n in names:
@@ -237,7 +242,7 @@ def test_an_honest_class_keeps_its_points_as_a_user():
         env = {**grader_env(user_tmp, None), "HOME": str(user_tmp)}
         setpriv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
         grade_all(source / ".venv" / "bin" / "python", source, subs, out, env, setpriv)
-        assert_honest_points(out)
+        assert_honest_points(out, ONE_STUDENT)
     finally:
         shutil.rmtree(source.parent, ignore_errors=True)
 

@@ -18,7 +18,7 @@ mutant's kills (``killed``) and the time it takes change (the mutants' CPU: 204 
 True
 >>> kills.failed("a1_ledger/test_a1_ledger.py::test_bytes_match_core")
 >>> kills.skip("a1_ledger/test_a1_ledger.py::test_bytes_match_core")
-'not run: another mutant fails this test (the self-check needs one failure a mutant)'
+'not run: another mutant fails this test (the self-check needs one failure per mutant)'
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-SKIPPED = "not run: another mutant fails this test (the self-check needs one failure a mutant)"
+SKIPPED = "not run: another mutant fails this test (the self-check needs one failure per mutant)"
 
 
 class MutantKills:

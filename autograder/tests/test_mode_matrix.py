@@ -3,7 +3,8 @@ environment under /opt (as /autograder/source), graded (1) with the uid-only mod
 under an emulated Docker default (no namespaces: ``auto`` must pick uid-only by itself), and
 (3) as a non-root user (bubblewrap in a user namespace). Under (2) and (3) every hostile fixture of the
 self-check (the default mode's, bubblewrap + uid as root: test_selfcheck.py) scores within its
-points (but endless_call, whose defence is endless_loop's once per test: mode_matrix.py), graded four at a time (most of a hostile grading waits on a limit). The honest class
+points (but endless_call, whose defence is endless_loop's once per test: mode_matrix.py),
+graded four at a time (most of a hostile grading waits on a limit). The honest class
 grades two tasks (one of them numpy's) rather than all, which is what the private TMPDIR could
 break.
 """

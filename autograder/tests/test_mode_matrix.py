@@ -45,8 +45,10 @@ def _same_minor(python: Path) -> bool:
 def make_opt_course() -> Path:
     """/opt/servelab-XXXX/source: this work tree's files (tracked and new, as make_zip.sh packs
     the tracked ones) and the built core, with a virtual environment of the system Python
-    whose packages are this one's (a .pth line: nothing is downloaded). Returns the source
-    folder; the caller removes its parent."""
+    that holds this one's packages (hard links where it can: nothing is downloaded). The copy
+    is the course's own, as Gradescope's is: nothing it runs reaches back into this checkout,
+    which may lie in a folder the grading uid cannot enter (``mktemp -d`` makes one 0700).
+    Returns the source folder; the caller removes its parent."""
     if not _same_minor(SYSTEM_PYTHON):
         pytest.skip("the system Python is not this one's minor version (numpy and the core are built for it)")
     top = Path(tempfile.mkdtemp(prefix="servelab-", dir="/opt"))
@@ -60,7 +62,8 @@ def make_opt_course() -> Path:
             shutil.copy2(ROOT / rel, source / rel)
     subprocess.run([str(SYSTEM_PYTHON), "-m", "venv", "--without-pip", str(source / ".venv")], check=True)
     site = next((source / ".venv" / "lib").glob("python3*/site-packages"))
-    (site / "servelab_course.pth").write_text(f"{source / 'python'}\n{sysconfig.get_paths()['purelib']}\n")
+    _link_tree(Path(sysconfig.get_paths()["purelib"]), site, leave_out={"servelab.pth"})
+    (site / "servelab_course.pth").write_text(f"{source / 'python'}\n")
     # the packages' console scripts (nbgrader runs `alembic`), started by this venv's python
     python = source / ".venv" / "bin" / "python"
     for script in Path(sys.prefix, "bin").iterdir():
@@ -73,11 +76,37 @@ def make_opt_course() -> Path:
                 target.chmod(0o755)
     for folder, _, names in os.walk(top):  # as a zip unpacks: readable by all
         os.chmod(folder, 0o755)
+        if Path(folder) == site or site in Path(folder).parents:
+            continue  # linked files share their inode with this venv's: _link_tree saw to them
         for n in names:
             p = Path(folder) / n
             if not p.is_symlink():
                 os.chmod(p, 0o755 if os.access(p, os.X_OK) else 0o644)
     return source
+
+
+def _link_tree(src: Path, dst: Path, leave_out: frozenset[str] | set[str] = frozenset()) -> None:
+    """``dst`` gets ``src``'s files: a hard link to each one that all may read (so the checkout
+    loses nothing and no mode of its changes), a copy readable by all of any other or where a
+    link cannot be made (another file system); links inside are made again as links."""
+    for folder, dirs, names in os.walk(src):
+        here = dst / Path(folder).relative_to(src)
+        here.mkdir(parents=True, exist_ok=True)
+        for n in [*names, *(d for d in dirs if (Path(folder) / d).is_symlink())]:
+            if n in leave_out and Path(folder) == src:
+                continue
+            s, d = Path(folder) / n, here / n
+            if s.is_symlink():
+                d.symlink_to(os.readlink(s))
+                continue
+            if s.stat().st_mode & 0o004:
+                try:
+                    os.link(s, d)
+                    continue
+                except OSError:
+                    pass
+            shutil.copy2(s, d)
+            os.chmod(d, 0o755 if os.access(s, os.X_OK) else 0o644)
 
 
 @pytest.fixture(scope="module")

@@ -135,9 +135,17 @@ def test_a_connection_file_link_took_the_old_root_phase_and_the_kernel_has_none(
     the grader's own, as a grading's: the sandbox's uid may be let into no other.)"""
     tmp_path = os_boundary.work_folder("servelab-test-root-phase-")
     try:
-        _connection_file_link(tmp_path)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(os_boundary.Boundary, "reach", _anywhere)
+            _connection_file_link(tmp_path)
     finally:
         shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _anywhere(self: os_boundary.Boundary, path: Path) -> None:
+    """The spec is what these tests read, not whether the uid may walk to this checkout's
+    packages: a clone in a folder closed to others (``mktemp -d``) is refused that walk, as it
+    should be (the mode matrix grades from a course copy under /opt, as Gradescope does)."""
 
 
 def _connection_file_link(tmp_path: Path) -> None:
@@ -192,6 +200,7 @@ def test_without_namespaces_the_kernel_is_confined_by_landlock_to_its_machinery_
     tmp_path = os_boundary.work_folder("servelab-kernel-walls-")  # the uid may be let in
     # the uid-only mode closes what is hidden (0700, for good, as on Gradescope): not this checkout
     monkeypatch.setattr(os_boundary.Boundary, "lock", lambda self, paths, keep=(): None)
+    monkeypatch.setattr(os_boundary.Boundary, "reach", _anywhere)
     try:
         uid = os_boundary.free_id()
         course = tmp_path / "course"  # nbgrader's folder of this grading

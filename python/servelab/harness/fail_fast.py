@@ -10,7 +10,11 @@ bugs, for tens of seconds a test. So before a Hypothesis test runs, a probe call
 * the probe raises ``NotImplementedError``: the test fails at once, reported as the one line
   ``not started: param_count() in a1_ledger/ledger.py still raises NotImplementedError``;
 * anything else (it passes, or fails another way): the test runs in full under the loaded
-  profile, shrinking included, so a bug's report ends at the smallest counterexample.
+  profile, shrinking included, so a bug's report ends at the smallest counterexample. An
+  example of that run that reaches a stub (the probe's one did not: a14's host tier only calls
+  your function once it is full) ends the run as the probe would: the examples left skip the
+  test's body, nothing is shrunk (a stub fails on every input), and the test is ``not
+  started``. Shrinking a stub's error was most of a stubbed release's ``pytest assignments/``.
 
 A test without Hypothesis that raises ``NotImplementedError`` gets the same one line. Such
 failures are filed under ``not started`` in pytest's tally (not ``failed``, so that they print no
@@ -25,6 +29,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -115,14 +120,46 @@ def _probe(item: pytest.Item) -> Callable[[], None] | None:
     return run
 
 
-class FailFast:
-    """The probe before each Hypothesis test, and the one-line report of a not-started test."""
+class _StopAtAStub:
+    """For a Hypothesis test's full run, its inner function (``test.hypothesis.inner_test``,
+    which Hypothesis reads at each run for such wrappers) wrapped: the first example that
+    raises ``NotImplementedError`` is kept in :attr:`stopped`, and every later one returns at
+    once, so the run passes quickly and the caller raises what was kept."""
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> None:
+    def __init__(self, inner: Callable[..., Any]) -> None:
+        self.inner = inner
+        self.stopped: NotImplementedError | None = None
+
+        @functools.wraps(inner)  # Hypothesis reads the name and signature
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            if self.stopped is not None:
+                return None
+            try:
+                return inner(*args, **kwargs)
+            except NotImplementedError as exc:
+                self.stopped = exc
+                return None
+        self.wrapped = wrapped
+
+
+def _hypothesis_handle(item: pytest.Item) -> Any:
+    """The ``.hypothesis`` handle of ``item``'s test function, or None (no Hypothesis test, or
+    a state machine's, which has no inner function to wrap: its probe runs every step)."""
+    if not isinstance(item, pytest.Function) or item.name == "runTest":
+        return None
+    return getattr(getattr(item.obj, "__func__", item.obj), "hypothesis", None)
+
+
+class FailFast:
+    """The probe before each Hypothesis test, the full run's stop at a stub, and the one-line
+    report of a not-started test."""
+
+    # innermost of the wrappers: inside the time limit's (a stuck probe is a stuck test)
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
         run = _probe(item)
         if run is None:
-            return
+            return (yield)
         try:
             run()
         except (KeyboardInterrupt, SystemExit, TimeLimitExceeded):  # a stuck probe is a stuck test
@@ -132,6 +169,18 @@ class FailFast:
             if stub is not None:
                 raise stub.with_traceback(stub.__traceback__) from None
             # a real failure: the full run below finds it again and shrinks it
+        handle = _hypothesis_handle(item)
+        if handle is None:
+            return (yield)
+        wrapper = _StopAtAStub(handle.inner_test)
+        handle.inner_test = wrapper.wrapped
+        try:
+            result = yield
+        finally:
+            handle.inner_test = wrapper.inner
+        if wrapper.stopped is not None:
+            raise wrapper.stopped.with_traceback(wrapper.stopped.__traceback__)
+        return result
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):

@@ -31,6 +31,7 @@ if not os.environ.get(ENV_SECRET_FILE):
     os.environ.setdefault(ENV_SECRET, "servelab self-check: a fixed, public secret")
 
 SELFCHECK_TESTS = "test_selfcheck.py"
+REFERENCE_CHECK = "reference: full marks"  # the self-check's grading of the reference (autograder/selfcheck/catalogue.py)
 
 
 @dataclass(frozen=True)
@@ -70,12 +71,15 @@ def _start_selfcheck(names: set[str] | None = None) -> _Run:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Starts the checks the selected tests need: ``-k always_equal`` grades that submission
-    only; a test that reads every result (the surviving-test list) needs them all."""
+    only; a test that reads every result (the surviving-test list) needs them all, and one that
+    reads the reference's grading (``reference_results``) needs that one."""
     if session.config.option.collectonly:
         return
     names: set[str] = set()
     everything = False
     for item in session.items:
+        if "reference_results" in getattr(item, "fixturenames", ()):
+            names.add(REFERENCE_CHECK)
         if Path(str(item.fspath)).name != SELFCHECK_TESTS:
             continue
         if isinstance(item, pytest.Function) and item.originalname == "test_check_holds":
@@ -120,19 +124,37 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 @pytest.fixture(scope="session")
-def reference_graded(tmp_path_factory) -> tuple[dict, Path]:
-    """The reference solutions and the source notebooks graded once in this process, and where
-    its results.json was written (a folder of its own, a few levels deep): the schema and
-    notebook tests read it, and ``test_selfcheck.py`` compares it with the self-check's grading
-    of the same submission (a regrade in another process)."""
-    from autograder.grading.grade import grade
+def reference_results() -> dict:
+    """The results.json (as data) of the self-check's grading of the reference solutions and
+    the source notebooks (its check :data:`REFERENCE_CHECK`): the schema and notebook tests read
+    it, rather than grade the reference a second time (a minute of CPU)."""
+    result = _start_selfcheck({REFERENCE_CHECK}).future.result()[REFERENCE_CHECK]
+    assert result.data is not None, result.problems
+    return result.data
+
+
+# what this session grades again of the reference (the notebooks, and two tasks whose messages
+# carry generated inputs only if they fail): about 10 s of CPU where the whole is a minute
+REGRADED_TASKS = frozenset({"a1_ledger", "a11_speculative"})
+
+
+@pytest.fixture(scope="session")
+def reference_regraded(tmp_path_factory) -> tuple[dict, Path]:
+    """The source notebooks and :data:`REGRADED_TASKS` of the reference graded in this process,
+    and where its results.json was written (a folder of its own, a few levels deep):
+    ``test_selfcheck.py`` compares it with the self-check's grading of the same submission (a
+    regrade in another process, under another load)."""
+    from autograder.grading.grade import ROOT, grade
+    from autograder.notebooks import nbgrader
     from autograder.sandbox.remote import Limits
     from autograder.selfcheck import reference_submission
 
     tmp = tmp_path_factory.mktemp("reference")
     out = tmp / "deep" / "results.json"
+    only = REGRADED_TASKS | {nb.id for nb in nbgrader.notebooks_of(ROOT)}
     # generous limits: a loaded CI machine must not turn a pass into a timeout (scaled by the load, too)
-    return grade(reference_submission(tmp / "ref", with_notebooks=True), out=out, limits=Limits(wall_s=30.0, cpu_s=30)), out
+    return grade(reference_submission(tmp / "ref", with_notebooks=True), out=out, limits=Limits(wall_s=30.0, cpu_s=30),
+                 only_tasks=only), out
 
 
 @pytest.fixture(scope="session")

@@ -155,11 +155,11 @@ def test_kernel_sandbox_refuses_the_course_copy_and_processes(tmp_path):
     assert earned == {"ex06_a_test": 2, "ex06_b_test": 2, "ex06_c_test": 1, "ex06_d_answer": 0}
 
 
-def test_the_source_notebooks_earn_their_autograded_points_and_manual_cells_wait(reference_graded):
-    """The source notebooks as a submission (graded once per session with the reference,
+def test_the_source_notebooks_earn_their_autograded_points_and_manual_cells_wait(reference_results):
+    """The source notebooks as a submission (graded with the reference by the self-check,
     conftest.py): every autograded point, manual cells pending. A regrade is identical:
-    test_selfcheck.py compares this grading with the self-check's, made in another process."""
-    a, _ = reference_graded
+    test_selfcheck.py compares that grading with one made in this process."""
+    a = reference_results
     cells = [t for t in a["tests"] if "notebook" in t["extra_data"]]
     assert {t["extra_data"]["notebook"] for t in cells} == {nb.file for nb in NOTEBOOKS}
     assert all(t["score"] == t["max_score"] and t["output"] == "passed" for t in cells if t["extra_data"]["kind"] == "auto")

@@ -48,14 +48,15 @@ def test_the_schema_rejects_what_gradescope_would():
                                         "output": "", "visibility": "visible"}]}, SCHEMA)
 
 
-def test_reference_results_validate_and_written_atomically(reference_graded):
-    # the reference graded once per session (conftest.py); test_selfcheck.py compares it with the
-    # self-check's own grading of the reference, in another process
-    data, out = reference_graded
-    validate(data)
+def test_reference_results_validate_and_written_atomically(reference_results, reference_regraded):
+    # the self-check's grading of the reference (conftest.py), and this session's of a part of it
+    # (test_selfcheck.py compares the two), written into a folder a few levels deep
+    validate(reference_results)
+    assert all(t["status"] == "passed" and t["visibility"] == "visible" for t in task_tests(reference_results))
+    data, out = reference_regraded
+    jsonschema.validate(data, SCHEMA)
     assert json.loads(out.read_text()) == data
     assert [p.name for p in out.parent.iterdir()] == ["results.json"]  # no temporary left behind
-    assert all(t["status"] == "passed" and t["visibility"] == "visible" for t in task_tests(data))
 
 
 def test_missing_file_gives_zero_with_a_message(tmp_path):

@@ -1,4 +1,7 @@
-"""An honest param_count; every other function loops forever."""
+"""An honest param_count; kv_bytes_per_token loops forever when called, and the other functions
+answer 0 (and fail at once: each stuck test waits out the per-test limit, so only the tests
+that reach kv_bytes_per_token first do; the first test of the task is one of them, and the
+grading goes on after it)."""
 
 import math
 
@@ -39,4 +42,9 @@ def _forever(*args, **kwargs):
         pass
 
 
-weight_bytes = kv_bytes_per_token = kv_capacity_tokens = max_batch = fits = _forever
+def _zero(*args, **kwargs):
+    return 0
+
+
+kv_bytes_per_token = _forever
+weight_bytes = kv_capacity_tokens = max_batch = fits = _zero

@@ -146,6 +146,8 @@ def simulate_early_reject(arrival_s, prompt_len, output_len, predicted_len, slo_
     def prefill(j: int) -> float:
         return step_time([(prompt[j], 0)], price)
 
+    decode_s: dict[int, float] = {}  # a decode step's price by context length: each layout asks again
+
     def lay_out(j: int, t: float, length: int, arrived: float | None = None) -> float:
         """Request ``j`` run from ``t`` for ``length`` tokens. With ``arrived``, it stops as
         soon as the clock is past ``arrived + slo_ttft_s``: the verdict is then already "late"."""
@@ -153,7 +155,11 @@ def simulate_early_reject(arrival_s, prompt_len, output_len, predicted_len, slo_
         for s in range(1, length):
             if arrived is not None and t - arrived > slo_ttft_s:
                 break
-            t = t + step_time([(1, prompt[j] + s - 1)], price)
+            context = prompt[j] + s - 1
+            step = decode_s.get(context)
+            if step is None:
+                step = decode_s[context] = step_time([(1, context)], price)
+            t = t + step
         return t
 
     events = EventQueue()

@@ -15,13 +15,14 @@
 * ``thorough``: many examples, for a long soak.
 
 Tests that set ``max_examples`` themselves (those that run the tiny model: 25 to 60) keep their
-count under every profile.
+count under every profile but ``compat``, which caps every test at :data:`COMPAT_EXAMPLES`
+(:func:`cap_examples`, called by the conftests once the tests are collected).
 """
 
 from __future__ import annotations
 
 import os
-from typing import TypedDict
+from typing import Any, Iterable, TypedDict
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 
@@ -52,6 +53,32 @@ PROFILES: dict[str, SettingsKwargs] = {
     "dev": dict(deadline=None),
     "thorough": dict(max_examples=2000, deadline=None),
 }
+
+# what differs between Pythons or installs fails on any input: under compat no test runs more
+COMPAT_EXAMPLES = 10
+
+
+def cap_examples(items: Iterable[Any]) -> int:
+    """Under the ``compat`` profile, caps at :data:`COMPAT_EXAMPLES` the examples of each
+    collected test (pytest items) that sets a larger count itself, a state machine's included;
+    returns how many were capped (0 under any other profile)."""
+    if os.environ.get("HYPOTHESIS_PROFILE") != "compat":
+        return 0
+    capped = 0
+    for item in items:
+        obj = getattr(item, "obj", None)
+        func: Any = getattr(obj, "__func__", obj)
+        own = getattr(func, "_hypothesis_internal_use_settings", None)
+        if isinstance(own, settings) and own.max_examples > COMPAT_EXAMPLES:
+            func._hypothesis_internal_use_settings = settings(own, max_examples=COMPAT_EXAMPLES)
+            capped += 1
+        case: Any = getattr(item, "cls", None)  # a state machine's TestCase carries its settings
+        machine = getattr(case, "settings", None)
+        if isinstance(machine, settings) and machine.max_examples > COMPAT_EXAMPLES:
+            case.settings = settings(machine, max_examples=COMPAT_EXAMPLES)
+            capped += 1
+    return capped
+
 
 # the student profile's probe: is the task started at all? (a stub raises on the first example)
 PROBE: SettingsKwargs = dict(max_examples=1, phases=[Phase.explicit, Phase.generate], database=None,

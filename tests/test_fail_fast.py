@@ -1,8 +1,8 @@
 """The fail-fast probe of ``pytest assignments/`` (servelab.harness.fail_fast) when a stub is
 reached only by a later example, as a14's host tier calls the student's function only once it
 is full: the test is reported ``not started`` in one line, and the stub is called once (not
-shrunk, which was most of a stubbed release's run), while a real bug in the same shape is still
-shrunk to its smallest counterexample. In a pytest of its own (pytester, in process)."""
+shrunk, which was most of a stubbed release's run), even when a real bug's shrinking walks into
+it; a real bug alone is still shrunk to its smallest counterexample. In a pytest of its own (pytester, in process)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,16 @@ def test_reaches_the_stub_late(n):
 def test_reaches_a_bug_late(n):
     assert buggy(n) == n
 
+@settings(max_examples=200, database=None, deadline=None, derandomize=True)
+@given(st.integers(min_value=0, max_value=10**6))
+def test_a_bug_shrinks_into_the_stub(n):
+    # half done: a stub below 20 (past the probe's 0), a bug above it, so shrinking the bug
+    # walks into the stub
+    if 0 < n < 20:
+        stub(n)
+    assert n < 20, "wrong above 20"
+
+
 def test_zz_counts():
     with open("calls.txt", "w") as f:
         f.write(f"{CALLS['stub']} {CALLS['bug']}")
@@ -54,7 +64,9 @@ def test_a_stub_reached_late_is_not_started_and_not_shrunk(pytester):
     out = result.stdout.str()
     stub_calls, bug_calls = (int(x) for x in (pytester.path / "calls.txt").read_text().split())
     assert "test_reaches_the_stub_late NOT STARTED" in out, out[-2000:]
-    assert stub_calls == 1, f"the stub was called {stub_calls} times: Hypothesis went on (shrinking) after it raised"
+    assert stub_calls == 2, f"the stub was called {stub_calls} times: Hypothesis went on (shrinking) after it raised"
     # the real bug is shrunk as before: many calls, down to the smallest failing input
     assert bug_calls > 5 and "n=20" in out, out[-2000:]
-    assert "1 failed, 1 passed, 1 not started in" in out and result.ret == 1
+    # shrinking a real failure into the stub ends the run there too: not started, not Flaky
+    assert "test_a_bug_shrinks_into_the_stub NOT STARTED" in out and "Flaky" not in out, out[-2000:]
+    assert "1 failed, 1 passed, 2 not started in" in out and result.ret == 1

@@ -12,9 +12,8 @@ bugs, for tens of seconds a test. So before a Hypothesis test runs, a probe call
 * anything else (it passes, or fails another way): the test runs in full under the loaded
   profile, shrinking included, so a bug's report ends at the smallest counterexample. An
   example of that run that reaches a stub (the probe's one did not: a14's host tier only calls
-  your function once it is full) ends the run as the probe would: the examples left skip the
-  test's body, nothing is shrunk (a stub fails on every input), and the test is ``not
-  started``. Shrinking a stub's error was most of a stubbed release's ``pytest assignments/``.
+  your function once it is full) ends the run as the probe would: nothing is shrunk (a stub
+  fails on every input), and the test is ``not started``. Shrinking a stub's error was most of a stubbed release's ``pytest assignments/``.
 
 A test without Hypothesis that raises ``NotImplementedError`` gets the same one line. Such
 failures are filed under ``not started`` in pytest's tally (not ``failed``, so that they print no
@@ -120,26 +119,29 @@ def _probe(item: pytest.Item) -> Callable[[], None] | None:
     return run
 
 
-class _StopAtAStub:
-    """For a Hypothesis test's full run, its inner function (``test.hypothesis.inner_test``,
-    which Hypothesis reads at each run for such wrappers) wrapped: the first example that
-    raises ``NotImplementedError`` is kept in :attr:`stopped`, and every later one returns at
-    once, so the run passes quickly and the caller raises what was kept."""
+class _StubReached(BaseException):
+    """Carries a stub's ``NotImplementedError`` out of a Hypothesis run. Hypothesis takes an
+    ``Exception`` for a failure, to shrink and to replay; this is none (as with
+    ``KeyboardInterrupt``, it lets it through at once), so the run ends at that example, even
+    in the middle of shrinking a real failure of another input."""
 
-    def __init__(self, inner: Callable[..., Any]) -> None:
-        self.inner = inner
-        self.stopped: NotImplementedError | None = None
+    def __init__(self, stub: NotImplementedError) -> None:
+        super().__init__(str(stub))
+        self.stub = stub
 
-        @functools.wraps(inner)  # Hypothesis reads the name and signature
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            if self.stopped is not None:
-                return None
-            try:
-                return inner(*args, **kwargs)
-            except NotImplementedError as exc:
-                self.stopped = exc
-                return None
-        self.wrapped = wrapped
+
+def _stopping_at_a_stub(inner: Callable[..., Any]) -> Callable[..., Any]:
+    """A Hypothesis test's inner function (``test.hypothesis.inner_test``, which Hypothesis
+    reads at each run for such wrappers), wrapped for its full run: an example that raises
+    ``NotImplementedError`` ends the run with :class:`_StubReached`."""
+
+    @functools.wraps(inner)  # Hypothesis reads the name and signature
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return inner(*args, **kwargs)
+        except NotImplementedError as exc:
+            raise _StubReached(exc) from None
+    return wrapped
 
 
 def _hypothesis_handle(item: pytest.Item) -> Any:
@@ -172,15 +174,14 @@ class FailFast:
         handle = _hypothesis_handle(item)
         if handle is None:
             return (yield)
-        wrapper = _StopAtAStub(handle.inner_test)
-        handle.inner_test = wrapper.wrapped
+        inner = handle.inner_test
+        handle.inner_test = _stopping_at_a_stub(inner)
         try:
-            result = yield
+            return (yield)
+        except _StubReached as reached:
+            raise reached.stub.with_traceback(reached.stub.__traceback__) from None
         finally:
-            handle.inner_test = wrapper.inner
-        if wrapper.stopped is not None:
-            raise wrapper.stopped.with_traceback(wrapper.stopped.__traceback__)
-        return result
+            handle.inner_test = inner
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):

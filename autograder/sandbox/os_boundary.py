@@ -528,9 +528,13 @@ def boundary() -> Boundary:
             why.append("not root, so there is no other user to run submissions as" if not root else
                        "setpriv (util-linux) is missing")
         else:
-            blocked = next((b for b in map(_world_reachable, interpreter_paths()) if b), None)
+            # the child runs as that uid: it must be able to walk to the interpreter and to the
+            # packages it imports (numpy reached through a .pth into a venv under a 0700 home
+            # would fail every test with "No module named 'numpy'", and score 0)
+            needed = [*interpreter_paths(), *map(str, beyond_interpreter(library_paths()))]
+            blocked = next((b for b in map(_world_reachable, needed) if b), None)
             if blocked:
-                why.append(f"the interpreter's folder {blocked} is closed to other users")
+                why.append(f"the folder {blocked}, on the way to the interpreter or its packages, is closed to other users")
             elif landlock_abi() < 1:  # the uid alone leaves every world-readable file in reach
                 why.append("the kernel offers no Landlock (Linux 5.13 or later, enabled), so without namespaces "
                            "nothing would confine a child's files")

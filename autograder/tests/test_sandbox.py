@@ -374,6 +374,35 @@ def test_without_namespaces_or_landlock_grade_refuses(monkeypatch):
     assert os_boundary.require() == os_boundary.NONE
 
 
+def test_uid_only_refuses_packages_the_uid_cannot_reach(monkeypatch):
+    """Root, no namespaces: numpy in a folder under one closed to others (a venv in a 0700 home,
+    reached through a .pth) is named up front, instead of every test failing to import it."""
+    top = Path(tempfile.mkdtemp(prefix="servelab-closed-home-"))  # pytest's own folders are 0700
+    os.chmod(top, 0o755)
+    try:
+        _refused_then_chosen(monkeypatch, top / "home")
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def _refused_then_chosen(monkeypatch, closed: Path) -> None:
+    (closed / "venv" / "numpy").mkdir(parents=True)
+    os.chmod(closed, 0o700)
+    monkeypatch.setattr(os_boundary, "BWRAP", None)
+    monkeypatch.setattr(os_boundary, "_CHOSEN", {})
+    monkeypatch.setattr(os_boundary, "landlock_abi", lambda: 1)
+    monkeypatch.setattr(os_boundary, "interpreter_paths", lambda: ["/usr"])
+    monkeypatch.setattr(os_boundary, "library_paths", lambda: ["/usr/lib", str(closed / "venv" / "numpy")])
+    monkeypatch.setattr(os_boundary.os, "geteuid", lambda: 0)
+    monkeypatch.delenv(os_boundary.TRUST_VARIABLE, raising=False)
+    monkeypatch.setenv(os_boundary.MODE_VARIABLE, "uid")
+    with pytest.raises(os_boundary.Refused, match=f"the folder {closed}, on the way to the interpreter or its packages"):
+        os_boundary.require()
+    os.chmod(closed, 0o755)  # the control: the same folders, open, and the uid-only mode is chosen
+    if os_boundary.SETPRIV and os_boundary.free_id() is not None:
+        assert os_boundary.require().mode == "uid"
+
+
 def test_in_this_machines_mode_a_child_reads_no_core_course_or_tmp_and_maps_no_code():
     """The probe of the mode matrix (autograder/tests/mode_matrix.py) in the default mode
     (bubblewrap + uid here); test_mode_matrix.py runs it uid-only and as a user."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 
 import pytest
@@ -230,18 +232,35 @@ def _distributed():
     return distributed
 
 
+# the cluster's part, in a process of its own: the sweeps through a Dask client and through its
+# executor, their CSVs and the progress seen; then the process ends without Dask's own shutdown
+# (LocalCluster.close waited for ever once, on a loaded 2-core machine: Dask's teardown, not
+# the sweep, and nothing here is about it)
+CLUSTER_SWEEP = """
+import json, os
+import distributed
+from servelab import sweep as sw
+grid = sw.Grid(policies=("batch1", "static", "continuous"), rates=(0.2, 2.0), batch_size=(8, 32))
+seen = []
+cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None)
+client = distributed.Client(cluster)
+remote = sw.sweep(grid, n=60, executor=client, progress=lambda d, t: seen.append(d))
+via_executor = sw.sweep(grid, n=60, executor=client.get_executor())
+print(json.dumps({"remote": remote.to_csv(), "via_executor": via_executor.to_csv(), "seen": seen}), flush=True)
+os._exit(0)
+"""
+
+
 def test_a_sweep_on_a_dask_local_cluster_equals_the_local_run():
-    distributed = _distributed()
+    _distributed()
     grid = sw.Grid(policies=("batch1", "static", "continuous"), rates=(0.2, 2.0), batch_size=(8, 32))
     local = sw.sweep(grid, n=60)
-    seen = []
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
-        remote = sw.sweep(grid, n=60, executor=client, progress=lambda d, t: seen.append(d))
-        via_executor = sw.sweep(grid, n=60, executor=client.get_executor())
-    assert remote.rows == local.rows == via_executor.rows
-    assert remote.to_csv() == local.to_csv()
-    assert seen == list(range(1, len(grid) + 1))
+    run = subprocess.run([sys.executable, "-c", CLUSTER_SWEEP], capture_output=True, text=True,
+                         timeout=600)  # a bound against a hang only
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["remote"] == got["via_executor"] == local.to_csv()
+    assert got["seen"] == list(range(1, len(grid) + 1))
 
 
 def test_len_counts_points_without_making_them():

@@ -373,9 +373,10 @@ def _as_int(name: str, value: object) -> int:
 
 
 
-def step_cost(model: ModelSpec, gpu: GpuSpec, batch: Sequence[tuple[int, int]],
+def step_cost(model: ModelSpec, gpu: GpuSpec, batch: Sequence[tuple[int, int]] | np.ndarray,
               efficiency: Efficiency = DEFAULT_EFFICIENCY, *, tp: int = 1) -> StepCost:
-    """Cost of one forward over ``batch``, a list of ``(new_tokens, context_len)`` per sequence.
+    """Cost of one forward over ``batch``, a list of ``(new_tokens, context_len)`` per sequence
+    (or an integer array of shape (n, 2), the cheaper form for a batch of many sequences).
 
     ``context_len`` is the number of tokens already in that sequence's KV cache: a prefill of
     a 2048-token prompt is ``[(2048, 0)]``, a decode step of 64 sequences at context 1024 is

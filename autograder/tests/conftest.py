@@ -133,8 +133,10 @@ def reference_results() -> dict:
     return result.data
 
 
-# what this session grades again of the reference (the notebooks, and two tasks whose messages
-# carry generated inputs only if they fail): about 10 s of CPU where the whole is a minute
+# what this session grades again of the reference: the notebooks and two quick tasks, about 10 s
+# of CPU where the whole is a minute (a passing test's message does not carry its inputs, so a
+# regrade of the rest would show little; failing submissions are regraded byte for byte in
+# test_results_schema.py and test_robustness.py)
 REGRADED_TASKS = frozenset({"a1_ledger", "a11_speculative"})
 
 

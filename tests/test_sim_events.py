@@ -18,17 +18,14 @@ from servelab import serving_core as sc
 from servelab.hw_model import H100, LLAMA3_8B
 from servelab.workload import Requests, chat_requests
 
+import sim_compare
+
 COLUMNS = ("start_s", "first_token_s", "finish_s", "rejected", "batch_id", "reject_code",
            "n_preemptions")
 TOTALS = ("busy_s", "flops", "n_steps", "peak_kv_tokens", "peak_kv_blocks")
 TRACE = ("start_s", "step_s", "batch_size", "tokens", "n_prefill", "n_decode", "kv_tokens",
          "kv_blocks", "n_preempted", "n_admitted")
 N_WORKLOADS = 200
-
-
-def _bits(x: np.ndarray) -> np.ndarray:
-    """Floats as their bit patterns (so -0.0 != 0.0 and NaN == NaN); other dtypes as they are."""
-    return x.view(np.int64) if x.dtype == np.float64 else x
 
 
 def _workload(seed: int) -> tuple[Requests, dict, bool]:
@@ -65,19 +62,7 @@ def test_event_driven_matches_the_per_step_loop(seed):
             sc.run_continuous_batching(reqs, LLAMA3_8B, H100, **params)
         return
     got = sc.run_continuous_batching(reqs, LLAMA3_8B, H100, trace=keep, batch_log=keep, **params)
-    for k in COLUMNS:
-        a, b = getattr(got, k), getattr(want, k)
-        assert a.dtype == b.dtype and np.array_equal(_bits(a), _bits(b)), (k, params)
-    for k in TOTALS:
-        a, b = getattr(got, k), getattr(want, k)
-        assert type(a) is type(b) and repr(a) == repr(b), (k, a, b)
-    if keep:
-        for k in TRACE:
-            assert np.array_equal(_bits(getattr(got.trace, k)), _bits(getattr(want.trace, k))), k
-        assert got.batch_log.to_list() == want.batch_log.to_list()
-    else:
-        assert got.trace is None and got.batch_log is None
-
+    sim_compare.assert_same_runs(got, want, COLUMNS, TOTALS, TRACE, params)
 
 def test_the_workloads_reach_the_rare_paths():
     """The 200 workloads include preemptions, rejections and steps whose budget is smaller than

@@ -16,6 +16,8 @@ from servelab.engine.speculative import LLAMA32_1B
 from servelab.hw_model import H100, LLAMA3_8B
 from servelab.workload import Requests, chat_requests
 
+import sim_compare
+
 COLUMNS = ("start_s", "first_token_s", "finish_s", "rejected", "batch_id", "reject_code",
            "n_preemptions", "spec_proposed", "spec_accepted", "spec_steps")
 TOTALS = ("busy_s", "flops", "n_steps", "peak_kv_tokens", "peak_kv_blocks", "draft_busy_s")
@@ -24,11 +26,6 @@ TRACE = ("start_s", "step_s", "batch_size", "tokens", "n_prefill", "n_decode", "
 SEEDS = range(12)
 KS = (0, 1, 4)
 RATES = (0.0, 0.5, 0.8, 1.0)
-
-
-def _bits(x: np.ndarray) -> np.ndarray:
-    """Floats as their bit patterns (so -0.0 != 0.0 and NaN == NaN); other dtypes as they are."""
-    return x.view(np.int64) if x.dtype == np.float64 else x
 
 
 def _workload(seed: int) -> tuple[Requests, dict]:
@@ -71,16 +68,8 @@ def test_spec_events_match_the_per_step_loop(seed, k, a):
             _run(reqs, params, k, a, seed)
         return
     got = _run(reqs, params, k, a, seed)
-    for c in COLUMNS:
-        x, y = getattr(got, c), getattr(want, c)
-        assert x.dtype == y.dtype and np.array_equal(_bits(x), _bits(y)), (c, params)
-    for c in TOTALS:
-        x, y = getattr(got, c), getattr(want, c)
-        assert type(x) is type(y) and repr(x) == repr(y), (c, x, y)
-    for c in TRACE:
-        assert np.array_equal(_bits(getattr(got.trace, c)), _bits(getattr(want.trace, c))), c
-    assert got.batch_log.to_list() == want.batch_log.to_list()
-
+    assert want.trace is not None  # the trace and batch log are compared too
+    sim_compare.assert_same_runs(got, want, COLUMNS, TOTALS, TRACE, params)
 
 def test_the_workloads_reach_the_rare_paths():
     """At k = 4 and a = 0.8 the workloads preempt (the new loop runs the per-step code) and

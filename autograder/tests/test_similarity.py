@@ -6,6 +6,7 @@ library. No grading, copydetect alone: about 5 s (most of it pygments reading th
 from __future__ import annotations
 
 import csv
+import re
 import textwrap
 import zipfile
 from pathlib import Path
@@ -73,54 +74,12 @@ ALICE = HEAD + textwrap.dedent('''
         return weight_bytes(model) < mem_util * gpu.memory_bytes
 ''')
 
-# bob: alice's file with every name, the order of two functions and the layout changed
-BOB = HEAD + textwrap.dedent('''
-
-    def _attn(m):
-        hs = [m.n_heads, m.n_kv_heads, m.n_kv_heads, m.n_heads]
-        acc = 0
-        for h in hs:
-            acc += m.d_model * h * m.d_head
-        return acc
-
-
-    def _one_layer(m):
-        mlp = 3 * m.d_ff * m.d_model
-        rms = 2 * m.d_model
-        return _attn(m) + mlp + rms
-
-
-    def param_count(model) -> int:
-        emb = model.vocab_size * model.d_model
-        lm = emb if not model.tie_embeddings else 0
-        return model.n_layers * _one_layer(model) + emb + lm + model.d_model
-
-
-    def weight_bytes(model) -> float:
-        return model.bytes_per_param * param_count(model)
-
-
-    def kv_bytes_per_token(model) -> float:
-        x = model.n_kv_heads * model.d_head * 2
-        return x * model.n_layers * model.bytes_per_param
-
-
-    def kv_capacity_tokens(model, gpu, mem_util: float = 0.9) -> int:
-        cap = mem_util * gpu.memory_bytes
-        rest = cap - weight_bytes(model)
-        if rest < 0:
-            return 0
-        return int(rest // kv_bytes_per_token(model))
-
-
-    def max_batch(model, gpu, context_len: int, mem_util: float = 0.9) -> int:
-        n = kv_capacity_tokens(model, gpu, mem_util)
-        return n // context_len
-
-
-    def fits(model, gpu, mem_util: float = 0.9) -> bool:
-        return weight_bytes(model) < mem_util * gpu.memory_bytes
-''')
+# bob: alice's file with every local name and helper renamed (what a copier does first)
+BOB_NAMES = {"_attention_weights": "_attn", "widths": "hs", "total": "acc", "heads": "h", "_layer": "_one_layer",
+             "swiglu": "mlp", "norms": "rms", "table": "emb", "head": "lm", "per_layer": "x", "budget": "cap",
+             "left": "rest", "tokens": "n"}
+BOB = re.sub(r"\b(" + "|".join(BOB_NAMES) + r")\b", lambda m: BOB_NAMES[m.group(1)], ALICE)
+assert BOB.count("def ") == ALICE.count("def ") and "widths" not in BOB and "n_heads" in BOB
 
 # carol: one dictionary of matrix shapes, summed; a loop for the capacity
 CAROL = HEAD + textwrap.dedent('''

@@ -101,7 +101,9 @@ def scaled(limits: Limits, factor: float, cpu_factor: float | None = None) -> Li
     for name, value in (("factor", factor), ("cpu_factor", cpu)):
         if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 1):
             raise ValueError(f"{name} must be a finite number >= 1, got {value!r}")
-    return dataclasses.replace(limits, wall_s=limits.wall_s * factor, cpu_s=math.ceil(limits.cpu_s * cpu))
+    return dataclasses.replace(limits, wall_s=limits.wall_s * factor, cpu_s=math.ceil(limits.cpu_s * cpu),
+                               given_wall_s=limits.wall_s if limits.given_wall_s is None else limits.given_wall_s,
+                               given_cpu_s=limits.cpu_s if limits.given_cpu_s is None else limits.given_cpu_s)
 
 
 def measure() -> Calibration:

@@ -19,7 +19,7 @@ import sys
 import time
 import types
 from typing import IO, cast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder.sandbox import os_boundary, wire
@@ -44,6 +44,23 @@ class Limits:
     memory_bytes: int = 2 << 30
     output_bytes: int = 1 << 20
     nproc: int = 64
+    # the limits as the manifest gives them, before calibrate.scaled() fitted them to this
+    # machine (None: not scaled): messages name these, so that a regrade on a slower or busier
+    # machine writes the same results.json
+    given_wall_s: float | None = field(default=None, compare=False)
+    given_cpu_s: int | None = field(default=None, compare=False)
+
+    def wall_words(self) -> str:
+        """The wall-clock limit as a message names it."""
+        if self.given_wall_s is None:
+            return f"{self.wall_s:g} s (wall clock)"
+        return f"{self.given_wall_s:g} s (wall clock, fitted to this machine's speed and load)"
+
+    def cpu_words(self) -> str:
+        """The CPU limit as a message names it."""
+        if self.given_cpu_s is None:
+            return f"{self.cpu_s} s"
+        return f"{self.given_cpu_s} s a test, fitted to this machine's speed"
 
     def __post_init__(self) -> None:
         for name in ("wall_s", "cpu_s", "memory_bytes", "output_bytes", "nproc"):
@@ -87,7 +104,7 @@ def _describe_exit(code: int | None, limits: Limits) -> str:
     if code >= 0:
         return f"ended with exit code {code}"
     sig = -code
-    reasons: dict[int, str] = {signal.SIGXCPU: f" (CPU time limit of {limits.cpu_s} s)",
+    reasons: dict[int, str] = {signal.SIGXCPU: f" (CPU time limit of {limits.cpu_words()})",
                                signal.SIGXFSZ: f" (output over the limit of {limits.output_bytes} bytes)",
                                signal.SIGKILL: " (killed)", signal.SIGSEGV: " (crashed; possibly out of memory)"}
     why = reasons.get(sig, "")
@@ -231,7 +248,7 @@ class Child:
 
     def _timed_out(self, what: str, doing: str) -> SubmissionFailed:
         self.close()
-        limit = (f"time limit: {self.limits.wall_s:g} s (wall clock) ran out" if self.budget_end is None else
+        limit = (f"time limit: {self.limits.wall_words()} ran out" if self.budget_end is None else
                  "time budget: the time this task may take in all ran out")
         return SubmissionFailed(f"{limit} while {doing}{what}; your code's process was stopped")
 

@@ -8,6 +8,7 @@ Cost: about 40 s on a quiet machine (two short gradings of the sleeper, a few ch
 from __future__ import annotations
 
 import csv
+import re
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -165,3 +166,23 @@ def test_grade_all_writes_its_gradebook_when_gradings_outlive_their_budget(tmp_p
     assert all(r[-2].startswith("grader error: not graded: its grading outlived") for r in rows[1:]), rows
     timing = list(csv.reader((tmp_path / "out" / "timing.csv").open()))
     assert timing[0][-1] == "time_budget_ran_out" and [r[-1] for r in timing[1:]] == ["grading stopped"] * 2
+
+
+def test_a_limit_fitted_to_the_machine_is_named_as_given(tmp_path):
+    """What a cut-off test says does not depend on the calibration: a regrade on a busier machine
+    (its limits scaled further) writes the same words, the manifest's numbers."""
+    from autograder.grading import calibrate
+    from autograder.grading.judge import not_run
+
+    said = []
+    for factor in (1.0, 1.6):
+        limits = calibrate.scaled(Limits(wall_s=1.0, cpu_s=3), factor, cpu_factor=factor)
+        child = Child([("ledger", FLOOD)], tmp_path / f"scratch{factor}", [], [], limits,
+                      time.monotonic() + limits.wall_s)
+        with pytest.raises(SubmissionFailed) as caught:
+            child.call("ledger", "weight_bytes", (1,), {})
+        said.append((str(caught.value), remote._describe_exit(-remote.signal.SIGXCPU, limits)))
+    assert said[0] == said[1], said
+    assert said[0][0].startswith("time limit: 1 s (wall clock, fitted to this machine's speed and load) ran out")
+    assert said[0][1] == "was killed by SIGXCPU (CPU time limit of 3 s a test, fitted to this machine's speed)"
+    assert re.search(r"[0-9.]+ s\b", not_run()) is None  # no seconds in a budget's message either

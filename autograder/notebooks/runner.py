@@ -10,7 +10,8 @@ It never reads a score from the student's notebook: nbgrader restores every lock
 cells included) from the checksummed source in its database before it executes, and scores a
 test cell by whether it raised. Student code runs only in the kernel that nbgrader starts,
 under the sandbox of :mod:`autograder.sandbox.kernel`, whose folders lie outside the course
-folder: nothing this process reads or writes can be a kernel's link.
+folder: nothing this process reads or writes can be a kernel's link, and it reaches the kernel's
+sockets through descriptors it opened before any cell ran (:func:`pin_sockets`).
 
 Config keys: ``action`` (``generate`` or ``autograde``), ``course`` (the course folder, holding
 ``source/<assignment>/``), ``assignment``, ``student``, ``cell_timeout`` (seconds per cell),
@@ -23,10 +24,14 @@ Config keys: ``action`` (``generate`` or ``autograde``), ``course`` (the course 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import resource
+import stat
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 
@@ -74,6 +79,38 @@ def _scores(cfg: dict, db_url: str) -> dict:
     return notebooks
 
 
+KERNEL_BIND_S = 60.0  # how long a kernel may take to bind its sockets (nbclient's own start-up timeout)
+
+
+def pin_sockets(prefix: str, ports: list[int], pins: str) -> tuple[str, list[int]]:
+    """Opens the kernel's socket files ``{prefix}-{port}`` without following a link (each must be
+    a socket), and makes links ``{pins}/kernel-{port}`` to ``/proc/self/fd/N`` of those
+    descriptors, in ``pins``, a folder of this process's own: the prefix to connect to instead,
+    and the descriptors (keep them open). ZeroMQ opens a socket's path again at every
+    reconnection; a path in the kernel's folder could then be a link the kernel's code planted
+    since (to another socket of this machine, which root would connect to), while a descriptor
+    stays on the socket the kernel bound before any cell ran. Raises FileNotFoundError while a
+    socket is not bound yet, and OSError for anything but a socket at one of the paths."""
+    folder, name = os.path.split(prefix)
+    fds: list[int] = []
+    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for port in ports:
+            fd = os.open(f"{name}-{port}", os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            fds.append(fd)
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                raise OSError(f"the kernel's {name}-{port} is not a socket")
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    finally:
+        os.close(dfd)
+    for port, fd in zip(ports, fds):
+        os.symlink(f"/proc/self/fd/{fd}", os.path.join(pins, f"kernel-{port}"))
+    return os.path.join(pins, "kernel"), fds
+
+
 def _kernel_manager(gid: int | None, runtime: str):
     """Jupyter's kernel manager, but the connection file is written in ``runtime`` (a folder of
     the grader's; Jupyter would use this process's TMPDIR) and made readable to the sandbox's
@@ -100,6 +137,32 @@ def _kernel_manager(gid: int | None, runtime: str):
                 os.fchmod(fd, 0o640)
             finally:
                 os.close(fd)
+
+        async def _async_post_start_kernel(self, **kw) -> None:
+            # before the first connection (the control socket's, in the parent's method): from
+            # here on this process reaches the kernel through descriptors, never its folder
+            if self.transport == "ipc":
+                self.ip = await self._pinned()
+            await super()._async_post_start_kernel(**kw)
+
+        async def _pinned(self) -> str:
+            ports = [self.shell_port, self.iopub_port, self.stdin_port, self.hb_port, self.control_port]
+            pins = tempfile.mkdtemp(prefix="pinned-", dir=runtime)  # this process's own, 0700
+            end = time.monotonic() + KERNEL_BIND_S
+            while True:
+                try:
+                    ip, self._pinned_fds = pin_sockets(self.ip, ports, pins)
+                    return ip
+                except FileNotFoundError:  # not bound yet
+                    if time.monotonic() > end or not await self.is_alive():
+                        raise RuntimeError("the kernel did not bind its sockets") from None
+                    await asyncio.sleep(0.05)
+
+        def cleanup_ipc_files(self) -> None:
+            super().cleanup_ipc_files()  # the links to the descriptors (self.ip is the pins')
+            for fd in getattr(self, "_pinned_fds", ()):
+                os.close(fd)
+            self._pinned_fds = []
 
     return SandboxKernelManager
 

@@ -40,6 +40,7 @@ the hostile submissions); a submission never sees the grader's environment.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import shutil
@@ -140,7 +141,7 @@ class Boundary:
             argv = [SHELL, "-c", 'cd "$0" && exec "$@"', str(cwd), *argv]
         if self.uid is not None and drop_here:
             argv = [SETPRIV or "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
-                    "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", *argv]
+                    "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", *_die_with_grader(), "--", *argv]
             if self.bwrap and sealed and MOUNT and os.geteuid() == 0:
                 argv = [SHELL, "-c", _SEAL_AS_ROOT, "sh", f"{SCRATCH_TMPFS},uid={self.uid},gid={self.gid}",
                         # folders only: the grader's own files (child.py) hold no code of the student's
@@ -304,6 +305,20 @@ class Boundary:
 
 
 NONE = Boundary(bwrap=False, uid=None, gid=None)
+
+
+@functools.cache
+def _die_with_grader() -> tuple[str, ...]:
+    """setpriv's option that kills the dropped process when the grader that started it dies
+    (util-linux 2.33 and later; set after the uid changes, which would clear it). Without a PID
+    namespace nothing else ends a child whose grader was killed (grade-all stopping a worker
+    past the class's budget): a child asleep in a test would outlive it for good. Behind
+    bubblewrap, ``--die-with-parent`` does the same for the whole namespace."""
+    try:
+        usage = subprocess.run([SETPRIV or "setpriv", "--help"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return ("--pdeathsig=SIGKILL",) if "--pdeathsig" in usage else ()
 
 
 def drop_privileges(uid: int, gid: int) -> None:

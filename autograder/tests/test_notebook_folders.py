@@ -227,3 +227,74 @@ def test_without_namespaces_the_kernel_is_confined_by_landlock_to_its_machinery_
         assert "landlock" not in json.loads(env["SERVELAB_SANDBOX"])
     finally:
         shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _connections_after_the_kernel_swaps_its_sockets(manager_class, tmp_path: Path) -> tuple[int, int]:
+    """Starts a kernel of this venv on Unix sockets under ``manager_class``; a cell replaces each
+    socket file with a link to a listening socket of root's (the trick) and ends the kernel, so
+    ZeroMQ reconnects; returns how many connections that listening socket then took, and how
+    many links the cell planted (5: it ran)."""
+    import asyncio
+    import socket
+    import threading
+
+    sockets, runtime = tmp_path / "sockets", tmp_path / "runtime"
+    sockets.mkdir(parents=True)
+    runtime.mkdir(mode=0o700)
+    target = tmp_path / "roots.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(target))
+    listener.listen(64)
+    listener.settimeout(0.2)
+    taken, planted, stop = [], [], threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                taken.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    cell = (f"import glob, os\nfor p in glob.glob({str(sockets / 'kernel')!r} + '-*'):\n"
+            f"    os.unlink(p); os.symlink({str(target)!r}, p)\nos._exit(0)\n")
+
+    async def run() -> None:
+        km = manager_class(kernel_name="python3", transport="ipc", ip=str(sockets / "kernel"),
+                           connection_file=str(runtime / "kernel.json"))
+        await km.start_kernel()
+        kc = km.client()
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=60)
+            kc.execute(cell)
+            await asyncio.sleep(2.0)  # ZeroMQ reconnects every 0.1 s
+            planted.extend(p for p in sockets.iterdir() if p.is_symlink() and os.readlink(p) == str(target))
+        finally:
+            kc.stop_channels()
+            await km.shutdown_kernel(now=True)
+
+    try:
+        asyncio.run(run())
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+        for conn in taken:
+            conn.close()
+    return len(taken), len(planted)
+
+
+def test_the_grader_reaches_a_kernel_through_the_sockets_it_bound_not_links_its_cells_plant(tmp_path):
+    """nbgrader's process (root) talks to a kernel over the Unix sockets in the kernel's own
+    folder. The control: with jupyter_client's manager, a cell that swaps them for links makes
+    root connect wherever the links point; the grader's manager holds descriptors of the sockets
+    the kernel bound before any cell ran, and connects to nothing else."""
+    pytest.importorskip("ipykernel", reason="the notebooks extra brings the kernel")
+    from jupyter_client.manager import AsyncKernelManager
+
+    taken, planted = _connections_after_the_kernel_swaps_its_sockets(AsyncKernelManager, tmp_path / "plain")
+    assert planted == 5 and taken > 0
+    pinned = runner._kernel_manager(None, str(tmp_path / "pinned" / "runtime"))
+    assert _connections_after_the_kernel_swaps_its_sockets(pinned, tmp_path / "pinned") == (0, 5)

@@ -8,6 +8,9 @@ import ast
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -412,3 +415,44 @@ def test_in_this_machines_mode_a_child_reads_no_core_course_or_tmp_and_maps_no_c
     found = probe()
     assert found["core"] != "read" and found["course"] != "read" and found["tmp"] != "read", found
     assert found["exec_mapping"] == "PermissionError", found
+
+
+def _outlives_its_grader(argv: list[str]) -> bool:
+    """Starts ``argv`` from a stand-in grader process, kills that grader (SIGKILL, as grade-all
+    stops a worker past the class's budget) and says whether ``argv``'s process lived on for
+    10 s (it is then killed here)."""
+    grader = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time\n"
+                               "print(subprocess.Popen(sys.argv[1:]).pid, flush=True)\ntime.sleep(600)", *argv],
+                              stdout=subprocess.PIPE, text=True)
+    assert grader.stdout is not None
+    pid = int(grader.stdout.readline())
+    time.sleep(1.0)  # setpriv has dropped the uid and started the sleeper
+    grader.kill()
+    grader.wait()
+
+    def alive() -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        if not alive():
+            return False
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    return True
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or os_boundary.SETPRIV is None, reason="the uid drop needs root and setpriv")
+def test_without_namespaces_a_child_dies_with_the_grader_that_started_it(monkeypatch):
+    """The uid-only mode has no PID namespace to take a child down with its grader: setpriv's
+    parent-death signal does. The control: the same command without it outlives the grader."""
+    uid = os_boundary.free_id()
+    assert uid is not None
+    mode = os_boundary.Boundary(bwrap=False, uid=uid, gid=uid)
+    sleeper = ["/bin/sleep", "600"]
+    assert not _outlives_its_grader(mode.command(sleeper, [], []))
+    monkeypatch.setattr(os_boundary, "_die_with_grader", lambda: ())
+    assert _outlives_its_grader(mode.command(sleeper, [], []))

@@ -246,7 +246,9 @@ def _connections_after_the_kernel_swaps_its_sockets(manager_class, tmp_path: Pat
     listener.bind(str(target))
     listener.listen(64)
     listener.settimeout(0.2)
-    taken, planted, stop = [], [], threading.Event()
+    taken: list[socket.socket] = []
+    planted: list[Path] = []
+    stop = threading.Event()
 
     def accept() -> None:
         while not stop.is_set():

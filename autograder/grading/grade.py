@@ -48,11 +48,12 @@ def task_budget(task, factor: float = 1.0) -> float:
     return BUDGET_PER_TEST_S * len(task.tests) * factor
 
 
-def submission_budget(manifest: Manifest, limits: Limits, factor: float = 1.0) -> float:
-    """The seconds every task of a submission may take together (``limits`` already scaled):
-    each task's share and the reserve. The notebooks have their own per-cell and per-kernel
-    limits on top."""
-    return sum(task_budget(task, factor) for task in manifest.tasks) + RESERVE_LIMITS * limits.wall_s
+def submission_budget(manifest: Manifest, limits: Limits, factor: float = 1.0, notebooks: int = 0) -> float:
+    """The seconds a whole grading may take (``limits`` already scaled): each task's share and
+    the reserve, then ``notebooks`` notebooks (:func:`autograder.notebooks.nbgrader.notebooks_budget_s`:
+    every one of their steps has a deadline)."""
+    return (sum(task_budget(task, factor) for task in manifest.tasks) + RESERVE_LIMITS * limits.wall_s
+            + nbgrader.notebooks_budget_s(notebooks, limits))
 
 
 def manifest_of(root: Path) -> Manifest:
@@ -128,8 +129,11 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
     manifest = manifest_of(root)
     secret = secret or grading_secret.resolve()
     if report is not None:  # what Gradescope's own timeout must exceed (with the notebooks' limits)
-        report(f"time budget: at most {submission_budget(manifest, limits, factor):.0f} s for the tasks "
-               f"({BUDGET_PER_TEST_S:g} s a test x{factor:g}, and a reserve of {RESERVE_LIMITS:g} per-test limit)")
+        count = len(nbgrader.notebooks_of(root))
+        tasks_s = submission_budget(manifest, limits, factor)
+        report(f"time budget: at most {submission_budget(manifest, limits, factor, count):.0f} s: {tasks_s:.0f} s for "
+               f"the tasks ({BUDGET_PER_TEST_S:g} s a test x{factor:g}, and a reserve of {RESERVE_LIMITS:g} per-test "
+               f"limit), {nbgrader.notebooks_budget_s(count, limits):.0f} s for {count} notebooks")
     metadata = metadata or submission_metadata.Metadata()
     identity = identity or metadata.identity or submission_metadata.folder_identity(Path(submission))
     if out is not None:

@@ -81,7 +81,7 @@ def grade_all(folder: Path, out: Path, root: Path, limits: Limits = Limits(), jo
     if wait_s is None:
         rounds = -(-len(subs) // workers)
         wait_s = rounds * (submission_budget(manifest, calibrate.scaled(limits, calibrate.MAX_FACTOR),
-                                             calibrate.MAX_FACTOR) + GRACE_S)
+                                             calibrate.MAX_FACTOR, len(notebooks_of(root))) + GRACE_S)
     # one secret for every worker (a random one goes into the environment they inherit, and is
     # recorded here, where only instructors look; autograder/grading/grading_secret.py)
     grading_secret.record(grading_secret.resolve(), out / f"gradebook{grading_secret.SIDECAR_SUFFIX}")

@@ -107,6 +107,18 @@ def _keep(course: Path, root: Path, notebooks: tuple[Notebook, ...], keep: Path)
         safe_files.write_new(keep / name, data, mode=0o644)
 
 
+def nbgrader_budget_s(count: int, limits: Limits) -> float:
+    """How long nbgrader's run of ``count`` notebooks may take (``limits`` already scaled): a
+    minute for its start and the kernels', and two per-test wall-clock limits a notebook."""
+    return 60 + count * 2 * max(1.0, limits.wall_s)
+
+
+def notebooks_budget_s(count: int, limits: Limits) -> float:
+    """The longest the notebooks of a submission may take in all: each one's recheck (its cells
+    together, :data:`KERNEL_CPU_FACTOR` limits: ``recheck.recheck``), then nbgrader's run."""
+    return count * KERNEL_CPU_FACTOR * limits.wall_s + nbgrader_budget_s(count, limits) if count else 0.0
+
+
 def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Limits = Limits(),
               forbidden: Sequence[Path] = (), keep: Path | None = None) -> dict[str, dict[str, tuple[float, str]]]:
     """Autogrades the submitted notebooks (``files``: manifest file -> submitted path, the
@@ -158,8 +170,7 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
             kernel_spec.write_spec(course / "jupyter", spec, folders, hide, limits, boundary)
             jobs.append({"name": nb.name, "kernel": spec, "runtime": str(folders.runtime), "base": str(folders.base),
                          "sockets": str(folders.sockets / "kernel")})
-        # the whole run may take the per-test wall clock for each notebook, plus kernel starts
-        budget = 60 + len(notebooks) * 2 * max(1.0, limits.wall_s)
+        budget = nbgrader_budget_s(len(notebooks), limits)
         result = run_nbgrader(course, {"action": "autograde", "notebooks": jobs, "gid": boundary.gid,
                                "cell_timeout": max(1, int(limits.wall_s)),
                                # nbgrader itself plus a kernel's worth of outputs

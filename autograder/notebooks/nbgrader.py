@@ -30,7 +30,7 @@ is graded), :mod:`~autograder.notebooks.autograding` (autograde) and
 
 from __future__ import annotations
 
-from autograder.notebooks.autograding import KERNEL_FAILED, KERNEL_NAME, autograde, not_answered
+from autograder.notebooks.autograding import KERNEL_FAILED, KERNEL_NAME, autograde, not_answered, notebooks_budget_s
 from autograder.notebooks.cells import ASSIGNMENT, MAX_NOTEBOOK, STUDENT, Cell, Notebook, cell_points, notebooks_of
 from autograder.notebooks.generation import adopt, generate, generated, private_lines_of, student_versions
 from autograder.notebooks.kernel_spec import KERNEL_CPU_FACTOR, kernel_forbidden

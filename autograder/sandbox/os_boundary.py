@@ -113,7 +113,7 @@ class Boundary:
 
     def command(self, argv: list[str], readable: Sequence[Path], writable: Sequence[Path], hidden: Sequence[Path] = (),
                 cwd: Path | None = None, share_net: bool = False, ignore_sigint: bool = False,
-                drop_here: bool = True, sealed: bool = False, noexec_tmp: Path | None = None) -> list[str]:
+                sealed: bool = False, noexec_tmp: Path | None = None) -> list[str]:
         """``argv`` wrapped in the boundary. ``readable``/``writable``: the folders or files the
         child needs besides the interpreter and its environment (the same paths inside);
         ``hidden``: paths under those that must stay out of sight (an empty folder is mounted
@@ -121,8 +121,6 @@ class Boundary:
         a Jupyter kernel talks to nbgrader over Unix sockets). ``ignore_sigint``: bubblewrap's own process ignores
         SIGINT (Jupyter interrupts a cell by signalling the kernel's whole process group; that
         must reach Python, not end bubblewrap). ``cwd``: the child's working folder inside.
-        ``drop_here=False``: the program drops to ``uid`` itself (a kernel must first read its
-        connection file, which Jupyter writes mode 0600: :func:`drop_privileges`).
         ``sealed``: nothing in the namespace is writable (``writable`` is bound read-only, the
         root, ``/tmp`` and ``/dev`` are remounted read-only, no ``/dev/shm``) and there is no
         ``/proc``: a submission cannot write a compiled program or extension it carries (the
@@ -136,10 +134,10 @@ class Boundary:
         argv = [str(a) for a in argv]
         # bubblewrap, without CAP_DAC_OVERRIDE, cannot enter a folder given to the uid: the
         # dropped process enters it itself
-        cd_after_drop = self.bwrap and self.uid is not None and drop_here and cwd is not None and os.geteuid() == 0
+        cd_after_drop = self.bwrap and self.uid is not None and cwd is not None and os.geteuid() == 0
         if cd_after_drop:
             argv = [SHELL, "-c", 'cd "$0" && exec "$@"', str(cwd), *argv]
-        if self.uid is not None and drop_here:
+        if self.uid is not None:
             argv = [SETPRIV or "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups",
                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", *_die_with_grader(), "--", *argv]
             if self.bwrap and sealed and MOUNT and os.geteuid() == 0:
@@ -157,7 +155,7 @@ class Boundary:
             cmd.append("--unshare-user")  # a user's bubblewrap needs a user namespace for the rest
         else:  # every capability dropped; the uid drop keeps only what the drop itself needs
             cmd += ["--cap-drop", "ALL"]
-            for cap in self.kept_capabilities(drop_here, sealed):
+            for cap in self.kept_capabilities(sealed):
                 cmd += ["--cap-add", cap]
         for system in SYSTEM_PATHS:
             if os.path.islink(system):
@@ -189,21 +187,16 @@ class Boundary:
         cmd += ["--", *argv]
         return [ENV, "--ignore-signal=INT", *cmd] if ignore_sigint else cmd
 
-    def kept_capabilities(self, drop_here: bool = True, sealed: bool = False) -> list[str]:
+    def kept_capabilities(self, sealed: bool = False) -> list[str]:
         """What bubblewrap keeps, as root, of the capabilities it otherwise drops: none without
-        a uid; ``CAP_SETUID``/``CAP_SETGID``/``CAP_SETPCAP`` for the drop to it (``setpriv`` here, or the
-        program itself with ``drop_here=False``, which also keeps the file capabilities a
-        notebook kernel's root phase uses on its connection file: ``CAP_CHOWN``, ``CAP_FOWNER``,
-        ``CAP_DAC_OVERRIDE``, ``CAP_DAC_READ_SEARCH``), and ``CAP_SYS_ADMIN`` with
+        a uid; ``CAP_SETUID``/``CAP_SETGID``/``CAP_SETPCAP`` for ``setpriv``'s drop to it, and ``CAP_SYS_ADMIN`` with
         ``CAP_DAC_READ_SEARCH`` for the grader's own mount script of a sealed child (its
         ``noexec`` tmpfs, in the folder given to the uid) before the drop. ``setpriv`` then
         clears the bounding set: the child itself holds none."""
         if self.uid is None or not self.bwrap or os.geteuid() != 0:
             return []
         keep = ["CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"]  # SETPCAP: setpriv empties the bounding set
-        if not drop_here:  # a program that reads and hands over its own files as root first
-            keep += ["CAP_CHOWN", "CAP_FOWNER", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH"]
-        if drop_here and sealed and MOUNT:  # its mount points lie in the folder given to the uid
+        if sealed and MOUNT:  # its mount points lie in the folder given to the uid
             keep += ["CAP_SYS_ADMIN", "CAP_DAC_READ_SEARCH"]
         return keep
 
@@ -319,17 +312,6 @@ def _die_with_grader() -> tuple[str, ...]:
     except (OSError, subprocess.SubprocessError):
         return ()
     return ("--pdeathsig=SIGKILL",) if "--pdeathsig" in usage else ()
-
-
-def drop_privileges(uid: int, gid: int) -> None:
-    """In a process started as root: become ``uid``/``gid`` for good (real, effective and saved
-    ids, no supplementary groups; the kernel then clears every capability). Standard library
-    only: :mod:`autograder.sandbox.kernel` loads this file by path."""
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
-    if os.getuid() != uid or os.geteuid() != uid or os.getgid() != gid or os.getgroups() not in ([], [gid]):
-        raise PermissionError(f"could not drop to uid {uid}")
 
 
 _WORK_FOLDERS: set[Path] = set()

@@ -13,10 +13,10 @@ use crate::error::CoreResult;
 use crate::sim::admission::EarlyReject;
 use crate::sim::batch1::{self, AcceptAll};
 use crate::sim::continuous::per_step::{self, SpecOutput, Speculation};
-use crate::sim::continuous::prefix::{HostTierOption, PrefixOutput, Prefixes};
+use crate::sim::continuous::prefix::{HostTierOption, PrefixOptions, PrefixOutput, Prefixes};
 use crate::sim::continuous::{prefix_events, spec_events};
 use crate::sim::continuous::trace::StepQueues;
-use crate::sim::continuous::{event_driven, BatchLog, ContinuousOutput, ContinuousParams, StepExtra};
+use crate::sim::continuous::{event_driven, BatchLog, ContinuousOutput, ContinuousParams, Inputs, StepExtra};
 use crate::sim::fixed_service::{self, FixedOutput};
 use crate::sim::static_batching::{self, StaticParams};
 use crate::sim::{SimOutput, StepTrace, Workload};
@@ -185,26 +185,28 @@ fn sim_continuous_batching<'py>(
         None => None,
     };
     simulate(py, hw, requests, |pr, w| {
+        let inp = Inputs::new(pr, w, &card, trace, batch_log);
         let out = if let Some((k, acceptance, seed, d)) = &draft {
             let sp = Speculation { k: *k, acceptance, seed: *seed, draft: d };
             let (o, s) = match per_step {
-                true => per_step::run_speculative(pr, w, &card, &sp, trace, batch_log)?,
-                false => spec_events::run(pr, w, &card, &sp, trace, batch_log)?,
+                true => per_step::run_speculative(&inp, &sp)?,
+                false => spec_events::run(&inp, &sp)?,
             };
             ContinuousRun(o, None, Some(s), None)
         } else if prefix_caching {
             let prefixes = Prefixes { parent: &parent, len: &plen };
             let host = HostTierOption { host_blocks, policy: &policy, s_per_token };
-            let (o, p) = prefix_events::run_tiered(pr, w, &card, &prefixes, true, &host, trace, batch_log)?;
+            let px = PrefixOptions { prefixes: &prefixes, prefix_caching: true, host: &host };
+            let (o, p) = prefix_events::run(&inp, &px)?;
             ContinuousRun(o, Some(p), None, None)
         } else if queues {
             // the per-step loop records; the event-driven one, its equal bit for bit, does not
-            let (o, q) = per_step::run_recorded(pr, w, &card, trace, batch_log)?;
+            let (o, q) = per_step::run_recorded(&inp)?;
             ContinuousRun(o, None, None, Some(q))
         } else if per_step {
-            ContinuousRun(per_step::run_per_step(pr, w, &card, trace, batch_log)?, None, None, None)
+            ContinuousRun(per_step::run_per_step(&inp)?, None, None, None)
         } else {
-            ContinuousRun(event_driven::run(pr, w, &card, trace, batch_log)?, None, None, None)
+            ContinuousRun(event_driven::run(&inp)?, None, None, None)
         };
         Ok(out)
     })

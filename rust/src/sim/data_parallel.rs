@@ -20,9 +20,9 @@
 //! been evicted and a shorter one is cached (the simulator follows one parent).
 
 use super::continuous::event_driven;
-use super::continuous::prefix::{PrefixOutput, Prefixes};
+use super::continuous::prefix::{PrefixOptions, PrefixOutput, Prefixes};
 use super::continuous::prefix_events;
-use super::continuous::ContinuousParams;
+use super::continuous::{ContinuousParams, Inputs};
 use super::pool::{serve, PoolRequests};
 use super::router::{by_card, check_cards, static_cards, Router};
 use super::{Recorder, SimOutput, Workload};
@@ -199,7 +199,7 @@ pub fn run_prefix(
         let sub = Workload::new(&at, &pl, &ol)?;
         let (parent, len) = card_prefixes(prefixes, w, &idx);
         let sub_pf = Prefixes { parent: &parent, len: &len };
-        let (o, p) = prefix_events::run(pricer, &sub, params, &sub_pf, true, false, false)?;
+        let (o, p) = prefix_events::run(&Inputs::new(pricer, &sub, params, false, false), &PrefixOptions::new(&sub_pf, true))?;
         out.gather(c, &idx, &o.sim, o.peak_kv_blocks);
         for (k, &i) in idx.iter().enumerate() {
             out.reject_code[i] = o.reject_code[k];
@@ -224,7 +224,7 @@ mod tests {
     fn one_replica_is_one_card() {
         let (a, p, l) = ([0.0, 0.001, 0.002, 0.5], [100, 30, 200, 7], [20, 50, 3, 9]);
         let w = Workload::new(&a, &p, &l).unwrap();
-        let want = event_driven::run(&pricer(), &w, &params(), false, false).unwrap();
+        let want = event_driven::run(&Inputs::new(&pricer(), &w, &params(), false, false)).unwrap();
         for router in [Router::RoundRobin, Router::LeastTokens] {
             let got = run(&pricer(), &w, &params(), 1, router).unwrap();
             assert_eq!(got.sim, want.sim);
@@ -238,7 +238,7 @@ mod tests {
         let w = Workload::new(&a, &p, &l).unwrap();
         let (parent, len) = ([-1, 0, 1, 0], [0, 100, 130, 64]);
         let pf = Prefixes { parent: &parent, len: &len };
-        let want = prefix_events::run(&pricer(), &w, &params(), &pf, true, false, false).unwrap();
+        let want = prefix_events::run(&Inputs::new(&pricer(), &w, &params(), false, false), &PrefixOptions::new(&pf, true)).unwrap();
         for router in [Router::RoundRobin, Router::PrefixAffinity] {
             let (got, pre) = run_prefix(&pricer(), &w, &params(), &pf, 1, router).unwrap();
             assert_eq!(got.sim, want.0.sim);
@@ -268,7 +268,7 @@ mod tests {
         let w = Workload::new(&a, &p, &l).unwrap();
         let got = run(&pricer(), &w, &params(), 2, Router::RoundRobin).unwrap();
         let w0 = Workload::new(&[0.0, 0.01], &[100, 200], &[20, 3]).unwrap();
-        let alone = event_driven::run(&pricer(), &w0, &params(), false, false).unwrap();
+        let alone = event_driven::run(&Inputs::new(&pricer(), &w0, &params(), false, false)).unwrap();
         assert_eq!(got.sim.finish_s[0], alone.sim.finish_s[0]);
         assert_eq!(got.sim.finish_s[2], alone.sim.finish_s[1]);
         assert_eq!(got.card, vec![0, 1, 0, 1]);
@@ -298,7 +298,7 @@ mod tests {
             let alone = |idx: &[usize]| {
                 let col = |v: &[i64]| idx.iter().map(|&i| v[i]).collect::<Vec<_>>();
                 let at: Vec<f64> = idx.iter().map(|&i| a[i]).collect();
-                event_driven::run(&pricer(), &Workload::new(&at, &col(&p), &col(&l)).unwrap(), &prm, false, false).unwrap()
+                event_driven::run(&Inputs::new(&pricer(), &Workload::new(&at, &col(&p), &col(&l)).unwrap(), &prm, false, false)).unwrap()
             };
             let got = run(&pricer(), &w, &prm, cards as i64, Router::LeastTokens).unwrap();
             // the plain definition

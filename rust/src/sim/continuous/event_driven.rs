@@ -37,7 +37,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use super::rules::{admit, add_entry, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, sample_token, Books, Entry, ReqPool};
-use super::{check_count, ContinuousOutput, ContinuousParams, KvCounts, Req, DECODING, DONE, WAITING};
+use super::{check_count, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, DECODING, DONE, WAITING};
 use crate::cost::Pricer;
 use crate::error::{CoreError, CoreResult};
 use crate::sim::{Recorder, StepShape, Workload};
@@ -112,15 +112,9 @@ impl Decoders {
 /// admission, end of a prefill chunk, finish, preemption) rather than per sequence-step; the
 /// module docs say how, and why the clock's bits are those of the per-step loop
 /// ([`super::per_step::run_per_step`]).
-pub fn run(
-    pricer: &Pricer,
-    w: &Workload<'_>,
-    params: &ContinuousParams,
-    trace: bool,
-    batch_log: bool,
-) -> CoreResult<ContinuousOutput> {
-    let mut card = Card::new(pricer, params, w.len(), trace, batch_log)?;
-    card.advance(w, f64::INFINITY)?;
+pub fn run(inp: &Inputs<'_>) -> CoreResult<ContinuousOutput> {
+    let mut card = Card::new(inp.pricer, inp.params, inp.w.len(), inp.trace, inp.batch_log)?;
+    card.advance(inp.w, f64::INFINITY)?;
     Ok(card.finish())
 }
 
@@ -481,7 +475,7 @@ mod tests {
 
     fn go(a: &[f64], p: &[i64], l: &[i64], prm: ContinuousParams) -> ContinuousOutput {
         let w = Workload::new(a, p, l).unwrap();
-        run(&pricer(), &w, &prm, true, true).unwrap()
+        run(&Inputs::new(&pricer(), &w, &prm, true, true)).unwrap()
     }
 
     /// Two requests by hand: r1 arrives while r0 decodes and joins the running batch at once.
@@ -591,7 +585,7 @@ mod tests {
             (params(1, 1, 0, 1, false), "block_size must be an integer in [1, 65536], got 0"),
             (params(1, 1, 1, 1 << 30, false), "num_blocks must be an integer in [1, 16777216], got 1073741824"),
         ] {
-            assert_eq!(run(&pricer(), &w, &prm, false, false).unwrap_err().to_string(), msg);
+            assert_eq!(run(&Inputs::new(&pricer(), &w, &prm, false, false)).unwrap_err().to_string(), msg);
         }
     }
 
@@ -661,8 +655,8 @@ mod tests {
             let (a, p, l, prm) = random_case(&mut rnd);
             let w = Workload::new(&a, &p, &l).unwrap();
             let trace = case % 2 == 0;
-            let want = run_per_step(&pricer(), &w, &prm, trace, trace);
-            let got = run(&pricer(), &w, &prm, trace, trace);
+            let want = run_per_step(&Inputs::new(&pricer(), &w, &prm, trace, trace));
+            let got = run(&Inputs::new(&pricer(), &w, &prm, trace, trace));
             match (want, got) {
                 (Ok(want), Ok(got)) => {
                     // f64 columns with NaN: compare bits
@@ -689,7 +683,7 @@ mod tests {
     /// Seats: with max_num_seqs = 1 continuous batching is batch 1 FCFS.
     #[test]
     fn one_seat_is_batch1() {
-        let (got, want) = with_batch1(|w| run(&pricer(), w, &params(1, 1 << 20, 16, 1 << 16, false), true, false).unwrap().sim);
+        let (got, want) = with_batch1(|w| run(&Inputs::new(&pricer(), w, &params(1, 1 << 20, 16, 1 << 16, false), true, false)).unwrap().sim);
         assert_eq!(got.start_s, want.start_s);
         assert_eq!(got.first_token_s, want.first_token_s);
         assert_eq!(got.finish_s, want.finish_s);

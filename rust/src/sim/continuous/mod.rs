@@ -41,8 +41,9 @@ pub mod spec_events;
 pub mod trace;
 
 use crate::blocks::{MAX_BLOCK_SIZE, MAX_NUM_BLOCKS};
+use crate::cost::Pricer;
 use crate::error::{CoreError, CoreResult};
-use crate::sim::SimOutput;
+use crate::sim::{SimOutput, Workload};
 
 /// `reject_code`: why a request was rejected (0: it was not).
 pub const REJECT_NONE: i8 = 0;
@@ -74,6 +75,24 @@ impl ContinuousParams {
             }
         }
         Ok(())
+    }
+}
+
+/// What every continuous-batching loop is given, whichever runs: the card's step prices, the
+/// requests, the card's parameters, and what to keep beside the output (the per-step trace,
+/// the batch log). The loops' own options (speculation, prefix caching) come beside it.
+#[derive(Clone, Copy)]
+pub struct Inputs<'a> {
+    pub pricer: &'a Pricer,
+    pub w: &'a Workload<'a>,
+    pub params: &'a ContinuousParams,
+    pub trace: bool,
+    pub batch_log: bool,
+}
+
+impl<'a> Inputs<'a> {
+    pub fn new(pricer: &'a Pricer, w: &'a Workload<'a>, params: &'a ContinuousParams, trace: bool, batch_log: bool) -> Self {
+        Inputs { pricer, w, params, trace, batch_log }
     }
 }
 

@@ -23,8 +23,8 @@ use std::collections::VecDeque;
 
 use super::rules::{run_steps, Books, Entry, ReqPool, StepHooks};
 use super::trace::StepQueues;
-use super::{blocks_for, ContinuousOutput, ContinuousParams, KvCounts, Req, DONE, WAITING};
-use crate::sim::{price_shape, Recorder, StepShape, Workload};
+use super::{blocks_for, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, DONE, WAITING};
+use crate::sim::{price_shape, Recorder, StepShape};
 use crate::cost::{fmt_f64, Pricer};
 use crate::error::{CoreError, CoreResult};
 
@@ -105,68 +105,40 @@ pub struct SpecOutput {
     pub draft_busy_s: f64,
 }
 
+impl SpecOutput {
+    /// Nothing proposed yet, for `n` requests.
+    pub(super) fn empty(n: usize) -> SpecOutput {
+        SpecOutput { spec_proposed: vec![0; n], spec_accepted: vec![0; n], spec_steps: vec![0; n], draft_busy_s: 0.0 }
+    }
+}
+
 /// Runs continuous batching over a validated workload, one sequence-step at a time.
-pub fn run_per_step(
-    pricer: &Pricer,
-    w: &Workload<'_>,
-    params: &ContinuousParams,
-    trace: bool,
-    batch_log: bool,
-) -> CoreResult<ContinuousOutput> {
-    run_loop(pricer, w, params, None, None, trace, batch_log).map(|(o, _, _)| o)
+pub fn run_per_step(inp: &Inputs<'_>) -> CoreResult<ContinuousOutput> {
+    run_loop(inp, None, None).map(|(o, _, _)| o)
 }
 
 /// [`run_per_step`] with the queues recorded after each step ([`super::trace`]).
-pub fn run_recorded(
-    pricer: &Pricer,
-    w: &Workload<'_>,
-    params: &ContinuousParams,
-    trace: bool,
-    batch_log: bool,
-) -> CoreResult<(ContinuousOutput, StepQueues)> {
-    run_loop(pricer, w, params, None, Some(StepQueues::default()), trace, batch_log)
-        .map(|(o, _, q)| (o, q.expect("recording was on")))
+pub fn run_recorded(inp: &Inputs<'_>) -> CoreResult<(ContinuousOutput, StepQueues)> {
+    run_loop(inp, None, Some(StepQueues::default())).map(|(o, _, q)| (o, q.expect("recording was on")))
 }
 
 /// [`run_per_step`] with speculative decoding (see the module docs).
-pub fn run_speculative(
-    pricer: &Pricer,
-    w: &Workload<'_>,
-    params: &ContinuousParams,
-    spec: &Speculation<'_>,
-    trace: bool,
-    batch_log: bool,
-) -> CoreResult<(ContinuousOutput, SpecOutput)> {
-    spec.validate(w.len())?;
-    run_loop(pricer, w, params, Some(spec), None, trace, batch_log).map(|(o, s, _)| (o, s.expect("speculation was on")))
+pub fn run_speculative(inp: &Inputs<'_>, spec: &Speculation<'_>) -> CoreResult<(ContinuousOutput, SpecOutput)> {
+    spec.validate(inp.w.len())?;
+    run_loop(inp, Some(spec), None).map(|(o, s, _)| (o, s.expect("speculation was on")))
 }
 
-fn run_loop(
-    pricer: &Pricer,
-    w: &Workload<'_>,
-    params: &ContinuousParams,
-    spec: Option<&Speculation<'_>>,
-    queues: Option<StepQueues>,
-    trace: bool,
-    batch_log: bool,
-) -> CoreResult<(ContinuousOutput, Option<SpecOutput>, Option<StepQueues>)> {
+type LoopOutput = (ContinuousOutput, Option<SpecOutput>, Option<StepQueues>);
+
+fn run_loop(inp: &Inputs<'_>, spec: Option<&Speculation<'_>>, queues: Option<StepQueues>) -> CoreResult<LoopOutput> {
+    let Inputs { w, params, .. } = *inp;
     params.validate()?;
     let n = w.len();
-    let mut rec = Recorder::new(pricer, n, trace);
-    let mut books = Books::new(n, trace, batch_log);
+    let (mut rec, mut books) = Books::start(inp);
     let (mut req, mut state) = (vec![Req::default(); n], vec![WAITING; n]);
     let mut kv = KvCounts::new(params.num_blocks, params.block_size);
     let mut pool = ReqPool { pl: w.prompt_len, req: &mut req, state: &mut state, kv: &mut kv };
-    let mut hooks = PerStep {
-        params,
-        ol: w.output_len,
-        spec: spec.map(|sp| {
-            let so = SpecOutput { spec_proposed: vec![0; n], spec_accepted: vec![0; n], spec_steps: vec![0; n], draft_busy_s: 0.0 };
-            (sp, so)
-        }),
-        guessed: Vec::new(),
-        queues,
-    };
+    let mut hooks = PerStep { params, ol: w.output_len, spec: spec.map(|sp| (sp, SpecOutput::empty(n))), guessed: Vec::new(), queues };
     run_steps(&mut pool, &mut hooks, params, w, &mut rec, &mut books)?;
     Ok((books.finish(rec), hooks.spec.map(|(_, so)| so), hooks.queues))
 }
@@ -286,6 +258,7 @@ pub(super) fn speculate(
 mod tests {
     use super::*;
     use crate::sim::test_util::{self, price, pricer};
+    use crate::sim::Workload;
 
     fn params(budget: i64, bs: i64, blocks: i64) -> ContinuousParams {
         test_util::params(8, budget, bs, blocks, false)
@@ -299,7 +272,7 @@ mod tests {
         let w = Workload::new(&[0.0], &[8], &[10]).unwrap();
         let pr = pricer();
         let sp = Speculation { k: 3, acceptance: &[1.0], seed: 0, draft: &pr };
-        let (o, s) = run_speculative(&pr, &w, &params(64, 4, 16), &sp, false, true).unwrap();
+        let (o, s) = run_speculative(&Inputs::new(&pr, &w, &params(64, 4, 16), false, true), &sp).unwrap();
         let l = o.batch_log.unwrap();
         assert_eq!(l.new_tokens, vec![8, 4, 4, 1]);
         assert_eq!(l.context_len, vec![0, 8, 12, 16]);
@@ -315,13 +288,13 @@ mod tests {
         let w = Workload::new(&a, &p, &l).unwrap();
         let pr = pricer();
         for prm in [params(64, 4, 20), params(40, 1, 60), params(128, 16, 5)] {
-            let want = run_per_step(&pr, &w, &prm, true, true).unwrap();
+            let want = run_per_step(&Inputs::new(&pr, &w, &prm, true, true)).unwrap();
             let zero = Speculation { k: 0, acceptance: &[0.5; 4], seed: 3, draft: &pr };
-            let (got, s) = run_speculative(&pr, &w, &prm, &zero, true, true).unwrap();
+            let (got, s) = run_speculative(&Inputs::new(&pr, &w, &prm, true, true), &zero).unwrap();
             assert_eq!(format!("{got:?}"), format!("{want:?}")); // NaN times: compare the bits as text
             assert_eq!(s.draft_busy_s, 0.0);
             let none = Speculation { k: 4, acceptance: &[0.0; 4], seed: 3, draft: &pr };
-            let (got, s) = run_speculative(&pr, &w, &prm, &none, false, false).unwrap();
+            let (got, s) = run_speculative(&Inputs::new(&pr, &w, &prm, false, false), &none).unwrap();
             assert_eq!(s.spec_accepted, vec![0; 4]);
             assert!(got.sim.busy_s > want.sim.busy_s);
         }
@@ -337,7 +310,7 @@ mod tests {
             (2, vec![f64::NAN], "acceptance[0] must be a number in [0, 1], got nan"),
         ] {
             let sp = Speculation { k, acceptance: &acc, seed: 0, draft: &pr };
-            let e = run_speculative(&pr, &w, &params(64, 4, 16), &sp, false, false).unwrap_err().to_string();
+            let e = run_speculative(&Inputs::new(&pr, &w, &params(64, 4, 16), false, false), &sp).unwrap_err().to_string();
             assert!(e.starts_with(msg), "{e}");
         }
     }

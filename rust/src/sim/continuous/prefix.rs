@@ -34,7 +34,7 @@
 //!
 //! # A host tier (§8 milestone 4b)
 //!
-//! [`run_tiered`] gives the allocator a host tier ([`HostTierOption`]): evicted prefix blocks
+//! [`PrefixOptions`]' `host` gives the allocator a host tier ([`HostTierOption`]): evicted prefix blocks
 //! move to host memory and a prompt that finds them there gets them back by a copy instead of
 //! a recomputation. The recalled tokens count as cached; their copy, `tokens x
 //! kv_bytes_per_token / host_link_bandwidth` (`hw_model.kv_host_transfer_s`), is added to the
@@ -43,10 +43,9 @@
 //! write-through does), where the copy back cannot.
 
 use super::rules::{run_steps, Books, Entry, StepHooks, StepPool};
-use super::{ContinuousOutput, ContinuousParams};
+use super::{ContinuousOutput, ContinuousParams, Inputs};
 use crate::sim::{Recorder, Workload};
 use crate::blocks::{block_key, BlockAllocator, ROOT_KEY};
-use crate::cost::Pricer;
 use crate::error::{CoreError, CoreResult};
 
 /// Which earlier request each request's prompt starts with, and for how many tokens.
@@ -109,7 +108,7 @@ impl Prefixes<'_> {
     }
 }
 
-/// The host tier of [`run_tiered`]: `host_blocks` blocks (0: none), dropping by `policy`
+/// The host tier of [`run`] ([`PrefixOptions`]): `host_blocks` blocks (0: none), dropping by `policy`
 /// (`"lru"` or `"hits"`), and the seconds one token's KV takes over the host link.
 #[derive(Debug, Clone, Copy)]
 pub struct HostTierOption<'a> {
@@ -169,37 +168,29 @@ pub(super) struct Live {
     pub(super) generated: i64,
 }
 
-/// Runs continuous batching with prefix caching over a validated workload, one sequence-step
-/// at a time (`prefix_caching = false` runs the same loop on a plain allocator).
-pub fn run(
-    pricer: &Pricer,
-    w: &Workload<'_>,
-    params: &ContinuousParams,
-    prefixes: &Prefixes<'_>,
-    prefix_caching: bool,
-    trace: bool,
-    batch_log: bool,
-) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
-    run_tiered(pricer, w, params, prefixes, prefix_caching, &HostTierOption::NONE, trace, batch_log)
+/// The prefix-caching loops' own options: which prompts share what, whether the allocator caches
+/// prefixes (off: the same loop on a plain allocator), and its host tier (module docs, "A host
+/// tier").
+#[derive(Debug, Clone, Copy)]
+pub struct PrefixOptions<'a> {
+    pub prefixes: &'a Prefixes<'a>,
+    pub prefix_caching: bool,
+    pub host: &'a HostTierOption<'a>,
 }
 
-/// [`run`] with a host tier (module docs, "A host tier").
-#[allow(clippy::too_many_arguments)]
-pub fn run_tiered(
-    pricer: &Pricer,
-    w: &Workload<'_>,
-    params: &ContinuousParams,
-    prefixes: &Prefixes<'_>,
-    prefix_caching: bool,
-    host: &HostTierOption<'_>,
-    trace: bool,
-    batch_log: bool,
-) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
-    let mut pool = PrefixPool::new(w, params, prefixes, prefix_caching, host)?;
-    let n = w.len();
-    let mut rec = Recorder::new(pricer, n, trace);
-    let mut books = Books::new(n, trace, batch_log);
-    run_steps(&mut pool, &mut PrefixSteps { host, ol: w.output_len }, params, w, &mut rec, &mut books)?;
+impl<'a> PrefixOptions<'a> {
+    /// No host tier.
+    pub fn new(prefixes: &'a Prefixes<'a>, prefix_caching: bool) -> Self {
+        PrefixOptions { prefixes, prefix_caching, host: &HostTierOption::NONE }
+    }
+}
+
+/// Runs continuous batching with prefix caching over a validated workload, one sequence-step
+/// at a time.
+pub fn run(inp: &Inputs<'_>, px: &PrefixOptions<'_>) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
+    let mut pool = PrefixPool::new(inp.w, inp.params, px)?;
+    let (mut rec, mut books) = Books::start(inp);
+    run_steps(&mut pool, &mut PrefixSteps { host: px.host, ol: inp.w.output_len }, inp.params, inp.w, &mut rec, &mut books)?;
     Ok((books.finish(rec), pool.finish()))
 }
 
@@ -250,13 +241,8 @@ struct Blocked {
 
 impl<'a> PrefixPool<'a> {
     /// Checks the run's options (the errors name the value) and sets up an empty pool.
-    pub(super) fn new(
-        w: &Workload<'a>,
-        params: &'a ContinuousParams,
-        prefixes: &'a Prefixes<'a>,
-        prefix_caching: bool,
-        host: &HostTierOption<'_>,
-    ) -> CoreResult<Self> {
+    pub(super) fn new(w: &Workload<'a>, params: &'a ContinuousParams, px: &PrefixOptions<'a>) -> CoreResult<Self> {
+        let PrefixOptions { prefixes, prefix_caching, host } = *px;
         params.validate()?;
         if !(host.s_per_token.is_finite() && host.s_per_token >= 0.0) {
             return Err(CoreError::invalid(format!(
@@ -534,7 +520,7 @@ mod tests {
         let w = Workload::new(&a, &[10, 12, 6], &[3, 2, 2]).unwrap();
         let (parent, len) = ([-1, 0, 0], [0, 9, 5]);
         let pf = Prefixes { parent: &parent, len: &len };
-        let (o, p) = run(&pricer(), &w, &params(8, 64, 4, 32, false), &pf, true, true, true).unwrap();
+        let (o, p) = run(&Inputs::new(&pricer(), &w, &params(8, 64, 4, 32, false), true, true), &PrefixOptions::new(&pf, true)).unwrap();
         assert_eq!(
             steps(&o),
             vec![vec![(0, 10, 0)], vec![(0, 1, 10), (1, 4, 8), (2, 2, 4)], vec![(0, 1, 11), (1, 1, 12), (2, 1, 6)]]
@@ -555,7 +541,7 @@ mod tests {
             let n = a.len();
             let prm = params(1 + rnd(8) as i64, 1 + rnd(80) as i64, 1 + rnd(8) as i64, 1 + rnd(40) as i64, rnd(2) == 0);
             let w = Workload::new(&a, &p, &l).unwrap();
-            let want = event_driven::run(&pricer(), &w, &prm, true, true);
+            let want = event_driven::run(&Inputs::new(&pricer(), &w, &prm, true, true));
             // sharing declared but prefix caching off: the same as no sharing
             let parent: Vec<i64> = (0..n as i64).map(|i| i - 1).collect();
             let len: Vec<i64> = (0..n).map(|i| if i == 0 { 0 } else { p[i].min(p[i - 1] + l[i - 1]) }).collect();
@@ -565,7 +551,7 @@ mod tests {
                 if caching && want.as_ref().is_ok_and(|o| o.preemptions > 0) {
                     continue;
                 }
-                let got = run(&pricer(), &w, &prm, &pf, caching, true, true);
+                let got = run(&Inputs::new(&pricer(), &w, &prm, true, true), &PrefixOptions::new(&pf, caching));
                 match (&want, got) {
                     (Ok(want), Ok((got, extra))) => {
                         let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
@@ -594,7 +580,7 @@ mod tests {
             (vec![-1], vec![0], "prefix_parent and prefix_len must have one entry per request (2), got 1 and 1"),
         ] {
             let pf = Prefixes { parent: &parent, len: &len };
-            let e = run(&pricer(), &w, &prm, &pf, true, false, false).unwrap_err().to_string();
+            let e = run(&Inputs::new(&pricer(), &w, &prm, false, false), &PrefixOptions::new(&pf, true)).unwrap_err().to_string();
             assert!(e.starts_with(msg), "{e}");
         }
     }

@@ -34,46 +34,24 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use super::prefix::{internal, HostTierOption, Live, PrefixOutput, PrefixPool, PrefixSteps, Prefixes};
+use super::prefix::{internal, Live, PrefixOptions, PrefixOutput, PrefixPool, PrefixSteps};
 use super::rules::{add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, Books, Entry, StepHooks, StepPool};
-use super::{ContinuousOutput, ContinuousParams, DECODING, DONE, PREFILLING, WAITING};
-use crate::cost::Pricer;
+use super::{ContinuousOutput, ContinuousParams, Inputs, DECODING, DONE, PREFILLING, WAITING};
 use crate::error::{CoreError, CoreResult};
 use crate::sim::{Recorder, StepShape, Workload};
 
 /// [`super::prefix::run`] at a cost per event: the same output, bit for bit.
-pub fn run(
-    pricer: &Pricer,
-    w: &Workload<'_>,
-    params: &ContinuousParams,
-    prefixes: &Prefixes<'_>,
-    prefix_caching: bool,
-    trace: bool,
-    batch_log: bool,
-) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
-    run_tiered(pricer, w, params, prefixes, prefix_caching, &HostTierOption::NONE, trace, batch_log)
-}
-
-/// [`super::prefix::run_tiered`] at a cost per event: the same output, bit for bit.
-#[allow(clippy::too_many_arguments)]
-pub fn run_tiered(
-    pricer: &Pricer,
-    w: &Workload<'_>,
-    params: &ContinuousParams,
-    prefixes: &Prefixes<'_>,
-    prefix_caching: bool,
-    host: &HostTierOption<'_>,
-    trace: bool,
-    batch_log: bool,
-) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
-    let pool = PrefixPool::new(w, params, prefixes, prefix_caching, host)?;
+pub fn run(inp: &Inputs<'_>, px: &PrefixOptions<'_>) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
+    let Inputs { w, params, .. } = *inp;
+    let pool = PrefixPool::new(w, params, px)?;
+    let (rec, books) = Books::start(inp);
     let n = w.len();
     let mut run = Events {
         params,
         w,
-        hooks: PrefixSteps { host, ol: w.output_len },
-        rec: Recorder::new(pricer, n, trace),
-        books: Books::new(n, trace, batch_log),
+        hooks: PrefixSteps { host: px.host, ol: w.output_len },
+        rec,
+        books,
         pool,
         state: vec![WAITING; n],
         waiting: VecDeque::new(),
@@ -426,7 +404,7 @@ impl Events<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::continuous::prefix;
+    use crate::sim::continuous::prefix::{self, HostTierOption, Prefixes};
     use crate::sim::test_util::{params, pricer, random_requests, rng};
 
     /// The event-driven prefix loop against the per-step one, bit for bit (batches, clock,
@@ -457,8 +435,10 @@ mod tests {
             let host = HostTierOption { host_blocks: if caching { rnd(3) as i64 * rnd(20) as i64 } else { 0 }, policy, s_per_token: 1e-6 };
             let w = Workload::new(&a, &p, &l).unwrap();
             let trace = case % 2 == 0;
-            let want = prefix::run_tiered(&pricer(), &w, &prm, &pf, caching, &host, trace, trace);
-            let got = run_tiered(&pricer(), &w, &prm, &pf, caching, &host, trace, trace);
+            let (pr, px) = (pricer(), PrefixOptions { prefixes: &pf, prefix_caching: caching, host: &host });
+            let inp = Inputs::new(&pr, &w, &prm, trace, trace);
+            let want = prefix::run(&inp, &px);
+            let got = run(&inp, &px);
             if let Ok((o, _)) = &want {
                 preempted += (o.preemptions > 0) as i32;
             }

@@ -15,8 +15,8 @@
 use std::collections::VecDeque;
 
 use super::{
-    blocks_for, BatchLog, ContinuousOutput, ContinuousParams, KvCounts, Req, StepExtra, DONE, PREFILLING, REJECT_BLOCKS,
-    REJECT_BUDGET, REJECT_NONE, WAITING,
+    blocks_for, BatchLog, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, StepExtra, DONE, PREFILLING,
+    REJECT_BLOCKS, REJECT_BUDGET, REJECT_NONE, WAITING,
 };
 use crate::error::{CoreError, CoreResult};
 use crate::sim::{Recorder, StepShape, Workload};
@@ -86,6 +86,12 @@ impl Books {
             log: batch_log.then(|| BatchLog { offsets: vec![0], ..Default::default() }),
             peak_blocks: 0,
         }
+    }
+
+    /// A whole run's recorder and books, keeping the columns `inp` asks for.
+    pub(crate) fn start<'p>(inp: &Inputs<'p>) -> (Recorder<'p>, Books) {
+        let n = inp.w.len();
+        (Recorder::new(inp.pricer, n, inp.trace), Books::new(n, inp.trace, inp.batch_log))
     }
 
     /// Makes room for requests up to `n` (a resumable card is handed requests as it runs).

@@ -37,31 +37,25 @@ use std::collections::VecDeque;
 use super::per_step::{keep_guesses, speculate, SpecOutput, Speculation};
 use super::spec_draws::Window;
 use super::rules::{add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, sample_token, Books, Entry, ReqPool};
-use super::{blocks_for, check_count, ContinuousOutput, ContinuousParams, KvCounts, Req, DECODING, DONE, PREFILLING, WAITING};
-use crate::cost::Pricer;
+use super::{blocks_for, check_count, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, DECODING, DONE, PREFILLING, WAITING};
 use crate::error::{CoreError, CoreResult};
 use crate::sim::{price_shape, Recorder, StepShape, Workload};
 
 /// Runs continuous batching with speculative decoding over a validated workload: the output of
 /// [`super::per_step::run_speculative`], bit for bit, at a cost per decoding entry (module docs).
-pub fn run(
-    pricer: &Pricer,
-    w: &Workload<'_>,
-    params: &ContinuousParams,
-    spec: &Speculation<'_>,
-    trace: bool,
-    batch_log: bool,
-) -> CoreResult<(ContinuousOutput, SpecOutput)> {
+pub fn run(inp: &Inputs<'_>, spec: &Speculation<'_>) -> CoreResult<(ContinuousOutput, SpecOutput)> {
+    let Inputs { w, params, .. } = *inp;
     spec.validate(w.len())?; // the per-step loop's order of checks, so its first message
     params.validate()?;
     let n = w.len();
     check_count(n)?;
+    let (rec, books) = Books::start(inp);
     let mut run = Run {
         params,
         sp: spec,
         w,
-        rec: Recorder::new(pricer, n, trace),
-        books: Books::new(n, trace, batch_log),
+        rec,
+        books,
         req: vec![Req::default(); n],
         state: vec![WAITING; n],
         kv: KvCounts::new(params.num_blocks, params.block_size),
@@ -70,7 +64,7 @@ pub fn run(
         crossing: 0,
         prefilling: Vec::new(),
         pieces: Vec::new(),
-        so: SpecOutput { spec_proposed: vec![0; n], spec_accepted: vec![0; n], spec_steps: vec![0; n], draft_busy_s: 0.0 },
+        so: SpecOutput::empty(n),
         by_len: vec![(0, 0); spec.k as usize + 1],
         most: 0,
         depth: vec![(0, 0); spec.k as usize],
@@ -474,8 +468,9 @@ mod tests {
             let sp = Speculation { k, acceptance: &acceptance, seed: rnd(1 << 40), draft: &pr };
             let w = Workload::new(&a, &p, &l).unwrap();
             let trace = case % 2 == 0;
-            let want = run_speculative(&pr, &w, &prm, &sp, trace, trace);
-            let got = run(&pr, &w, &prm, &sp, trace, trace);
+            let inp = Inputs::new(&pr, &w, &prm, trace, trace);
+            let want = run_speculative(&inp, &sp);
+            let got = run(&inp, &sp);
             if let Ok((o, s)) = &want {
                 preempted += (o.preemptions > 0) as i32;
                 guessed += (s.spec_accepted.iter().sum::<i64>() > 0) as i32;
@@ -502,8 +497,9 @@ mod tests {
         ] {
             let sp = Speculation { k, acceptance: &acc, seed: 0, draft: &pr };
             let prm = params(8, 64, bs, 16, false);
-            let want = run_speculative(&pr, &w, &prm, &sp, false, false).unwrap_err().to_string();
-            let got = run(&pr, &w, &prm, &sp, false, false).unwrap_err().to_string();
+            let inp = Inputs::new(&pr, &w, &prm, false, false);
+            let want = run_speculative(&inp, &sp).unwrap_err().to_string();
+            let got = run(&inp, &sp).unwrap_err().to_string();
             assert!(got.starts_with(msg), "{got}");
             assert_eq!(got, want);
         }
@@ -516,7 +512,7 @@ mod tests {
         let w = Workload::new(&[0.0], &[8], &[10]).unwrap();
         let pr = pricer();
         let sp = Speculation { k: 3, acceptance: &[1.0], seed: 0, draft: &pr };
-        let (o, s) = run(&pr, &w, &params(8, 64, 4, 16, false), &sp, false, true).unwrap();
+        let (o, s) = run(&Inputs::new(&pr, &w, &params(8, 64, 4, 16, false), false, true), &sp).unwrap();
         let l = o.batch_log.unwrap();
         assert_eq!(l.new_tokens, vec![8, 4, 4, 1]);
         assert_eq!(l.context_len, vec![0, 8, 12, 16]);

@@ -60,6 +60,7 @@ impl StepQueues {
 #[cfg(test)]
 mod tests {
     use super::super::per_step::{run_per_step, run_recorded};
+    use super::super::Inputs;
     use crate::sim::test_util::{self, pricer};
     use crate::sim::Workload;
 
@@ -71,8 +72,9 @@ mod tests {
         let w = Workload::new(&[0.0, 0.0, 0.001], &[6, 6, 3], &[10, 10, 2]).unwrap();
         let prm = test_util::params(4, 64, 2, 9, false);
         let pr = pricer();
-        let plain = run_per_step(&pr, &w, &prm, true, true).unwrap();
-        let (out, q) = run_recorded(&pr, &w, &prm, true, true).unwrap();
+        let inp = Inputs::new(&pr, &w, &prm, true, true);
+        let plain = run_per_step(&inp).unwrap();
+        let (out, q) = run_recorded(&inp).unwrap();
         assert_eq!(format!("{out:?}"), format!("{plain:?}")); // NaN times: compare the bits as text
         let x = out.trace_extra.unwrap();
         assert_eq!(q.len(), x.kv_blocks.len());

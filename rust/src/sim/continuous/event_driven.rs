@@ -36,7 +36,10 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
-use super::rules::{admit, add_entry, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, sample_token, Books, Entry, ReqPool};
+use super::rules::{
+    add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, prefill_pieces, sample_token, Books, Entry,
+    Piece, ReqPool,
+};
 use super::{check_count, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, DECODING, DONE, WAITING};
 use crate::cost::Pricer;
 use crate::error::{CoreError, CoreResult};
@@ -142,8 +145,8 @@ pub struct Card<'p> {
     /// the running requests that are not decoding, in admission order: they always come after
     /// every decoding one in the rules' `running` order (see `prefilling_is_a_suffix`)
     prefilling: Vec<usize>,
-    /// (request, new tokens, context) of the step's prefill pieces
-    pieces: Vec<(usize, i64, i64)>,
+    /// the step's prefill pieces
+    pieces: Vec<Piece>,
     scratch: Scratch,
     /// first request not arrived yet
     next: usize,
@@ -266,8 +269,7 @@ impl<'p> Card<'p> {
     fn event_step(&mut self, w: &Workload<'_>, t: f64, step: i64) -> CoreResult<f64> {
         let mut shape = self.decode_aggregate(step); // rule 2, decoding requests
         let mut left = self.params.max_num_batched_tokens - self.dec.live;
-        self.plan_prefill_pieces(&mut left); // rule 2, prefilling requests
-        let n_admitted = if self.waiting.is_empty() { 0 } else { self.admit_waiting(w, &mut left, t)? }; // rule 4
+        let n_admitted = self.plan_pieces(w, &mut left, t)?; // rule 2, prefilling requests; rule 4
         if shape.seqs == 0 && self.pieces.is_empty() {
             return Err(nothing_scheduled(t));
         }
@@ -311,30 +313,15 @@ impl<'p> Card<'p> {
         }
     }
 
-    /// Rule 2 for the prefilling requests: the rest of their prompt, in admission order, while
-    /// the budget `left` lasts (only the last piece can be a partial chunk).
+    /// Rule 2 for the prefilling requests and rule 4 (nobody was preempted), through the rules'
+    /// own [`prefill_pieces`] and [`admit`]: the pieces of the step beside the decoders, each
+    /// admitted request's first one last. Returns how many it admitted.
     #[inline(always)]
-    fn plan_prefill_pieces(&mut self, left: &mut i64) {
-        self.pieces.clear();
-        for &r in self.prefilling.iter() {
-            if *left == 0 {
-                break;
-            }
-            let s = self.req[r];
-            let nt = (s.held as i64 - s.c).min(*left);
-            self.pieces.push((r, nt, s.c));
-            *left -= nt;
-        }
-    }
-
-    /// Rule 4: admission (nobody was preempted), through the rules' own [`admit`]; each
-    /// admitted request adds its first piece. Returns how many it admitted.
-    #[inline(always)]
-    fn admit_waiting(&mut self, w: &Workload<'_>, left: &mut i64, t: f64) -> CoreResult<i64> {
+    fn plan_pieces(&mut self, w: &Workload<'_>, left: &mut i64, t: f64) -> CoreResult<i64> {
         let Card { params, rec, req, state, kv, waiting, dec, prefilling, pieces, .. } = self;
         let mut pool = ReqPool { pl: w.prompt_len, req, state, kv };
-        let piece = |r, nt| pieces.push((r, nt, 0));
-        admit(&mut pool, params, dec.live, prefilling, waiting, left, rec, t, piece)
+        prefill_pieces(&mut pool, prefilling, left, pieces)?;
+        admit(&mut pool, params, dec.live, prefilling, waiting, left, rec, t, |r, nt, c| pieces.push((r, nt, c)))
     }
 
     /// Rule 5: the prefill pieces' share of the step's shape (integer totals, as the per-step

@@ -35,7 +35,10 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use super::prefix::{internal, Live, PrefixOptions, PrefixOutput, PrefixPool, PrefixSteps};
-use super::rules::{add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, Books, Entry, StepHooks, StepPool};
+use super::rules::{
+    add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, prefill_pieces, Books, Entry, Piece,
+    StepHooks, StepPool,
+};
 use super::{ContinuousOutput, ContinuousParams, Inputs, DECODING, DONE, PREFILLING, WAITING};
 use crate::error::{CoreError, CoreResult};
 use crate::sim::{Recorder, StepShape, Workload};
@@ -137,8 +140,8 @@ struct Events<'a, 'p> {
     dec: Decoders,
     /// running requests that are not decoding, in admission order (after every decoding one)
     prefilling: Vec<usize>,
-    /// (request, new tokens, context) of the step's prefill pieces
-    pieces: Vec<(usize, i64, i64)>,
+    /// the step's prefill pieces
+    pieces: Vec<Piece>,
     /// buffers of the per-step path
     running: Vec<usize>,
     batch: Vec<Entry>,
@@ -206,8 +209,7 @@ impl Events<'_, '_> {
     fn event_step(&mut self, t: f64, step: i64) -> CoreResult<f64> {
         let mut shape = self.decode_aggregate(step)?; // rule 2, decoding requests
         let mut left = self.params.max_num_batched_tokens - self.dec.live;
-        self.plan_prefill_pieces(&mut left)?; // rule 2, prefilling requests
-        let n_admitted = self.admit_waiting(&mut left, t)?; // rule 4
+        let n_admitted = self.plan_pieces(&mut left, t)?; // rule 2, prefilling requests; rule 4
         if shape.seqs == 0 && self.pieces.is_empty() {
             return Err(nothing_scheduled(t));
         }
@@ -268,38 +270,16 @@ impl Events<'_, '_> {
         Ok(StepShape { seqs: d.live, tokens: d.live, keys: ctx + d.live as i128, ctx_tokens: ctx, n_prefill: 0, n_decode: d.live })
     }
 
-    /// Rule 2 for the prefilling requests: the rest of their prompt while the budget lasts,
-    /// each chunk's blocks registered as it is scheduled.
-    fn plan_prefill_pieces(&mut self, left: &mut i64) -> CoreResult<()> {
-        self.pieces.clear();
-        for &r in self.prefilling.iter() {
-            if *left == 0 {
-                break;
-            }
-            let s = self.pool.live[r];
-            let nt = (s.held - s.computed).min(*left);
-            self.pool.schedule_chunk(r, nt)?;
-            self.pieces.push((r, nt, s.computed));
-            *left -= nt;
-        }
-        Ok(())
-    }
-
-    /// Rule 4 through the rules' own [`admit`]. Returns how many it admitted.
-    fn admit_waiting(&mut self, left: &mut i64, t: f64) -> CoreResult<i64> {
-        if self.waiting.is_empty() {
-            return Ok(0);
-        }
+    /// Rule 2 for the prefilling requests (each chunk's blocks registered as it is scheduled)
+    /// and rule 4, through the rules' own [`prefill_pieces`] and [`admit`]. Returns how many it
+    /// admitted.
+    fn plan_pieces(&mut self, left: &mut i64, t: f64) -> CoreResult<i64> {
         let Events { params, rec, pool, waiting, dec, prefilling, pieces, state, .. } = self;
+        prefill_pieces(pool, prefilling, left, pieces)?;
         let first = prefilling.len();
-        let n = admit(pool, params, dec.live, prefilling, waiting, left, rec, t, |r, nt| pieces.push((r, nt, 0)))?;
+        let n = admit(pool, params, dec.live, prefilling, waiting, left, rec, t, |r, nt, c| pieces.push((r, nt, c)))?;
         for &r in &prefilling[first..] {
             state[r] = PREFILLING;
-        }
-        // an admitted piece's context is its cached tokens
-        let k = pieces.len() - n as usize;
-        for (r, _, c) in pieces[k..].iter_mut() {
-            *c = pool.live[*r].computed;
         }
         Ok(n)
     }

@@ -7,8 +7,8 @@
 //! [`super::per_step`] (the baseline, and speculative decoding's reference), [`super::prefix`]
 //! (over the real block allocator) and the rare preempting step of [`super::event_driven`] (and of
 //! [`super::spec_events`], speculation's default loop), whose fast path is
-//! an optimisation of these rules (integer totals instead of visits) and admits through
-//! [`admit`]. Each loop says through [`StepPool`] how its requests and its KV pool answer; the
+//! an optimisation of these rules (integer totals instead of visits) and plans its prefill
+//! pieces and admissions through [`prefill_pieces`] and [`admit`]. Each loop says through [`StepPool`] how its requests and its KV pool answer; the
 //! functions are generic, so each loop gets its own machine code and pays nothing for the others.
 //! [`ReqPool`] is the pool by counts ([`KvCounts`]) that the per-step and event-driven loops share.
 
@@ -213,7 +213,7 @@ pub(crate) fn plan_step<P: StepPool>(
     // fit); tests/test_sim_continuous.py shows it.
     let mut n_admitted = 0;
     if n_preempted == 0 {
-        n_admitted = admit(pool, params, 0, running, waiting, &mut budget, rec, t, |r, nt| batch.push((r, nt, false)))?;
+        n_admitted = admit(pool, params, 0, running, waiting, &mut budget, rec, t, |r, nt, _| batch.push((r, nt, false)))?;
     }
     if batch.is_empty() {
         return Err(nothing_scheduled(t));
@@ -223,7 +223,8 @@ pub(crate) fn plan_step<P: StepPool>(
 
 /// Rule 4 (`servelab.engine.scheduler`) at `t`: the seats taken are `others` (running
 /// elsewhere: the event-driven loop's decoders) plus `running`; each admitted request joins
-/// `running` and hands `piece(request, new tokens)` its first piece. Returns how many it admitted.
+/// `running` and hands `piece(request, new tokens, context)` its first piece (its context: the
+/// tokens the pool had cached). Returns how many it admitted.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(crate) fn admit<P: StepPool>(
@@ -235,8 +236,11 @@ pub(crate) fn admit<P: StepPool>(
     budget: &mut i64,
     rec: &mut Recorder<'_>,
     t: f64,
-    mut piece: impl FnMut(usize, i64),
+    mut piece: impl FnMut(usize, i64, i64),
 ) -> CoreResult<i64> {
+    if waiting.is_empty() {
+        return Ok(0); // most steps of an event-driven loop
+    }
     let mut n_admitted = 0;
     while *budget > 0 && others + (running.len() as i64) < params.max_num_seqs {
         let Some(&r) = waiting.front() else { break };
@@ -253,11 +257,34 @@ pub(crate) fn admit<P: StepPool>(
             nt = nt.min(*budget);
         }
         pool.schedule_chunk(r, nt)?;
-        piece(r, nt);
+        piece(r, nt, cached);
         n_admitted += 1;
         *budget -= nt;
     }
     Ok(n_admitted)
+}
+
+/// One prefill piece of an event-driven loop's step: (request, new tokens, context).
+pub(crate) type Piece = (usize, i64, i64);
+
+/// Rule 2 for the prefilling requests alone, in an event-driven loop's step in which nobody is
+/// preempted (its decoders, kept as aggregates, took their tokens already): the rest of each
+/// one's prompt, in admission order, while the budget `left` lasts (only the last piece can be
+/// a partial chunk), as [`plan_step`] schedules them.
+#[inline(always)]
+pub(crate) fn prefill_pieces<P: StepPool>(pool: &mut P, prefilling: &[usize], left: &mut i64, pieces: &mut Vec<Piece>) -> CoreResult<()> {
+    pieces.clear();
+    for &r in prefilling {
+        if *left == 0 {
+            break;
+        }
+        let (computed, held) = pool.counts(r);
+        let nt = (held - computed).min(*left);
+        pool.schedule_chunk(r, nt)?;
+        pieces.push((r, nt, computed));
+        *left -= nt;
+    }
+    Ok(())
 }
 
 /// Rule 5: the batch's shape (integer totals) and its row of the batch log.

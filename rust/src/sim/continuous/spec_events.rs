@@ -36,7 +36,10 @@ use std::collections::VecDeque;
 
 use super::per_step::{keep_guesses, speculate, SpecOutput, Speculation};
 use super::spec_draws::Window;
-use super::rules::{add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, sample_token, Books, Entry, ReqPool};
+use super::rules::{
+    add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, prefill_pieces, sample_token, Books, Entry,
+    Piece, ReqPool,
+};
 use super::{blocks_for, check_count, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, DECODING, DONE, PREFILLING, WAITING};
 use crate::error::{CoreError, CoreResult};
 use crate::sim::{price_shape, Recorder, StepShape, Workload};
@@ -111,8 +114,8 @@ struct Run<'a, 'p> {
     crossing: i64,
     /// running requests that are not decoding, in admission order (after every decoding one)
     prefilling: Vec<usize>,
-    /// (request, new tokens, context) of the step's prefill pieces
-    pieces: Vec<(usize, i64, i64)>,
+    /// the step's prefill pieces
+    pieces: Vec<Piece>,
     so: SpecOutput,
     /// per guess length `g` in `0..=k`: the step's decoding entries that guessed `g`, their
     /// contexts' sum (below 2^57: fewer than 2^32 requests of fewer than 2^25 tokens)
@@ -179,8 +182,7 @@ impl Run<'_, '_> {
     fn event_step(&mut self, t: f64, step: i64) -> CoreResult<f64> {
         self.kv.take(self.crossing); // rule 2: each decoder's slot for this step's token
         let mut left = self.params.max_num_batched_tokens - self.dec.len() as i64;
-        self.plan_prefill_pieces(&mut left); // rule 2, prefilling requests
-        let n_admitted = self.admit_waiting(&mut left, t)?; // rule 4
+        let n_admitted = self.plan_pieces(&mut left, t)?; // rule 2, prefilling requests; rule 4
         if self.dec.is_empty() && self.pieces.is_empty() {
             return Err(nothing_scheduled(t));
         }
@@ -202,29 +204,13 @@ impl Run<'_, '_> {
         Ok(end)
     }
 
-    /// Rule 2 for the prefilling requests: the rest of their prompt, in admission order, while
-    /// the budget `left` lasts (only the last piece can be a partial chunk).
-    fn plan_prefill_pieces(&mut self, left: &mut i64) {
-        self.pieces.clear();
-        for &r in self.prefilling.iter() {
-            if *left == 0 {
-                break;
-            }
-            let s = self.req[r];
-            let nt = (s.held as i64 - s.c).min(*left);
-            self.pieces.push((r, nt, s.c));
-            *left -= nt;
-        }
-    }
-
-    /// Rule 4 through the rules' own [`admit`]. Returns how many it admitted.
-    fn admit_waiting(&mut self, left: &mut i64, t: f64) -> CoreResult<i64> {
-        if self.waiting.is_empty() {
-            return Ok(0);
-        }
+    /// Rule 2 for the prefilling requests and rule 4, through the rules' own [`prefill_pieces`]
+    /// and [`admit`]. Returns how many it admitted.
+    fn plan_pieces(&mut self, left: &mut i64, t: f64) -> CoreResult<i64> {
         let Run { params, w, rec, req, state, kv, waiting, dec, prefilling, pieces, .. } = self;
         let mut pool = ReqPool { pl: w.prompt_len, req, state, kv };
-        admit(&mut pool, params, dec.len() as i64, prefilling, waiting, left, rec, t, |r, nt| pieces.push((r, nt, 0)))
+        prefill_pieces(&mut pool, prefilling, left, pieces)?;
+        admit(&mut pool, params, dec.len() as i64, prefilling, waiting, left, rec, t, |r, nt, c| pieces.push((r, nt, c)))
     }
 
     /// The decoders' part of the step, one pass in running order (`LOG`: the batch log is

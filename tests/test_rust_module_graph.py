@@ -161,9 +161,11 @@ def test_the_continuous_files_lean_on_the_vocabulary_and_the_rules_alone():
         # trace.rs: the per-step record servelab trace asks for, a leaf beside the vocabulary
         assert inside <= {f"{folder}::rules", f"{folder}::trace"}, (name, inside)
     assert not {m for m in graph[f"{folder}::trace"] if m.startswith(folder + "::")}
-    # the event-driven prefix loop is an optimisation of the per-step one, on its pool
+    # the event-driven prefix loop is an optimisation of the per-step one, on its pool, with
+    # what the event-driven loops share (aggregates.rs: a leaf beside the vocabulary)
     inside = {m for m in graph[f"{folder}::prefix_events"] if m.startswith(folder + "::")}
-    assert inside <= {f"{folder}::rules", f"{folder}::prefix"}, inside
+    assert inside <= {f"{folder}::rules", f"{folder}::prefix", f"{folder}::aggregates"}, inside
+    assert not {m for m in graph[f"{folder}::aggregates"] if m.startswith(folder + "::")}
     assert not {m for m in graph[folder] if m.startswith(folder + "::")}, graph[folder]
 
 

@@ -33,82 +33,30 @@
 //! columns); the waiting queue and the running list hold indices. Per-step data (the trace, the
 //! batch log) is kept only when asked for.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
+use super::aggregates::{self, return_running, StepReturn};
 use super::rules::{
     add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, prefill_pieces, sample_token, Books, Entry,
     Piece, ReqPool,
 };
 use super::{check_count, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, DECODING, DONE, WAITING};
 use crate::cost::Pricer;
-use crate::error::{CoreError, CoreResult};
+use crate::error::CoreResult;
 use crate::sim::{Recorder, StepShape, Workload};
 
-/// The decoding requests, by their aggregates: what a step of them costs and which events
-/// (a block boundary, a last token) fall in which step are known without visiting them.
-struct Decoders {
-    /// decoding requests in admission order (the order of `running` in the rules); entries of
-    /// finished requests stay as tombstones until the next compaction
-    order: Vec<u32>,
-    live: i64,
-    /// sum of `c` over the live ones: the step's context tokens are `sum_c + live * step`
-    sum_c: i128,
-    /// how many live ones have `c` congruent to `k` modulo `block_size`: those whose held slots
-    /// are a multiple of `block_size` in step `s` (they need a new block) have `k = -s mod bs`
-    by_residue: Vec<u32>,
-    /// (step in which it samples its last token, request), earliest first
-    finish: BinaryHeap<Reverse<(i64, u32)>>,
-}
+/// The decoding requests ([`aggregates::Decoders`]), the heap's ties broken by request.
+type Decoders = aggregates::Decoders<(i64, u32)>;
 
-impl Decoders {
-    fn new(block_size: i64) -> Self {
-        Decoders {
-            order: Vec::new(),
-            live: 0,
-            sum_c: 0,
-            // a block size is at most MAX_BLOCK_SIZE (65,536): one counter per residue
-            by_residue: vec![0; block_size as usize],
-            finish: BinaryHeap::new(),
-        }
-    }
-
-    /// Adds request `r` (prompt `p`, `out` output tokens), which holds `computed` tokens after
-    /// step `step - 1`, at the end of the admission order.
-    fn push(&mut self, r: usize, req: &mut Req, p: i64, out: i64, step: i64) {
-        let c = req.c - step;
-        req.c = c;
-        self.order.push(r as u32);
-        self.live += 1;
-        self.sum_c += c as i128;
-        let k = c.rem_euclid(self.by_residue.len() as i64) as usize;
-        self.by_residue[k] += 1;
-        // after step s it has generated c + s + 2 - p tokens: the last one comes in step
-        // out + p - 2 - c (>= step, since it has not generated all of them yet)
-        self.finish.push(Reverse((out + p - 2 - c, r as u32)));
-    }
-
-    /// Removes a finished request (its `order` entry becomes a tombstone).
-    fn remove(&mut self, c: i64) {
-        self.live -= 1;
-        self.sum_c -= c as i128;
-        let k = c.rem_euclid(self.by_residue.len() as i64) as usize;
-        self.by_residue[k] -= 1;
-    }
-
-    /// How many of them need a new block in step `step`.
-    fn crossing(&self, step: i64) -> i64 {
-        let bs = self.by_residue.len() as i64;
-        self.by_residue[(-step).rem_euclid(bs) as usize] as i64
-    }
-
-    fn clear(&mut self) {
-        self.order.clear();
-        self.live = 0;
-        self.sum_c = 0;
-        self.by_residue.iter_mut().for_each(|k| *k = 0);
-        self.finish.clear();
-    }
+/// Request `r` (prompt `p`, `out` output tokens), which holds `req.c` computed tokens after step
+/// `step - 1`, joins the decoders at the end of the admission order (`req.c` becomes its offset).
+#[inline]
+fn push_decoder(dec: &mut Decoders, r: usize, req: &mut Req, p: i64, out: i64, step: i64) {
+    let c = req.c - step;
+    req.c = c;
+    // after step s it has generated c + s + 2 - p tokens: the last one comes in step
+    // out + p - 2 - c (>= step, since it has not generated all of them yet)
+    dec.push(r, c, (out + p - 2 - c, r as u32));
 }
 
 /// Runs continuous batching over a validated workload, at a cost per event (arrival,
@@ -143,7 +91,7 @@ pub struct Card<'p> {
     waiting: VecDeque<usize>,
     dec: Decoders,
     /// the running requests that are not decoding, in admission order: they always come after
-    /// every decoding one in the rules' `running` order (see `prefilling_is_a_suffix`)
+    /// every decoding one in the rules' `running` order (see [`return_running`])
     prefilling: Vec<usize>,
     /// the step's prefill pieces
     pieces: Vec<Piece>,
@@ -277,10 +225,7 @@ impl<'p> Card<'p> {
         let end = self.rec.step(t, shape);
         self.retire_decoders(step, end); // rule 6, decoding requests
         self.end_prefill_pieces(w, step + 1, end); // rule 6, prefill pieces
-        if self.dec.order.len() > 2 * self.dec.live as usize + 64 {
-            let state = &self.state;
-            self.dec.order.retain(|&r| state[r as usize] == DECODING);
-        }
+        self.dec.compact(&self.state);
         self.books.end_step(self.kv.blocks_used(), 0, n_admitted);
         Ok(end)
     }
@@ -291,26 +236,9 @@ impl<'p> Card<'p> {
     /// kept, is the only thing that visits them.
     #[inline(always)]
     fn decode_aggregate(&mut self, step: i64) -> StepShape {
-        let dec = &self.dec;
-        self.kv.take(dec.crossing(step));
-        let ctx_dec = dec.sum_c + (dec.live as i128) * (step as i128);
-        if let Some(l) = self.books.log.as_mut() {
-            for &r in &dec.order {
-                if self.state[r as usize] == DECODING {
-                    l.request_id.push(r as i64);
-                    l.new_tokens.push(1);
-                    l.context_len.push(self.req[r as usize].c + step);
-                }
-            }
-        }
-        StepShape {
-            seqs: dec.live,
-            tokens: dec.live,
-            keys: ctx_dec + dec.live as i128,
-            ctx_tokens: ctx_dec,
-            n_prefill: 0,
-            n_decode: dec.live,
-        }
+        self.kv.take(self.dec.crossing(step));
+        let req = &self.req;
+        self.dec.shape(step, self.books.log.as_mut(), &self.state, |r| req[r].c)
     }
 
     /// Rule 2 for the prefilling requests and rule 4 (nobody was preempted), through the rules'
@@ -338,13 +266,7 @@ impl<'p> Card<'p> {
     /// since they started decoding: the heap's front) leave, freeing their blocks.
     #[inline(always)]
     fn retire_decoders(&mut self, step: i64, end: f64) {
-        while let Some(&Reverse((last, r))) = self.dec.finish.peek() {
-            if last > step {
-                break;
-            }
-            debug_assert_eq!(last, step, "a decoding request outlived its last token");
-            self.dec.finish.pop();
-            let r = r as usize;
+        while let Some(r) = self.dec.pop_finished(step) {
             let c = self.req[r].c;
             self.dec.remove(c);
             self.kv.free(c + step + 1); // it held every computed token
@@ -369,7 +291,7 @@ impl<'p> Card<'p> {
             completed += 1;
             if !sample_token(&mut self.rec, &mut self.kv, s, &mut self.state[r], r, 1, ol[r], end) {
                 self.state[r] = DECODING;
-                self.dec.push(r, s, pl[r], ol[r], next_step);
+                push_decoder(&mut self.dec, r, s, pl[r], ol[r], next_step);
             }
         }
         self.prefilling.drain(..completed);
@@ -430,27 +352,30 @@ impl RulesStep<'_, '_> {
         for &(r, nt, _) in batch.iter() {
             self.pool.compute(self.rec, r, nt, 1, ol[r], end); // rule 6
         }
-        let ReqPool { req, state, .. } = &mut self.pool;
-
-        // back to aggregates: the decoding requests first, the prefilling ones after (a request
-        // is only admitted once every older one is decoding or ends its prefill in that step:
-        // a partial chunk uses up the budget; so the prefilling ones are a suffix of `running`)
-        for &r in running.iter() {
-            match state[r] {
-                DONE => {}
-                _ if req[r].c == req[r].held as i64 => {
-                    if !self.prefilling.is_empty() {
-                        return Err(CoreError::invalid(format!(
-                            "internal error: at t={t} request {r} decodes after a prefilling request"
-                        )));
-                    }
-                    state[r] = DECODING;
-                    self.dec.push(r, &mut req[r], pl[r], ol[r], step + 1);
-                }
-                _ => self.prefilling.push(r),
-            }
-        }
+        let running = std::mem::take(&mut self.scratch.running);
+        return_running(self, &running, t, step + 1)?; // back to aggregates
+        self.scratch.running = running;
         Ok((end, plan.n_preempted, plan.n_admitted))
+    }
+}
+
+impl StepReturn for RulesStep<'_, '_> {
+    fn finished(&mut self, r: usize) -> bool {
+        self.pool.state[r] == DONE
+    }
+
+    fn decodes(&self, r: usize) -> bool {
+        self.pool.req[r].c == self.pool.req[r].held as i64
+    }
+
+    fn push_decoder(&mut self, r: usize, step: i64) {
+        let (pl, ol) = (self.pool.pl, self.ol);
+        self.pool.state[r] = DECODING;
+        push_decoder(self.dec, r, &mut self.pool.req[r], pl[r], ol[r], step);
+    }
+
+    fn push_prefilling(&mut self, r: usize) {
+        self.prefilling.push(r); // PREFILLING already: it was not decoding in the step
     }
 }
 

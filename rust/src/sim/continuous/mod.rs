@@ -18,6 +18,8 @@
 //!   [`per_step`];
 //! * [`spec_events`]: speculative decoding at a cost per decoding entry (the default), bit for
 //!   bit [`per_step`]'s speculative loop, and [`spec_draws`], its acceptance draws made ahead;
+//! * [`aggregates`]: what the event-driven loops share beside the rules (the decoders as
+//!   aggregates, the end of their rare rules step);
 //! * [`trace`]: the per-step record of the queues and the KV pool (`servelab trace`).
 //!
 //! # The KV pool, by counts
@@ -31,6 +33,7 @@
 //! There is no prefix caching in those counts: the simulator knows lengths, not tokens, so it
 //! cannot tell which prompts share a prefix unless told ([`prefix`]).
 
+mod aggregates;
 pub mod event_driven;
 pub mod per_step;
 pub mod prefix;

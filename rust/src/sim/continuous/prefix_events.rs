@@ -34,13 +34,14 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
+use super::aggregates::{self, return_running, StepReturn};
 use super::prefix::{internal, Live, PrefixOptions, PrefixOutput, PrefixPool, PrefixSteps};
 use super::rules::{
     add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, prefill_pieces, Books, Entry, Piece,
     StepHooks, StepPool,
 };
 use super::{ContinuousOutput, ContinuousParams, Inputs, DECODING, DONE, PREFILLING, WAITING};
-use crate::error::{CoreError, CoreResult};
+use crate::error::CoreResult;
 use crate::sim::{Recorder, StepShape, Workload};
 
 /// [`super::prefix::run`] at a cost per event: the same output, bit for bit.
@@ -59,6 +60,7 @@ pub fn run(inp: &Inputs<'_>, px: &PrefixOptions<'_>) -> CoreResult<(ContinuousOu
         state: vec![WAITING; n],
         waiting: VecDeque::new(),
         dec: Decoders::new(params.block_size),
+        events: BinaryHeap::new(),
         prefilling: Vec::new(),
         pieces: Vec::new(),
         running: Vec::new(),
@@ -72,60 +74,15 @@ pub fn run(inp: &Inputs<'_>, px: &PrefixOptions<'_>) -> CoreResult<(ContinuousOu
 /// (step, admission count, request): what both heaps order by.
 type At = Reverse<(i64, u64, u32)>;
 
-/// The decoding requests, by their aggregates (module docs).
-struct Decoders {
-    /// in admission order; finished ones stay as tombstones until the next compaction
-    order: Vec<u32>,
-    live: i64,
-    /// sum of the offsets `computed - step` of the live ones
-    sum_c: i128,
-    /// live ones per residue of the offset modulo the block size: those taking a block in
-    /// step `s` have residue `-s`
-    by_residue: Vec<u32>,
-    /// the step of each one's last token
-    finish: BinaryHeap<At>,
-    /// the step of each one's next block event (taking a block, or filling one)
-    events: BinaryHeap<At>,
-}
+/// The decoding requests ([`aggregates::Decoders`], module docs), the heap in running order.
+type Decoders = aggregates::Decoders<(i64, u64, u32)>;
 
-impl Decoders {
-    fn new(block_size: i64) -> Self {
-        Decoders {
-            order: Vec::new(),
-            live: 0,
-            sum_c: 0,
-            by_residue: vec![0; block_size as usize],
-            finish: BinaryHeap::new(),
-            events: BinaryHeap::new(),
-        }
-    }
-
-    fn bs(&self) -> i64 {
-        self.by_residue.len() as i64
-    }
-
-    /// How many of them take a new block in step `step`.
-    fn taking(&self, step: i64) -> i64 {
-        self.by_residue[(-step).rem_euclid(self.bs()) as usize] as i64
-    }
-
-    /// The first step from `from` on in which a decoder of offset `c` takes or fills a block
-    /// (its held slots `c + s` or `c + s + 1` a multiple of the block size).
-    fn next_event(&self, c: i64, from: i64) -> i64 {
-        let bs = self.bs();
-        let to_take = (-(c + from)).rem_euclid(bs);
-        let to_fill = (-(c + from + 1)).rem_euclid(bs);
-        from + to_take.min(to_fill)
-    }
-
-    fn clear(&mut self) {
-        self.order.clear();
-        self.live = 0;
-        self.sum_c = 0;
-        self.by_residue.iter_mut().for_each(|k| *k = 0);
-        self.finish.clear();
-        self.events.clear();
-    }
+/// The first step from `from` on in which a decoder of offset `c` takes or fills a block (its
+/// held slots `c + s` or `c + s + 1` a multiple of the block size `bs`).
+fn next_event(bs: i64, c: i64, from: i64) -> i64 {
+    let to_take = (-(c + from)).rem_euclid(bs);
+    let to_fill = (-(c + from + 1)).rem_euclid(bs);
+    from + to_take.min(to_fill)
 }
 
 struct Events<'a, 'p> {
@@ -138,6 +95,8 @@ struct Events<'a, 'p> {
     state: Vec<u8>,
     waiting: VecDeque<usize>,
     dec: Decoders,
+    /// the step of each decoder's next block event (taking a block, or filling one)
+    events: BinaryHeap<At>,
     /// running requests that are not decoding, in admission order (after every decoding one)
     prefilling: Vec<usize>,
     /// the step's prefill pieces
@@ -162,46 +121,10 @@ impl Events<'_, '_> {
             }
             let after = step.checked_add(1).ok_or_else(counter_overflow)?;
             let short = self.dec.live > self.params.max_num_batched_tokens
-                || self.dec.taking(step) > self.pool.kv.num_free_blocks() as i64;
+                || self.dec.crossing(step) > self.pool.kv.num_free_blocks() as i64;
             t = if short { self.rules_step(t, step)? } else { self.event_step(t, step)? };
             step = after;
         }
-    }
-
-    /// Decoder `r`, whose tokens are all computed after step `step - 1`, joins the aggregates;
-    /// its KV slots are all written into the allocator but `pending`.
-    fn push_decoder(&mut self, r: usize, step: i64) {
-        let (p, out) = (self.w.prompt_len[r], self.w.output_len[r]);
-        let s = &mut self.pool.live[r];
-        let c = s.computed - step;
-        let flushed = s.held - s.pending;
-        *s = Live { computed: c, held: 0, pending: flushed, generated: 0 };
-        self.state[r] = DECODING;
-        let d = &mut self.dec;
-        d.order.push(r as u32);
-        d.live += 1;
-        d.sum_c += c as i128;
-        let k = c.rem_euclid(d.bs()) as usize;
-        d.by_residue[k] += 1;
-        let seq = self.pool.admitted[r];
-        // it samples its last token in step out + p - 2 - c (the one that makes c + s + 2 - p
-        // tokens generated); it computes one token in each step until then
-        let last = out + p - 2 - c;
-        self.pool.pre.computed_tokens[r] += last - step + 1;
-        d.finish.push(Reverse((last, seq, r as u32)));
-        let ev = d.next_event(c, step);
-        if ev <= last {
-            d.events.push(Reverse((ev, seq, r as u32)));
-        }
-    }
-
-    /// Decoder `r` leaves the aggregates (it finished, or the per-step path takes it over).
-    fn remove_decoder(&mut self, c: i64) {
-        let d = &mut self.dec;
-        d.live -= 1;
-        d.sum_c -= c as i128;
-        let k = c.rem_euclid(d.bs()) as usize;
-        d.by_residue[k] -= 1;
     }
 
     /// A step in which nobody is preempted: rules 2-6 from the aggregates and the events, in
@@ -221,10 +144,7 @@ impl Events<'_, '_> {
         let end = if extra_s > 0.0 { self.rec.step_plus(t, shape, extra_s) } else { self.rec.step(t, shape) };
         self.retire_decoders(step, end)?; // rule 6, decoding requests
         self.end_prefill_pieces(step + 1, end)?; // rule 6, prefill pieces
-        if self.dec.order.len() > 2 * self.dec.live as usize + 64 {
-            let state = &self.state;
-            self.dec.order.retain(|&r| state[r as usize] == DECODING);
-        }
+        self.dec.compact(&self.state);
         self.books.end_step(self.pool.blocks_used(), 0, n_admitted);
         Ok(end)
     }
@@ -232,12 +152,12 @@ impl Events<'_, '_> {
     /// Rule 2 for the decoding requests: one token each, from the aggregates; those at a block
     /// boundary this step take or fill their block, in running order.
     fn decode_aggregate(&mut self, step: i64) -> CoreResult<StepShape> {
-        let bs = self.dec.bs();
-        while let Some(&Reverse((s, seq, r))) = self.dec.events.peek() {
+        let bs = self.dec.block_size();
+        while let Some(&Reverse((s, seq, r))) = self.events.peek() {
             if s > step {
                 break;
             }
-            self.dec.events.pop();
+            self.events.pop();
             let r = r as usize;
             let live = &mut self.pool.live[r];
             let held = live.computed + step; // slots before this step's token
@@ -251,23 +171,13 @@ impl Events<'_, '_> {
             }
             live.pending = held + 1;
             let (p, out) = (self.w.prompt_len[r], self.w.output_len[r]);
-            let ev = self.dec.next_event(live.computed, step + 1);
+            let ev = next_event(bs, live.computed, step + 1);
             if ev <= out + p - 2 - live.computed {
-                self.dec.events.push(Reverse((ev, seq, r as u32)));
+                self.events.push(Reverse((ev, seq, r as u32)));
             }
         }
-        let d = &self.dec;
-        let ctx = d.sum_c + (d.live as i128) * (step as i128);
-        if let Some(l) = self.books.log.as_mut() {
-            for &r in &d.order {
-                if self.state[r as usize] == DECODING {
-                    l.request_id.push(r as i64);
-                    l.new_tokens.push(1);
-                    l.context_len.push(self.pool.live[r as usize].computed + step);
-                }
-            }
-        }
-        Ok(StepShape { seqs: d.live, tokens: d.live, keys: ctx + d.live as i128, ctx_tokens: ctx, n_prefill: 0, n_decode: d.live })
+        let live = &self.pool.live;
+        Ok(self.dec.shape(step, self.books.log.as_mut(), &self.state, |r| live[r].computed))
     }
 
     /// Rule 2 for the prefilling requests (each chunk's blocks registered as it is scheduled)
@@ -287,15 +197,9 @@ impl Events<'_, '_> {
     /// Rule 6 for the decoding requests whose last token this step samples: in running order,
     /// each frees its blocks.
     fn retire_decoders(&mut self, step: i64, end: f64) -> CoreResult<()> {
-        while let Some(&Reverse((last, _, r))) = self.dec.finish.peek() {
-            if last > step {
-                break;
-            }
-            debug_assert_eq!(last, step, "a decoding request outlived its last token");
-            self.dec.finish.pop();
-            let r = r as usize;
+        while let Some(r) = self.dec.pop_finished(step) {
             let c = self.pool.live[r].computed;
-            self.remove_decoder(c);
+            self.dec.remove(c);
             self.pool.release(r)?;
             self.pool.live[r] = Live { computed: 0, held: 0, pending: 0, generated: self.w.output_len[r] };
             self.state[r] = DONE;
@@ -345,6 +249,7 @@ impl Events<'_, '_> {
         }
         self.dec.order = order;
         self.dec.clear();
+        self.events.clear();
         self.running.extend(self.prefilling.drain(..));
 
         let plan = plan_step(&mut self.pool, self.params, &mut self.running, &mut self.waiting, &mut self.batch, &mut self.books, &mut self.rec, t)?; // rules 2-4
@@ -358,26 +263,51 @@ impl Events<'_, '_> {
             let (r, nt, _) = self.batch[e];
             self.hooks.sample(&mut self.pool, &mut self.rec, e, r, nt, end)?; // rule 6
         }
-        // back to aggregates: the decoding requests first, the prefilling ones after
         let running = std::mem::take(&mut self.running);
-        for &r in &running {
-            if self.hooks.done(&self.pool, r) {
-                self.state[r] = DONE;
-            } else if self.pool.live[r].computed == self.pool.live[r].held {
-                if !self.prefilling.is_empty() {
-                    return Err(CoreError::invalid(format!(
-                        "internal error: at t={t} request {r} decodes after a prefilling request"
-                    )));
-                }
-                self.push_decoder(r, step + 1);
-            } else {
-                self.state[r] = PREFILLING;
-                self.prefilling.push(r);
-            }
-        }
+        return_running(self, &running, t, step + 1)?; // back to aggregates
         self.running = running;
         self.books.end_step(self.pool.blocks_used(), plan.n_preempted, plan.n_admitted);
         Ok(end)
+    }
+}
+
+impl StepReturn for Events<'_, '_> {
+    fn finished(&mut self, r: usize) -> bool {
+        let done = self.hooks.done(&self.pool, r);
+        if done {
+            self.state[r] = DONE;
+        }
+        done
+    }
+
+    fn decodes(&self, r: usize) -> bool {
+        self.pool.live[r].computed == self.pool.live[r].held
+    }
+
+    /// Decoder `r`, whose tokens are all computed after step `step - 1`, joins the aggregates;
+    /// its KV slots are all written into the allocator but `pending`.
+    fn push_decoder(&mut self, r: usize, step: i64) {
+        let (p, out) = (self.w.prompt_len[r], self.w.output_len[r]);
+        let s = &mut self.pool.live[r];
+        let c = s.computed - step;
+        let flushed = s.held - s.pending;
+        *s = Live { computed: c, held: 0, pending: flushed, generated: 0 };
+        self.state[r] = DECODING;
+        let seq = self.pool.admitted[r];
+        // it samples its last token in step out + p - 2 - c (the one that makes c + s + 2 - p
+        // tokens generated); it computes one token in each step until then
+        let last = out + p - 2 - c;
+        self.pool.pre.computed_tokens[r] += last - step + 1;
+        self.dec.push(r, c, (last, seq, r as u32));
+        let ev = next_event(self.dec.block_size(), c, step);
+        if ev <= last {
+            self.events.push(Reverse((ev, seq, r as u32)));
+        }
+    }
+
+    fn push_prefilling(&mut self, r: usize) {
+        self.state[r] = PREFILLING;
+        self.prefilling.push(r);
     }
 }
 

@@ -35,13 +35,14 @@
 use std::collections::VecDeque;
 
 use super::per_step::{keep_guesses, speculate, SpecOutput, Speculation};
+use super::aggregates::{return_running, StepReturn};
 use super::spec_draws::Window;
 use super::rules::{
     add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, prefill_pieces, sample_token, Books, Entry,
     Piece, ReqPool,
 };
 use super::{blocks_for, check_count, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, DECODING, DONE, PREFILLING, WAITING};
-use crate::error::{CoreError, CoreResult};
+use crate::error::CoreResult;
 use crate::sim::{price_shape, Recorder, StepShape, Workload};
 
 /// Runs continuous batching with speculative decoding over a validated workload: the output of
@@ -152,20 +153,6 @@ impl Run<'_, '_> {
             t = if short { self.rules_step(t, step)? } else { self.event_step(t, step)? };
             step = after;
         }
-    }
-
-    /// Request `r`, all of whose tokens are computed (`req[r]`), joins the decoders at the end
-    /// of the running order, decoding from step `step` on.
-    fn push_decoder(&mut self, r: usize, step: i64) {
-        let s = self.req[r];
-        let (c, rem, bs) = (s.c, self.w.output_len[r] - s.generated as i64, self.params.block_size);
-        let room = blocks_for(c, bs) * bs - c;
-        self.crossing += (room == 0) as i64;
-        self.state[r] = DECODING;
-        // settled when it leaves (`settle`): steps `now - step`, kept `rem - rem_now - steps`
-        self.so.spec_steps[r] -= step;
-        self.so.spec_accepted[r] += rem + step;
-        self.dec.push(Dec { c, rem, window: Window::default(), proposed: 0, r: r as u32, room: room as u32 });
     }
 
     /// Decoder `d` leaves the decoders before step `now`: its speculation counters settled.
@@ -385,28 +372,40 @@ impl Run<'_, '_> {
             pool.compute(rec, r, nt, sampled, ol[r], end); // rule 6
         }
 
-        // back to the array: the decoding requests first, the prefilling ones after (see
-        // `event_driven.rs`: the prefilling ones are a suffix of `running`)
         let running = std::mem::take(&mut self.running);
-        for &r in &running {
-            if self.state[r] == DONE {
-                continue;
-            }
-            if self.req[r].c == self.req[r].held as i64 {
-                if !self.prefilling.is_empty() {
-                    return Err(CoreError::invalid(format!(
-                        "internal error: at t={t} request {r} decodes after a prefilling request"
-                    )));
-                }
-                self.push_decoder(r, step + 1);
-            } else {
-                self.state[r] = PREFILLING;
-                self.prefilling.push(r);
-            }
-        }
+        return_running(self, &running, t, step + 1)?; // back to the array
         self.running = running;
         self.books.end_step(self.kv.blocks_used(), plan.n_preempted, plan.n_admitted);
         Ok(end)
+    }
+}
+
+impl StepReturn for Run<'_, '_> {
+    fn finished(&mut self, r: usize) -> bool {
+        self.state[r] == DONE
+    }
+
+    fn decodes(&self, r: usize) -> bool {
+        self.req[r].c == self.req[r].held as i64
+    }
+
+    /// Request `r`, all of whose tokens are computed (`req[r]`), joins the decoders at the end
+    /// of the running order, decoding from step `step` on.
+    fn push_decoder(&mut self, r: usize, step: i64) {
+        let s = self.req[r];
+        let (c, rem, bs) = (s.c, self.w.output_len[r] - s.generated as i64, self.params.block_size);
+        let room = blocks_for(c, bs) * bs - c;
+        self.crossing += (room == 0) as i64;
+        self.state[r] = DECODING;
+        // settled when it leaves (`settle`): steps `now - step`, kept `rem - rem_now - steps`
+        self.so.spec_steps[r] -= step;
+        self.so.spec_accepted[r] += rem + step;
+        self.dec.push(Dec { c, rem, window: Window::default(), proposed: 0, r: r as u32, room: room as u32 });
+    }
+
+    fn push_prefilling(&mut self, r: usize) {
+        self.state[r] = PREFILLING;
+        self.prefilling.push(r);
     }
 }
 

@@ -37,7 +37,7 @@ use std::collections::VecDeque;
 
 use super::aggregates::{self, return_running, StepReturn};
 use super::rules::{
-    add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, prefill_pieces, sample_token, Books, Entry,
+    add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, prefill_pieces, Books, Entry,
     Piece, ReqPool,
 };
 use super::{check_count, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, DECODING, DONE, WAITING};
@@ -281,20 +281,10 @@ impl<'p> Card<'p> {
     #[inline(always)]
     fn end_prefill_pieces(&mut self, w: &Workload<'_>, next_step: i64, end: f64) {
         let (pl, ol) = (w.prompt_len, w.output_len);
-        let mut completed = 0;
-        for &(r, nt, _) in self.pieces.iter() {
-            let s = &mut self.req[r];
-            s.c += nt;
-            if s.c < s.held as i64 {
-                break;
-            }
-            completed += 1;
-            if !sample_token(&mut self.rec, &mut self.kv, s, &mut self.state[r], r, 1, ol[r], end) {
-                self.state[r] = DECODING;
-                push_decoder(&mut self.dec, r, s, pl[r], ol[r], next_step);
-            }
-        }
-        self.prefilling.drain(..completed);
+        let Card { rec, req, state, kv, dec, prefilling, pieces, .. } = self;
+        let mut pool = ReqPool { pl, req, state, kv };
+        let completed = pool.end_pieces(rec, pieces, ol, end, |r, s| push_decoder(dec, r, s, pl[r], ol[r], next_step));
+        prefilling.drain(..completed);
     }
 
     /// The run so far (after `advance(.., f64::INFINITY)`: the whole run).

@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 
 use super::{
-    blocks_for, BatchLog, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, StepExtra, DONE, PREFILLING,
+    blocks_for, BatchLog, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, StepExtra, DECODING, DONE, PREFILLING,
     REJECT_BLOCKS, REJECT_BUDGET, REJECT_NONE, WAITING,
 };
 use crate::error::{CoreError, CoreResult};
@@ -447,6 +447,31 @@ impl ReqPool<'_> {
         let s = &mut self.req[r];
         s.c += nt;
         s.c >= s.held as i64 && sample_token(rec, self.kv, s, &mut self.state[r], r, sampled, output, end)
+    }
+}
+
+impl ReqPool<'_> {
+    /// Rule 6 for an event-driven loop's prefill pieces, in order, in the step ending at `end`:
+    /// each one's tokens computed; a completed prefill samples a token ([`sample_token`]) and,
+    /// unless that was its last, decodes: `decodes(r, req)` hands it to the loop's decoders.
+    /// The completed ones are the first pieces (only the last can be a partial chunk); returns
+    /// how many they are.
+    #[inline(always)]
+    pub(crate) fn end_pieces(&mut self, rec: &mut Recorder<'_>, pieces: &[Piece], ol: &[i64], end: f64, mut decodes: impl FnMut(usize, &mut Req)) -> usize {
+        let mut completed = 0;
+        for &(r, nt, _) in pieces {
+            let s = &mut self.req[r];
+            s.c += nt;
+            if s.c < s.held as i64 {
+                break;
+            }
+            completed += 1;
+            if !sample_token(rec, self.kv, s, &mut self.state[r], r, 1, ol[r], end) {
+                self.state[r] = DECODING;
+                decodes(r, s);
+            }
+        }
+        completed
     }
 }
 

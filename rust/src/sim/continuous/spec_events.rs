@@ -38,7 +38,7 @@ use super::per_step::{keep_guesses, speculate, SpecOutput, Speculation};
 use super::aggregates::{return_running, StepReturn};
 use super::spec_draws::Window;
 use super::rules::{
-    add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, prefill_pieces, sample_token, Books, Entry,
+    add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, prefill_pieces, Books, Entry,
     Piece, ReqPool,
 };
 use super::{blocks_for, check_count, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, DECODING, DONE, PREFILLING, WAITING};
@@ -328,21 +328,11 @@ impl Run<'_, '_> {
     /// Rule 6 for the prefill pieces, in order: a completed prefill samples a token and, unless
     /// it was its last, decodes from step `next_step` on (only the last piece can be partial).
     fn end_prefill_pieces(&mut self, next_step: i64, end: f64) {
-        let ol = self.w.output_len;
-        let mut completed = 0;
-        for k in 0..self.pieces.len() {
-            let (r, nt, _) = self.pieces[k];
-            let s = &mut self.req[r];
-            s.c += nt;
-            if s.c < s.held as i64 {
-                break;
-            }
-            completed += 1;
-            if !sample_token(&mut self.rec, &mut self.kv, s, &mut self.state[r], r, 1, ol[r], end) {
-                self.push_decoder(r, next_step);
-            }
-        }
-        self.prefilling.drain(..completed);
+        let Run { params, w, rec, req, state, kv, dec, crossing, so, prefilling, pieces, .. } = self;
+        let (ol, bs) = (w.output_len, params.block_size);
+        let mut pool = ReqPool { pl: w.prompt_len, req, state, kv };
+        let completed = pool.end_pieces(rec, pieces, ol, end, |r, s| push_decoder(dec, crossing, so, bs, r, s, ol[r], next_step));
+        prefilling.drain(..completed);
     }
 
     /// The rare step in which the pool runs out of blocks (rule 3 preempts): the per-step
@@ -389,24 +379,31 @@ impl StepReturn for Run<'_, '_> {
         self.req[r].c == self.req[r].held as i64
     }
 
-    /// Request `r`, all of whose tokens are computed (`req[r]`), joins the decoders at the end
-    /// of the running order, decoding from step `step` on.
     fn push_decoder(&mut self, r: usize, step: i64) {
-        let s = self.req[r];
-        let (c, rem, bs) = (s.c, self.w.output_len[r] - s.generated as i64, self.params.block_size);
-        let room = blocks_for(c, bs) * bs - c;
-        self.crossing += (room == 0) as i64;
         self.state[r] = DECODING;
-        // settled when it leaves (`settle`): steps `now - step`, kept `rem - rem_now - steps`
-        self.so.spec_steps[r] -= step;
-        self.so.spec_accepted[r] += rem + step;
-        self.dec.push(Dec { c, rem, window: Window::default(), proposed: 0, r: r as u32, room: room as u32 });
+        let (bs, out) = (self.params.block_size, self.w.output_len[r]);
+        push_decoder(&mut self.dec, &mut self.crossing, &mut self.so, bs, r, &self.req[r], out, step);
     }
 
     fn push_prefilling(&mut self, r: usize) {
         self.state[r] = PREFILLING;
         self.prefilling.push(r);
     }
+}
+
+/// Request `r`, all of whose tokens are computed (`s`; `out` output tokens), joins the decoders
+/// `dec` at the end of the running order, decoding from step `step` on (blocks of `bs`;
+/// `crossing` counts it if its next slot takes a block).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn push_decoder(dec: &mut Vec<Dec>, crossing: &mut i64, so: &mut SpecOutput, bs: i64, r: usize, s: &Req, out: i64, step: i64) {
+    let (c, rem) = (s.c, out - s.generated as i64);
+    let room = blocks_for(c, bs) * bs - c;
+    *crossing += (room == 0) as i64;
+    // settled when it leaves (`settle`): steps `now - step`, kept `rem - rem_now - steps`
+    so.spec_steps[r] -= step;
+    so.spec_accepted[r] += rem + step;
+    dec.push(Dec { c, rem, window: Window::default(), proposed: 0, r: r as u32, room: room as u32 });
 }
 
 /// Blocks that `over` slots past the end of a sequence's last block take: `ceil(over / bs)`,

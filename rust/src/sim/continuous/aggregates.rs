@@ -11,40 +11,21 @@ use super::{BatchLog, DECODING};
 use crate::error::{CoreError, CoreResult};
 use crate::sim::StepShape;
 
-/// The key of [`Decoders`]' finish heap: the step in which a decoder samples its last token,
-/// then the loop's tie-break (the request, or the admission count first where the allocator
-/// must hear of the finishes in running order: `prefix_events.rs`), the request last.
-pub(super) trait FinishKey: Ord + Copy {
-    fn last(self) -> i64;
-    fn request(self) -> usize;
-}
-
-impl FinishKey for (i64, u32) {
-    #[inline(always)]
-    fn last(self) -> i64 {
-        self.0
-    }
-    #[inline(always)]
-    fn request(self) -> usize {
-        self.1 as usize
-    }
-}
-
-impl FinishKey for (i64, u64, u32) {
-    #[inline(always)]
-    fn last(self) -> i64 {
-        self.0
-    }
-    #[inline(always)]
-    fn request(self) -> usize {
-        self.2 as usize
-    }
+/// The key of [`Decoders`]' finish heap, compared field by field: the step in which a decoder
+/// samples its last token, then the loop's tie-break `T` (none, or the admission count where
+/// the allocator must hear of the finishes in running order: `prefix_events.rs`), then the
+/// request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct FinishAt<T> {
+    pub(super) last: i64,
+    pub(super) tie: T,
+    pub(super) r: u32,
 }
 
 /// The decoding requests, by their aggregates: each stores the offset `c = computed - step`,
 /// which stays put while it decodes, so what a step of them costs and which events (a block
 /// boundary, a last token) fall in which step are known without visiting them.
-pub(super) struct Decoders<K: FinishKey> {
+pub(super) struct Decoders<T: Ord + Copy> {
     /// decoding requests in admission order (the order of `running` in the rules); entries of
     /// finished requests stay as tombstones until the next compaction
     pub(super) order: Vec<u32>,
@@ -55,10 +36,10 @@ pub(super) struct Decoders<K: FinishKey> {
     /// are a multiple of `block_size` in step `s` (they need a new block) have `k = -s mod bs`
     by_residue: Vec<u32>,
     /// when each live one samples its last token, earliest first
-    finish: BinaryHeap<Reverse<K>>,
+    finish: BinaryHeap<Reverse<FinishAt<T>>>,
 }
 
-impl<K: FinishKey> Decoders<K> {
+impl<T: Ord + Copy> Decoders<T> {
     pub(super) fn new(block_size: i64) -> Self {
         Decoders {
             order: Vec::new(),
@@ -75,16 +56,16 @@ impl<K: FinishKey> Decoders<K> {
         self.by_residue.len() as i64
     }
 
-    /// Request `r`, of offset `c`, joins at the end of the admission order; `key` says when it
-    /// samples its last token.
+    /// Request `r`, of offset `c`, joins at the end of the admission order; it samples its last
+    /// token in step `last` (`tie`: the loop's tie-break).
     #[inline]
-    pub(super) fn push(&mut self, r: usize, c: i64, key: K) {
+    pub(super) fn push(&mut self, r: usize, c: i64, last: i64, tie: T) {
         self.order.push(r as u32);
         self.live += 1;
         self.sum_c += c as i128;
         let k = c.rem_euclid(self.block_size()) as usize;
         self.by_residue[k] += 1;
-        self.finish.push(Reverse(key));
+        self.finish.push(Reverse(FinishAt { last, tie, r: r as u32 }));
     }
 
     /// A live one of offset `c` leaves (it finished, or the rules' step takes it over; its
@@ -107,13 +88,13 @@ impl<K: FinishKey> Decoders<K> {
     /// heap; `None` once none is left. The caller [`Self::remove`]s it.
     #[inline(always)]
     pub(super) fn pop_finished(&mut self, step: i64) -> Option<usize> {
-        let &Reverse(key) = self.finish.peek()?;
-        if key.last() > step {
+        let &Reverse(FinishAt { last, r, .. }) = self.finish.peek()?;
+        if last > step {
             return None;
         }
-        debug_assert_eq!(key.last(), step, "a decoding request outlived its last token");
+        debug_assert_eq!(last, step, "a decoding request outlived its last token");
         self.finish.pop();
-        Some(key.request())
+        Some(r as usize)
     }
 
     /// Rule 2 for all of them in step `step`, one token each, and their share of the step's

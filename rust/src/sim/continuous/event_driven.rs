@@ -46,7 +46,7 @@ use crate::error::CoreResult;
 use crate::sim::{Recorder, StepShape, Workload};
 
 /// The decoding requests ([`aggregates::Decoders`]), the heap's ties broken by request.
-type Decoders = aggregates::Decoders<(i64, u32)>;
+type Decoders = aggregates::Decoders<()>;
 
 /// Request `r` (prompt `p`, `out` output tokens), which holds `req.c` computed tokens after step
 /// `step - 1`, joins the decoders at the end of the admission order (`req.c` becomes its offset).
@@ -56,7 +56,7 @@ fn push_decoder(dec: &mut Decoders, r: usize, req: &mut Req, p: i64, out: i64, s
     req.c = c;
     // after step s it has generated c + s + 2 - p tokens: the last one comes in step
     // out + p - 2 - c (>= step, since it has not generated all of them yet)
-    dec.push(r, c, (out + p - 2 - c, r as u32));
+    dec.push(r, c, out + p - 2 - c, ());
 }
 
 /// Runs continuous batching over a validated workload, at a cost per event (arrival,

@@ -74,8 +74,9 @@ pub fn run(inp: &Inputs<'_>, px: &PrefixOptions<'_>) -> CoreResult<(ContinuousOu
 /// (step, admission count, request): what both heaps order by.
 type At = Reverse<(i64, u64, u32)>;
 
-/// The decoding requests ([`aggregates::Decoders`], module docs), the heap in running order.
-type Decoders = aggregates::Decoders<(i64, u64, u32)>;
+/// The decoding requests ([`aggregates::Decoders`], module docs), the heap's ties broken by
+/// admission count (running order).
+type Decoders = aggregates::Decoders<u64>;
 
 /// The first step from `from` on in which a decoder of offset `c` takes or fills a block (its
 /// held slots `c + s` or `c + s + 1` a multiple of the block size `bs`).
@@ -298,7 +299,7 @@ impl StepReturn for Events<'_, '_> {
         // tokens generated); it computes one token in each step until then
         let last = out + p - 2 - c;
         self.pool.pre.computed_tokens[r] += last - step + 1;
-        self.dec.push(r, c, (last, seq, r as u32));
+        self.dec.push(r, c, last, seq);
         let ev = next_event(self.dec.block_size(), c, step);
         if ev <= last {
             self.events.push(Reverse((ev, seq, r as u32)));

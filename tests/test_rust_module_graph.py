@@ -1,6 +1,6 @@
 """Arrows one way in the Rust crate too: no cycle among the modules of ``rust/src``.
 
-The Python side has its own walk (``autograder/tests/test_import_graph.py``); this one reads the
+The Python side has its own walk (``tests/test_python_import_graph.py``); this one reads the
 Rust sources as text, which is enough for a crate that names its modules by path. A module is a
 file (``a/b.rs`` or ``a/b/mod.rs`` is ``crate::a::b``) or an inline ``mod name { .. }`` block
 (``#[cfg(test)] mod tests``: a node of its own, so a test comparing two loops is not an arrow of
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+
+from module_cycles import cycles
 
 ROOT = Path(__file__).resolve().parents[1] / "rust" / "src"
 
@@ -107,41 +109,6 @@ def module_graph(root: Path = ROOT) -> dict[str, set[str]]:
         targets = {resolve(here, p) for p in paths} - {None, here}
         graph["::".join(("crate",) + here)] = {"::".join(("crate",) + t) for t in targets if t is not None}
     return graph
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """One cycle through each strongly connected group of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    groups: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in sorted(graph.get(v, ())):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            group = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                group.append(w)
-                if w == v:
-                    break
-            if len(group) > 1:
-                groups.append(sorted(group))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return groups
 
 
 def test_the_crate_has_no_module_cycle():

@@ -11,7 +11,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from autograder.grading.grade import ROOT
+from module_cycles import cycles
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PACKAGES = {"servelab": ROOT / "python" / "servelab", "autograder": ROOT / "autograder"}
 SKIP = ("autograder/tests/", "autograder/exercises/")  # test code and data, not the design
@@ -56,41 +58,6 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[tuple[str, str
 def graph(known: dict[str, Path]) -> dict[str, set[str]]:
     return {name: {target for target, _ in imports(name, path, known) if target != name}
             for name, path in known.items()}
-
-
-def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan), each sorted."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(edges.get(v, ())):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in sorted(edges):
-        if v not in index:
-            visit(v)
-    return found
 
 
 def test_servelab_and_autograder_have_no_import_cycle():

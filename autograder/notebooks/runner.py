@@ -84,13 +84,15 @@ KERNEL_BIND_S = 60.0  # how long a kernel may take to bind its sockets (nbclient
 
 def pin_sockets(prefix: str, ports: list[int], pins: str) -> tuple[str, list[int]]:
     """Opens the kernel's socket files ``{prefix}-{port}`` without following a link (each must be
-    a socket), and makes links ``{pins}/kernel-{port}`` to ``/proc/self/fd/N`` of those
-    descriptors, in ``pins``, a folder of this process's own: the prefix to connect to instead,
-    and the descriptors (keep them open). ZeroMQ opens a socket's path again at every
-    reconnection; a path in the kernel's folder could then be a link the kernel's code planted
-    since (to another socket of this machine, which root would connect to), while a descriptor
-    stays on the socket the kernel bound before any cell ran. Raises FileNotFoundError while a
-    socket is not bound yet, and OSError for anything but a socket at one of the paths."""
+    a socket), and makes links ``{pins}/k-{port}`` to ``/proc/self/fd/N`` of those descriptors,
+    in ``pins``, a folder of this process's own: the prefix to connect to instead (through a
+    descriptor of ``pins``: a Unix socket's path may not exceed 107 bytes, and the grader's
+    folders are deep), and the descriptors (keep them open). ZeroMQ opens a socket's path again
+    at every reconnection; a path in the kernel's folder could then be a link the kernel's code
+    planted since (to another socket of this machine, which root would connect to), while a
+    descriptor stays on the socket the kernel bound before any cell ran. Raises
+    FileNotFoundError while a socket is not bound yet, and OSError for anything but a socket at
+    one of the paths."""
     folder, name = os.path.split(prefix)
     fds: list[int] = []
     dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -107,8 +109,9 @@ def pin_sockets(prefix: str, ports: list[int], pins: str) -> tuple[str, list[int
     finally:
         os.close(dfd)
     for port, fd in zip(ports, fds):
-        os.symlink(f"/proc/self/fd/{fd}", os.path.join(pins, f"kernel-{port}"))
-    return os.path.join(pins, "kernel"), fds
+        os.symlink(f"/proc/self/fd/{fd}", os.path.join(pins, f"k-{port}"))
+    fds.append(os.open(pins, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC))
+    return f"/proc/self/fd/{fds[-1]}/k", fds
 
 
 def _kernel_manager(gid: int | None, runtime: str):
@@ -159,7 +162,7 @@ def _kernel_manager(gid: int | None, runtime: str):
                     await asyncio.sleep(0.05)
 
         def cleanup_ipc_files(self) -> None:
-            super().cleanup_ipc_files()  # the links to the descriptors (self.ip is the pins')
+            super().cleanup_ipc_files()  # the links to the descriptors (self.ip leads to the pins)
             for fd in getattr(self, "_pinned_fds", ()):
                 os.close(fd)
             self._pinned_fds = []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -183,3 +184,22 @@ def dist(tmp_path_factory) -> dict[str, Path]:
     wheels, sdists = sorted(out.glob("*.whl")), sorted(out.glob("*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, f"expected one wheel and one sdist, got {os.listdir(out)}"
     return {"wheel": wheels[0], "sdist": sdists[0]}
+
+
+# a TMPDIR only root may enter, for the honest classes (test_mode_matrix.py, test_gradebook.py)
+@pytest.fixture
+def private_tmpdir(tmp_path):
+    """A TMPDIR under a folder only root may enter (pytest's own is 0700), and the stat of
+    every folder from / down to it, to compare after."""
+    tmpdir = tmp_path / "private" / "tmp"
+    tmpdir.mkdir(parents=True)
+    os.chmod(tmp_path / "private", 0o700)
+    ancestors = [tmpdir, *tmpdir.parents]
+    before = {p: _stat(p) for p in ancestors}
+    yield tmpdir
+    assert {p: _stat(p) for p in ancestors} == before  # no owner, group or mode changed
+
+
+def _stat(path: Path) -> tuple:
+    st = path.stat()
+    return st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import tempfile
 
 import pytest
 
@@ -16,7 +17,12 @@ from autograder.notebooks.nbgrader import cell_points, notebooks_of
 from autograder.selfcheck import notebook_full_marks, reference_submission
 
 
-def test_grade_all_writes_a_gradebook(tmp_path):
+def test_grade_all_writes_a_gradebook(tmp_path, private_tmpdir, monkeypatch):
+    """Two students and an empty hand-in, ``--jobs 2``, in the default mode, under a TMPDIR only
+    root may enter: the reference's points for both (the honest class of this mode:
+    test_mode_matrix.py has the others), and no folder above TMPDIR changes (the fixture)."""
+    monkeypatch.setenv("TMPDIR", str(private_tmpdir))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # the grader's own folders go there too
     subs = tmp_path / "subs"
     # the first task's reference (the reference's full marks on every task is the self-check's),
     # and the notebooks: autograded, merged in

@@ -15,7 +15,6 @@ import csv
 import json
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import sysconfig
@@ -116,24 +115,6 @@ def opt_course():
     source = make_opt_course()
     yield source
     shutil.rmtree(source.parent, ignore_errors=True)
-
-
-@pytest.fixture
-def private_tmpdir(tmp_path):
-    """A TMPDIR under a folder only root may enter (pytest's own is 0700), and the stat of
-    every folder from / down to it, to compare after."""
-    tmpdir = tmp_path / "private" / "tmp"
-    tmpdir.mkdir(parents=True)
-    os.chmod(tmp_path / "private", 0o700)
-    ancestors = [tmpdir, *tmpdir.parents]
-    before = {p: _stat(p) for p in ancestors}
-    yield tmpdir
-    assert {p: _stat(p) for p in ancestors} == before  # no owner, group or mode changed
-
-
-def _stat(path: Path) -> tuple:
-    st = path.stat()
-    return st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
 
 
 def run_matrix(source: Path, args: list[str], env: dict, prefix: tuple[str, ...] | list[str] = ()) -> dict:
@@ -245,14 +226,6 @@ def test_an_honest_class_under_a_private_tmpdir_keeps_its_points_in_uid_only(opt
     grade_all(opt_course / ".venv" / "bin" / "python", opt_course, subs, tmp_path / "gradebook",
               grader_env(private_tmpdir, "uid"))
     assert_honest_points(tmp_path / "gradebook")
-
-
-def test_an_honest_class_under_a_private_tmpdir_keeps_its_points_in_the_default_mode(private_tmpdir, tmp_path):
-    """One student of the class in the default mode (bubblewrap and the uid, as root), from this
-    copy (two side by side: test_gradebook.py)."""
-    subs = honest_class(tmp_path / "class", ONE_STUDENT)
-    grade_all(Path(sys.executable), ROOT, subs, tmp_path / "gradebook", grader_env(private_tmpdir, None))
-    assert_honest_points(tmp_path / "gradebook", ONE_STUDENT)
 
 
 def test_an_honest_class_keeps_its_points_as_a_user():

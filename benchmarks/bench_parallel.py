@@ -8,7 +8,7 @@ reference, and their time per simulated step against one card's.
 2. Time per simulated step (CPU time of the calling thread, where the Rust runs, over the steps
    summed over cards; on a shared machine the wall time of a few-ms run swings 2-4x with the
    load): one card at 16 req/s against 4 cards at 64 req/s (4x the requests), so each card sees
-   about one card's load. The issue asks for the multi-card runs within 2x of one card. Every
+   about one card's load. The goal: the multi-card runs within 2x of one card. Every
    router runs each card once: the cards are resumable, and least-tokens advances each one to
    every arrival to see what it has finished (``rust/src/sim/router.rs``), at ``O(cards)`` more
    per request.
@@ -85,7 +85,7 @@ def _per_step(console: Console, n: int) -> None:
                 four, LLAMA3_8B, H100, 2, 2, NVLINK_H100, r, **PARAMS).overall),
         ]
     table = Table(title="Time per simulated step (CPU time / steps summed over cards), best of 7; "
-                        "the issue asks multi-card within 2x of one card")
+                        "the goal: multi-card within 2x of one card")
     for col in ("simulation", "requests", "steps", "CPU ms", "ns / step", "vs one card"):
         table.add_column(col, justify="right" if col != "simulation" else "left")
     one_ns = None

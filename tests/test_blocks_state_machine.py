@@ -4,7 +4,7 @@ A Hypothesis ``RuleBasedStateMachine`` drives ``servelab.blocks.BlockAllocator``
 ``servelab.reference.blocks.BlockAllocator`` with the same operations, on pools from one block
 to a few dozen, and after every step demands that every observable agrees (results, errors and
 their messages, block tables, reference counts, the free queue in order, each block's tokens and
-cache key, counters) and that the invariants of the issue hold:
+cache key, counters) and that the allocator's invariants hold:
 
 * free + referenced = total, and the free queue holds exactly the unreferenced blocks;
 * each block's reference count equals the number of tables holding it;

@@ -32,7 +32,7 @@ def message_of(call, kinds=(TypeError, ValueError, OverflowError)) -> str:
 
 # ---- totals that used to wrap ------------------------------------------------------------------
 
-def test_the_issues_wrapping_sweep_is_an_error_naming_the_values():
+def test_a_sweep_whose_totals_wrap_is_an_error_naming_the_values():
     # 2**32 sequences x 2**31 new tokens wrapped to weight_bytes = -7.6e22
     msg = message_of(lambda: hw.decode_step_costs(M, G, [2**32], [0], new_tokens=[2**31]))
     assert "batch_size x new_tokens" in msg and "4294967296 x 2147483648" in msg and str(LIMIT) in msg
@@ -52,8 +52,8 @@ def test_a_step_at_the_limit_is_exact_and_one_past_it_is_refused():
     assert message_of(lambda: ref.step_cost(M, G, hw.DEFAULT_EFFICIENCY, past.tolist())) == msg
 
 
-def test_the_issues_8_million_sequences_of_2_40_tokens_are_refused():
-    # numpy path: no Python loop over the 2**23 pairs (issue: 100 s, then a negative n_tokens)
+def test_8_million_sequences_of_2_40_tokens_are_refused():
+    # numpy path: no Python loop over the 2**23 pairs (a Python loop took 100 s, then gave a negative n_tokens)
     batch = np.empty((2**23, 2), dtype=np.int64)
     batch[:, 0], batch[:, 1] = 2**40, 0
     msg = message_of(lambda: hw.step_cost(M, G, batch))
@@ -97,7 +97,7 @@ def test_decode_step_cost_of_a_huge_batch_builds_no_list():
     assert math.isclose(small.time_s, hw.step_cost(M, G, [(1, 1024)] * 64).time_s, rel_tol=1e-12)
 
 
-# ---- the issue's unhelpful messages ------------------------------------------------------------
+# ---- messages that used to say too little ------------------------------------------------------
 
 def test_offsets_message_shows_offsets():
     msg = message_of(lambda: hw.step_cost_many(M, G, [1], [0], [0, 5]))

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from autograder.markers import SOLUTION, lines
 
-RUN = 12  # tokens in a compared run (the and MOSS's usual size: short idioms do not match)
+RUN = 12  # tokens in a compared run (MOSS's usual size: short idioms do not match)
 LIMIT = 0.10  # a file holding this share of a task's solution gives the task away
 _SKIP = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
          tokenize.ENCODING, tokenize.ENDMARKER}

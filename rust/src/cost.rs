@@ -717,7 +717,7 @@ pub(crate) mod tests {
     #[test]
     fn totals_past_the_limit_are_errors_not_wrapped() {
         let (m, g, e) = (llama3_8b(), h100(), Efficiency::default());
-        // the case: 2^32 sequences of 2^31 new tokens wrapped to weight_bytes = -7.6e22
+        // a sweep that once wrapped: 2^32 sequences of 2^31 new tokens wrapped to weight_bytes = -7.6e22
         let err = step_cost_uniform_many(&m, &g, &e, &[1 << 32], &[1 << 31], &[0]).unwrap_err();
         assert_eq!(
             err.to_string(),

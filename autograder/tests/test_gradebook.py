@@ -17,7 +17,7 @@ from autograder.notebooks.nbgrader import cell_points, notebooks_of
 from autograder.selfcheck import notebook_full_marks, reference_submission
 
 
-def test_grade_all_writes_a_gradebook(tmp_path, private_tmpdir, monkeypatch):
+def test_grade_all_writes_a_gradebook(tmp_path, private_tmpdir, monkeypatch, capsys):
     """Two students and an empty hand-in, ``--jobs 2``, in the default mode, under a TMPDIR only
     root may enter: the reference's points for both (the honest class of this mode:
     test_mode_matrix.py has the others), and no folder above TMPDIR changes (the fixture)."""
@@ -33,6 +33,8 @@ def test_grade_all_writes_a_gradebook(tmp_path, private_tmpdir, monkeypatch):
     out = tmp_path / "out"
     path = grade_all(subs, out, root=ROOT, limits=Limits(wall_s=30, cpu_s=30), jobs=2)
     rows = list(csv.reader(path.open()))
+    said = capsys.readouterr().out  # the instructor's line: how fast the class went
+    assert "throughput: 3 submissions in " in said and " a minute, 2 at a time" in said, said
     nb_auto = notebook_full_marks()
     nb_all = {nb.id: sum(c.points for c in cell_points(ROOT / "assignments" / nb.file)) for nb in notebooks_of(ROOT)}
     total = first.points + sum(nb_auto.values())

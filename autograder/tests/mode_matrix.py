@@ -52,8 +52,22 @@ def hostile(names: list[str], jobs: int = JOBS) -> dict:
         names = [h.name for h in hostiles() if h.name not in SAME_IN_EVERY_MODE]
     if jobs == 1 or len(names) == 1:  # in this process (walls_off patches this process only)
         return dict(map(_one_hostile, names))
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+    # nbgrader's generate step once, here, for every worker (as grade-all does)
+    from autograder.grading.grade import ROOT
+    from autograder.notebooks import nbgrader
+
+    course = str(nbgrader.generated(ROOT)) if nbgrader.notebooks_of(ROOT) else None
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_adopt, initargs=(course,)) as pool:
         return dict(pool.map(_one_hostile, names))
+
+
+def _adopt(course: str | None) -> None:
+    if course is not None:
+        from autograder.grading.grade import ROOT
+        from autograder.notebooks import nbgrader
+
+        nbgrader.adopt(ROOT, Path(course))
 
 
 PROBE = '''

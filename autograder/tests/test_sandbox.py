@@ -157,11 +157,15 @@ def test_the_command_line_binds_only_what_the_child_needs(tmp_path):
 
 
 def test_with_the_boundary_off_a_notebook_runs_nbgraders_source_solutions(monkeypatch):
-    """The notebook control: nbgrader's source folder (solutions inside) is readable to a
-    notebook that only the audit hook guards; behind the boundary the self-check gives it 0."""
-    from autograder.notebooks import nbgrader
+    """The notebook control: nbgrader's source folder (solutions inside) in the temporary
+    folder, where it is made when the course folder cannot keep it, is readable to a notebook
+    that only the audit hook guards; behind the boundary the self-check gives it 0. (The course
+    kept in the course folder is one of the paths the audit hook refuses too.)"""
+    from autograder.notebooks import generation, nbgrader
 
     nb = next(n for n in nbgrader.notebooks_of(ROOT) if n.name == "ex06_tail_fanout")
+    monkeypatch.setattr(generation, "_GENERATED", {})
+    monkeypatch.setattr(generation, "_cache_folder", lambda root: None)  # a course folder it may not write
     nbgrader.generated(ROOT)  # the source folder exists before the grading starts, as under grade-all
     monkeypatch.setenv(os_boundary.MODE_VARIABLE, "none")
     exposed = grade(HOSTILE / "nbgrader_source_folder", limits=Limits(wall_s=30, cpu_s=30),

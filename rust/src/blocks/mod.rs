@@ -14,7 +14,9 @@
 //! * **Free queue (LRU).** Free blocks wait in one queue, initially `0, 1, ..., num_blocks-1`.
 //!   A new block is always taken from the front; `free` appends a sequence's newly unreferenced
 //!   blocks at the back, last block first, so the least recently freed block is reused first and,
-//!   within one sequence, tail blocks go before head blocks (vLLM v1's `FreeKVCacheBlockQueue`).
+//!   within one sequence, tail blocks go before head blocks (vLLM v1's `FreeKVCacheBlockQueue`;
+//!   kept here as an array with lazy removal, `free_queue.rs`, for the same order at fewer
+//!   waits on memory).
 //! * **Prefix caching.** A full block gets a *key*: a 64-bit hash chain
 //!   `key_i = block_key(key_{i-1}, tokens of block i)`, with `key_{-1} = ROOT_KEY`. The cache maps
 //!   a key to at most one block ("first wins": a block whose key is already cached elsewhere
@@ -47,11 +49,13 @@ use std::collections::HashMap;
 use crate::error::{CoreError, CoreResult};
 
 pub mod bulk;
+mod free_queue;
 mod host_tier;
 mod keys;
 mod queries;
 
 pub use host_tier::{HostPolicy, Transfer, TransferKind};
+use free_queue::FreeQueue;
 use host_tier::{HostTier, Tier};
 pub use keys::{block_key, ROOT_KEY};
 use keys::Map;
@@ -62,7 +66,6 @@ pub const MAX_NUM_BLOCKS: i64 = 1 << 24;
 pub const MAX_BLOCK_SIZE: i64 = 1 << 16;
 /// Token ids are integers in `[0, TOKEN_LIMIT)` (they are stored as `u32`).
 pub const TOKEN_LIMIT: i64 = 1 << 32;
-const NIL: u32 = u32::MAX;
 
 #[derive(Debug, Clone)]
 struct Block {
@@ -75,9 +78,8 @@ struct Block {
     /// Prefix hits on this content (GPU hits, plus one per recall from the host tier): the
     /// host tier's `hits` policy keeps the most used.
     hits: u32,
-    // Free queue links (valid while ref_count == 0).
-    prev: u32,
-    next: u32,
+    /// Where the block was last pushed on the free queue (its entry while `ref_count == 0`).
+    qpos: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -117,9 +119,7 @@ pub struct BlockAllocator {
     block_size: usize,
     prefix_caching: bool,
     blocks: Vec<Block>,
-    head: u32,
-    tail: u32,
-    num_free: usize,
+    free: FreeQueue,
     cache: Map<u64, u32>,
     seqs: Map<i64, Seq>,
     num_hits: u64,
@@ -254,24 +254,22 @@ impl BlockAllocator {
         }
         let policy = HostPolicy::parse(host_policy)?;
         let n = num_blocks as u32;
-        let blocks = (0..n)
-            .map(|i| Block {
+        let mut blocks: Vec<Block> = (0..n)
+            .map(|_| Block {
                 ref_count: 0,
                 key: None,
                 parent_key: ROOT_KEY,
                 tokens: Vec::new(),
                 hits: 0,
-                prev: if i == 0 { NIL } else { i - 1 },
-                next: if i + 1 == n { NIL } else { i + 1 },
+                qpos: 0,
             })
             .collect();
+        let free = FreeQueue::new(&mut blocks);
         Ok(BlockAllocator {
             block_size: block_size as usize,
             prefix_caching,
             blocks,
-            head: 0,
-            tail: n - 1,
-            num_free: n as usize,
+            free,
             cache: HashMap::default(),
             seqs: Map::default(),
             num_hits: 0,
@@ -291,28 +289,10 @@ impl BlockAllocator {
 
     // ---- free queue ------------------------------------------------------------------------
 
-    fn unlink(&mut self, b: u32) {
-        let (prev, next) = (self.blocks[b as usize].prev, self.blocks[b as usize].next);
-        if prev == NIL { self.head = next } else { self.blocks[prev as usize].next = next }
-        if next == NIL { self.tail = prev } else { self.blocks[next as usize].prev = prev }
-        self.num_free -= 1;
-    }
-
-    fn push_back(&mut self, b: u32) {
-        let blk = &mut self.blocks[b as usize];
-        blk.prev = self.tail;
-        blk.next = NIL;
-        if self.tail == NIL { self.head = b } else { self.blocks[self.tail as usize].next = b }
-        self.tail = b;
-        self.num_free += 1;
-    }
-
     /// Takes the least recently freed block for new content, evicting its cached key.
     /// The caller has checked that a block is free.
     fn take_free(&mut self) -> u32 {
-        let b = self.head;
-        debug_assert!(b != NIL);
-        self.unlink(b);
+        let b = self.free.pop_front(&self.blocks);
         let blk = &mut self.blocks[b as usize];
         if let Some(k) = blk.key.take() {
             self.cache.remove(&k);
@@ -441,7 +421,7 @@ impl BlockAllocator {
         }
         let n_host = hits.iter().filter(|h| h.is_none()).count();
         let need = n_blocks - (hits.len() - n_host); // a recalled block needs a fresh GPU block
-        let free = self.num_free - hits_free;
+        let free = self.free.len() - hits_free;
         if need > free {
             return Err(OpError::OutOfBlocks { seq_id, need, free });
         }
@@ -455,7 +435,7 @@ impl BlockAllocator {
                 if let Some(k) = blk.key {
                     self.watch.saw(k); // a free hit becomes a hit on a block in use
                 }
-                self.unlink(b);
+                self.free.remove();
             }
             let blk = &mut self.blocks[b as usize];
             blk.ref_count += 1;
@@ -521,7 +501,7 @@ impl BlockAllocator {
         let last = *seq.table.last().expect("a sequence holds at least one token");
         let last_full = seq.num_tokens.is_multiple_of(bs);
         let shared = self.blocks[last as usize].ref_count > 1;
-        if (last_full || shared) && self.num_free == 0 {
+        if (last_full || shared) && self.free.len() == 0 {
             return Err(OpError::OutOfBlocks { seq_id, need: 1, free: 0 });
         }
         let mut copy = None;
@@ -614,7 +594,7 @@ impl BlockAllocator {
             let blk = &mut self.blocks[b as usize];
             blk.ref_count -= 1;
             if blk.ref_count == 0 {
-                self.push_back(b);
+                self.free.push_back(&mut self.blocks, b);
             }
         }
         Ok(seq.keys)

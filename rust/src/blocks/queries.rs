@@ -1,7 +1,7 @@
 //! What the pool holds, read-only: per sequence, per block, the counters, [`Stats`], and the
 //! check of every invariant the operations keep (for the tests and the bindings).
 
-use super::{block_key, unknown, BlockAllocator, HostPolicy, Seq, Stats, Transfer, NIL};
+use super::{block_key, unknown, BlockAllocator, HostPolicy, Seq, Stats, Transfer};
 use crate::error::{CoreError, CoreResult};
 
 impl BlockAllocator {
@@ -28,7 +28,7 @@ impl BlockAllocator {
                 "n_tokens must be a non-negative integer, got {n_tokens}"
             )));
         }
-        Ok((n_tokens as u64).div_ceil(self.block_size as u64) <= self.num_free as u64)
+        Ok((n_tokens as u64).div_ceil(self.block_size as u64) <= self.free.len() as u64)
     }
 
     /// Whether `append` to `seq_id` succeeds now.
@@ -36,7 +36,7 @@ impl BlockAllocator {
         let seq = self.seq(seq_id)?;
         let last = *seq.table.last().unwrap();
         let needs_block = seq.num_tokens.is_multiple_of(self.block_size) || self.blocks[last as usize].ref_count > 1;
-        Ok(!needs_block || self.num_free > 0)
+        Ok(!needs_block || self.free.len() > 0)
     }
 
     /// The chain keys of `seq_id`'s full blocks so far (none without prefix caching).
@@ -94,13 +94,7 @@ impl BlockAllocator {
 
     /// Free block ids in the order they will be reused.
     pub fn free_queue(&self) -> Vec<i64> {
-        let mut out = Vec::with_capacity(self.num_free);
-        let mut b = self.head;
-        while b != NIL {
-            out.push(b as i64);
-            b = self.blocks[b as usize].next;
-        }
-        out
+        self.free.iter(&self.blocks).map(|b| b as i64).collect()
     }
 
     pub fn num_blocks(&self) -> usize {
@@ -113,7 +107,7 @@ impl BlockAllocator {
         self.prefix_caching
     }
     pub fn num_free_blocks(&self) -> usize {
-        self.num_free
+        self.free.len()
     }
     pub fn num_cached_blocks(&self) -> usize {
         self.cache.len()
@@ -164,7 +158,7 @@ impl BlockAllocator {
         Stats {
             num_blocks: self.blocks.len(),
             block_size: self.block_size,
-            num_free_blocks: self.num_free,
+            num_free_blocks: self.free.len(),
             num_cached_blocks: self.cache.len(),
             num_seqs: self.seqs.len(),
             num_hits: self.num_hits,
@@ -224,8 +218,8 @@ impl BlockAllocator {
         }
         let queue = self.free_queue();
         let n_zero = refs.iter().filter(|&&r| r == 0).count();
-        if queue.len() != self.num_free || n_zero != self.num_free {
-            return Err(format!("free queue {} / num_free {} / unreferenced {}", queue.len(), self.num_free, n_zero));
+        if queue.len() != self.free.len() || n_zero != self.free.len() {
+            return Err(format!("free queue {} / num_free {} / unreferenced {}", queue.len(), self.free.len(), n_zero));
         }
         if queue.iter().any(|&b| refs[b as usize] != 0) {
             return Err("a referenced block is in the free queue".into());

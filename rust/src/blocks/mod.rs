@@ -128,6 +128,8 @@ pub struct BlockAllocator {
     num_copies: u64,
     tier: Tier,
     watch: Watch,
+    /// `try_allocate_keyed`'s list of hits, kept between calls (no allocation per call)
+    hits: Vec<Option<u32>>,
 }
 
 /// The keys a waiting request's allocation failed on, and a count of the events that could
@@ -150,6 +152,12 @@ impl Watch {
             self.events += 1;
         }
     }
+}
+
+/// The chain keys handed to an allocation: copied, or taken over.
+enum KeysIn<'a> {
+    Borrowed(&'a [u64]),
+    Owned(&'a mut Vec<u64>),
 }
 
 pub(super) fn check_token(name: &str, t: i64) -> CoreResult<u32> {
@@ -284,6 +292,7 @@ impl BlockAllocator {
                 num_host_evictions: 0,
             },
             watch: Watch::default(),
+            hits: Vec::new(),
         })
     }
 
@@ -375,6 +384,18 @@ impl BlockAllocator {
         }
     }
 
+    /// [`BlockAllocator::allocate_keyed`] that keeps `keys` as the sequence's own on success
+    /// (leaving the vector empty) rather than copying them: a simulator hashes a prompt's keys
+    /// for one allocation. On `Ok(false)` `keys` is untouched.
+    pub fn allocate_keyed_vec(&mut self, seq_id: i64, tokens: &[u32], keys: &mut Vec<u64>, computed: usize) -> CoreResult<bool> {
+        debug_assert_eq!(keys.len(), if self.prefix_caching { tokens.len() / self.block_size } else { 0 });
+        match self.try_allocate_inner(seq_id, tokens, KeysIn::Owned(keys), computed.min(tokens.len())) {
+            Ok(_) => Ok(true),
+            Err(OpError::OutOfBlocks { .. }) => Ok(false),
+            Err(OpError::Other(e)) => Err(e),
+        }
+    }
+
     /// Watches `keys` (a waiting request's, after its allocation failed): from now on
     /// [`BlockAllocator::watch_events`] counts the events that could make it fit (see
     /// `Watch`). An empty slice stops watching.
@@ -388,6 +409,14 @@ impl BlockAllocator {
     }
 
     fn try_allocate_keyed(&mut self, seq_id: i64, tokens: &[u32], keys: &[u64], computed: usize) -> Result<&[u32], OpError> {
+        self.try_allocate_inner(seq_id, tokens, KeysIn::Borrowed(keys), computed)
+    }
+
+    fn try_allocate_inner(&mut self, seq_id: i64, tokens: &[u32], keys_in: KeysIn<'_>, computed: usize) -> Result<&[u32], OpError> {
+        let keys: &[u64] = match &keys_in {
+            KeysIn::Borrowed(k) => k,
+            KeysIn::Owned(k) => k,
+        };
         if tokens.is_empty() {
             return Err(CoreError::invalid("token_ids must not be empty").into());
         }
@@ -400,7 +429,8 @@ impl BlockAllocator {
         // Longest verified cached prefix, leaving at least one token to compute.
         let max_hits = if self.prefix_caching { (n - 1) / bs } else { 0 };
         // A hit is `Some(b)` (GPU block b) or `None` (a key found on the host tier).
-        let mut hits: Vec<Option<u32>> = Vec::new();
+        let mut hits = std::mem::take(&mut self.hits);
+        hits.clear();
         let mut hits_free = 0;
         for i in 0..max_hits {
             let parent = if i == 0 { ROOT_KEY } else { keys[i - 1] };
@@ -423,6 +453,7 @@ impl BlockAllocator {
         let need = n_blocks - (hits.len() - n_host); // a recalled block needs a fresh GPU block
         let free = self.free.len() - hits_free;
         if need > free {
+            self.hits = hits;
             return Err(OpError::OutOfBlocks { seq_id, need, free });
         }
         // Commit: nothing below can fail.
@@ -442,10 +473,14 @@ impl BlockAllocator {
             blk.hits += 1;
         }
         // Out of the host tier before any eviction below could push it out.
-        let recalled: Vec<_> = (0..hits.len())
-            .filter(|&i| hits[i].is_none())
-            .map(|i| self.tier.host.take(keys[i]).expect("looked up above"))
-            .collect();
+        let recalled: Vec<_> = if n_host == 0 {
+            Vec::new()
+        } else {
+            (0..hits.len())
+                .filter(|&i| hits[i].is_none())
+                .map(|i| self.tier.host.take(keys[i]).expect("looked up above"))
+                .collect()
+        };
         let mut recalled = recalled.into_iter();
         let mut table = Vec::with_capacity(n_blocks);
         for (i, h) in hits.iter().enumerate() {
@@ -471,7 +506,13 @@ impl BlockAllocator {
             self.blocks[b as usize].tokens.extend_from_slice(&tokens[i * bs..n.min((i + 1) * bs)]);
             table.push(b);
         }
-        let mut seq = Seq { table, keys: keys.to_vec(), marked: hits.len(), num_tokens: n, num_cached_tokens: hits.len() * bs };
+        let n_hits = hits.len();
+        self.hits = hits;
+        let keys = match keys_in {
+            KeysIn::Borrowed(k) => k.to_vec(),
+            KeysIn::Owned(k) => std::mem::take(k),
+        };
+        let mut seq = Seq { table, keys, marked: n_hits, num_tokens: n, num_cached_tokens: n_hits * bs };
         let upto = (computed / bs).min(seq.keys.len());
         Self::mark_blocks(&mut self.cache, &mut self.blocks, &mut self.tier, &mut self.watch, &mut seq, upto);
         Ok(&self.seqs.entry(seq_id).or_insert(seq).table)

@@ -411,12 +411,13 @@ impl StepPool for PrefixPool<'_> {
             self.prefixes.tokens(r, tokens as usize, &mut self.chain, &mut self.toks);
             self.keys = if self.kv.prefix_caching() { self.chain_keys(r) } else { Vec::new() };
         }
-        let (toks, keys) = match (&self.blocked, kept) {
-            (Some(b), true) => (&b.toks, &b.keys),
-            _ => (&self.toks, &self.keys),
-        };
         let recalls_before = self.kv.num_host_hits();
-        if !self.kv.allocate_keyed(r as i64, toks, keys, 0).map_err(internal)? {
+        // the keys become the sequence's own (hashed for this allocation, and no other)
+        let fits = match (&mut self.blocked, kept) {
+            (Some(b), true) => self.kv.allocate_keyed_vec(r as i64, &b.toks, &mut b.keys, 0),
+            _ => self.kv.allocate_keyed_vec(r as i64, &self.toks, &mut self.keys, 0),
+        };
+        if !fits.map_err(internal)? {
             if !kept {
                 self.kv.watch(&self.keys);
                 let (toks, keys) = (std::mem::take(&mut self.toks), std::mem::take(&mut self.keys));

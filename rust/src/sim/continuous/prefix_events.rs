@@ -13,7 +13,7 @@
 //! `event_driven.rs`: their count, the sum of their offsets `computed - step`, a count per
 //! residue of the offset modulo the block size (how many take a block in a step: more than
 //! are free, and rule 3 preempts, which runs the per-step way), a heap of the steps they
-//! finish in, and a heap of their next block events. The allocator is touched only when a
+//! finish in, and a calendar of their next block events. The allocator is touched only when a
 //! request crosses a block boundary, is admitted, finishes or is preempted.
 //!
 //! # The order of the calls
@@ -23,7 +23,8 @@
 //! running order, then the prefill chunks (their keys registered), the admissions, and after
 //! the price the finishing decoders in running order, then the completed prefills. The
 //! running order is the order of admission (a preempted request leaves it, and joins at the
-//! back when it is admitted again), so both heaps are keyed by (step, admission count).
+//! back when it is admitted again), so both the heap and each day of the calendar are ordered
+//! by (step, admission count).
 //!
 //! # A head that does not fit
 //!
@@ -31,8 +32,7 @@
 //! tokens once and skips the allocator until blocks are freed or one of its keys could hit
 //! (the allocator's watch), which gives the same answers.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use super::aggregates::{self, return_running, StepReturn};
 use super::prefix::{internal, Live, PrefixOptions, PrefixOutput, PrefixPool, PrefixSteps};
@@ -60,7 +60,7 @@ pub fn run(inp: &Inputs<'_>, px: &PrefixOptions<'_>) -> CoreResult<(ContinuousOu
         state: vec![WAITING; n],
         waiting: VecDeque::new(),
         dec: Decoders::new(params.block_size),
-        events: BinaryHeap::new(),
+        events: Calendar::new(params.block_size),
         prefilling: Vec::new(),
         pieces: Vec::new(),
         running: Vec::new(),
@@ -71,8 +71,64 @@ pub fn run(inp: &Inputs<'_>, px: &PrefixOptions<'_>) -> CoreResult<(ContinuousOu
     Ok((books.finish(rec), pool.finish()))
 }
 
-/// (step, admission count, request): what both heaps order by.
-type At = Reverse<(i64, u64, u32)>;
+/// The decoders' next block events, by step: a calendar of `block_size + 1` days rather than a
+/// heap. A decoder's next event is less than a block ahead ([`next_event`]: within `bs - 1`
+/// steps of the step it is asked from, which is at most the next one), so the events of the
+/// coming `bs + 1` steps never share a day, and a step's events are its day's, taken in running
+/// order (sorted by admission count, a handful each step) with no heap to keep: a decoder meets
+/// a block boundary twice a block, and at a heap's logarithm each time the events were the
+/// loop's own largest cost after the allocator's.
+struct Calendar {
+    days: Vec<Vec<(u64, u32)>>,
+    /// events on the calendar (to clear it at no cost when empty)
+    len: usize,
+}
+
+impl Calendar {
+    fn new(bs: i64) -> Self {
+        Calendar { days: vec![Vec::new(); bs as usize + 1], len: 0 }
+    }
+
+    #[inline]
+    fn day(&self, step: i64) -> usize {
+        step.rem_euclid(self.days.len() as i64) as usize
+    }
+
+    /// Decoder `r` (admission count `seq`) has an event in step `at`, at most `bs` steps ahead
+    /// of the step being run.
+    #[inline]
+    fn push(&mut self, at: i64, seq: u64, r: u32) {
+        let d = self.day(at);
+        self.days[d].push((seq, r));
+        self.len += 1;
+    }
+
+    /// Step `step`'s events, in running order (the day is left empty; hand it back with
+    /// [`Calendar::give_back`] to keep its buffer).
+    #[inline]
+    fn take(&mut self, step: i64) -> Vec<(u64, u32)> {
+        let d = self.day(step);
+        let mut today = std::mem::take(&mut self.days[d]);
+        self.len -= today.len();
+        today.sort_unstable();
+        today
+    }
+
+    #[inline]
+    fn give_back(&mut self, step: i64, mut today: Vec<(u64, u32)>) {
+        let d = self.day(step);
+        debug_assert!(self.days[d].is_empty(), "no event lands on the day being run");
+        today.clear();
+        self.days[d] = today;
+    }
+
+    fn clear(&mut self) {
+        if self.len > 0 {
+            self.days.iter_mut().for_each(Vec::clear);
+            self.len = 0;
+        }
+    }
+}
 
 /// The decoding requests ([`aggregates::Decoders`], module docs), the heap's ties broken by
 /// admission count (running order).
@@ -97,7 +153,7 @@ struct Events<'a, 'p> {
     waiting: VecDeque<usize>,
     dec: Decoders,
     /// the step of each decoder's next block event (taking a block, or filling one)
-    events: BinaryHeap<At>,
+    events: Calendar,
     /// running requests that are not decoding, in admission order (after every decoding one)
     prefilling: Vec<usize>,
     /// the step's prefill pieces
@@ -154,11 +210,8 @@ impl Events<'_, '_> {
     /// boundary this step take or fill their block, in running order.
     fn decode_aggregate(&mut self, step: i64) -> CoreResult<StepShape> {
         let bs = self.dec.block_size();
-        while let Some(&Reverse((s, seq, r))) = self.events.peek() {
-            if s > step {
-                break;
-            }
-            self.events.pop();
+        let today = self.events.take(step);
+        for &(seq, r) in &today {
             let r = r as usize;
             let live = &mut self.pool.live[r];
             let held = live.computed + step; // slots before this step's token
@@ -174,9 +227,10 @@ impl Events<'_, '_> {
             let (p, out) = (self.w.prompt_len[r], self.w.output_len[r]);
             let ev = next_event(bs, live.computed, step + 1);
             if ev <= out + p - 2 - live.computed {
-                self.events.push(Reverse((ev, seq, r as u32)));
+                self.events.push(ev, seq, r as u32);
             }
         }
+        self.events.give_back(step, today);
         let live = &self.pool.live;
         Ok(self.dec.shape(step, self.books.log.as_mut(), &self.state, |r| live[r].computed))
     }
@@ -302,7 +356,7 @@ impl StepReturn for Events<'_, '_> {
         self.dec.push(r, c, last, seq);
         let ev = next_event(self.dec.block_size(), c, step);
         if ev <= last {
-            self.events.push(Reverse((ev, seq, r as u32)));
+            self.events.push(ev, seq, r as u32);
         }
     }
 

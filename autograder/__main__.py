@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -12,6 +13,14 @@ from autograder.sandbox.remote import Limits
 def _limits(args) -> Limits:
     return Limits(wall_s=args.timeout, cpu_s=max(1, int(args.timeout)), memory_bytes=args.memory_mb << 20,
                   output_bytes=args.output_kb << 10)
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
 class HELP(argparse.ArgumentDefaultsHelpFormatter):
@@ -61,8 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--secret-file", type=Path, default=None,
                        help="the instructors' grading secret (default: $SERVELAB_GRADING_SECRET_FILE, "
                             "$SERVELAB_GRADING_SECRET, else a random one recorded beside the results)")
+        p.add_argument("--jobs", type=int, default=None,
+                       help="worker processes (default: the CPU count): grade-all's submissions at a time; "
+                            "grade's tasks at a time, with the notebooks beside them")
         if name == "grade-all":
-            p.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPU count)")
             p.add_argument("--after-due-date", action="store_true",
                            help="the due date has passed: each results.json's score counts the hidden tests too "
                                 "(before it, only the visible ones; the gradebook always counts every test)")
@@ -91,9 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command in ("grade", "grade-all"):
-        import os
-
         from autograder.sandbox import os_boundary
+        if args.jobs is not None and args.jobs < 1:
+            parser.exit(2, f"python -m autograder {args.command}: error: --jobs must be at least 1, got {args.jobs}\n")
         if getattr(args, "trust_submission", False):
             os.environ[os_boundary.TRUST_VARIABLE] = "1"
         try:
@@ -126,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         meta = submission_metadata.read(args.submission_metadata) if args.submission_metadata else None
         data = grade(args.submission, root=args.root or ROOT, out=args.out, limits=_limits(args),
                      report=lambda line: print(line, file=sys.stderr),
-                     secret=grading_secret.resolve(args.secret_file), metadata=meta)
+                     secret=grading_secret.resolve(args.secret_file), metadata=meta,
+                     jobs=_cores() if args.jobs is None else args.jobs)
         print(data["output"])
         later = results.total_points(data) != data["score"] or not data.get("extra_data", {}).get("hidden_points_counted")
         print(f"total: {data['score']} / {data['max_score']}" + (f"  (written to {args.out})" if args.out else "")

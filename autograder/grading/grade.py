@@ -8,12 +8,20 @@ its helpers. From the submission only the manifest's ``edit`` files are taken (s
 
 from __future__ import annotations
 
+import ctypes
+import itertools
+import multiprocessing
+import os
 import shutil
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import servelab
 from autograder.grading import calibrate, grading_secret, results, submission_metadata, testload
@@ -36,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[2]  # autograder/grading/grade.py
 # at factor 4.5 on a busy 2-core machine): autograder/README.md, *Deadlines and budgets*.
 BUDGET_PER_TEST_S = 4.0
 RESERVE_LIMITS = 1.0
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def task_budget(task, factor: float = 1.0) -> float:
@@ -98,7 +107,8 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
           notebooks_out: Path | None = None, time_factor: float | None = None,
           report: Callable[[str], None] | None = None,
           secret: grading_secret.Secret | None = None, identity: str | None = None,
-          metadata: submission_metadata.Metadata | None = None, shortcut: Shortcut | None = None) -> dict:
+          metadata: submission_metadata.Metadata | None = None, shortcut: Shortcut | None = None,
+          jobs: int = 1) -> dict:
     """Grades ``submission`` (a folder or a zip) and returns (and writes to ``out``) results.json.
 
     ``only_tasks`` grades just those tasks (the others score zero, "not graded"): the self-check
@@ -114,7 +124,10 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
     :mod:`autograder.grading.submission_metadata`). ``metadata``: Gradescope's submission
     metadata; its due date decides whether results.json's ``score`` counts the hidden tests
     (:func:`autograder.grading.results.count_visible`; unknown: not yet). ``shortcut``: the
-    self-check's, for mutants only (:class:`autograder.grading.judge.Shortcut`).
+    self-check's, for mutants only (:class:`autograder.grading.judge.Shortcut`). ``jobs``: tasks
+    graded side by side, each in a worker process of its own (its own sandbox uid), with the
+    notebooks beside them (:func:`_grade_tasks`); 1 (the default, as in grade-all's and the
+    self-check's workers, which already fill the cores): one after the other, in this process.
 
     Each task has a time budget (its share, :func:`task_budget`, and what is left of the
     submission's reserve): a submission that stalls in every test is
@@ -123,8 +136,13 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
     Whatever the submission does, a results.json comes out: a failure inside one task (or the
     notebooks) gives it 0 with a message, and the others are still graded."""
     start = time.monotonic()
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a whole number >= 1, got {jobs!r}")
+    if shortcut is not None:
+        jobs = 1  # a mutant's shortcut is this process's object
     os_boundary.require()  # no OS boundary and no --trust-submission: refuse (autograder/sandbox/os_boundary.py)
-    limits, factor = calibrate.resolve(limits, time_factor, report)
+    # (the calibration runs as many children at once as the grading will run tasks)
+    limits, factor = calibrate.resolve(limits, time_factor, report, side_by_side=jobs)
     root = Path(root).resolve()
     manifest = manifest_of(root)
     secret = secret or grading_secret.resolve()
@@ -148,7 +166,6 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
             submission = _answers_of(root, work / "course-answers", report)
             keep_out = [Path(submission).resolve() if p == root else p for p in keep_out]
         forbidden = forbidden_paths(root, keep_out)
-        outcomes: dict[str, dict[str, Outcome]] = {}
         try:
             folder = unpack(Path(submission), work / "unpacked")
             broken = None
@@ -156,31 +173,26 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
             folder, broken = None, str(exc)
         except Exception as exc:  # an unreadable folder or zip: no task can be graded
             folder, broken = None, f"the submission cannot be read: {type(exc).__name__}: {exc}"
-        reserve = RESERVE_LIMITS * limits.wall_s  # drawn on by a task that runs over its share
-        for task in manifest.tasks:
-            if only_tasks is not None and task.id not in only_tasks:
-                outcomes[task.id] = {test: Outcome(False, "not graded in this run") for test in task.tests}
-                continue
-            share, began = task_budget(task, factor), time.monotonic()
-            outcomes[task.id] = _contained(task, lambda task=task, budget=share + reserve: _grade_task(
-                root, task, folder, broken, work, limits, forbidden, secret, identity, budget, shortcut))
-            reserve = max(0.0, reserve - max(0.0, time.monotonic() - began - share))
-        data = results.build(manifest, outcomes, hidden_tests(root, manifest))
-        # ---- nbgrader notebooks (autograder/notebooks/nbgrader.py): autograded, merged after the tasks
-        if nbgrader.notebooks_of(root):
+
+        def grade_notebooks() -> dict:  # nbgrader (autograder/notebooks/nbgrader.py): merged after the tasks
             try:
                 if only_tasks is not None and not {nb.id for nb in nbgrader.notebooks_of(root)} & only_tasks:
-                    scores = nbgrader.not_graded(root, "not graded in this run")
-                elif broken:
-                    scores = nbgrader.not_graded(root, broken)
-                else:
-                    nb_files = {nb.file: find_file(cast(Path, folder), nb.file) for nb in nbgrader.notebooks_of(root)}
-                    scores = nbgrader.autograde(root, nb_files, work / "nb", limits,
-                                                 nbgrader.kernel_forbidden(root, keep_out), keep=notebooks_out)
+                    return nbgrader.not_graded(root, "not graded in this run")
+                if broken:
+                    return nbgrader.not_graded(root, broken)
+                nb_files = {nb.file: find_file(cast(Path, folder), nb.file) for nb in nbgrader.notebooks_of(root)}
+                return nbgrader.autograde(root, nb_files, work / "nb", limits, nbgrader.kernel_forbidden(root, keep_out),
+                                          keep=notebooks_out)
             except Exception as exc:  # nbgrader or the recheck fell over: the notebooks score 0, say why
-                scores = nbgrader.not_graded(root, f"the grader could not grade the notebooks: "
-                                                    f"{type(exc).__name__}: {results.describe(exc)}")
-            data = nbgrader.merge(data, root, scores)
+                return nbgrader.not_graded(root, f"the grader could not grade the notebooks: "
+                                                 f"{type(exc).__name__}: {results.describe(exc)}")
+
+        notebooks = _Beside(grade_notebooks if nbgrader.notebooks_of(root) else None, jobs > 1)
+        outcomes = _grade_tasks(manifest, only_tasks, _TaskGrading(root, folder, broken, work, limits, forbidden,
+                                                                   secret, identity, shortcut), factor, jobs)
+        data = results.build(manifest, outcomes, hidden_tests(root, manifest))
+        if nbgrader.notebooks_of(root):
+            data = nbgrader.merge(data, root, notebooks.result())
         data = results.count_visible(results.make_safe(data, paths), metadata.past_due())
         if report is not None:  # not in results.json: a regrade writes the same bytes
             report(f"graded in {time.monotonic() - start:.1f} s")
@@ -219,6 +231,106 @@ def _grade_task(root: Path, task, folder: Path | None, broken: str | None, work:
     # resubmission (a regrade, a whitespace change) draws the same ones (README: the trade-off)
     with testload.seeded(lambda test_id: grading_secret.seed_for(secret, identity, f"{task.id}\0{test_id}")):
         return run_task(root, task, files, work / "run", limits, forbidden, budget_s=budget, shortcut=shortcut)
+
+
+class _Beside:
+    """``work()`` run in a thread beside the tasks (``beside``), or when its result is asked for."""
+
+    def __init__(self, work: Callable[[], Any] | None, beside: bool) -> None:
+        self._work, self._got = work, None
+        self._thread = threading.Thread(target=self._run, name="notebooks", daemon=True) if work and beside else None
+        if self._thread is not None:
+            self._thread.start()
+
+    def _run(self) -> None:
+        self._got = cast(Callable[[], Any], self._work)()
+
+    def result(self) -> Any:
+        if self._thread is None:
+            self._run()
+        else:
+            self._thread.join()
+        return self._got
+
+
+@dataclass(frozen=True)
+class _TaskGrading:
+    """What grading one task needs beside the task and its budget (:func:`_grade_task`'s
+    arguments): plain data, so that a worker process can be handed it."""
+
+    root: Path
+    folder: Path | None
+    broken: str | None
+    work: Path
+    limits: Limits
+    forbidden: list[Path]
+    secret: grading_secret.Secret
+    identity: str
+    shortcut: Shortcut | None = None
+
+    def __call__(self, task, budget: float) -> dict[str, Outcome]:
+        return _grade_task(self.root, task, self.folder, self.broken, self.work, self.limits, self.forbidden,
+                           self.secret, self.identity, budget, self.shortcut)
+
+
+def _grade_tasks(manifest: Manifest, only_tasks: frozenset[str] | None, grade_one: _TaskGrading, factor: float,
+                 jobs: int) -> dict[str, dict[str, Outcome]]:
+    """Every task's outcomes, in the manifest's order. Each task may take its share of the time
+    budget (:func:`task_budget`) and what is left of the submission's reserve, which a task that
+    runs over its share draws on. ``jobs`` > 1: that many tasks at a time, each in a worker
+    process of its own (a process has one sandbox uid, and a child's end kills everything of its
+    uid), the next one started when one ends, with what is left of the reserve then; and no task
+    runs past the end that the tasks one after the other could reach (every share and the
+    reserve), so a stalling submission holds the grader no longer than before."""
+    outcomes: dict[str, dict[str, Outcome]] = {}
+    todo = []
+    for task in manifest.tasks:
+        if only_tasks is not None and task.id not in only_tasks:
+            outcomes[task.id] = {test: Outcome(False, "not graded in this run") for test in task.tests}
+        else:
+            todo.append(task)
+    reserve = RESERVE_LIMITS * grade_one.limits.wall_s  # drawn on by a task that runs over its share
+    if jobs == 1 or len(todo) < 2:
+        for task in todo:
+            share, began = task_budget(task, factor), time.monotonic()
+            outcomes[task.id] = _contained(task, lambda task=task, budget=share + reserve: grade_one(task, budget))
+            reserve = max(0.0, reserve - max(0.0, time.monotonic() - began - share))
+        return {task.id: outcomes[task.id] for task in manifest.tasks}
+    end = time.monotonic() + sum(task_budget(task, factor) for task in todo) + reserve
+    running: dict[Future, tuple[Any, float, float]] = {}
+    # spawn, not fork: the notebooks are graded in a thread of this process meanwhile
+    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_die_with, initargs=(os.getpid(),)) as pool:
+        def start(task) -> None:
+            share, now = task_budget(task, factor), time.monotonic()
+            running[pool.submit(grade_one, task, max(0.0, min(share + reserve, end - now)))] = (task, now, share)
+
+        waiting = iter(todo)
+        for task in itertools.islice(waiting, jobs):
+            start(task)
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                task, began, share = running.pop(future)
+                outcomes[task.id] = _contained(task, future.result)
+                reserve = max(0.0, reserve - max(0.0, time.monotonic() - began - share))
+                following = next(waiting, None)
+                if following is not None:
+                    start(following)
+    return {task.id: outcomes[task.id] for task in manifest.tasks}
+
+
+def _die_with(parent: int) -> None:
+    """A worker dies with the grader that started it (Linux's parent-death signal), and so its
+    children with it (``setpriv --pdeathsig``, os_boundary): no task goes on grading for a grader
+    that was killed."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the worker ends when it next finds its parent gone
+        return
+    if os.getppid() != parent:  # the grader died before the signal was set
+        os._exit(1)
 
 
 def _contained(task, grade_one) -> dict[str, Outcome]:

@@ -1,0 +1,126 @@
+"""``grade`` with ``jobs`` > 1 (the CLI's default: the cores) grades tasks side by side, each in
+a worker process with a sandbox uid of its own, and the notebooks beside them: the same
+results.json as one task after the other, the same time budgets, and a calibration that runs
+as many children at once as the grading runs tasks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autograder.__main__ import main
+from autograder.grading import calibrate
+from autograder.grading import grade as grade_module
+from autograder.grading.grade import grade
+from autograder.sandbox.remote import Limits
+from autograder.selfcheck import reference_submission
+
+# quick tasks and one notebook: enough for two workers and the notebooks' thread
+SOME = frozenset({"a1_ledger", "a11_speculative", "a13_parallel_plan", "a14_host_tier", "nb01_ledger_70b"})
+
+
+def test_tasks_side_by_side_give_the_results_of_one_after_the_other(tmp_path):
+    sub = reference_submission(tmp_path / "ref", with_notebooks=True)
+    limits = Limits(wall_s=30.0, cpu_s=30)
+    apart = grade(sub, limits=limits, only_tasks=SOME, jobs=2)
+    together = grade(sub, limits=limits, only_tasks=SOME, jobs=1)
+    assert json.dumps(apart, sort_keys=True) == json.dumps(together, sort_keys=True)
+    graded = [t for t in apart["tests"] if t["extra_data"]["task"] in SOME]
+    assert graded and all(t["score"] == t["max_score"] for t in graded if "pending" not in t["output"]), \
+        [t["output"][:200] for t in graded if t["score"] < t["max_score"]]
+
+
+SLEEPY = """import time
+
+
+def __getattr__(name):  # every function the tests call takes at least 1 s
+    def slow(*args, **kwargs):
+        time.sleep(1.0)
+        return 0
+    return slow
+"""
+
+
+def test_side_by_side_a_task_stops_when_its_budget_is_spent(tmp_path, monkeypatch):
+    """As one after the other (test_child_io.py): a1's budget (0.3 s a test and half a 6 s
+    limit) is spent before its sixth test, in a worker process too."""
+    for rel in ("a1_ledger/ledger.py", "a13_parallel_plan/plan.py"):
+        (tmp_path / "sleepy" / rel).parent.mkdir(parents=True)
+        (tmp_path / "sleepy" / rel).write_text(SLEEPY)
+    monkeypatch.setattr(grade_module, "BUDGET_PER_TEST_S", 0.3)  # read here, in the process that hands out budgets
+    monkeypatch.setattr(grade_module, "RESERVE_LIMITS", 0.5)
+    data = grade(tmp_path / "sleepy", limits=Limits(wall_s=6.0, cpu_s=6), time_factor=1.0,
+                 only_tasks=frozenset({"a1_ledger", "a13_parallel_plan"}), jobs=2)
+    a1 = [t["output"] for t in data["tests"] if t["extra_data"]["task"] == "a1_ledger"]
+    assert a1[5].startswith("not run: this task's time budget"), a1
+
+
+def test_a_bad_jobs_is_named(capsys):
+    with pytest.raises(ValueError, match="jobs must be a whole number >= 1, got 0"):
+        grade(grade_module.ROOT, jobs=0)
+    with pytest.raises(SystemExit) as exited:
+        main(["grade", ".", "--jobs", "0"])
+    assert exited.value.code == 2 and "--jobs must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_the_calibration_times_as_many_children_as_the_grading_runs_at_once(monkeypatch):
+    started = []
+    popen = calibrate.subprocess.Popen
+
+    def counted(*args, **kwargs):
+        started.append(args[0])
+        return popen(*args, **kwargs)
+
+    monkeypatch.setattr(calibrate.subprocess, "Popen", counted)
+    cal = calibrate.measure(side_by_side=3)
+    assert len(started) == 3 and all(argv[-1] == calibrate.WORKLOAD for argv in started)
+    assert cal.factor >= 1.0 and cal.cpu_factor >= 1.0 and cal.wall_s > 0
+
+
+STAND_IN_GRADER = """
+import multiprocessing, os, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from autograder.grading.grade import _die_with
+
+if __name__ == "__main__":
+    init = dict(initializer=_die_with, initargs=(os.getpid(),)) if sys.argv[1] == "die-with" else {}
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), **init)
+    print(pool.submit(os.getpid).result(), flush=True)
+    time.sleep(60)
+"""
+
+
+def _worker_outlives_its_grader(how: str, tmp_path) -> bool:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "grader.py"
+    script.write_text(STAND_IN_GRADER)
+    grader = subprocess.Popen([sys.executable, str(script), how], stdout=subprocess.PIPE, text=True,
+                              cwd=grade_module.ROOT, env={**os.environ, "PYTHONPATH": str(grade_module.ROOT)})
+    worker = int(grader.stdout.readline())
+    grader.kill()
+    grader.wait()
+    deadline = time.monotonic() + 3  # the signal kills at once; without it a worker waits for work
+    while time.monotonic() < deadline:
+        try:  # gone, or a zombie its new parent has not reaped yet
+            if Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return False
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+        time.sleep(0.1)
+    os.kill(worker, signal.SIGKILL)
+    return True
+
+
+def test_a_task_worker_dies_with_the_grader_that_started_it(tmp_path):
+    assert not _worker_outlives_its_grader("die-with", tmp_path)
+
+
+def test_control_without_the_parent_death_signal_a_worker_outlives_its_grader(tmp_path):
+    assert _worker_outlives_its_grader("plain", tmp_path)

@@ -32,6 +32,7 @@ SERVELAB = Path(__file__).resolve().parents[2] / "python" / "servelab"
 MAX_REPLY = 16 << 20  # bytes; a longer line is a protocol error, not a reason to run out of memory
 CHUNK = 1 << 16  # bytes per read or write on the pipes
 TRICKLE, TRICKLE_WAIT_S = 1 << 12, 0.002  # a read of fewer bytes and no end of line waits this long before the next
+POLL_MAX_S = 3600.0  # the longest one wait in poll (its milliseconds are a C int); a longer deadline waits again
 
 
 @dataclass(frozen=True)
@@ -322,7 +323,7 @@ class Child:
             left = self.deadline - time.monotonic()
             if left <= 0:
                 raise self._timed_out(what, "")
-            if self._poll.poll(math.ceil(left * 1000)) and not self._take(what):
+            if self._poll.poll(math.ceil(min(left, POLL_MAX_S) * 1000)) and not self._take(what):
                 raise SubmissionFailed(self._death(what))
         line = bytes(self._buffer[:end])
         del self._buffer[:end + 1]

@@ -186,3 +186,16 @@ def test_a_limit_fitted_to_the_machine_is_named_as_given(tmp_path):
     assert said[0][0].startswith("time limit: 1 s (wall clock, fitted to this machine's speed and load) ran out")
     assert said[0][1] == "was killed by SIGXCPU (CPU time limit of 3 s a test, fitted to this machine's speed)"
     assert re.search(r"[0-9.]+ s\b", not_run()) is None  # no seconds in a budget's message either
+
+
+def test_a_limit_longer_than_polls_milliseconds_is_waited_for_in_pieces(tmp_path):
+    """A wall-clock limit of years (--timeout as large as one likes) is more milliseconds than a
+    C int holds: the reply is still waited for (an hour at a time), not an OverflowError."""
+    module = tmp_path / "mods" / "slowish.py"
+    module.parent.mkdir()
+    module.write_text("import time\n\n\ndef answer():\n    time.sleep(0.2)\n    return 42\n")
+    child = child_of("slowish", module, tmp_path, wall_s=1e9)
+    try:
+        assert child.call("slowish", "answer", (), {}) == 42
+    finally:
+        child.close()

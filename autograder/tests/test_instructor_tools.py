@@ -67,7 +67,7 @@ def test_grade_hands_the_scaled_limits_to_every_task_and_says_so(tmp_path, monke
     real = grade_module.run_task
     monkeypatch.setattr(grade_module, "run_task", lambda *a: (seen.append(a[4]), real(*a))[1])
     # a loaded machine (wall-clock x4) that is also slower (its CPU time x1.5)
-    monkeypatch.setattr(calibrate, "measure", lambda: calibrate.Calibration(0.8, 0.255, 4.0, 1.5))
+    monkeypatch.setattr(calibrate, "measure", lambda side_by_side=1: calibrate.Calibration(0.8, 0.255, 4.0, 1.5))
     said = []
     (tmp_path / "empty").mkdir()
     data = grade(tmp_path / "empty", limits=Limits(wall_s=2.0, cpu_s=2), report=said.append)

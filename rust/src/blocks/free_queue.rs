@@ -17,7 +17,13 @@
 
 use std::collections::VecDeque;
 
-use super::Block;
+/// What the queue reads and stamps of a block (the allocator's `Block` implements it, so this
+/// module names nothing of its parent): whether it is referenced, and its position stamp.
+pub(super) trait Queued {
+    fn referenced(&self) -> bool;
+    fn qpos(&self) -> u64;
+    fn set_qpos(&mut self, pos: u64);
+}
 
 /// Stale entries tolerated beyond the live ones (a few in the tests, so that they compact).
 const SLACK: usize = if cfg!(test) { 2 } else { 1024 };
@@ -27,11 +33,11 @@ const PREFETCH: usize = 6;
 
 /// Asks for `blk`'s cache line, without waiting for it.
 #[inline(always)]
-fn prefetch(blk: &Block) {
+fn prefetch<B>(blk: &B) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint; it reads nothing and faults on no address
     unsafe {
-        std::arch::x86_64::_mm_prefetch(blk as *const Block as *const i8, std::arch::x86_64::_MM_HINT_T0)
+        std::arch::x86_64::_mm_prefetch(blk as *const B as *const i8, std::arch::x86_64::_MM_HINT_T0)
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = blk;
@@ -48,17 +54,17 @@ pub(super) struct FreeQueue {
 
 impl FreeQueue {
     /// The queue `0, 1, ..., n-1`, stamping the blocks.
-    pub(super) fn new(blocks: &mut [Block]) -> Self {
+    pub(super) fn new<B: Queued>(blocks: &mut [B]) -> Self {
         for (i, blk) in blocks.iter_mut().enumerate() {
-            blk.qpos = i as u64;
+            blk.set_qpos(i as u64);
         }
         FreeQueue { ids: (0..blocks.len() as u32).collect(), base: 0, len: blocks.len() }
     }
 
     #[inline]
-    fn live(blocks: &[Block], b: u32, pos: u64) -> bool {
+    fn live<B: Queued>(blocks: &[B], b: u32, pos: u64) -> bool {
         let blk = &blocks[b as usize];
-        blk.ref_count == 0 && blk.qpos == pos
+        !blk.referenced() && blk.qpos() == pos
     }
 
     /// Free blocks.
@@ -70,7 +76,7 @@ impl FreeQueue {
     /// Takes the front block out (the caller has checked that one is free, and gives it a
     /// reference at once).
     #[inline]
-    pub(super) fn pop_front(&mut self, blocks: &[Block]) -> u32 {
+    pub(super) fn pop_front<B: Queued>(&mut self, blocks: &[B]) -> u32 {
         debug_assert!(self.len > 0);
         self.len -= 1;
         if let Some(&ahead) = self.ids.get(PREFETCH) {
@@ -94,11 +100,11 @@ impl FreeQueue {
 
     /// Appends block `b`, which has just lost its last reference.
     #[inline]
-    pub(super) fn push_back(&mut self, blocks: &mut [Block], b: u32) {
+    pub(super) fn push_back<B: Queued>(&mut self, blocks: &mut [B], b: u32) {
         if self.ids.len() > 2 * self.len + SLACK {
             self.compact(blocks);
         }
-        blocks[b as usize].qpos = self.base + self.ids.len() as u64;
+        blocks[b as usize].set_qpos(self.base + self.ids.len() as u64);
         self.ids.push_back(b);
         self.len += 1;
     }
@@ -106,7 +112,7 @@ impl FreeQueue {
     /// Drops the stale entries, restamping the live ones (each stale entry was made by one
     /// removal, and there are more of them than live ones: O(1) a removal).
     #[cold]
-    fn compact(&mut self, blocks: &mut [Block]) {
+    fn compact<B: Queued>(&mut self, blocks: &mut [B]) {
         let mut pos = self.base;
         let mut kept = 0;
         for i in 0..self.ids.len() {
@@ -118,13 +124,13 @@ impl FreeQueue {
         }
         self.ids.truncate(kept);
         for &b in &self.ids {
-            blocks[b as usize].qpos = pos;
+            blocks[b as usize].set_qpos(pos);
             pos += 1;
         }
     }
 
     /// The free blocks, front first.
-    pub(super) fn iter<'a>(&'a self, blocks: &'a [Block]) -> impl Iterator<Item = u32> + 'a {
+    pub(super) fn iter<'a, B: Queued>(&'a self, blocks: &'a [B]) -> impl Iterator<Item = u32> + 'a {
         let base = self.base;
         self.ids.iter().enumerate().filter(move |&(i, &b)| Self::live(blocks, b, base + i as u64)).map(|(_, &b)| b)
     }

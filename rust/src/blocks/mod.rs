@@ -55,7 +55,7 @@ mod keys;
 mod queries;
 
 pub use host_tier::{HostPolicy, Transfer, TransferKind};
-use free_queue::FreeQueue;
+use free_queue::{FreeQueue, Queued};
 use host_tier::{HostTier, Tier};
 pub use keys::{block_key, ROOT_KEY};
 use keys::Map;
@@ -80,6 +80,21 @@ struct Block {
     hits: u32,
     /// Where the block was last pushed on the free queue (its entry while `ref_count == 0`).
     qpos: u64,
+}
+
+impl Queued for Block {
+    #[inline(always)]
+    fn referenced(&self) -> bool {
+        self.ref_count > 0
+    }
+    #[inline(always)]
+    fn qpos(&self) -> u64 {
+        self.qpos
+    }
+    #[inline(always)]
+    fn set_qpos(&mut self, pos: u64) {
+        self.qpos = pos;
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -103,6 +103,7 @@ def _worker_outlives_its_grader(how: str, tmp_path) -> bool:
     script.write_text(STAND_IN_GRADER)
     grader = subprocess.Popen([sys.executable, str(script), how], stdout=subprocess.PIPE, text=True,
                               cwd=grade_module.ROOT, env={**os.environ, "PYTHONPATH": str(grade_module.ROOT)})
+    assert grader.stdout is not None
     worker = int(grader.stdout.readline())
     grader.kill()
     grader.wait()

@@ -8,11 +8,13 @@ student code runs, and neither can be undone from Python afterwards (raising a h
 adding/removing hooks are themselves refused by the hook). The hook is a closure that nothing
 else references, and the ``gc`` introspection that could reach it is refused too.
 
-Protocol: one JSON request per line on stdin (``{"op": "call", "target": {"module", "name"} or
-{"handle"}, "args", "kwargs"}``, ``{"op": "attr", "module", "name"}`` for a module-level value,
-or ``getattr/len/bool/contains/getitem/list`` on a handle); one
-JSON reply per line on the file descriptor named in the config: ``{"value": ...}`` or
-``{"raised": {"type", "message"}}``. A value that is not plain data stays here as a handle. Before the first request: ``{"ready": true}`` or
+Protocol: one JSON request per line on stdin (``{"op": "call", "target": {"module", "name"},
+{"handle"} or {"handle", "attr"} (a method looked up at the call), "args", "kwargs"}``,
+``{"op": "attr", "module", "name"}`` for a module-level value, or
+``getattr/len/bool/contains/getitem/list`` on a handle); one JSON reply per line on the file
+descriptor named in the config: ``{"value": ...}``, ``{"raised": {"type", "message"}}``, or, to a
+``getattr`` without ``"plain"`` that found a function of the object's class, ``{"method": true}``.
+A value that is not plain data stays here as a handle. Before the first request: ``{"ready": true}`` or
 ``{"import_error": {...}}``. The parent trusts none of it beyond "plain JSON values".
 """
 
@@ -23,7 +25,7 @@ import os
 import resource
 import sys
 import traceback
-from types import SimpleNamespace
+from types import MethodType, SimpleNamespace
 
 # ---- values on the wire (the parent's autograder.sandbox.wire decodes them strictly) -------------------
 
@@ -298,6 +300,17 @@ def describe(exc: BaseException) -> dict:
     return {"type": type(exc).__name__, "message": str(exc)[:4000], "traceback": "".join(tb[-6:])[-4000:]}
 
 
+METHOD = object()  # the reply to a getattr that found a function of the object's class (main)
+
+
+def is_method_of_class(obj, name, value) -> bool:
+    """Whether ``value``, read as ``obj.name``, is ``obj`` bound to its class's function ``name``:
+    then the grader may call ``name`` on any object of that class without a handle (the call
+    looks it up again, as ``obj.name(...)`` does)."""
+    return (type(value) is MethodType and value.__self__ is obj
+            and getattr(type(obj), name, None) is value.__func__)
+
+
 def serve(req: dict, modules: dict):
     """What one request asks of the student's code."""
     op = req["op"]
@@ -305,11 +318,19 @@ def serve(req: dict, modules: dict):
         return getattr(modules[req["module"]], req["name"])
     if op == "call":
         target = req["target"]
-        fn = getattr(modules[target["module"]], target["name"]) if "module" in target else HANDLES[target["handle"]]
+        if "module" in target:
+            fn = getattr(modules[target["module"]], target["name"])
+        elif "attr" in target:  # a method of a handle, looked up now (the grader kept no handle of it)
+            fn = getattr(HANDLES[target["handle"]], target["attr"])
+        else:
+            fn = HANDLES[target["handle"]]
         return fn(*decode(req["args"]), **decode(req["kwargs"]))
     obj = HANDLES[req["handle"]]
     if op == "getattr":
-        return getattr(obj, req["name"])
+        value = getattr(obj, req["name"])
+        if not req.get("plain") and is_method_of_class(obj, req["name"], value):
+            return METHOD
+        return value
     if op == "len":
         return len(obj)
     if op == "bool":
@@ -379,7 +400,7 @@ def main() -> None:
         try:
             req = json.loads(line)
             value = serve(req, modules)
-            answer = {"value": encode(value)}
+            answer = {"method": True} if value is METHOD else {"value": encode(value)}
         except BaseException as exc:
             answer = {"raised": describe(exc)}
         reply(answer)

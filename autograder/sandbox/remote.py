@@ -141,6 +141,8 @@ class Child:
         self._reply: int | None = None
         self._request: int | None = None
         self._poll: select.poll | None = None  # waits for the reply pipe (_read)
+        # (kind, name): the child said that name is a function of that kind's class (attribute)
+        self._methods: set[tuple[str, str]] = set()
         self.boundary = os_boundary.boundary()  # the OS boundary (autograder/sandbox/os_boundary.py)
         nproc = self.boundary.nproc_limit(limits.nproc)
         home, tmp = scratch / "home", scratch / "tmp"
@@ -228,12 +230,32 @@ class Child:
         when the module has no such name."""
         return self.request({"op": "attr", "module": module, "name": name}, f"{module}.{name}")
 
+    def attribute(self, owner: RemoteObject, name: str):
+        """``owner.name``. When the child once said that ``name`` is a function of the class of
+        an object of ``owner``'s kind, a :class:`RemoteMethod` at once, with no request: a
+        state-machine test reads ``blocks.allocate`` before each of thousands of calls, and
+        each read was a round trip to the child."""
+        kind = object.__getattribute__(owner, "_kind")
+        if (kind, name) in self._methods:
+            return RemoteMethod(owner, name)
+        what = f"{kind}.{name}"
+        reply = self._exchange({"op": "getattr", "handle": object.__getattribute__(owner, "_id"), "name": name}, what)
+        if reply == {"method": True}:
+            self._methods.add((kind, name))
+            return RemoteMethod(owner, name)
+        return self._value_of(reply, what)
+
     def request(self, req: dict, what: str):
         """Sends one request, returns the decoded value or raises what the student code raised."""
+        return self._value_of(self._exchange(req, what), what)
+
+    def _exchange(self, req: dict, what: str) -> dict:
         if self._reply is None:
             raise SubmissionFailed(f"{what}: the child process of this test has already ended")
         self._send((json.dumps(req) + "\n").encode(), what)
-        reply = self._read(what)
+        return self._read(what)
+
+    def _value_of(self, reply: dict, what: str):
         if "value" in reply and len(reply) == 1:
             try:
                 return wire.decode(reply["value"], handle=lambda hid, kind: RemoteObject(self, hid, kind))
@@ -244,7 +266,12 @@ class Child:
         raise SubmissionFailed(f"the child process sent something unexpected for {what}")
 
     def _encode(self, value):
-        def handle_id(obj: RemoteObject) -> int:
+        def handle_id(obj: RemoteObject | RemoteMethod) -> int:
+            if isinstance(obj, RemoteMethod):  # a method passed on: the child's own bound method
+                obj = obj._fetched()
+                if not isinstance(obj, RemoteObject):
+                    raise SubmissionFailed(f"an attribute of your object was a method and is now a "
+                                           f"{type(obj).__name__}")
             if obj._child is not self:
                 raise SubmissionFailed(f"{obj!r} belongs to another test's process")
             return obj._id
@@ -391,7 +418,7 @@ class RemoteObject:
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        return self._ask("getattr", f"{self._kind}.{name}", name=name)
+        return self._child.attribute(self, name)
 
     def __call__(self, *args, **kwargs):
         return self._child.request({"op": "call", "target": {"handle": self._id},
@@ -415,6 +442,68 @@ class RemoteObject:
 
     def __repr__(self) -> str:
         return f"<{self._kind} object from your code>"
+
+
+class RemoteMethod:
+    """``owner.name`` where ``name`` is a function of the class of ``owner`` (the child said so
+    for an object of that kind). A call is one request, and the child looks the method up at
+    that moment, as ``owner.name(...)`` would. Anything else (truth, equality, an attribute, a
+    method passed to student code) first fetches what ``owner.name`` is now, so that an
+    instance whose attribute stopped being a method reads as what it is."""
+
+    __slots__ = ("_owner", "_name", "_value")
+    _remote_handle = True  # goes to the child as its bound method (Child._encode)
+
+    def __init__(self, owner: RemoteObject, name: str) -> None:
+        object.__setattr__(self, "_owner", owner)
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_value", None)
+
+    def __call__(self, *args, **kwargs):
+        owner = self._owner
+        child, kind = object.__getattribute__(owner, "_child"), object.__getattribute__(owner, "_kind")
+        return child.request({"op": "call", "target": {"handle": object.__getattribute__(owner, "_id"),
+                                                       "attr": self._name},
+                              "args": child._encode(list(args)), "kwargs": child._encode(kwargs)},
+                             f"{kind}.{self._name}(...)")
+
+    def _fetched(self):
+        """What ``owner.name`` is in the child: a handle of its bound method, as a rule."""
+        if self._value is None:
+            owner = self._owner
+            what = f"{object.__getattribute__(owner, '_kind')}.{self._name}"
+            value = owner._ask("getattr", what, name=self._name, plain=True)
+            object.__setattr__(self, "_value", (value,))
+        return self._value[0]
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._fetched(), name)
+
+    def __eq__(self, other) -> bool:
+        return bool(self._fetched() == (other._fetched() if isinstance(other, RemoteMethod) else other))
+
+    def __hash__(self) -> int:
+        return hash(self._fetched())
+
+    def __len__(self) -> int:
+        return len(self._fetched())
+
+    def __bool__(self) -> bool:
+        return bool(self._fetched())
+
+    def __contains__(self, item) -> bool:
+        return item in self._fetched()
+
+    def __getitem__(self, key):
+        return self._fetched()[key]
+
+    def __iter__(self):
+        return iter(self._fetched())
+
+    def __repr__(self) -> str:
+        return "<builtins.method object from your code>"
 
 
 def kind_of(obj: RemoteObject) -> str:

@@ -1,6 +1,8 @@
 """Registers servelab's grading plugins for ``pytest assignments/``: the points table read from
 ``manifest.toml`` (printed last), and the probe that reports a task not started yet in one line
-instead of a Hypothesis report (``servelab.harness.fail_fast``). The Hypothesis profile is
+instead of a Hypothesis report (``servelab.harness.fail_fast``), and the grader's import rule on
+the files a student edits (``servelab.harness.submission_guard``: a refused import fails here as
+it does in grading). The Hypothesis profile is
 ``student`` unless ``HYPOTHESIS_PROFILE`` names another. Each test has a time limit
 (``servelab.harness.time_limit``: a stuck test fails, naming the limit, and the run goes on). (The autograder does not use this file.)"""
 
@@ -9,7 +11,7 @@ import sys
 from pathlib import Path
 
 try:
-    from servelab.harness import fail_fast, plugin, time_limit
+    from servelab.harness import fail_fast, plugin, submission_guard, time_limit
     from servelab.harness.hypothesis_profiles import cap_examples, register_and_load
 except ModuleNotFoundError as missing:  # a pytest from outside the project's .venv: one line, no traceback
     sys.stderr.write(f"{missing}: this pytest runs outside the project's .venv; "
@@ -34,8 +36,12 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config.pluginmanager.register(plugin.GradingPlugin(Path(__file__).with_name("manifest.toml")),
-                                  "servelab-grading")
+    grading = plugin.GradingPlugin(Path(__file__).with_name("manifest.toml"))
+    config.pluginmanager.register(grading, "servelab-grading")
+    # the grader's import rule on the files a student edits (servelab.harness.submission_rules)
+    edits = (rel for task in grading.manifest.tasks for rel in task.edit)
+    config.pluginmanager.register(submission_guard.SubmissionGuard(submission_guard.finder_for(grading.root, edits)),
+                                  "servelab-submission-guard")
     config.pluginmanager.register(fail_fast.FailFast(), "servelab-fail-fast")
     config.pluginmanager.register(time_limit.from_config(config), "servelab-time-limit")
 

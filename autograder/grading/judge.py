@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings
 from autograder.sandbox.remote import Child, Limits, RemoteModule, SubmissionFailed
 from autograder.grading.testload import call_test, cases, find_test, import_test_module
 from servelab.harness.hypothesis_profiles import PROFILES, SettingsKwargs
+from servelab.harness import submission_rules
 from servelab.harness.manifest import Task
 
 # the "grading" profile (derandomized, fixed example count), nothing written to disk, and no
@@ -41,9 +42,11 @@ GROUP = getattr(builtins, "BaseExceptionGroup", ())  # Python 3.11+
 TEST_FILE_PREFIXES = ("test_", "conftest")
 GIVEN = "given"  # assignments/given/: helpers several tasks use, each kept once (a5's and a6's event queue and step price)
 # modules the child refuses to import while it runs student code: the Rust oracle and the
-# pure-Python references would answer for the student (a task that needs part of servelab in
-# the child would have to allow it explicitly here, and then test something it cannot answer)
-BLOCKED_MODULES = ("servelab", "servelab._core", "servelab.hw_model", "servelab.reference")
+# pure-Python references would answer for the student. The rule is stated once, in the students'
+# harness, whose `pytest assignments/` applies it to their files too (a refusal shows in `make
+# check`, not first in the grade); a task that needs part of servelab in the child would have to
+# allow it there, and then test something it cannot answer.
+BLOCKED_MODULES = submission_rules.REFUSED_MODULES
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ bugs, for tens of seconds a test. So before a Hypothesis test runs, a probe call
 
 * the probe raises ``NotImplementedError``: the test fails at once, reported as the one line
   ``not started: param_count() in a1_ledger/ledger.py still raises NotImplementedError``;
+* the probe meets an import the grader refuses (:mod:`.submission_guard`): the test fails at
+  once with the grader's message, which every input would repeat;
 * anything else (it passes, or fails another way): the test runs in full under the loaded
   profile, shrinking included, so a bug's report ends at the smallest counterexample. An
   example of that run that reaches a stub (the probe's one did not: a14's host tier only calls
@@ -37,6 +39,7 @@ import pytest
 from hypothesis import settings
 
 from servelab.harness.hypothesis_profiles import PROBE
+from servelab.harness.submission_guard import refusal_in
 from servelab.harness.time_limit import TimeLimitExceeded
 
 NOT_STARTED = "not started"
@@ -170,6 +173,8 @@ class FailFast:
             stub = not_implemented(exc)
             if stub is not None:
                 raise stub.with_traceback(stub.__traceback__) from None
+            if refusal_in(exc) is not None:  # the grader's rule, broken on every input alike
+                raise
             # a real failure: the full run below finds it again and shrinks it
         handle = _hypothesis_handle(item)
         if handle is None:

@@ -3,7 +3,8 @@
 A test earns its manifest points only when it ran and passed in every phase (a parametrised
 test only when every case passed). Skipped, failed, erroring, deselected or uncollected tests
 earn nothing. Each task gets a status: ``full marks``, ``failing``, ``some tests missing``,
-``not started`` (every failure is a stub's ``NotImplementedError``: :mod:`.fail_fast`), ``not
+``not started`` (every failure is a stub's ``NotImplementedError``: :mod:`.fail_fast`), ``import
+refused`` (a test met an import the grader refuses: :mod:`.submission_guard`), ``not
 selected`` (``-m``/``-k`` deselected all its tests: it counts nothing), ``not collected``, or
 ``not run`` (collected, but the run stopped first: pytest stops at a collection error).
 
@@ -29,6 +30,9 @@ import pytest
 from servelab.harness.manifest import Manifest, Task
 from servelab.harness.time_limit import TimeLimitExceeded
 
+# the kinds of a summary line (GradingPlugin.failure_lines)
+NOT_STARTED, REFUSED, FAILING = "not started", "refused", "failing"
+
 
 @dataclass
 class TaskScore:
@@ -40,6 +44,7 @@ class TaskScore:
     deselected: set[str] = field(default_factory=set)  # manifest test ids that -m / -k left out
     failures: dict[str, str] = field(default_factory=dict)  # test id -> its one-line message
     not_started: dict[str, str] = field(default_factory=dict)  # test id -> the stub that raised
+    refused: dict[str, str] = field(default_factory=dict)  # test id -> the grader's refusal it met
     ran: bool = False  # any of its tests reported (a collection error elsewhere stops the whole run)
 
     def earned(self, test: str) -> bool:
@@ -60,6 +65,8 @@ class TaskScore:
             return "not run"
         if self.points == 0 and self.failures and set(self.failures) <= set(self.not_started):
             return "not started"
+        if self.refused:  # the grader refuses the same: these tests score 0 there too
+            return "import refused"
         missing = set(self.task.tests) - self.collected - self.deselected
         return "some tests missing" if missing else "failing"
 
@@ -137,6 +144,9 @@ class GradingPlugin:
             score.passed_cases[base] = score.passed_cases.get(base, 0) + 1
         if report.failed:
             score.failures.setdefault(base, one_line(report))
+            refused = getattr(report, "servelab_refused", None)
+            if refused:
+                score.refused.setdefault(base, refused)
             stub = getattr(report, "servelab_not_started", None)
             if stub and base not in score.not_started and score.failures[base].startswith("not started"):
                 score.not_started[base] = stub
@@ -151,18 +161,36 @@ class GradingPlugin:
         return {"points": sum(t["points"] for t in tasks), "max_points": self.manifest.total_points,
                 "selected_max_points": sum(t["max_points"] for t in selected), "tasks": tasks}
 
-    def failure_lines(self) -> list[str]:
-        """One line per failing test, or one per task not started; tests outside the manifest last."""
+    def failure_lines(self) -> list[tuple[str, str]]:
+        """(kind, line) per failure: one line per task not started, one per task whose tests all
+        met the same refused import, else one per failing test; tests outside the manifest
+        last. The kinds are :data:`NOT_STARTED`, :data:`REFUSED` and :data:`FAILING`."""
         lines = []
         for score in self.scores.values():
             if score.status == "not started":  # one line: where the first test met a stub
                 func, _, where = next(iter(score.not_started.values())).partition(" in ")
-                lines.append(f"{score.task.id}: not started ({func} in {Path(where).name})")
+                lines.append((NOT_STARTED, f"{score.task.id}: not started ({func} in {Path(where).name})"))
                 continue
-            lines += [f"{score.task.id}: {test.split('::', 1)[-1]}: {message}"
-                      for test, message in score.failures.items()]
-        lines += [f"{nodeid}: {message}" for nodeid, message in self._other_failures.items()]
+            refusals = set(score.refused.values())
+            if len(refusals) == 1 and set(score.failures) <= set(score.refused):
+                n = len(score.failures)
+                lines.append((REFUSED, f"{score.task.id}: {n} test{'s' * (n != 1)} fail here as in grading: "
+                                       f"{score.failures[next(iter(score.refused))]}"))
+                continue
+            for test, message in score.failures.items():
+                kind = REFUSED if test in score.refused else NOT_STARTED if test in score.not_started else FAILING
+                lines.append((kind, f"{score.task.id}: {test.split('::', 1)[-1]}: {message}"))
+        lines += [(FAILING, f"{nodeid}: {message}") for nodeid, message in self._other_failures.items()]
         return lines
+
+    def headline(self, lines: list[tuple[str, str]]) -> str:
+        """The line above the failures, its counts those of the lines below it."""
+        counts = {kind: sum(k == kind for k, _ in lines) for kind in (NOT_STARTED, REFUSED, FAILING)}
+        parts = [f"{counts[NOT_STARTED]} not started (a stub raises NotImplementedError)"]
+        if counts[REFUSED]:
+            parts.append(f"{counts[REFUSED]} refused (an import the grader refuses: 0 points there too)")
+        parts.append(f"{counts[FAILING]} failing")
+        return "servelab: " + ", ".join(parts) + (" (details above):" if counts[FAILING] else ":")
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         out = session.config.getoption("servelab_points_json", None) or os.environ.get("SERVELAB_POINTS_JSON")
@@ -188,11 +216,8 @@ class GradingPlugin:
         console = Console(file=tw._file, force_terminal=False, width=width, highlight=False)
         failures = self.failure_lines()
         if failures:
-            idle = sum(s.status == "not started" for s in self.scores.values())
-            failing = len(failures) - idle
-            console.print(f"servelab: {idle} not started (a stub raises NotImplementedError), {failing} failing"
-                          + (" (details above):" if failing else ":"), markup=False)
-            for line in failures:  # wrapped, not cut: "expected ..., got ..." comes last
+            console.print(self.headline(failures), markup=False)
+            for _, line in failures:  # wrapped, not cut: "expected ..., got ..." comes last
                 console.print(Padding(shorten(line, 4 * (width - 4)), (0, 0, 0, 4), expand=False), markup=False)
         summary = self.summary()
         table = Table(title="servelab assignments: points by task", box=box.SIMPLE_HEAD)
@@ -222,6 +247,9 @@ def one_line(report: pytest.TestReport) -> str:
         text = crash.message if crash is not None else str(report.longrepr)
     first = next((line.strip() for line in text.splitlines() if line.strip()), "failed")
     first = first.removeprefix("AssertionError: ")  # the tests' messages say what was expected
+    refused = getattr(report, "servelab_refused", None)
+    if refused:  # the grader's words ("importing ledger raised ImportError: ..."), not our class's name
+        first = refused if refused.startswith("importing ") else f"ImportError: {refused}"
     stuck = f"{TimeLimitExceeded.__module__}.{TimeLimitExceeded.__qualname__}: "
     if first.startswith(stuck):  # the summary line names the test already
         first = first.removeprefix(stuck).removeprefix(report.nodeid + " ")

@@ -3,8 +3,9 @@
 instead of a Hypothesis report (``servelab.harness.fail_fast``), and the grader's import rule on
 the files a student edits (``servelab.harness.submission_guard``: a refused import fails here as
 it does in grading). The Hypothesis profile is
-``student`` unless ``HYPOTHESIS_PROFILE`` names another. Each test has a time limit
-(``servelab.harness.time_limit``: a stuck test fails, naming the limit, and the run goes on). (The autograder does not use this file.)"""
+``student`` unless ``HYPOTHESIS_PROFILE`` names another. Each example has a time limit
+fitted to the reference solution's, each test a longer one (``servelab.harness.time_limit``: a
+stuck test fails, naming the input that was running, and the run goes on). (The autograder does not use this file.)"""
 
 import os
 import sys
@@ -43,7 +44,10 @@ def pytest_configure(config):
     config.pluginmanager.register(submission_guard.SubmissionGuard(submission_guard.finder_for(grading.root, edits)),
                                   "servelab-submission-guard")
     config.pluginmanager.register(fail_fast.FailFast(), "servelab-fail-fast")
-    config.pluginmanager.register(time_limit.from_config(config), "servelab-time-limit")
+    # each example's limit fitted to the reference's (example_times.json); a loop is looked for in
+    # the students' files
+    files = frozenset(os.path.realpath(grading.root / rel) for task in grading.manifest.tasks for rel in task.edit)
+    config.pluginmanager.register(time_limit.from_config(config, grading.root, files), "servelab-time-limit")
 
 
 def pytest_collection_modifyitems(items):

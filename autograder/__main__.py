@@ -151,7 +151,6 @@ def main(argv: list[str] | None = None) -> int:
         from autograder.grading.grade import ROOT
         from autograder.grading.gradebook import grade_all
         if args.secret_file is not None:  # the worker processes read it from the environment
-            import os
             os.environ["SERVELAB_GRADING_SECRET_FILE"] = str(args.secret_file.resolve())
         grade_all(args.dir, args.out, root=args.root or ROOT, limits=_limits(args), jobs=args.jobs,
                   past_due=args.after_due_date)

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -269,6 +269,7 @@ class _TaskGrading:
     shortcut: Shortcut | None = None
 
     def __call__(self, task, budget: float) -> dict[str, Outcome]:
+        os_boundary.adopt_work_folder(self.work)  # in a worker, the folder its grader made for it
         return _grade_task(self.root, task, self.folder, self.broken, self.work, self.limits, self.forbidden,
                            self.secret, self.identity, budget, self.shortcut)
 
@@ -298,25 +299,33 @@ def _grade_tasks(manifest: Manifest, only_tasks: frozenset[str] | None, grade_on
         return {task.id: outcomes[task.id] for task in manifest.tasks}
     end = time.monotonic() + sum(task_budget(task, factor) for task in todo) + reserve
     running: dict[Future, tuple[Any, float, float]] = {}
-    # spawn, not fork: the notebooks are graded in a thread of this process meanwhile
-    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_die_with, initargs=(os.getpid(),)) as pool:
-        def start(task) -> None:
-            share, now = task_budget(task, factor), time.monotonic()
-            running[pool.submit(grade_one, task, max(0.0, min(share + reserve, end - now)))] = (task, now, share)
+    # a work folder a task: each worker has a sandbox uid of its own, and the one folder would
+    # be opened (its group set) to one worker's uid at a time (os_boundary.Boundary.reach)
+    folders = {task.id: os_boundary.work_folder("servelab-task-") for task in todo}
+    try:
+        # spawn, not fork: the notebooks are graded in a thread of this process meanwhile
+        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_die_with, initargs=(os.getpid(),)) as pool:
+            def start(task) -> None:
+                share, now = task_budget(task, factor), time.monotonic()
+                own = replace(grade_one, work=folders[task.id])
+                running[pool.submit(own, task, max(0.0, min(share + reserve, end - now)))] = (task, now, share)
 
-        waiting = iter(todo)
-        for task in itertools.islice(waiting, jobs):
-            start(task)
-        while running:
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                task, began, share = running.pop(future)
-                outcomes[task.id] = _contained(task, future.result)
-                reserve = max(0.0, reserve - max(0.0, time.monotonic() - began - share))
-                following = next(waiting, None)
-                if following is not None:
-                    start(following)
+            waiting = iter(todo)
+            for task in itertools.islice(waiting, jobs):
+                start(task)
+            while running:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    task, began, share = running.pop(future)
+                    outcomes[task.id] = _contained(task, future.result)
+                    reserve = max(0.0, reserve - max(0.0, time.monotonic() - began - share))
+                    following = next(waiting, None)
+                    if following is not None:
+                        start(following)
+    finally:
+        for folder in folders.values():
+            shutil.rmtree(folder, ignore_errors=True)
     return {task.id: outcomes[task.id] for task in manifest.tasks}
 
 

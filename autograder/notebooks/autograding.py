@@ -16,6 +16,8 @@ from autograder.notebooks import instructors_log, kept, kernel_spec, recheck, sa
 from autograder.notebooks.cells import ASSIGNMENT, MAX_NOTEBOOK, STUDENT, Notebook, cell_points, notebooks_of
 from autograder.notebooks.generation import generated, private_lines_of
 from autograder.notebooks.kernel_spec import KERNEL_CPU_FACTOR
+
+UNIX_SOCKET_PATH_MAX = 107  # bytes of a socket's path (sun_path, less its terminating zero)
 from autograder.notebooks.launch import NOT_GRADED, failure_message, run_nbgrader
 from autograder.notebooks.scores import PENDING
 from autograder.notebooks.submitted import problems_of, suspicious
@@ -164,12 +166,17 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
         boundary = os_boundary.boundary()
         jobs = []
         hide = kernel_spec.kernel_hidden(list(forbidden), course)
-        for nb in graded:
-            folders = kernel_spec.kernel_folders(work / "kernels", nb.name)
+        for index, nb in enumerate(graded):
+            # short names: the kernel's socket files lie below (kernel_spec.kernel_folders)
+            folders = kernel_spec.kernel_folders(work / "k", str(index))
             spec = f"{KERNEL_NAME}-{nb.name}"
             kernel_spec.write_spec(course / "jupyter", spec, folders, hide, limits, boundary)
             jobs.append({"name": nb.name, "kernel": spec, "runtime": str(folders.runtime), "base": str(folders.base),
-                         "sockets": str(folders.sockets / "kernel")})
+                         "sockets": str(folders.sockets / "k")})
+            longest = len(os.fsencode(folders.sockets / "k-65535"))
+            if longest > UNIX_SOCKET_PATH_MAX:  # the kernel could not bind, and would die unexplained
+                instructors_log.note(f"notebook {nb.name}", f"its kernel's socket paths are {longest} bytes, more "
+                                     f"than a Unix socket's {UNIX_SOCKET_PATH_MAX}: grade with a shorter TMPDIR")
         budget = nbgrader_budget_s(len(notebooks), limits)
         result = run_nbgrader(course, {"action": "autograde", "notebooks": jobs, "gid": boundary.gid,
                                "cell_timeout": max(1, int(limits.wall_s)),

@@ -61,11 +61,13 @@ def kernel_folders(top: Path, name: str) -> KernelFolders:
     (:mod:`autograder.notebooks.runner` opens and closes it): without a mount namespace all
     kernels share one uid, and an earlier kernel must not plant files for a later one."""
     Path(top).mkdir(parents=True, exist_ok=True)
-    base = Path(top) / f"kernel-{name}"
+    base = Path(top) / name
     base.mkdir(mode=0o700)
     runtime = base / "connection"
     runtime.mkdir(mode=0o700)
-    return KernelFolders(base, base / "home", base / "cwd", base / "tmp", base / "sockets", runtime)
+    # "s": the kernel binds its sockets at their full path, which a Unix socket's 107 bytes
+    # bound; every byte here is one less for the folders above (a user's TMPDIR)
+    return KernelFolders(base, base / "home", base / "cwd", base / "tmp", base / "s", runtime)
 
 
 def kernel_hidden(forbidden: list[Path], course: Path) -> list[Path]:

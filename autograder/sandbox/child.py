@@ -127,11 +127,16 @@ def _forgetting_new_modules(step):
 
 
 # extensions never mapped for the student: refused by the hook, a process or a terminal
-# library, a test module of CPython's, or a library the fallback of a pure-Python twin covers
-# (hashlib without OpenSSL, uuid without libuuid) that costs most of the mapping time
+# library, a test module of CPython's, subinterpreters, or a library the fallback of a
+# pure-Python twin covers (hashlib without OpenSSL, uuid without libuuid) that costs most of
+# the mapping time. Subinterpreters: one has no audit hook, and the child's own set-up loaded
+# ctypes' extension, which a subinterpreter then imports without a new mapping (and calls:
+# System V IPC objects that outlived the grading). With no new executable mapping allowed once
+# the walls stand, a task's child cannot make one at all.
 NOT_PREMAPPED = ("_ctypes", "_posixsubprocess", "_tkinter", "_curses", "readline", "_test", "xxlimited",
                  "_xxtestfuzz", "ossaudiodev", "nis", "spwd", "_crypt", "_dbm", "_gdbm", "_ssl", "_hashlib",
-                 "_uuid", "_sqlite3", "_socket")
+                 "_uuid", "_sqlite3", "_socket", "_xxsubinterpreters", "_xxinterpchannels", "_interpreters",
+                 "_interpchannels", "_interpqueues")
 
 
 def premap_libraries() -> list:

@@ -52,6 +52,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from autograder.sandbox import ipc_objects
+
 TOOLS_PATH = "/usr/bin:/bin:/usr/sbin:/sbin:/usr/local/bin"
 BWRAP = shutil.which("bwrap", path=TOOLS_PATH)
 SETPRIV = shutil.which("setpriv", path=TOOLS_PATH)
@@ -280,14 +282,22 @@ class Boundary:
             close(Path(path))
 
     def nproc_limit(self, allowance: int) -> int:
-        """``RLIMIT_NPROC`` for a child allowed ``allowance`` processes (and threads) of its own:
-        the limit counts every process of the child's uid, so when the child stays this user it
-        is the allowance plus what this user already runs; a fresh uid runs nothing else."""
-        return int(allowance) + (_user_processes() if self.uid is None else 0)
+        """``RLIMIT_NPROC`` for a child allowed ``allowance`` processes (and threads) of its own,
+        0 for none. The limit counts every thread of the child's uid: a fresh uid runs nothing
+        else. A child that stays this user (bubblewrap as a user) gets none: the count would
+        take in what the grader starts after it (tasks graded side by side while a notebook's
+        kernel runs: its numpy threads then failed to start and the kernel died), and there the
+        seccomp filter already refuses every new process, and ``RLIMIT_AS`` bounds the threads'
+        stacks. Without any boundary (trusted code), the allowance plus what this user runs."""
+        if self.uid is not None:
+            return int(allowance)
+        return 0 if self.bwrap else int(allowance) + _user_processes()
 
     def reap(self) -> None:
         """Kills every process still running as the child's uid (one that left its process
-        group). Nothing else runs as that uid: it was chosen free."""
+        group), then removes every IPC object it owns (:mod:`autograder.sandbox.ipc_objects`:
+        without an IPC namespace, a segment outlives its maker). Nothing else runs as that
+        uid: it was chosen free."""
         if self.uid is None:
             return
         for pid in _pids_of(self.uid):
@@ -295,6 +305,8 @@ class Boundary:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        if not self.bwrap:  # bubblewrap's IPC namespace took them with it
+            ipc_objects.remove_owned_by(self.uid)
 
 
 NONE = Boundary(bwrap=False, uid=None, gid=None)
@@ -335,6 +347,27 @@ def work_folder(prefix: str = "servelab-") -> Path:
     if base is None:
         raise Refused(f"no folder that other users can pass to put a grading's work in (tried {', '.join(bases)})")
     folder = Path(tempfile.mkdtemp(prefix=prefix, dir=base)).resolve()
+    _WORK_FOLDERS.add(folder)
+    return folder
+
+
+def adopt_work_folder(folder: Path) -> Path:
+    """Takes ``folder``, made by :func:`work_folder` in the grading process that started this
+    one, as this process's own: a spawned worker (a task graded side by side) starts with no
+    work folder, and :meth:`Boundary.reach` would refuse to open the one it was handed. Only a
+    real folder of this user that others cannot enter is adopted (else :class:`Refused`).
+    Returns it, resolved.
+
+    >>> w = work_folder("servelab-doc-")
+    >>> _WORK_FOLDERS.discard(w); adopt_work_folder(w) == w and w in _WORK_FOLDERS
+    True
+    >>> w.rmdir()
+    """
+    folder = Path(folder)
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o007:
+        raise Refused(f"{folder} is not a work folder of this grader's (a folder of its own that others cannot enter)")
+    folder = folder.resolve()
     _WORK_FOLDERS.add(folder)
     return folder
 
@@ -414,8 +447,10 @@ def _pids_of(uid: int) -> list[int]:
 
 
 def _ids_in_use() -> set[int]:
-    """uids and gids of running processes, of /etc/passwd and /etc/group."""
-    used = set()
+    """uids and gids of running processes, of /etc/passwd and /etc/group, and the owners of
+    System V IPC objects (a grader killed before its reap left them: a new child of that uid
+    could read them)."""
+    used = {ident for rows in ipc_objects.sysv_objects().values() for _, uid, cuid in rows for ident in (uid, cuid)}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:

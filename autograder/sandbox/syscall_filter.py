@@ -17,8 +17,14 @@ the rest, and it holds without namespaces too (the uid drop alone: no network th
 * no code in memory that no file on a read-only mount holds: ``memfd_create``, ``memfd_secret``,
   ``mmap`` with ``PROT_EXEC`` of anonymous memory or together with ``PROT_WRITE`` (a private,
   writable and executable copy of any file), ``mprotect``/``pkey_mprotect`` adding ``PROT_EXEC``,
-  ``shmat`` with ``SHM_EXEC``, and ``personality`` (``READ_IMPLIES_EXEC`` would make every later
-  readable mapping executable without ``PROT_EXEC`` ever being asked for);
+  and ``personality`` (``READ_IMPLIES_EXEC`` would make every later readable mapping executable
+  without ``PROT_EXEC`` ever being asked for);
+* no System V or POSIX IPC: ``shmget``/``shmat``/``shmctl``/``shmdt``, ``semget``/``semop``/
+  ``semtimedop``/``semctl``, ``msgget``/``msgsnd``/``msgrcv``/``msgctl``, ``mq_*`` (the 32-bit
+  ``ipc`` multiplexer goes with its ABI). Without an IPC namespace (the uid drop alone) these
+  objects outlive the grading, hold memory no limit of the child counts, and are a channel
+  between gradings: one student's kernel posting its hidden tests to a segment that another
+  student's test reads back into visible messages. No honest test needs them;
 * with ``exec_mappings=False`` (a task's child, once its own libraries are mapped:
   :mod:`autograder.sandbox.child`), no new executable mapping at all: ``mmap`` with
   ``PROT_EXEC`` of any file is refused too, so a compiled extension the submission carries
@@ -66,7 +72,6 @@ def arg(i: int) -> int:
 
 
 CLONE_THREAD = 0x00010000
-SHM_EXEC = 0o100000
 CLONE_NAMESPACES = 0x7E020000  # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
 PROT_WRITE, PROT_EXEC, MAP_ANONYMOUS, AF_UNIX, AF_NETLINK = 0x2, 0x4, 0x20, 1, 16
 
@@ -77,10 +82,18 @@ X86_64 = {
              "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
              "memfd_create": 319, "memfd_secret": 447, "ptrace": 101, "process_vm_readv": 310,
              "process_vm_writev": 311, "io_uring_setup": 425, "io_uring_enter": 426,
-             "io_uring_register": 427, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323},
+             "io_uring_register": 427, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
+             # System V and POSIX IPC
+             "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semctl": 66,
+             "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "mq_open": 240,
+             "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244,
+             "mq_getsetattr": 245},
     "clone": 56, "clone3": 435, "mmap": 9, "mprotect": 10, "pkey_mprotect": 329, "socket": 41,
-    "shmat": 30, "personality": 135,
+    "personality": 135,
 }
+IPC_CALLS = frozenset({"shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop", "msgget",
+                       "msgsnd", "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive",
+                       "mq_notify", "mq_getsetattr"})
 
 
 def assemble(table: dict, exec_mappings: bool = True) -> bytes:
@@ -103,7 +116,6 @@ def assemble(table: dict, exec_mappings: bool = True) -> bytes:
     for nr in sorted(table["deny"].values()):
         ins(JEQ, nr, deny, None)
     ins(JEQ, table["personality"], deny, None)
-    ins(JEQ, table["shmat"], "shmat", None)
     ins(JEQ, table["clone3"], "enosys", None)
     ins(JEQ, table["clone"], "clone", None)
     ins(JEQ, table["mmap"], "mmap", None)
@@ -129,9 +141,6 @@ def assemble(table: dict, exec_mappings: bool = True) -> bytes:
         ins(JSET, MAP_ANONYMOUS, deny, allow)
     else:  # no new code at all: what the process needs is mapped already
         ins(JSET, PROT_EXEC, deny, allow)
-    here("shmat")  # System V shared memory attached executable: code in memory, as memfd
-    ins(LD_ABS, arg(2))
-    ins(JSET, SHM_EXEC, deny, allow)
     here("mprotect")
     ins(LD_ABS, arg(2))
     ins(JSET, PROT_EXEC, deny, allow)

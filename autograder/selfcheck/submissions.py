@@ -20,6 +20,7 @@ from autograder.grading.grade import ROOT, grade, manifest_of
 from autograder.grading.results import total_points
 from autograder.notebooks import kept as nb_kept
 from autograder.notebooks import nbgrader, recheck
+from autograder.sandbox import ipc_objects, os_boundary
 from autograder.release.repository import release
 from autograder.selfcheck.mutant_kills import MutantKills
 from autograder.selfcheck.catalogue import (HOSTILE_LIMITS, HOSTILE_SECONDS, RELEASE_PYTEST_S, Factor,
@@ -163,8 +164,13 @@ def check_hostile(folder: Path, tmp: Path, report: Callable[[str], None] | None 
         factor(line)
         if report is not None:
             report(line)
+    sandbox_uids = range(os_boundary.ID_RANGE[0], os_boundary.ID_RANGE[1] + 1)
+    ipc_before = set(ipc_objects.owned_by(sandbox_uids))
     data = grade(folder / expect["zip"] if "zip" in expect else folder, out=out, limits=HOSTILE_LIMITS,
                  report=log, notebooks_out=kept_notebooks)
+    # what a sandbox's uid made and no reap removed (without an IPC namespace: a channel to the
+    # next grading)
+    left = sorted(set(ipc_objects.owned_by(sandbox_uids)) - ipc_before)
     problems = _private_lines_shown(folder.name, data, kept_notebooks)
     score = total_points(data)  # hidden tests included (results.json's score may leave them out)
     if score > expect["max_points"]:
@@ -173,6 +179,9 @@ def check_hostile(folder: Path, tmp: Path, report: Callable[[str], None] | None 
         problems.append(f"{folder.name} ({expect['why']}) scored {score} < {expect['min_points']}")
     if json.loads(out.read_text()) != data:
         problems.append(f"{folder.name}: results.json on disk is not the grader's")
+    if left:
+        problems.append(f"{folder.name}: {len(left)} IPC object(s) of the sandbox's uids outlived the grading: "
+                        f"{', '.join(left[:5])}")
     if course_fingerprint() != before:
         problems.append(f"{folder.name}: the course copy changed while grading it")
     if time.monotonic() - start > HOSTILE_SECONDS * factor.value:

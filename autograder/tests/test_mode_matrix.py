@@ -164,25 +164,36 @@ def test_a_docker_default_makes_auto_choose_uid_only_and_the_hostile_set_scores_
     print("uid-only (docker default) scores:", {name: r["score"] for name, r in got.items()})
 
 
-def test_bubblewrap_as_a_user_holds_the_file_and_code_tricks():
+AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
+
+
+@pytest.fixture(scope="module")
+def user_course():
+    """A course copy of its own under /opt for the grader as a non-root user, and that user's
+    TMPDIR (its HOME too): (source, tmpdir)."""
+    source = make_opt_course()
+    user_tmp = source.parent / "user-tmp"
+    user_tmp.mkdir()
+    os.chown(user_tmp, NOBODY, NOBODY)
+    yield source, user_tmp
+    shutil.rmtree(source.parent, ignore_errors=True)
+
+
+def user_env(user_tmp: Path) -> dict:
+    return {**grader_env(user_tmp, None), "HOME": str(user_tmp)}
+
+
+def test_bubblewrap_as_a_user_holds_the_file_and_code_tricks(user_course):
     """The grader as a non-root user (no uid to drop to): bubblewrap in a user namespace, on
     a course copy of its own under /opt, with a TMPDIR of that user's; every hostile fixture
     scores within its points."""
-    source = make_opt_course()
-    try:
-        user_tmp = source.parent / "user-tmp"
-        user_tmp.mkdir()
-        os.chown(user_tmp, NOBODY, NOBODY)
-        env = grader_env(user_tmp, None)
-        env["HOME"] = str(user_tmp)
-        setpriv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
-        assert_contained(run_matrix(source, ["probe"], env, setpriv), "bwrap")
-        got = run_matrix(source, ["hostile", "all"], env, setpriv)
-        assert got.pop("mode") == "bwrap"
-        assert {name: r["problems"] for name, r in got.items() if r["problems"]} == {}, got
-        print("bubblewrap as a user, scores:", {name: r["score"] for name, r in got.items()})
-    finally:
-        shutil.rmtree(source.parent, ignore_errors=True)
+    source, user_tmp = user_course
+    env = user_env(user_tmp)
+    assert_contained(run_matrix(source, ["probe"], env, AS_NOBODY), "bwrap")
+    got = run_matrix(source, ["hostile", "all"], env, AS_NOBODY)
+    assert got.pop("mode") == "bwrap"
+    assert {name: r["problems"] for name, r in got.items() if r["problems"]} == {}, got
+    print("bubblewrap as a user, scores:", {name: r["score"] for name, r in got.items()})
 
 
 TWO_STUDENTS = ("ada", "grace")  # side by side under grade-all --jobs 2 (uid-only: their uids and folders)
@@ -211,13 +222,14 @@ def assert_honest_points(gradebook: Path, students: Sequence[str] = TWO_STUDENTS
 
 
 def grade_all(python: Path, course: Path, subs: Path, out: Path, env: dict, prefix: Sequence[str] = ()) -> None:
-    run = subprocess.run([*prefix, str(python), "-m", "autograder", "grade-all", str(subs), "--out", str(out),
-                          "--jobs", "2"], cwd=course, env=env, capture_output=True, text=True, timeout=1500)
+    """An instructor's ``grade-all DIR --out OUT``, with its default options (every core)."""
+    run = subprocess.run([*prefix, str(python), "-m", "autograder", "grade-all", str(subs), "--out", str(out)],
+                         cwd=course, env=env, capture_output=True, text=True, timeout=1500)
     assert run.returncode == 0, run.stderr[-3000:]
 
 
 def test_an_honest_class_under_a_private_tmpdir_keeps_its_points_in_uid_only(opt_course, private_tmpdir, tmp_path):
-    """The reference twice, ``grade-all --jobs 2``, uid-only, TMPDIR under a 0700 folder: both
+    """The reference twice, ``grade-all`` with its defaults, uid-only, TMPDIR under a 0700 folder: both
     students get the reference's points on the tasks and the notebook they handed in (each
     worker has its own uid and work folder; before, both rewrote the group of TMPDIR's
     ancestors and one lost its own files; the notebook's kernel is confined by Landlock), and
@@ -228,26 +240,83 @@ def test_an_honest_class_under_a_private_tmpdir_keeps_its_points_in_uid_only(opt
     assert_honest_points(tmp_path / "gradebook")
 
 
-def test_an_honest_class_keeps_its_points_as_a_user():
+def readable_by_all(folder: Path) -> Path:
+    for here, _, names in os.walk(folder):
+        os.chmod(here, 0o755)
+        for n in names:
+            os.chmod(Path(here) / n, 0o644)
+    return folder
+
+
+def test_an_honest_class_keeps_its_points_as_a_user(user_course):
     """One student of the class graded by a non-root user (bubblewrap in a user namespace), on
     a course copy of its own under /opt, with a TMPDIR of that user's."""
-    source = make_opt_course()
-    try:
-        user_tmp = source.parent / "user-tmp"
-        user_tmp.mkdir()
-        os.chown(user_tmp, NOBODY, NOBODY)
-        subs = honest_class(source.parent / "class", ONE_STUDENT)
-        for folder, _, names in os.walk(subs):  # the class, readable by that user
-            os.chmod(folder, 0o755)
-            for n in names:
-                os.chmod(Path(folder) / n, 0o644)
-        out = user_tmp / "gradebook"
-        env = {**grader_env(user_tmp, None), "HOME": str(user_tmp)}
-        setpriv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
-        grade_all(source / ".venv" / "bin" / "python", source, subs, out, env, setpriv)
-        assert_honest_points(out, ONE_STUDENT)
-    finally:
-        shutil.rmtree(source.parent, ignore_errors=True)
+    source, user_tmp = user_course
+    subs = readable_by_all(honest_class(source.parent / "class", ONE_STUDENT))
+    out = user_tmp / "gradebook"
+    grade_all(source / ".venv" / "bin" / "python", source, subs, out, user_env(user_tmp), AS_NOBODY)
+    assert_honest_points(out, ONE_STUDENT)
+
+
+def points_lost(data: dict) -> dict[str, str]:
+    """Every test of a results.json that did not get its full points, with its output, but the
+    manually graded notebook cells (pending: the instructor grades them by hand)."""
+    return {t["name"]: t["output"][:300] for t in data["tests"]
+            if t["score"] != t["max_score"] and not t["name"].endswith("(manually graded)")}
+
+
+def run_autograder(course: Path, submission: Path, env: dict, prefix: Sequence[str] = ()) -> dict:
+    """Gradescope's entry point on the /opt copy (AUTOGRADER_ROOT is its parent, as
+    /autograder) with ``submission`` as the upload: its results.json."""
+    top = course.parent
+    shutil.rmtree(top / "submission", ignore_errors=True)
+    shutil.rmtree(top / "results", ignore_errors=True)
+    shutil.copytree(submission, top / "submission")
+    run = subprocess.run([*prefix, "bash", str(course / "autograder" / "gradescope" / "run_autograder")],
+                         env={**env, "AUTOGRADER_ROOT": str(top)}, capture_output=True, text=True, timeout=1500)
+    assert run.returncode == 0, run.stderr[-3000:]
+    print(run.stdout[-6000:], run.stderr[-6000:])  # the instructors' log, shown on a failure
+    return json.loads((top / "results" / "results.json").read_text())
+
+
+def grade_once(course: Path, submission: Path, out: Path, env: dict, options: Sequence[str] = (),
+               prefix: Sequence[str] = ()) -> dict:
+    """``grade SUBMISSION --out OUT [options]`` with the course's interpreter: its results.json."""
+    run = subprocess.run([*prefix, str(course / ".venv" / "bin" / "python"), "-m", "autograder", "grade",
+                          str(submission), "--out", str(out), *options],
+                         cwd=course, env=env, capture_output=True, text=True, timeout=1500)
+    assert run.returncode == 0, run.stderr[-3000:]
+    print(run.stderr[-6000:])  # the instructors' log (why a notebook could not run), shown on a failure
+    return json.loads(out.read_text())
+
+
+def test_gradescope_with_its_defaults_gives_the_reference_every_point(opt_course, tmp_path):
+    """``run_autograder`` as Gradescope calls it (no option but the metadata), namespaces
+    refused as in its container, so ``auto`` picks uid-only; TMPDIR is the world's /tmp, as
+    there. The tasks are graded side by side (every core, the default): each worker adopts
+    the work folder its grader made for it, or the sandbox's uid is refused it (and every test
+    of a Python task scores 0)."""
+    sub = reference_submission(tmp_path / "reference", with_notebooks=True)
+    env = grader_env(Path("/tmp"), None)
+    launcher = [sys.executable, str(Path(__file__).with_name("docker_default.py"))]
+    data = run_autograder(opt_course, sub, env, launcher)
+    assert points_lost(data) == {}
+
+
+def test_an_instructors_grade_with_its_defaults_gives_the_reference_every_point(opt_course, tmp_path):
+    """``grade SUBMISSION --out OUT`` as root with bubblewrap (the default mode), every core."""
+    sub = reference_submission(tmp_path / "reference", with_notebooks=True)
+    data = grade_once(opt_course, sub, tmp_path / "results.json", grader_env(Path("/tmp"), None))
+    assert points_lost(data) == {}
+
+
+def test_the_classroom_step_as_a_user_gives_the_reference_every_point(user_course):
+    """The Classroom workflow's grading step (``grade ../submission --out ../results.json
+    --trust-submission``) as a non-root user, as a runner runs it: bubblewrap in a user namespace."""
+    source, user_tmp = user_course
+    sub = readable_by_all(reference_submission(source.parent / "reference", with_notebooks=True))
+    data = grade_once(source, sub, user_tmp / "results.json", user_env(user_tmp), ["--trust-submission"], AS_NOBODY)
+    assert points_lost(data) == {}
 
 
 def test_run_autograder_under_a_docker_default_gives_carried_native_code_nothing(opt_course, private_tmpdir):
@@ -255,14 +324,9 @@ def test_run_autograder_under_a_docker_default_gives_carried_native_code_nothing
     /autograder), namespaces refused: results.json gives the carried extension 0 points."""
     from autograder.selfcheck import HOSTILE
 
-    top = opt_course.parent
-    shutil.rmtree(top / "submission", ignore_errors=True)
-    shutil.copytree(HOSTILE / "carried_native_code", top / "submission")
-    env = {**grader_env(private_tmpdir, None), "AUTOGRADER_ROOT": str(top)}
     launcher = [sys.executable, str(Path(__file__).with_name("docker_default.py"))]
-    run = subprocess.run([*launcher, "bash", str(opt_course / "autograder" / "gradescope" / "run_autograder")],
-                         env=env, capture_output=True, text=True, timeout=1500)
-    assert run.returncode == 0, run.stderr[-3000:]
-    data = json.loads((top / "results" / "results.json").read_text())
+    data = run_autograder(opt_course, HOSTILE / "carried_native_code", grader_env(private_tmpdir, None), launcher)
     a1 = [t for t in data["tests"] if t.get("extra_data", {}).get("task") == "a1_ledger"]
     assert a1 and data["score"] == 0 and sum(t["score"] for t in a1) == 0, [t["output"][:200] for t in a1][:3]
+    # graded, not refused: a grader that could not reach its own work folder gives 0 too
+    assert not [t["name"] for t in data["tests"] if "could not grade" in t["output"]]

@@ -58,8 +58,10 @@ def test_the_child_is_another_user_in_other_namespaces_and_cannot_list_the_cours
     assert boundary.mode != "none"  # this machine runs as root with bubblewrap (.ci/run installs it)
     (tmp_path / "mods").mkdir()
     (tmp_path / "mods" / "probe.py").write_text(PROBE)
+    # the subinterpreters' extension loaded before the walls: a task's child could not map it
+    # afterwards (test_ipc.py), and this probe needs an interpreter with no audit hook
     child = Child([("probe", tmp_path / "mods" / "probe.py")], tmp_path / "scratch", [], [], Limits(wall_s=60),
-                  time.monotonic() + 60)
+                  time.monotonic() + 60, preload=("_xxsubinterpreters",))
     try:
         uid, pid, has_proc, found = child.call("probe", "probe", (str(ROOT / "assignments"),), {})
     finally:

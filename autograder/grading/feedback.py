@@ -18,12 +18,47 @@ file's folder when the file is ``results.json``).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from autograder.files import write_text_atomic
-from autograder.grading.results import plain_points, status_of
+from autograder.grading.results import plain_points, plain_text, status_of
 
 SHOWN = {False: {"visible"}, True: {"visible", "after_due_date", "after_published"}}
+
+
+def inline(text: str) -> str:
+    r"""``text`` as Markdown that renders as exactly that text on one line: plain text
+    (:func:`autograder.grading.results.plain_text`), HTML's characters as entities (no tag, no
+    comment, no image), and every character that starts Markdown inside a line behind a
+    backslash (no link, emphasis, table cell or code of the student's making).
+
+    >>> inline("a | <img src=x> [x](http://e) **b** <!-- www.e.com (manually graded)")
+    'a \\| &lt;img src=x&gt; \\[x\\](http\\://e) \\*\\*b\\*\\* &lt;\\!-- www\\.e.com (manually graded)'
+    """
+    text = plain_text(str(text)).replace("\n", " ").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = "".join("\\" + ch if ch in MARKDOWN_PUNCTUATION else ch for ch in text)
+    # a bare address would become a link (GitHub's autolinks): broken by an escape that renders as nothing
+    return text.replace("://", "\\://").replace("www.", "www\\.")
+
+
+# what starts a link, an image, emphasis, code, a table cell or strikethrough inside a line (a
+# line of the page never starts with the text, so the characters of headings and lists are inert)
+MARKDOWN_PUNCTUATION = frozenset("\\`*_[]|~!")
+
+
+def fenced(text: str) -> list[str]:
+    r"""``text`` as a fenced code block: its fence longer than any run of backticks inside, so
+    that no line of it closes the block (CommonMark shows what a fence holds as text, HTML
+    included).
+
+    >>> fenced("x\n```\ny")
+    ['````', 'x', '```', 'y', '````']
+    """
+    text = plain_text(str(text))
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence, *text.split("\n"), fence]
 
 
 def page(name: str, data: dict, after_due_date: bool) -> str:
@@ -31,13 +66,14 @@ def page(name: str, data: dict, after_due_date: bool) -> str:
     # test's after it (hidden tests count then, unshown), whatever results.json's score held
     counted = [t for t in data["tests"] if after_due_date or t["visibility"] == "visible"]
     got, out_of = (plain_points(sum(t[k] for t in counted)) for k in ("score", "max_score"))
-    lines = [f"# servelab feedback: {name}", "", f"**{got} / {out_of} points**", "",
+    lines = [f"# servelab feedback: {inline(name)}", "", f"**{got} / {out_of} points**", "",
              "| test | points | status |", "|---|---|---|"]
     shown = [t for t in data["tests"] if t["visibility"] in SHOWN[after_due_date]]
-    lines += [f"| {t['name']} | {t['score']} / {t['max_score']} | {status_of(t)} |" for t in shown]
+    lines += [f"| {inline(t['name'])} | {plain_points(t['score'])} / {plain_points(t['max_score'])} | {status_of(t)} |"
+              for t in shown]
     for t in shown:
         if status_of(t) == "failed":
-            lines += ["", f"## {t['name']}", "", "```", t["output"], "```"]
+            lines += ["", f"## {inline(t['name'])}", "", *fenced(t["output"])]
     unseen = len(data["tests"]) - len(shown)
     if unseen:
         lines += ["", f"({unseen} more tests are shown after the due date.)"]

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import tempfile
+import unicodedata
 from pathlib import Path
 
 from autograder.files import normal_mode
@@ -142,13 +143,33 @@ _ABSOLUTE_PATH = re.compile(r"(?<![\w.<>~/-])/(?:[^\s/'\"():,;\[\]{}<>|]+/)+([^\
 _ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
 
 
+def plain_text(text: str) -> str:
+    r"""``text`` with every character that is not plain text written as its escape: control
+    characters but newline and tab (a terminal's ESC and OSC sequences, a carriage return that
+    hides a line), and the invisible ones (bidi overrides such as U+202E, zero-width spaces,
+    every Unicode format, private-use and separator character). A student's message then shows
+    what it holds, and cannot reorder, hide or recolour the text around it.
+
+    >>> plain_text("ok\x1b]8;;http://x\x07 \u202egnp.exe \u200bzero\tend\n")
+    'ok\\x1b]8;;http://x\\x07 \\u202egnp.exe \\u200bzero\tend\n'
+    """
+    return "".join(ch if ch in "\n\t" or unicodedata.category(ch) not in HIDDEN_CATEGORIES else ascii(ch)[1:-1]
+                   for ch in text)
+
+
+# control, format (bidi, zero-width), surrogate, private-use, line and paragraph separators
+HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
 def safe_text(text, paths: dict | None = None, limit: int = MAX_TEXT) -> str:
     """``text`` as a message results.json can carry and a regrade repeats: each of ``paths``
     (path -> placeholder) replaced, other absolute paths cut to ``<path>/<last part>``, memory
-    addresses blanked, lone surrogates replaced, at most ``limit`` characters (then a note)."""
+    addresses blanked, lone surrogates replaced, every character that is not plain text
+    escaped (:func:`plain_text`), at most ``limit`` characters (then a note)."""
     if not isinstance(text, str):
         text = describe(text)
     text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates -> "?"
+    text = plain_text(text)
     for path, placeholder in sorted((paths or {}).items(), key=lambda kv: -len(str(kv[0]))):
         text = text.replace(str(path), placeholder)
     text = _ABSOLUTE_PATH.sub(lambda m: f"<path>/{m.group(1)}", text)

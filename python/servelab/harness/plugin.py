@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from servelab.harness.manifest import Manifest, Task
-from servelab.harness.time_limit import TimeLimitExceeded
+from servelab.harness.failure_line import one_line, shorten, summary_of
 
 # the kinds of a summary line (GradingPlugin.failure_lines)
 NOT_STARTED, REFUSED, FAILING = "not started", "refused", "failing"
@@ -129,6 +129,13 @@ class GradingPlugin:
                 score = self.scores[task_id]
                 score.collected.add(base)
                 score.case_count[base] = score.case_count.get(base, 0) + 1
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        report = yield
+        if report.failed and call.excinfo is not None:  # from the exception, not its printout
+            report.servelab_summary = summary_of(call.excinfo.value, report.nodeid)
+        return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.nodeid not in self._task_of_node:
@@ -235,39 +242,6 @@ class GradingPlugin:
         note = "" if selected == len(summary["tasks"]) else f"of {selected} selected task(s)"
         table.add_row("[bold]total", note, *([""] if wide else []), total, "")
         console.print(table)
-
-
-def one_line(report: pytest.TestReport) -> str:
-    """A failed report's message in one line: a not-started test's own line, else the first line
-    of the exception pytest caught (the assertion's message, for the assignments' tests)."""
-    if isinstance(report.longrepr, str):
-        text = report.longrepr
-    else:
-        crash = getattr(report.longrepr, "reprcrash", None)
-        text = crash.message if crash is not None else str(report.longrepr)
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "failed")
-    first = first.removeprefix("AssertionError: ")  # the tests' messages say what was expected
-    refused = getattr(report, "servelab_refused", None)
-    if refused:  # the grader's words ("importing ledger raised ImportError: ..."), not our class's name
-        first = refused if refused.startswith("importing ") else f"ImportError: {refused}"
-    stuck = f"{TimeLimitExceeded.__module__}.{TimeLimitExceeded.__qualname__}: "
-    if first.startswith(stuck):  # the summary line names the test already
-        first = first.removeprefix(stuck).removeprefix(report.nodeid + " ")
-    where = "" if report.when == "call" else f"(in {report.when}) "
-    return where + first
-
-
-def shorten(line: str, width: int) -> str:
-    """``line`` cut to ``width`` characters in its middle, an ellipsis marking the cut: the
-    start says which test and which input, the end what was expected and what came out.
-
-    >>> shorten("param_count of ModelSpec(d_model=1, n_layers=2): expected 12, got 11", 40)
-    'param_count of Model…expected 12, got 11'
-    """
-    if len(line) <= width:
-        return line
-    tail = (width - 1) // 2
-    return line[: width - 1 - tail] + "…" + line[len(line) - tail:]
 
 
 def resolve_tasks(markexpr: str, task_ids: list[str]) -> str:

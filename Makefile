@@ -28,8 +28,8 @@ STAMP_STAFF := $(VENV)/.staff-stamp
 # flock(1)), Python's fcntl.flock on $(VENV)/.build-lock, held while the command runs.
 LOCKED = $(PY) -c 'import fcntl, subprocess, sys; f = open(sys.argv[1], "w"); fcntl.flock(f, fcntl.LOCK_EX); sys.exit(subprocess.call(sys.argv[2:]))' $(VENV)/.build-lock
 
-# A staff release (autograder/release/staff_wheel.py) carries the compiled library in wheels/, one
-# wheel per Python version: there, make build installs the one for $(PYTHON), with no Rust.
+# A staff release carries the compiled library as wheels, one per Python version (the instructors'
+# staff-wheels target makes them): there, make build installs the one for $(PYTHON), with no Rust.
 ifneq ($(wildcard wheels/*.whl),)
 PYTAG := $(shell $(PYTHON) -c 'import sys; print("cp%d%d" % sys.version_info[:2])' 2>/dev/null)
 WHEEL ?= $(or $(firstword $(wildcard wheels/servelab-*-$(PYTAG)-*.whl)),no-wheel-for-python-$(PYTAG))
@@ -59,10 +59,10 @@ test: $(STAMP_BUILD) $(STAMP_CLUSTER)
 	@$(MAKE) --no-print-directory -j4 --output-sync=target test-library \
 	$(if $(wildcard autograder/tests),test-python-other test-autograder)
 
-# (test-assignments is left out where tests/test_assignments_grading.py exists: its first test
-# runs the same `pytest assignments/` on the reference and demands the same full marks, and the
-# self-check grades the reference with 100 examples a property; a release, which has no tests/,
-# runs it here)
+# (test-assignments is left out where the course's own grading test of the assignments exists:
+# its first test runs the same `pytest assignments/` on the reference and demands the same full
+# marks, and the self-check grades the reference with 100 examples a property; a release, which
+# has no such test, runs it here)
 LIBRARY_STEPS := test-rust test-python $(if $(wildcard tests/test_assignments_grading.py),,test-assignments) stubtest typecheck
 test-library: $(STAMP_BUILD)
 	@for step in $(LIBRARY_STEPS); do $(MAKE) --no-print-directory $$step || exit 1; done
@@ -146,7 +146,7 @@ fuzz: $(STAMP_BUILD)
 venv: $(STAMP_VENV)
 build: $(STAMP_BUILD)
 
-# ---- nbgrader notebooks (assignments/notebooks/, autograder/notebooks/) ---------------------------
+# ---- nbgrader notebooks (assignments/notebooks/; the grader's side is the autograder's) ------------
 # nbgrader and Jupyter are the `notebooks` extra of pyproject.toml, installed on their own (no
 # rebuild of the extension) by the targets that grade or release notebooks, and by `make
 # notebooks` for students (then: .venv/bin/jupyter lab assignments/notebooks).
@@ -177,7 +177,7 @@ $(STAMP_NOTEBOOKS): $(STAMP_BUILD) pyproject.toml
 
 # Dask's `distributed`: the `cluster` extra of pyproject.toml, installed like the notebooks' one
 # the `staff` extra (Cython, setuptools, stubgen) in .venv: test_staff_wheel.py compiles the
-# library for the running Python, as make staff-wheels does for each one
+# library for the running Python, as the staff-wheels target does for each one
 $(STAMP_STAFF): $(STAMP_BUILD) pyproject.toml
 	@$(PY) -c "from servelab.harness.manifest import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['staff']))" \
 		> $(VENV)/staff-in-venv-requirements.txt
@@ -200,7 +200,7 @@ $(STAMP_VENV):
 	@touch $@
 
 ifeq ($(WHEEL),)
-# maturin develop installs servelab (editable: python/ is used in place) with the freshly
+# maturin develop installs servelab (editable: its sources are used in place) with the freshly
 # built extension, and the runtime and `dev` dependencies that pyproject.toml lists.
 # LOCKED: two builds at once (two terminals, parallel make) must not interleave pip installs.
 # One line while it works; the full log (cargo, pip) in .venv/build.log, printed only on failure.
@@ -211,8 +211,8 @@ $(STAMP_BUILD): $(STAMP_VENV) $(RUST_SOURCES) pyproject.toml $(shell find python
 		|| { cat $(VENV)/build.log; echo "the build failed (log above, kept in $(VENV)/build.log)"; exit 1; }
 	@touch $@
 else
-# `make build WHEEL=path/to/servelab-*.whl` (`make wheel` writes one; a staff release picks its
-# own from wheels/): no Rust toolchain, no compilation; pip installs the wheel with the `dev`
+# `make build WHEEL=path/to/servelab-*.whl` (the wheel target writes one where the sources are; a
+# staff release picks its own from its wheels folder): no Rust toolchain, no compilation; pip installs the wheel with the `dev`
 # dependencies (a staff release: the `student` ones), in seconds.
 $(STAMP_BUILD): $(STAMP_VENV) $(WHEEL)
 	@echo "installing servelab from $(WHEEL)…"
@@ -237,7 +237,7 @@ drop-stale-core:
 # machine's glibc is newer. `make wheel WHEEL_FLAGS=` builds for this machine's glibc instead.
 # Neither the wheel nor the sdist holds the references (the solutions), the assignments or the
 # autograder: pyproject.toml's [tool.maturin] exclude and Cargo.toml's include say what goes in,
-# and autograder/tests/test_artifacts.py lists both archives.
+# and the autograder's artifact tests list both archives.
 DIST        ?= dist
 WHEEL_FLAGS ?= --zig --compatibility manylinux2014
 ZIGLANG     := ziglang>=0.13,<0.18

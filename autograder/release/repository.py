@@ -202,8 +202,12 @@ def student_makefile(text: str, kept: set[str] | None = None, drop: "tuple[str, 
     paragraphs = []
     for paragraph in re.split(r"\n\s*\n", text):
         names = set(target.findall(paragraph)) - {"PHONY"}
+        # (a file named in a comment, or only in $(wildcard ...), is no need: LIBRARY_STEPS tests
+        # whether the course's own grading test is there)
+        code = "\n".join(line for line in paragraph.splitlines() if not line.lstrip().startswith("#"))
+        needed = re.sub(r"\$\(wildcard [^)]*\)", "", code)
         missing = kept is not None and any(f not in kept for f in re.findall(r"\b(?:tests|benchmarks)/[\w/]+\.py\b",
-                                                                               paragraph))
+                                                                               needed))
         if names & gone or (names and missing):
             gone |= names
         else:
@@ -221,6 +225,8 @@ def student_makefile(text: str, kept: set[str] | None = None, drop: "tuple[str, 
     def steps(match: re.Match) -> str:
         return match.group(1) + " ".join(n for n in match.group(2).split() if n not in gone) + match.group(3)
     text = re.sub(r"(for step in )([\w\s-]+?)(;)", steps, text)
+    # a list of steps kept in a variable (LIBRARY_STEPS := ...): its gone targets leave it too
+    text = re.sub(r"^(\w+_STEPS\s*:?=\s*)(.*)$()", steps, text, flags=re.M)
     return text
 
 
@@ -258,6 +264,17 @@ ALSO = {
 }
 
 
+# how a pushed repository is graded: a readable release carries the Classroom workflow (it runs
+# the grader, which only a readable release ships)
+SUBMIT_REPOSITORY = {
+    False: ("- **your repository**: push it; your course grades it from there (on Gradescope, or with its\n"
+            "  own run of the grader), or"),
+    True: ("- **your repository**: push it (a GitHub Classroom repository grades each push in its\n"
+           "  `classroom` workflow, `.github/workflows/classroom.yml`, and shows the points in the run's\n"
+           "  summary), or"),
+}
+
+
 def student_readme(root: Path, manifest, hidden: set[str], readable: bool = False) -> str:
     """The students' README.md: :data:`STUDENT_README` with its ``{{tasks}}``, ``{{notebooks}}``
     and ``{{hidden}}`` filled in from the course manifest (``hidden``: the tests a release drops),
@@ -291,7 +308,8 @@ def student_readme(root: Path, manifest, hidden: set[str], readable: bool = Fals
                         "that run only at grading: make the answer right, not just the visible asserts pass.\n")
     text = STUDENT_README_TEMPLATE.read_text(encoding="utf-8")
     for key, value in (("tasks", "\n".join(rows)), ("notebooks", "\n".join(nb_rows)), ("hidden", hidden_text.rstrip("\n")),
-                       ("first_screen", FIRST_SCREEN[readable]), ("setup", SETUP[readable]), ("also", ALSO[readable])):
+                       ("first_screen", FIRST_SCREEN[readable]), ("setup", SETUP[readable]), ("also", ALSO[readable]),
+                       ("submit_repository", SUBMIT_REPOSITORY[readable])):
         text = text.replace("{{" + key + "}}", value)
     return text
 

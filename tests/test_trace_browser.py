@@ -1,7 +1,8 @@
 """The trace pages in a real browser: headless Chromium (Debian's ``chromium``, installed by
 ``.ci/run``) loads each page from a file, runs its script without an error, and draws one step
 element per simulated step and one timeline row per request; the default runs show batching,
-queueing and preemption; the a8 failure page draws both runs with the differing step marked.
+queueing and preemption; the a8 failure page draws both runs with the differing step marked;
+every axis's labels differ and every colour a chart draws with is in its legend.
 
 Without Chromium these tests are skipped, unless ``SERVELAB_REQUIRE_BROWSER=1`` (``.ci/run``
 sets it), where they fail. About 20 s on one core (three page loads, the default simulator
@@ -55,6 +56,47 @@ def count(pattern: str, text: str) -> int:
     return len(re.findall(pattern, text))
 
 
+def rgb(colour: str) -> tuple[int, ...]:
+    """``#4c78a8``, ``#ddd`` or ``rgb(76, 120, 168)`` as (r, g, b)."""
+    colour = colour.strip().lower()
+    if colour.startswith("rgb"):
+        return tuple(int(v) for v in re.findall(r"\d+", colour)[:3])
+    hexes = colour.lstrip("#")
+    if len(hexes) == 3:
+        hexes = "".join(c * 2 for c in hexes)
+    return tuple(int(hexes[i:i + 2], 16) for i in (0, 2, 4))
+
+
+# what each chart draws its data with: (its svg's class, the elements' pattern, the attribute)
+DRAWN = {"timeline": [r'<rect [^>]*class="(?:seg [a-z]+|slo-miss)"[^>]*>'],
+         "batches": [r'<g class="step[^"]*"[^>]*>(?:<rect [^>]*>)+'],
+         "kv": [r"<polygon [^>]*>", r"<polyline [^>]*>", r'<rect [^>]*>'],
+         "blocks": [r'<rect [^>]*class="block"[^>]*>']}
+
+
+def colours_of(elements: str) -> set[tuple[int, ...]]:
+    found = re.findall(r'\b(?:fill|stroke)="([^"]+)"', elements)
+    return {rgb(c) for c in found if c not in ("none", "transparent")}
+
+
+def axes_and_legends_agree(run: str) -> None:
+    """Every axis's labels differ from one another, and every colour a chart draws its data
+    with is one its legend shows."""
+    for axis in re.findall(r'<g class="axis">(.*?)</g>', run, re.S):
+        labels = re.findall(r'class="tick axis-label"[^>]*>([^<]*)<', axis)
+        assert len(labels) >= 2 and len(set(labels)) == len(labels), labels
+    for chart, patterns in DRAWN.items():
+        legend = re.search(rf'<div class="legend" data-chart="{chart}">(.*?)</div>', run, re.S)
+        assert legend is not None, f"no legend for the {chart} chart"
+        shown = {rgb(c) for c in re.findall(r"background:\s*(#[0-9a-fA-F]+|rgb\([^)]*\))", legend.group(1))}
+        drawing = re.search(rf'<svg [^>]*class="{chart}"[^>]*>(.*?)</svg>', run, re.S)
+        assert drawing is not None, chart
+        drawn = set().union(*(colours_of(" ".join(re.findall(p, drawing.group(1)))) for p in patterns))
+        if chart == "batches":  # the differing step's red outline is the page's note, not data
+            drawn.discard(rgb("#d62728"))
+        assert drawn and drawn <= shown, (chart, sorted(drawn - shown))
+
+
 @pytest.mark.parametrize("engine", [False, True])
 def test_the_default_runs_render_with_every_step_and_request(tmp_path, capsys, engine):
     out = tmp_path / "t"
@@ -73,6 +115,7 @@ def test_the_default_runs_render_with_every_step_and_request(tmp_path, capsys, e
     assert count(r'class="seg waiting"', run) > 0  # a queue
     batch = re.search(r'<table class="batch">(.*?)</table>', run, re.S).group(1)
     assert "<td>" in batch  # the step under the cursor shows its batch
+    axes_and_legends_agree(run)
     if engine:
         assert count(r'<td class="text">"', run) == n  # each request's generated text
 
@@ -96,6 +139,7 @@ def test_the_failure_page_shows_both_runs_and_the_differing_step(tmp_path, monke
     for run in runs:
         assert count(r'<g class="step[ "]', run) == step + 1
         assert count(r'<g class="step differs"', run) == 1
+        axes_and_legends_agree(run)  # a few steps: the step axis once repeated its labels
         assert count(r'<g class="req[ "]', run) == len(failing.REQUESTS)
     compare = text.split('<section class="run"')[0]
     assert count(r'<tr class="differs">', compare) == 1

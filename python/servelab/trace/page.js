@@ -5,8 +5,8 @@
   var NS = "http://www.w3.org/2000/svg";
   var KINDS = ["waiting", "prefill", "recompute", "decode"];
   var COLOR = {waiting: "#c9c9c9", prefill: "#4c78a8", recompute: "#f58518", decode: "#54a24b",
-               shared: "#7b4fa0", cached: "#f2d98c", free: "#f4f4f4", used: "#4c78a8",
-               host: "#9c755f", miss: "#d62728", budget: "#333"};
+               shared: "#7b4fa0", cached: "#f2d98c", free: "#dddddd", used: "#4c78a8",
+               host: "#9c755f", miss: "#d62728", budget: "#333", waitq: "#e45756", runq: "#000000"};
   var W = 1080, LEFT = 64;
   var tip = document.getElementById("tip");
 
@@ -24,7 +24,6 @@
     return e;
   }
   function ms(x) { return (x === null || x !== x) ? "-" : (x * 1e3).toFixed(1) + " ms"; }
-  function reqColor(id) { return "hsl(" + ((id * 137.508) % 360).toFixed(0) + ",55%,55%)"; }
   function showTip(ev, lines) {
     tip.textContent = lines.join("\n");
     tip.style.display = "block";
@@ -32,18 +31,37 @@
     tip.style.top = (ev.pageY + 10) + "px";
   }
   function hideTip() { tip.style.display = "none"; }
-  function axis(g, x0, x1, y, lo, hi, fmt) {
+  // an axis whose labels are all different: ticks at (x, label) pairs, drawn in a group of its own
+  function axisTicks(parent, x0, x1, y, ticks) {
+    var g = svg("g", {"class": "axis"}, parent);
     svg("line", {x1: x0, x2: x1, y1: y, y2: y, stroke: "#888"}, g);
-    for (var i = 0; i <= 5; i++) {
-      var x = x0 + (x1 - x0) * i / 5;
-      svg("line", {x1: x, x2: x, y1: y, y2: y + 4, stroke: "#888"}, g);
-      svg("text", {x: x, y: y + 15, "text-anchor": i === 5 ? "end" : i === 0 ? "start" : "middle",
-                   "class": "tick"}, g).textContent =
-        fmt(lo + (hi - lo) * i / 5);
-    }
+    ticks.forEach(function (t, i) {
+      svg("line", {x1: t[0], x2: t[0], y1: y, y2: y + 4, stroke: "#888"}, g);
+      svg("text", {x: t[0], y: y + 15, "text-anchor": i === ticks.length - 1 && i ? "end" : i === 0 ? "start" : "middle",
+                   "class": "tick axis-label"}, g).textContent = t[1];
+    });
   }
-  function legend(parent, items) {
-    var d = html("div", {"class": "legend"}, parent);
+  // a clock axis: six ticks, with as many decimals as it takes for no two labels to read the same
+  function timeAxis(parent, x0, x1, y, hi) {
+    var unit = hi < 1 ? 1e3 : 1, suffix = hi < 1 ? " ms" : " s";
+    for (var digits = 0; digits <= 9; digits++) {
+      var labels = [0, 1, 2, 3, 4, 5].map(function (i) { return (hi * i / 5 * unit).toFixed(digits) + suffix; });
+      if (labels.every(function (l, i) { return i === 0 || l !== labels[i - 1]; })) break;
+    }
+    axisTicks(parent, x0, x1, y, labels.map(function (l, i) { return [x0 + (x1 - x0) * i / 5, l]; }));
+  }
+  // a step axis: at most six steps, each a whole step that exists (0 .. n-1), under its bar
+  function stepAxis(parent, x0, x1, y, n, sx) {
+    var seen = {}, ticks = [];
+    for (var i = 0; i <= 5 && n > 0; i++) {
+      var step = Math.round((n - 1) * i / 5);
+      if (!seen[step]) { seen[step] = true; ticks.push([sx(step + 0.5), "step " + step]); }
+    }
+    axisTicks(parent, x0, x1, y, ticks);
+  }
+  // a legend names every colour its chart draws with (tests/test_trace_browser.py checks it)
+  function legend(parent, items, chart) {
+    var d = html("div", {"class": "legend", "data-chart": chart}, parent);
     items.forEach(function (it) {
       var s = html("span", {}, d);
       html("i", {style: "background:" + it[1]}, s);
@@ -102,7 +120,7 @@
     html("h3", {}, box, "Requests over the simulated clock");
     legend(box, [["waiting", COLOR.waiting], ["prefill chunk", COLOR.prefill],
                  ["recompute after preemption", COLOR.recompute], ["decode", COLOR.decode],
-                 ["preempted", COLOR.miss], ["SLO missed", COLOR.miss]]);
+                 ["preempted", COLOR.miss], ["SLO missed", COLOR.miss]], "timeline");
     var nr = run.requests.length;
     var rh = Math.max(3, Math.min(14, Math.floor(560 / Math.max(nr, 1))));
     var th = nr * rh + 30;
@@ -133,16 +151,14 @@
         self.goTime((ev.clientX - rect.left - LEFT) / (W - LEFT - 10) * tEnd);
       };
     });
-    axis(tl, LEFT, W - 10, nr * rh + 2, 0, tEnd, function (v) {
-      return tEnd < 1 ? (v * 1e3).toFixed(tEnd < 0.05 ? 1 : 0) + " ms" : v.toFixed(2) + " s";
-    });
+    timeAxis(tl, LEFT, W - 10, nr * rh + 2, tEnd);
     this.tcursor = svg("line", {y1: 0, y2: nr * rh, stroke: "#000", "stroke-dasharray": "3,2",
                                 "class": "cursor"}, tl);
 
     // ---- each step's batch against the limits
     html("h3", {}, box, "Each step's batch: tokens against the token budget, seats against max_num_seqs");
     legend(box, [["prefill / recompute tokens", COLOR.prefill], ["decode tokens", COLOR.decode],
-                 ["seats in use (right scale: max_num_seqs)", "#000"]]);
+                 ["seats in use (right scale: max_num_seqs)", COLOR.runq]], "batches");
     var bh = 150;
     // the scales end at the limits, or lower when the run stays far below them (the limit is
     // then named above the chart): a budget of 8192 tokens would flatten decode-only steps
@@ -187,14 +203,14 @@
     svg("text", {x: LEFT - 4, y: 10, "text-anchor": "end", "class": "tick"}, bc).textContent = topTok + " tok";
     svg("text", {x: LEFT - 4, y: bh, "text-anchor": "end", "class": "tick"}, bc).textContent = "0";
     svg("text", {x: W - 12, y: 10, "text-anchor": "end", "class": "tick"}, bc).textContent = topSeats + " seats";
-    axis(bc, LEFT, W - 10, bh + 2, 0, n, function (v) { return "step " + Math.round(v); });
+    stepAxis(bc, LEFT, W - 10, bh + 2, n, sx);
     this.bcursor = svg("line", {y1: 0, y2: bh, stroke: "#000", "stroke-dasharray": "3,2", "class": "cursor"}, bc);
 
     // ---- KV pool and queues over the steps
     html("h3", {}, box, "KV pool (blocks) and queues over the steps");
     legend(box, [["in use by one request", COLOR.used], ["shared prefix blocks", COLOR.shared],
-                 ["free, prefix still cached", COLOR.cached], ["free", "#ddd"],
-                 ["host tier", COLOR.host], ["waiting", "#e45756"], ["running", "#000"]]);
+                 ["free, prefix still cached", COLOR.cached], ["free", COLOR.free],
+                 ["host tier", COLOR.host], ["waiting", COLOR.waitq], ["running", COLOR.runq]], "kv");
     var kh = 120;
     var kc = svg("svg", {width: W, height: 2 * kh + 40, "class": "kv"}, box);
     var ky = function (b) { return kh - kh * b / cfg.num_blocks; };
@@ -213,7 +229,7 @@
       if (cfg.host_blocks) hPts.push(x0 + "," + (kh - kh * s[14] / cfg.host_blocks).toFixed(1),
                                      x1 + "," + (kh - kh * s[14] / cfg.host_blocks).toFixed(1));
     });
-    svg("rect", {x: LEFT, y: 0, width: W - LEFT - 10, height: kh, fill: "#ddd"}, kc);
+    svg("rect", {x: LEFT, y: 0, width: W - LEFT - 10, height: kh, fill: COLOR.free}, kc);
     var base = [sx(n).toFixed(1) + "," + kh, LEFT + "," + kh];
     [[2, COLOR.cached], [1, COLOR.shared], [0, COLOR.used]].forEach(function (b) {
       if (bands[b[0]].length) svg("polygon", {points: bands[b[0]].concat(base).join(" "), fill: b[1]}, kc);
@@ -222,8 +238,8 @@
     svg("text", {x: LEFT - 4, y: 10, "text-anchor": "end", "class": "tick"}, kc).textContent = cfg.num_blocks;
     svg("text", {x: LEFT - 4, y: kh, "text-anchor": "end", "class": "tick"}, kc).textContent = "0";
     if (wPts.length) {
-      svg("polyline", {points: wPts.join(" "), fill: "none", stroke: "#e45756", "stroke-width": 1.5}, kc);
-      svg("polyline", {points: rPts.join(" "), fill: "none", stroke: "#000", "stroke-width": 1}, kc);
+      svg("polyline", {points: wPts.join(" "), fill: "none", stroke: COLOR.waitq, "stroke-width": 1.5}, kc);
+      svg("polyline", {points: rPts.join(" "), fill: "none", stroke: COLOR.runq, "stroke-width": 1}, kc);
     }
     svg("text", {x: LEFT - 4, y: kh + 30, "text-anchor": "end", "class": "tick"}, kc).textContent = maxQ;
     svg("text", {x: LEFT - 4, y: 2 * kh + 20, "text-anchor": "end", "class": "tick"}, kc).textContent = "0 req";
@@ -232,6 +248,9 @@
     // ---- the step under the cursor
     html("h3", {}, box, "The step under the cursor");
     this.detail = html("div", {"class": "detail"}, box);
+    legend(box, [["in use by one request (hover: which)", COLOR.used], ["shared prefix block", COLOR.shared],
+                 ["free, prefix still cached", COLOR.cached], ["free", COLOR.free],
+                 ["host tier, in use", COLOR.host]], "blocks");
     this.grid = svg("svg", {width: W, height: 10, "class": "blocks"}, box);
 
     // ---- requests table
@@ -310,16 +329,16 @@
   };
 
   Run.prototype.drawBlocks = function (s) {
-    // one square a block: each request's blocks together (its shared ones outlined), then the
-    // free ones still cached, then the empty ones; the host tier in a row of its own
+    // one square a block, in the colours of the legend above it: each request's blocks together
+    // (its shared ones first, in the shared colour; a thin gap before the next request's), then
+    // the free ones still cached, then the empty ones; the host tier in a row of its own
     var g = this.grid, cfg = this.run.config, self = this;
     while (g.firstChild) g.removeChild(g.firstChild);
     var total = cfg.num_blocks, cell = total > 1024 ? 5 : total > 256 ? 8 : 14;
     var per = Math.floor((W - LEFT) / cell), k = 0;
-    function sq(fill, stroke, title, req) {
+    function sq(fill, last, title, req) {
       var r = svg("rect", {x: LEFT + (k % per) * cell, y: Math.floor(k / per) * cell,
-                           width: cell - 1, height: cell - 1, fill: fill, "class": "block"}, g);
-      if (stroke) { r.setAttribute("stroke", stroke); r.setAttribute("stroke-width", 1.5); }
+                           width: cell - (last ? 3 : 1), height: cell - 1, fill: fill, "class": "block"}, g);
       if (req !== undefined) {
         r.onmousemove = function (ev) { showTip(ev, [title]); };
         r.onmouseleave = hideTip;
@@ -331,7 +350,7 @@
     } else {
       s[15].forEach(function (e) {
         var title = "request " + e[0] + ": " + e[1] + " blocks, " + e[2] + " shared";
-        for (var j = 0; j < e[1]; j++) sq(reqColor(e[0]), j < e[2] ? COLOR.shared : null, title, e[0]);
+        for (var j = 0; j < e[1]; j++) sq(j < e[2] ? COLOR.shared : COLOR.used, j === e[1] - 1, title, e[0]);
       });
     }
     for (var c = 0; c < s[12]; c++) sq(COLOR.cached);

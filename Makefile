@@ -28,11 +28,24 @@ STAMP_STAFF := $(VENV)/.staff-stamp
 # flock(1)), Python's fcntl.flock on $(VENV)/.build-lock, held while the command runs.
 LOCKED = $(PY) -c 'import fcntl, subprocess, sys; f = open(sys.argv[1], "w"); fcntl.flock(f, fcntl.LOCK_EX); sys.exit(subprocess.call(sys.argv[2:]))' $(VENV)/.build-lock
 
+# The Python of .venv, so that no make build leaves a dead end: PYTAG is $(PYTHON)'s tag (cp312;
+# empty when it does not run), VENV_TAG the tag of the Python that made .venv (empty when there is
+# none, when it was left half made, or when its Python no longer runs). Such a .venv is made
+# again, and so is one made by another Python than a PYTHON named on the command line (or in the
+# environment); without a named PYTHON, a working .venv is kept whatever python3 is now. A named
+# PYTHON that does not run stops the build at once, naming it, and leaves .venv as it is.
+TAG_OF       = -c 'import sys; print("cp%d%d" % sys.version_info[:2])' 2>/dev/null
+PYTAG       := $(shell $(PYTHON) $(TAG_OF))
+VENV_TAG    := $(shell [ -f $(STAMP_VENV) ] && [ -x $(VENV)/bin/python ] && $(VENV)/bin/python $(TAG_OF))
+NAMED_PYTHON := $(filter command line environment,$(origin PYTHON))
+STALE_VENV  := $(if $(wildcard $(VENV)/bin),$(if $(VENV_TAG),$(if $(and $(NAMED_PYTHON),$(PYTAG),$(filter-out $(VENV_TAG),$(PYTAG))),made by $(VENV_TAG) not $(PYTAG)),left half made or made by a Python that no longer runs))
+BUILD_TAG   := $(if $(and $(VENV_TAG),$(if $(NAMED_PYTHON),,keep),$(if $(STALE_VENV),,keep)),$(VENV_TAG),$(PYTAG))
+BROKEN_NAMED_PYTHON := $(and $(NAMED_PYTHON),$(if $(PYTAG),,broken))
+
 # A staff release carries the compiled library as wheels, one per Python version (the instructors'
 # staff-wheels target makes them): there, make build installs the one for $(PYTHON), with no Rust.
 ifneq ($(wildcard wheels/*.whl),)
-PYTAG := $(shell $(PYTHON) -c 'import sys; print("cp%d%d" % sys.version_info[:2])' 2>/dev/null)
-WHEEL ?= $(or $(firstword $(wildcard wheels/servelab-*-$(PYTAG)-*.whl)),no-wheel-for-python-$(PYTAG))
+WHEEL ?= $(or $(firstword $(wildcard wheels/servelab-*-$(BUILD_TAG)-*.whl)),no-wheel-for-this-python)
 # a student needs pytest and Hypothesis, not the developers' mypy (a few seconds less to install)
 WHEEL_EXTRAS ?= student
 endif
@@ -191,9 +204,21 @@ $(STAMP_CLUSTER): $(STAMP_BUILD) pyproject.toml
 	@$(LOCKED) $(PY) -m pip install --quiet -r $(VENV)/cluster-requirements.txt
 	@touch $@
 
-# (installing a wheel needs neither maturin nor a newer pip than the venv's own)
-$(STAMP_VENV):
-	@echo "setting up $(VENV)$(if $(WHEEL),, (pip, maturin))…"
+# $(PYTHON) first: it runs, it is 3.10 or later, a staff release has a wheel for it
+# (tools/python_for_wheels.py names the wheels and the Pythons here that fit them); only then is
+# .venv made, from nothing. (installing a wheel needs neither maturin nor a newer pip than the
+# venv's own)
+CHECK_PYTHON = v=$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>&1); \
+	case "$$v" in \
+	3.1[0-9]|3.[2-9][0-9]) ;; \
+	[0-9].[0-9]|[0-9].[0-9][0-9]) echo "make build: $(PYTHON) is Python $$v; servelab needs 3.10 or later (make build PYTHON=python3.12, or a path)" >&2; exit 1;; \
+	*) echo "make build: the Python '$(PYTHON)' does not run ($$(echo "$$v" | head -1)); name one that does: make build PYTHON=python3.12 (or a path)" >&2; exit 1;; \
+	esac$(if $(wildcard wheels/*.whl),; $(PYTHON) tools/python_for_wheels.py wheels $(PYTHON) || exit 1)
+
+$(STAMP_VENV): $(if $(STALE_VENV),stale-venv) $(if $(BROKEN_NAMED_PYTHON),python-does-not-run)
+	@$(CHECK_PYTHON)
+	@rm -rf $(VENV)
+	@echo "setting up $(VENV) with $(PYTHON)$(if $(WHEEL),, (pip, maturin))…"
 	@$(PYTHON) -m venv $(VENV)
 	$(if $(WHEEL),,@$(PY) -m pip install --quiet --upgrade pip)
 	$(if $(WHEEL),,@$(PY) -m pip install --quiet "maturin>=1.9,<2")
@@ -221,8 +246,17 @@ $(STAMP_BUILD): $(STAMP_VENV) $(WHEEL)
 	@touch $@
 endif
 
-no-wheel-for-python-%:
-	@echo "wheels/ has no servelab wheel for $(PYTHON) (tag $*); it has: $(notdir $(wildcard wheels/*.whl)). Pick a Python they fit: make build PYTHON=python3.12" >&2; exit 1
+# (reached when the Python to build for has no wheel: a kept .venv's, whose wheels changed under
+# it, or a named PYTHON that does not run)
+no-wheel-for-this-python: $(if $(BROKEN_NAMED_PYTHON),python-does-not-run)
+	@$(VENV)/bin/python tools/python_for_wheels.py wheels $(VENV)/bin/python; exit 1
+
+.PHONY: stale-venv python-does-not-run no-wheel-for-this-python
+stale-venv:
+	@$(CHECK_PYTHON)
+	@echo "$(VENV) was $(STALE_VENV): it is made again with $(PYTHON)"
+python-does-not-run:
+	@$(CHECK_PYTHON)
 
 # The extension is built for the stable ABI (abi3: one file for Python 3.10 and later). A
 # version-specific one left by an older build would shadow it (Python tries

@@ -44,6 +44,15 @@ ROOT = Path(__file__).resolve().parents[2]  # autograder/grading/grade.py
 # at factor 4.5 on a busy 2-core machine): autograder/README.md, *Deadlines and budgets*.
 BUDGET_PER_TEST_S = 4.0
 RESERVE_LIMITS = 1.0
+# The whole grading's worst case ends before Gradescope's timeout, whatever a submission does and
+# however busy the machine is: the default timeout (600 s; the instructor need not raise it)
+# less a minute for the container's start and the upload of results.json. The tasks may take
+# TASKS_CAP_S of it and the notebooks NOTEBOOKS_CAP_S (one after the other, the worst case;
+# side by side the grading ends sooner): a calibration factor stretches each test's limit and
+# the budgets up to these caps, never past them. An honest grading takes 20-45 s.
+GRADESCOPE_TIMEOUT_S = 600.0
+TASKS_CAP_S = 330.0
+NOTEBOOKS_CAP_S = 210.0
 PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
@@ -57,12 +66,27 @@ def task_budget(task, factor: float = 1.0) -> float:
     return BUDGET_PER_TEST_S * len(task.tests) * factor
 
 
+def tasks_budget(manifest: Manifest, limits: Limits, factor: float = 1.0) -> float:
+    """The seconds the tasks may take in all (``limits`` already scaled): each task's share and
+    the reserve, at most :data:`TASKS_CAP_S`."""
+    return min(TASKS_CAP_S, sum(task_budget(task, factor) for task in manifest.tasks) + RESERVE_LIMITS * limits.wall_s)
+
+
+def notebooks_budget(limits: Limits, notebooks: int) -> float:
+    """The seconds ``notebooks`` notebooks may take in all: every one of their steps has a
+    deadline (:func:`autograder.notebooks.nbgrader.notebooks_budget_s`), at most
+    :data:`NOTEBOOKS_CAP_S`."""
+    return min(NOTEBOOKS_CAP_S, nbgrader.notebooks_budget_s(notebooks, limits))
+
+
 def submission_budget(manifest: Manifest, limits: Limits, factor: float = 1.0, notebooks: int = 0) -> float:
-    """The seconds a whole grading may take (``limits`` already scaled): each task's share and
-    the reserve, then ``notebooks`` notebooks (:func:`autograder.notebooks.nbgrader.notebooks_budget_s`:
-    every one of their steps has a deadline)."""
-    return (sum(task_budget(task, factor) for task in manifest.tasks) + RESERVE_LIMITS * limits.wall_s
-            + nbgrader.notebooks_budget_s(notebooks, limits))
+    """The seconds a whole grading may take (``limits`` already scaled): the tasks', then the
+    notebooks', never more than :data:`GRADESCOPE_TIMEOUT_S` less a minute.
+
+    >>> TASKS_CAP_S + NOTEBOOKS_CAP_S <= GRADESCOPE_TIMEOUT_S - 60
+    True
+    """
+    return tasks_budget(manifest, limits, factor) + (notebooks_budget(limits, notebooks) if notebooks else 0.0)
 
 
 def manifest_of(root: Path) -> Manifest:
@@ -146,12 +170,13 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
     root = Path(root).resolve()
     manifest = manifest_of(root)
     secret = secret or grading_secret.resolve()
-    if report is not None:  # what Gradescope's own timeout must exceed (with the notebooks' limits)
-        count = len(nbgrader.notebooks_of(root))
-        tasks_s = submission_budget(manifest, limits, factor)
-        report(f"time budget: at most {submission_budget(manifest, limits, factor, count):.0f} s: {tasks_s:.0f} s for "
-               f"the tasks ({BUDGET_PER_TEST_S:g} s a test x{factor:g}, and a reserve of {RESERVE_LIMITS:g} per-test "
-               f"limit), {nbgrader.notebooks_budget_s(count, limits):.0f} s for {count} notebooks")
+    count = len(nbgrader.notebooks_of(root))
+    tasks_s, notebooks_s = tasks_budget(manifest, limits, factor), notebooks_budget(limits, count)
+    if report is not None:  # what Gradescope's own timeout must exceed
+        report(f"time budget: at most {submission_budget(manifest, limits, factor, count):.0f} s (under Gradescope's "
+               f"default timeout of {GRADESCOPE_TIMEOUT_S:.0f} s, at any load): {tasks_s:.0f} s for the tasks "
+               f"({BUDGET_PER_TEST_S:g} s a test x{factor:g}, and a reserve of {RESERVE_LIMITS:g} per-test limit; "
+               f"at most {TASKS_CAP_S:.0f} s), {notebooks_s:.0f} s for {count} notebooks (at most {NOTEBOOKS_CAP_S:.0f} s)")
     metadata = metadata or submission_metadata.Metadata()
     identity = identity or metadata.identity or submission_metadata.folder_identity(Path(submission))
     if out is not None:
@@ -182,14 +207,15 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
                     return nbgrader.not_graded(root, broken)
                 nb_files = {nb.file: find_file(cast(Path, folder), nb.file) for nb in nbgrader.notebooks_of(root)}
                 return nbgrader.autograde(root, nb_files, work / "nb", limits, nbgrader.kernel_forbidden(root, keep_out),
-                                          keep=notebooks_out)
+                                          keep=notebooks_out, budget_s=notebooks_s)
             except Exception as exc:  # nbgrader or the recheck fell over: the notebooks score 0, say why
                 return nbgrader.not_graded(root, f"the grader could not grade the notebooks: "
                                                  f"{type(exc).__name__}: {results.describe(exc)}")
 
         notebooks = _Beside(grade_notebooks if nbgrader.notebooks_of(root) else None, jobs > 1)
         outcomes = _grade_tasks(manifest, only_tasks, _TaskGrading(root, folder, broken, work, limits, forbidden,
-                                                                   secret, identity, shortcut), factor, jobs)
+                                                                   secret, identity, shortcut), factor, jobs,
+                               tasks_s)
         data = results.build(manifest, outcomes, hidden_tests(root, manifest))
         if nbgrader.notebooks_of(root):
             data = nbgrader.merge(data, root, notebooks.result())
@@ -275,14 +301,15 @@ class _TaskGrading:
 
 
 def _grade_tasks(manifest: Manifest, only_tasks: frozenset[str] | None, grade_one: _TaskGrading, factor: float,
-                 jobs: int) -> dict[str, dict[str, Outcome]]:
+                 jobs: int, cap_s: float = TASKS_CAP_S) -> dict[str, dict[str, Outcome]]:
     """Every task's outcomes, in the manifest's order. Each task may take its share of the time
     budget (:func:`task_budget`) and what is left of the submission's reserve, which a task that
     runs over its share draws on. ``jobs`` > 1: that many tasks at a time, each in a worker
     process of its own (a process has one sandbox uid, and a child's end kills everything of its
     uid), the next one started when one ends, with what is left of the reserve then; and no task
     runs past the end that the tasks one after the other could reach (every share and the
-    reserve), so a stalling submission holds the grader no longer than before."""
+    reserve), so a stalling submission holds the grader no longer than before. Neither way do
+    the tasks run past ``cap_s`` seconds from their start (:data:`TASKS_CAP_S`)."""
     outcomes: dict[str, dict[str, Outcome]] = {}
     todo = []
     for task in manifest.tasks:
@@ -291,13 +318,14 @@ def _grade_tasks(manifest: Manifest, only_tasks: frozenset[str] | None, grade_on
         else:
             todo.append(task)
     reserve = RESERVE_LIMITS * grade_one.limits.wall_s  # drawn on by a task that runs over its share
+    end = time.monotonic() + min(cap_s, sum(task_budget(task, factor) for task in todo) + reserve)
     if jobs == 1 or len(todo) < 2:
         for task in todo:
             share, began = task_budget(task, factor), time.monotonic()
-            outcomes[task.id] = _contained(task, lambda task=task, budget=share + reserve: grade_one(task, budget))
+            budget = max(0.0, min(share + reserve, end - began))
+            outcomes[task.id] = _contained(task, lambda task=task, budget=budget: grade_one(task, budget))
             reserve = max(0.0, reserve - max(0.0, time.monotonic() - began - share))
         return {task.id: outcomes[task.id] for task in manifest.tasks}
-    end = time.monotonic() + sum(task_budget(task, factor) for task in todo) + reserve
     running: dict[Future, tuple[Any, float, float]] = {}
     # a work folder a task: each worker has a sandbox uid of its own, and the one folder would
     # be opened (its group set) to one worker's uid at a time (os_boundary.Boundary.reach)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -98,7 +99,7 @@ def _keep(course: Path, root: Path, notebooks: tuple[Notebook, ...], keep: Path)
     for nb in notebooks:
         name = Path(nb.file).name
         try:
-            data = kept.kept_copy(safe_files.read_file(done / name, limit=64 * MAX_NOTEBOOK), private)
+            data = kept.kept_copy(safe_files.read_file(done / name, limit=kept.MAX_READ_BYTES), private)
         except FileNotFoundError:
             continue
         except (OSError, ValueError) as exc:
@@ -122,15 +123,19 @@ def notebooks_budget_s(count: int, limits: Limits) -> float:
 
 
 def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Limits = Limits(),
-              forbidden: Sequence[Path] = (), keep: Path | None = None) -> dict[str, dict[str, tuple[float, str]]]:
+              forbidden: Sequence[Path] = (), keep: Path | None = None,
+              budget_s: float | None = None) -> dict[str, dict[str, tuple[float, str]]]:
     """Autogrades the submitted notebooks (``files``: manifest file -> submitted path, the
     grader's own copies) with nbgrader. Returns ``{notebook id: {grade_id: (score, message)}}``
     for every graded cell of every manifest notebook; a missing or unreadable notebook scores 0
     with a message saying so. ``keep``: a folder to copy the executed (autograded) notebooks into.
+    ``budget_s``: the most the rechecks and nbgrader's run take together (default
+    :func:`notebooks_budget_s`; the grading's cap may leave less: ``grade.GRADESCOPE_TIMEOUT_S``).
 
     Every message is the grader's own (README: threat model): nbgrader's log and the kernel's
     errors go to the instructors' log (:mod:`autograder.notebooks.instructors_log`)."""
     notebooks = notebooks_of(root)
+    end = time.monotonic() + (notebooks_budget_s(len(notebooks), limits) if budget_s is None else budget_s)
     out: dict[str, dict[str, tuple[float, str]]] = {}
     work = Path(os.path.realpath(work))
     work.mkdir(parents=True, exist_ok=True)
@@ -159,7 +164,7 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
             # its compiled core loaded by path would answer for the notebook
             rechecked[nb.id] = recheck.recheck(source, sub / Path(nb.file).name, work / "recheck" / nb.id,
                                                [*forbidden, Path(servelab.__file__).resolve().parent],
-                                               limits, KERNEL_CPU_FACTOR)
+                                               limits, KERNEL_CPU_FACTOR, deadline=end)
     result: dict = {"success": True, "notebooks": {}}
     if graded:
         _copy_template(generated(root), course)
@@ -177,7 +182,7 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
             if longest > UNIX_SOCKET_PATH_MAX:  # the kernel could not bind, and would die unexplained
                 instructors_log.note(f"notebook {nb.name}", f"its kernel's socket paths are {longest} bytes, more "
                                      f"than a Unix socket's {UNIX_SOCKET_PATH_MAX}: grade with a shorter TMPDIR")
-        budget = nbgrader_budget_s(len(notebooks), limits)
+        budget = max(1.0, min(nbgrader_budget_s(len(notebooks), limits), end - time.monotonic()))
         result = run_nbgrader(course, {"action": "autograde", "notebooks": jobs, "gid": boundary.gid,
                                "cell_timeout": max(1, int(limits.wall_s)),
                                # nbgrader itself plus a kernel's worth of outputs
@@ -191,14 +196,24 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
         got = result.get("notebooks", {}).get(nb.name)
         scores: dict[str, tuple[float, str]] = {}
         for cell in cells:
+            # What a student sees before the due date never depends on nbgrader's run: its kernel
+            # ran the hidden test cells, and could choose how it fails (or how long it takes)
+            # from what it read there. A manually graded cell is pending and a visible test
+            # cell is judged by the grader's own check, whose child ran before any kernel and
+            # never saw a hidden test; only the hidden test cells (shown after the due date)
+            # take nbgrader's verdict too.
             if nb.id in problems:
                 scores[cell.grade_id] = (0, problems[nb.id])
+            elif cell.kind == "manual":
+                scores[cell.grade_id] = (0, PENDING.format(points=cell.points))
+            elif not cell.hidden:
+                ok, why = rechecked.get(nb.id, {}).get(cell.grade_id, (False, "the grader did not check this cell"))
+                message = "passed" if ok else not_answered(submitted[nb.file], cell.grade_id, why)
+                scores[cell.grade_id] = (cell.points if ok else 0, message + flags.get(nb.id, ""))
             elif nb.name in result.get("failed", {}):
                 scores[cell.grade_id] = (0, failure_message(result["failed"][nb.name], result.get("log", "")))
             elif not result.get("success") or got is None or cell.grade_id not in got:
                 scores[cell.grade_id] = (0, result.get("why") or NOT_GRADED)
-            elif cell.kind == "manual":
-                scores[cell.grade_id] = (0, PENDING.format(points=cell.points))
             else:
                 g = got[cell.grade_id]
                 score = min(float(g.get("auto_score") or 0), cell.points)

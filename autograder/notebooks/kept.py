@@ -28,6 +28,20 @@ from autograder.notebooks.recheck import cell_kind
 
 REDACTED = "[removed by the grader: a line of the course's private cells]"
 MIN_PRIVATE = 16  # characters: shorter lines ("return n", "x = 1") say nothing about the course
+# What of a notebook's outputs is kept, whatever their MIME type: a kernel may print millions of
+# lines (nbgrader's own trimming covers streams only), and the grader reads and redacts what it
+# keeps, in its own process. Each output's text is cut to MAX_OUTPUT_CHARS, and the outputs
+# together stop at MAX_KEPT_CHARS; the rest is replaced by a note. The work is then bounded.
+MAX_OUTPUT_CHARS = 20_000
+MAX_READ_BYTES = 16 << 20  # an autograded notebook larger than this is not kept (the log says so)
+MAX_PICTURE_CHARS = 400_000  # a PNG or JPEG's base64 (a plot is tens of kB); a larger one goes
+MAX_KEPT_CHARS = 1_000_000
+CUT = "\n[cut by the grader: this output was longer than it keeps]\n"
+DROPPED = "[dropped by the grader: the notebook's outputs were longer than it keeps]"
+# the MIME types kept for the TAs' browsers: text, and pictures as data. HTML, SVG, JavaScript,
+# Markdown and widgets can run scripts or load remote resources: they go, with a note.
+KEPT_MIME = ("text/plain", "image/png", "image/jpeg")
+NOT_KEPT = "[removed by the grader: a {mime} output (only text and PNG or JPEG pictures of a few hundred kB are kept)]"
 
 
 def _text(value) -> str:
@@ -74,29 +88,72 @@ def leaked(value, private: set[str]) -> list[str]:
 
 
 def _redact(text: str, private: set[str]) -> str:
+    found = [p for p in private if p in text]  # one search of the whole text a line (C speed)
+    if not found:
+        return text
     rows = text.splitlines(keepends=True)
-    return "".join(REDACTED + ("\n" if row.endswith("\n") else "") if any(p in row for p in private) else row
+    return "".join(REDACTED + ("\n" if row.endswith("\n") else "") if any(p in row for p in found) else row
                    for row in rows)
 
 
-def _clean_output(output: dict, private: set[str]) -> dict:
+class _Allowance:
+    """The characters of output a kept notebook has left (:data:`MAX_KEPT_CHARS`)."""
+
+    def __init__(self, chars: int) -> None:
+        self.left = chars
+
+    def take(self, text: str, cut: bool = True) -> str | None:
+        """``text``, cut to :data:`MAX_OUTPUT_CHARS` (a picture's data is never cut: it is
+        dropped before when too long), or None when the notebook's allowance is spent."""
+        if self.left <= 0:
+            return None
+        kept = text if len(text) <= MAX_OUTPUT_CHARS or not cut else text[:MAX_OUTPUT_CHARS] + CUT
+        self.left -= len(kept)
+        return kept
+
+
+def _clean_output(output: dict, private: set[str], allowance: _Allowance) -> dict:
     out = dict(output)
-    if "text" in out:
-        out["text"] = _redact(_text(out["text"]), private)
-    if "traceback" in out and isinstance(out["traceback"], list):
-        out["traceback"] = [_redact(str(t), private) for t in out["traceback"]]
-    if "evalue" in out:
-        out["evalue"] = _redact(str(out["evalue"]), private)
-    if isinstance(out.get("data"), dict):
-        out["data"] = {k: (_redact(_text(v), private) if isinstance(v, (str, list)) else v)
-                       for k, v in out["data"].items()}
+    for key in ("text", "evalue", "traceback", "data"):
+        if key not in out:
+            continue
+        value = out[key]
+        if key == "data":
+            data = {mime: _text(v) if isinstance(v, (str, list)) else "" for mime, v in value.items()} \
+                if isinstance(value, dict) else {}
+            value = {mime: v for mime, v in data.items()
+                     if mime == "text/plain" or (mime in KEPT_MIME and len(v) <= MAX_PICTURE_CHARS)}
+            dropped = [mime for mime in data if mime not in value]
+            if dropped and "text/plain" not in value:  # what the TA sees instead
+                value["text/plain"] = "\n".join(NOT_KEPT.format(mime=mime[:100]) for mime in dropped[:10])
+            texts = {mime: allowance.take(v, cut=mime == "text/plain") for mime, v in value.items()}
+            if any(t is None for t in texts.values()):
+                return {"output_type": "stream", "name": "stdout", "text": DROPPED}
+            out[key] = {mime: _redact(t, private) if mime == "text/plain" else t for mime, t in texts.items() if t is not None}
+        elif key == "traceback":
+            rows = [allowance.take(str(t)) for t in value] if isinstance(value, list) else []
+            if any(r is None for r in rows):
+                return {"output_type": "stream", "name": "stdout", "text": DROPPED}
+            out[key] = [_redact(r, private) for r in rows if r is not None]
+        else:
+            text = allowance.take(_text(value))
+            if text is None:
+                return {"output_type": "stream", "name": "stdout", "text": DROPPED}
+            out[key] = _redact(text, private)
     return out
+
+
+def _plain_markdown(source: str) -> str:
+    """A Markdown cell's source with its raw HTML shown as text (no script, no tag that loads
+    anything) and no image syntax (a remote picture would load when a TA opens the notebook)."""
+    return source.replace("<", "&lt;").replace("![", "!\\[")
 
 
 def student_view(nb: dict, private: set[str]) -> dict:
     """``nb`` (an autograded notebook) with hidden-test regions out of its test cells and every
     private line out of its outputs."""
     cells = []
+    allowance = _Allowance(MAX_KEPT_CHARS)
     for cell in nb.get("cells", []):
         cell = dict(cell)
         meta = cell.get("metadata", {}).get("nbgrader", {}) if isinstance(cell.get("metadata"), dict) else {}
@@ -105,8 +162,12 @@ def student_view(nb: dict, private: set[str]) -> dict:
                 cell["source"] = markers.strip_hidden(_text(cell.get("source", "")), "<test cell>")
             except ValueError:  # unbalanced markers: the source notebooks' tests forbid it; keep nothing
                 cell["source"] = ""
+        if cell.get("cell_type") == "markdown":
+            cell["source"] = _plain_markdown(_text(cell.get("source", "")))
+            cell.pop("attachments", None)
         if isinstance(cell.get("outputs"), list):
-            cell["outputs"] = [_clean_output(o, private) if isinstance(o, dict) else o for o in cell["outputs"]]
+            cell["outputs"] = [_clean_output(o, private, allowance) if isinstance(o, dict) else o
+                               for o in cell["outputs"]]
         cells.append(cell)
     return {**nb, "cells": cells}
 

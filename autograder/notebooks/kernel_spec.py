@@ -18,9 +18,13 @@ from pathlib import Path
 
 import servelab
 
+from autograder.release import staff_wheel
 from autograder.sandbox import os_boundary
 from autograder.sandbox.remote import Limits
 
+# whether a kernel may map new executable code once its walls stand: never in grading (a library
+# the notebook carries into its writable folders would run); only the tests' control sets it
+NEW_CODE = False
 KERNEL_CPU_FACTOR = 4  # the kernel's CPU limit, in per-test CPU limits (see write_spec)
 
 
@@ -76,6 +80,24 @@ def kernel_hidden(forbidden: list[Path], course: Path) -> list[Path]:
     return [*forbidden, course]
 
 
+def students_library(home: Path) -> tuple[list[Path], list[Path], list[Path]]:
+    """What a kernel may see of servelab's ``home`` folder (``python/``, or site-packages):
+    what the students' build has, never the readable twins of the Rust core or the lecture's
+    answers (:data:`autograder.release.staff_wheel.LEFT_OUT`). Returns (readable: every entry
+    of ``home`` and of the package but those; listed: ``home`` and the package folder, whose
+    names the import system reads; left out: the paths that exist of those).
+
+    >>> readable, listed, left_out = students_library(Path(servelab.__file__).resolve().parent.parent)
+    >>> sorted(p.name for p in left_out), any(p.name in ("reference", "lecture_key.py") for p in readable)
+    (['lecture_key.py', 'reference'], False)
+    """
+    package = home / "servelab"
+    left_out = [home / rel.rstrip("/") for rel in staff_wheel.LEFT_OUT]
+    readable = [p for p in sorted(home.iterdir()) if p != package] + \
+        [p for p in sorted(package.iterdir()) if p not in left_out]
+    return readable, [home, package], [p for p in left_out if p.exists()]
+
+
 def kernel_packages(forbidden: list[Path]) -> list[Path]:
     """The folders of this interpreter's import path (the venv's site-packages and what its
     .pth files add: ipykernel, zmq, IPython...) that neither lie in ``forbidden`` nor hold any
@@ -119,14 +141,18 @@ def write_spec(data: Path, spec_name: str, folders: KernelFolders, forbidden: li
            "memory_bytes": int(limits.memory_bytes),
            "output_bytes": int(limits.output_bytes), "nproc": nproc,
            "uid": boundary.uid, "gid": boundary.gid, "cwd": str(folders.cwd), "bwrap": boundary.bwrap,
-           "syscall_filter": boundary.mode != "none"}  # no network, no processes (sandbox/syscall_filter.py)
+           "syscall_filter": boundary.mode != "none",  # no network, no processes (sandbox/syscall_filter.py)
+           "new_code": NEW_CODE}
     servelab_home = Path(servelab.__file__).resolve().parent.parent  # python/ (or site-packages)
+    library, listed, left_out = students_library(servelab_home)
     if not boundary.bwrap and boundary.mode != "none":
         # no mount namespace: Landlock is the kernel's file boundary, as it is a task child's
         # (sandbox/landlock.py): it reads its machinery (the interpreter's library, the venv's
-        # packages, servelab) and its connection file, and writes its own folders only
-        cfg["landlock"] = boundary.confinement(
-            readable=[servelab_home, folders.runtime, *kernel_packages(forbidden)], writable=writable)
+        # packages, servelab as students have it) and its connection file, and writes its own
+        # folders only
+        packages = [p for p in kernel_packages(forbidden) if p.resolve() != servelab_home]
+        cfg["landlock"] = boundary.confinement(readable=[*library, folders.runtime, *packages], writable=writable,
+                                               listed=listed)
     for folder in (*writable, folders.runtime, servelab_home):
         boundary.reach(folder)
     if boundary.gid is not None:  # closed until the runner opens it to the kernel's group
@@ -139,7 +165,7 @@ def write_spec(data: Path, spec_name: str, folders: KernelFolders, forbidden: li
                             readable=[servelab_home, *os_boundary.LAUNCHERS, folders.runtime,
                                       *os_boundary.beyond_interpreter(kernel_packages(forbidden))],
                             writable=writable,
-                            hidden=forbidden, ignore_sigint=True, cwd=folders.cwd)
+                            hidden=[*forbidden, *left_out], ignore_sigint=True, cwd=folders.cwd)
     home = folders.home
     # the kernel's own HOME and tools' folders (nbgrader's are the grader's: not inherited)
     env = {"SERVELAB_SANDBOX": json.dumps(cfg), "HOME": str(home), "TMPDIR": str(folders.tmp),

@@ -168,11 +168,12 @@ def _names(source: str) -> tuple[set[str], set[str]]:
 
 
 def recheck(source_nb: Path, submitted_nb: Path, scratch: Path, forbidden: list[Path],
-            limits: Limits, cells_factor: int = 4) -> dict[str, tuple[bool, str]]:
+            limits: Limits, cells_factor: int = 4, deadline: float | None = None) -> dict[str, tuple[bool, str]]:
     """``{grade_id: (passed, message)}`` for every autograded test cell of ``source_nb``, judged
     in this process on the answers ``submitted_nb`` computes in a sandboxed child. Each cell
     has ``limits.wall_s``; the whole notebook ``cells_factor`` times the wall and CPU limits
-    (as the kernel has, :data:`autograder.notebooks.nbgrader.KERNEL_CPU_FACTOR`)."""
+    (as the kernel has, :data:`autograder.notebooks.nbgrader.KERNEL_CPU_FACTOR`), and no more
+    than until ``deadline`` (``time.monotonic()``: the notebooks' share of the grading)."""
     source = json.loads(Path(source_nb).read_text(encoding="utf-8"))
     tests = [c for c in source["cells"] if _is_test_cell(c)]
     ids = [c["metadata"]["nbgrader"]["grade_id"] for c in tests]
@@ -194,8 +195,9 @@ def recheck(source_nb: Path, submitted_nb: Path, scratch: Path, forbidden: list[
                                     cpu_s=cells_factor * max(limits.cpu_s, math.ceil(limits.wall_s)),
                                     given_wall_s=None if gw is None else cells_factor * gw,
                                     given_cpu_s=None if gw is None or gc is None else cells_factor * max(gc, math.ceil(gw)))
+        end = time.monotonic() + whole.wall_s
         child = Child([(MODULE, module_path)], Path(scratch) / "child", forbidden, list(BLOCKED), whole,
-                      time.monotonic() + whole.wall_s, preload=KERNEL_PRELOAD)
+                      end if deadline is None else min(end, deadline), preload=KERNEL_PRELOAD)
     except SubmissionFailed as exc:
         return {g: (False, f"the grader's check could not run your notebook: {exc}") for g in ids}
     out: dict[str, tuple[bool, str]] = {}

@@ -139,11 +139,21 @@ NOT_PREMAPPED = ("_ctypes", "_posixsubprocess", "_tkinter", "_curses", "readline
                  "_interpchannels", "_interpqueues")
 
 
-def premap_libraries() -> list:
+# what a notebook's kernel may import besides the standard library and numpy: the library the
+# test cells import, plotting, and the kernel's own machinery (a package and the folder of the
+# libraries its wheel bundles, "<distribution>.libs", beside it)
+KERNEL_PACKAGES = (("servelab", ""), ("matplotlib", ""), ("PIL", "pillow"), ("kiwisolver", ""),
+                   ("contourpy", ""), ("fontTools", ""), ("zmq", "pyzmq"), ("tornado", ""), ("psutil", ""),
+                   ("markupsafe", ""), ("yaml", ""))
+
+
+def premap_libraries(packages: tuple[tuple[str, str], ...] = ()) -> list:
     """Maps (``dlopen``, without importing) the compiled extensions the student may import: the
-    standard library's and numpy's. Once the filter refuses every new executable mapping, an
-    ``import numpy`` or ``import _heapq`` then finds its library mapped already (the loader
-    matches it by file) and needs no new code. Returns the handles (kept: never unmapped)."""
+    standard library's, numpy's and those of ``packages`` ((import name, distribution name
+    when its bundled libraries' folder is named after that), as :data:`KERNEL_PACKAGES`).
+    Once the filter refuses every new executable mapping, an ``import numpy`` or ``import
+    _heapq`` then finds its library mapped already (the loader matches it by file) and needs no
+    new code. Returns the handles (kept: never unmapped)."""
     import glob
     import importlib.util
     import sysconfig
@@ -151,9 +161,13 @@ def premap_libraries() -> list:
     import ctypes
 
     folders = [sysconfig.get_config_var("DESTSHARED") or os.path.join(sysconfig.get_paths()["stdlib"], "lib-dynload")]
-    spec = importlib.util.find_spec("numpy")
-    if spec is not None and spec.submodule_search_locations:
-        folders += list(spec.submodule_search_locations)
+    for name, distribution in (("numpy", ""), *packages):
+        spec = importlib.util.find_spec(name)
+        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+            folders.append(folder)
+            bundled = os.path.join(os.path.dirname(folder), f"{distribution or name}.libs")
+            if os.path.isdir(bundled):
+                folders.append(bundled)
     handles = []
     for folder in folders:
         for path in sorted(glob.glob(os.path.join(folder, "**", "*.so"), recursive=True)):
@@ -183,7 +197,7 @@ def confine_files(rules: dict) -> None:
     try:
         if threads != 1:
             raise OSError(f"{threads} threads run before the confinement; it would hold only this one")
-        _grader_module("landlock").restrict(rules["read"], rules["write"])
+        _grader_module("landlock").restrict(rules["read"], rules["write"], rules.get("list", []))
     except OSError:
         if rules.get("required"):
             raise

@@ -91,12 +91,13 @@ def main() -> None:
 
         def walls() -> None:
             syscall_filter = child._grader_module("syscall_filter")  # read before the files are confined
+            # the compiled libraries a notebook may import mapped first (libgcc_s among them:
+            # glibc loads it when a thread ends), then no new executable mapping, as in a task's
+            # child: a library the notebook carries into its writable folders cannot run
+            child.premap_libraries(child.KERNEL_PACKAGES)
             if rules:  # without a mount namespace: the files it may read and write (os_boundary)
-                # its libraries mapped first (libgcc_s among them: glibc loads it when a thread
-                # ends, and could not read it afterwards)
-                child.premap_libraries()
                 child.confine_files(rules)
-            syscall_filter.install(True)
+            syscall_filter.install(bool(cfg.get("new_code", False)))
 
         child._forgetting_new_modules(walls)
     child.install_limits(cfg)

@@ -89,11 +89,13 @@ def abi() -> int:
     return int(version) if version > 0 else 0
 
 
-def restrict(read: list[str], write: list[str]) -> int:
+def restrict(read: list[str], write: list[str], listed: tuple[str, ...] | list[str] = ()) -> int:
     """Confines this process (every thread of it must be started after, or be this one) and its
     future children to reading ``read`` and :data:`DEVICES`, and reading and writing ``write``
-    (folders or files; missing ones are skipped). Returns the ABI used. Raises OSError when
-    Landlock is missing or refuses; the caller decides whether that is fatal."""
+    (folders or files; missing ones are skipped), and listing the folders ``listed`` (their
+    names only, and their sub-folders' names: a folder some of whose entries are readable, so
+    that the import system can find them). Returns the ABI used. Raises OSError when Landlock
+    is missing or refuses; the caller decides whether that is fatal."""
     version = abi()
     if version < 1:
         raise OSError(38, "Landlock is not available in this kernel (or is refused here)")
@@ -109,7 +111,8 @@ def restrict(read: list[str], write: list[str]) -> int:
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
     try:
-        for paths, rights in ((list(read) + list(DEVICES), READ), (list(write), WRITE)):
+        for paths, rights in ((list(read) + list(DEVICES), READ), (list(write), WRITE),
+                              (list(listed), ACCESS_FS["read_dir"])):
             for path in paths:
                 try:
                     fd = os.open(path, os.O_PATH | os.O_CLOEXEC)

@@ -202,16 +202,18 @@ class Boundary:
             keep += ["CAP_SYS_ADMIN", "CAP_DAC_READ_SEARCH"]
         return keep
 
-    def confinement(self, readable: list[Path], writable: list[Path]) -> dict | None:
+    def confinement(self, readable: list[Path], writable: list[Path], listed: Sequence[Path] = ()) -> dict | None:
         """The child's Landlock rules (:mod:`autograder.sandbox.landlock`): it may read the
         standard library, numpy, ``readable`` (the task's folder: its files and the given
-        ones) and write ``writable`` (its scratch folder), nothing else. ``required`` without
-        a mount namespace (it is then the only file boundary); with one, a second wall where
-        the kernel offers it. None with no boundary at all (the self-check's controls)."""
+        ones), write ``writable`` (its scratch folder) and list the folders ``listed``,
+        nothing else. ``required`` without a mount namespace (it is then the only file
+        boundary); with one, a second wall where the kernel offers it. None with no boundary
+        at all (the self-check's controls)."""
         if self.mode == "none":
             return None
         return {"read": sorted({*library_paths(), *(str(Path(p).resolve()) for p in readable)}),
-                "write": [str(Path(p).resolve()) for p in writable], "required": not self.bwrap}
+                "write": [str(Path(p).resolve()) for p in writable], "required": not self.bwrap,
+                "list": [str(Path(p).resolve()) for p in listed]}
 
     def give(self, folder: Path) -> Path:
         """Makes ``folder`` the child's own (created if needed): owned by the child's uid, mode

@@ -120,7 +120,7 @@ def probe() -> dict:
 def walls_off() -> None:
     """The control: the uid-only mode as it was before Landlock and the no-new-code rule (the
     uid, 0700 folders and the seccomp filter's W^X rules only)."""
-    os_boundary.Boundary.confinement = lambda self, readable, writable: {  # type: ignore[method-assign]
+    os_boundary.Boundary.confinement = lambda self, readable, writable, listed=(): {  # type: ignore[method-assign]
         "files": False, "new_code": True, "required": False}
 
 

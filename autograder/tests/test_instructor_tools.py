@@ -74,14 +74,16 @@ def test_grade_hands_the_scaled_limits_to_every_task_and_says_so(tmp_path, monke
     assert seen and all((limits.wall_s, limits.cpu_s) == (8.0, 3) for limits in seen)
     assert said[0].startswith("time limits x4.00") and "8 s wall-clock, 3 s CPU (x1.50" in said[0]
     # the tasks' time budget (4 s a test x4, and one 8 s limit), the notebooks' (each one's recheck
-    # of KERNEL_CPU_FACTOR 8 s limits, then nbgrader: a minute and two 8 s limits a notebook), then
-    # the time, which results.json leaves out
+    # of KERNEL_CPU_FACTOR 8 s limits, then nbgrader: a minute and two 8 s limits a notebook),
+    # each at most its cap (Gradescope's timeout), then the time, which results.json leaves out
     from autograder.notebooks.nbgrader import KERNEL_CPU_FACTOR, notebooks_of
-    tasks = 4 * 4 * sum(len(t.tests) for t in grade_module.manifest_of(grade_module.ROOT).tasks) + 8
+    tasks = min(grade_module.TASKS_CAP_S,
+                4 * 4 * sum(len(t.tests) for t in grade_module.manifest_of(grade_module.ROOT).tasks) + 8)
     count = len(notebooks_of(grade_module.ROOT))
-    books = count * KERNEL_CPU_FACTOR * 8 + 60 + count * 2 * 8
-    assert said[1] == (f"time budget: at most {tasks + books} s: {tasks} s for the tasks (4 s a test x4, and a "
-                       f"reserve of 1 per-test limit), {books} s for {count} notebooks"), said[1]
+    books = min(grade_module.NOTEBOOKS_CAP_S, count * KERNEL_CPU_FACTOR * 8 + 60 + count * 2 * 8)
+    assert said[1] == (f"time budget: at most {tasks + books:.0f} s (under Gradescope's default timeout of 600 s, at "
+                       f"any load): {tasks:.0f} s for the tasks (4 s a test x4, and a reserve of 1 per-test limit; at "
+                       f"most 330 s), {books:.0f} s for {count} notebooks (at most 210 s)"), said[1]
     assert len(said) == 3 and said[2].startswith("graded in ")
     assert "x4" not in json.dumps(data) and "calibration" not in json.dumps(data)
 

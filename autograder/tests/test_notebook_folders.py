@@ -214,12 +214,18 @@ def test_without_namespaces_the_kernel_is_confined_by_landlock_to_its_machinery_
         assert rules["required"] is True
         assert sorted(rules["write"]) == sorted(str(p.resolve()) for p in folders.writable)
         read = [Path(p) for p in rules["read"]]
-        assert Path(servelab.__file__).resolve().parent.parent in read and folders.runtime.resolve() in read
-        assert any((p / "ipykernel").is_dir() for p in read)
         servelab_home = Path(servelab.__file__).resolve().parent.parent
+        package = servelab_home / "servelab"
+        assert folders.runtime.resolve() in read and package / "serving_core.py" in read
+        assert any((p / "ipykernel").is_dir() for p in read)
+        # servelab as the students' build has it: listed, its modules readable, never the
+        # readable twins of the core or the lecture's answers
+        assert sorted(Path(p) for p in rules["list"]) == [servelab_home, package]
+        assert not {servelab_home, package, package / "reference", package / "lecture_key.py"} & set(read)
         venv = Path(sys.prefix).resolve()
         assert not [p for p in read if p == ROOT or p in ROOT.parents or p == course or course in p.parents]
-        assert not [p for p in read if ROOT in p.parents and p != servelab_home and p != venv and venv not in p.parents]
+        assert not [p for p in read if ROOT in p.parents and servelab_home not in p.parents and p != venv
+                    and venv not in p.parents]
         bwrap = os_boundary.Boundary(bwrap=True, uid=uid, gid=uid)
         folders = kernel_spec.kernel_folders(tmp_path / "kernels", "nb2")
         kernel_spec.write_spec(tmp_path / "jupyter2", "k", folders, hidden, Limits(), bwrap)

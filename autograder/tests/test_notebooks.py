@@ -112,11 +112,16 @@ def test_release_refuses_a_notebook_the_manifest_does_not_list():
 
 def test_kernel_sandbox_refuses_the_course_copy_and_processes(tmp_path):
     """A notebook's code runs in a kernel under the child's sandbox: it cannot read the grader's
-    files or write into the course copy, nor start processes; the course copy stays unchanged."""
+    files, nor what the students' build of servelab leaves out, nor write into the course copy,
+    nor start processes; the course copy stays unchanged."""
     nb = next(n for n in NOTEBOOKS if n.name == "ex06_tail_fanout")
     data = source(nb)
     attack = (
         "import os, subprocess\n"
+        "def read_some(path):\n"
+        "    with open(path) as f:\n"
+        "        if not f.read():\n"
+        "            raise FileNotFoundError(path)  # an empty stand-in: nothing of it there\n"
         "results = []\n"
         f"for attempt in (lambda: open({str(ROOT / 'assignments' / 'manifest.toml')!r}, 'a'),\n"
         f"                lambda: open({str(ROOT / 'autograder' / 'answers' / 'answer_key.json')!r}).read(),\n"
@@ -125,7 +130,10 @@ def test_kernel_sandbox_refuses_the_course_copy_and_processes(tmp_path):
         f"                lambda: os.listdir({str(ROOT / 'autograder')!r}),\n"
         # fork_exec raises no audit event: the kernel's loaded copies must be disarmed
         "                lambda: subprocess._fork_exec(*[None] * 23),\n"
-        "                lambda: __import__('_posixsubprocess').fork_exec(*[None] * 23)):\n"
+        "                lambda: __import__('_posixsubprocess').fork_exec(*[None] * 23),\n"
+        # what the students' build leaves out: the readable twins of the core, the lecture's answers
+        f"                lambda: read_some({str(ROOT / 'python' / 'servelab' / 'reference' / 'sim.py')!r}),\n"
+        f"                lambda: read_some({str(ROOT / 'python' / 'servelab' / 'lecture_key.py')!r})):\n"
         "    try:\n"
         "        attempt()\n"
         "        results.append('allowed')\n"
@@ -149,7 +157,7 @@ def test_kernel_sandbox_refuses_the_course_copy_and_processes(tmp_path):
     # namespace (nbgrader's database: FileNotFoundError)
     line = next(ln for ln in text.splitlines() if ln.startswith("SANDBOX "))
     outcomes = ast.literal_eval(line[len("SANDBOX "):])
-    assert len(outcomes) == 7 and set(outcomes) <= {"PermissionError", "FileNotFoundError"}, line
+    assert len(outcomes) == 9 and set(outcomes) <= {"PermissionError", "FileNotFoundError"}, line
     # the honest work next to the attack still earns its autograded points
     earned = {t["extra_data"]["cell"]: t["score"] for t in result["tests"] if t["extra_data"]["task"] == nb.id}
     assert earned == {"ex06_a_test": 2, "ex06_b_test": 2, "ex06_c_test": 1, "ex06_d_answer": 0}
@@ -197,8 +205,42 @@ def test_a_hanging_a_memory_hungry_and_a_dying_notebook_are_contained(tmp_path):
         "ex06_a_test": 2, "ex06_b_test": 0, "ex06_c_test": 1}
     assert "per_call_budget" in got["ex06_b_test"][1]  # the loop was stopped before the definition
     assert "MEMORY LIMIT" in (tmp_path / "executed" / "ex06_tail_fanout.ipynb").read_text()
-    for cell in ("ex10_a_test", "ex10_b_test", "ex10_why"):
-        assert got[cell][0] == 0 and "Kernel died" in got[cell][1], got[cell]
+    assert all(got[cell][0] == 0 for cell in ("ex10_a_test", "ex10_b_test", "ex10_why")), got
+    # the kernel's death is told only where hidden tests are (after the due date): a visible
+    # cell is the grader's own check's (its child died too), a manual one waits
+    assert "Kernel died" in got["ex10_b_test"][1] and "Kernel died" not in got["ex10_a_test"][1], got
+    assert "pending" in got["ex10_why"][1]
+
+
+HIDDEN_BIT = """import os
+def _watch(info, bit={bit}):
+    # a kernel sees each cell before it runs, hidden tests included: it dies on one iff the bit is 1
+    if bit and "BEGIN HIDDEN TESTS" in (info.raw_cell or ""):
+        os._exit(1)
+eval("get_" + "ipython")().events.register("pre_run_cell", _watch)
+"""
+
+
+def test_nothing_visible_before_the_due_date_depends_on_the_kernels_run(tmp_path):
+    """A notebook whose kernel dies at the first hidden test when a chosen bit is 1: the visible
+    part of results.json (each visible test, the summary) is the same for both bits, so no bit
+    of a hidden test reaches a student before the due date. The control: the hidden cells'
+    results (shown after it) do differ, so the kernel did die."""
+    nb = next(n for n in NOTEBOOKS if n.name == "ex01_ledger_70b")
+    seen = []
+    for bit in (0, 1):
+        data = source(nb)
+        cell = next(c for c in data["cells"] if c["metadata"]["nbgrader"]["grade_id"] == "ex01_a_answer")
+        cell["source"] = HIDDEN_BIT.format(bit=bit) + "".join(cell["source"])
+        path = tmp_path / f"bit{bit}" / "assignments" / nb.file
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(data))
+        seen.append(grade(tmp_path / f"bit{bit}", limits=Limits(wall_s=30, cpu_s=30), only_tasks=frozenset({nb.id})))
+    visible = [([t for t in r["tests"] if t["visibility"] == "visible"], r["output"]) for r in seen]
+    assert visible[0] == visible[1]
+    later = [[(t["score"], t["output"]) for t in r["tests"] if t["visibility"] != "visible" and t["extra_data"]["task"] == nb.id]
+             for r in seen]
+    assert later[0] != later[1] and any("Kernel died" in out for _, out in later[1])
 
 
 def test_a_notebook_that_patches_its_kernel_gains_nothing(tmp_path):
@@ -267,3 +309,50 @@ def test_ex10_a_is_earned_only_by_finite_numbers_that_do_not_associate(a, b, c, 
         assert not passes
     else:
         assert passes
+
+
+CARRY = """import glob, importlib.util, os, shutil, sysconfig
+def carried():
+    # a compiled extension the notebook carries into its own folder (here a copy of one the
+    # grader never maps for a notebook), loaded from there
+    original = glob.glob(os.path.join(sysconfig.get_config_var("DESTSHARED"), "xxlimited.cpython-*.so"))[0]
+    shutil.copyfile(original, "carried_extension.so")
+    try:
+        spec = importlib.util.spec_from_file_location("xxlimited", os.path.abspath("carried_extension.so"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return "loaded"
+    except Exception as exc:
+        return type(exc).__name__
+print("NATIVE", carried())
+"""
+
+
+def native_outcome(tmp_path) -> str:
+    nb = next(n for n in NOTEBOOKS if n.name == "ex06_tail_fanout")
+    data = source(nb)
+    for cell in data["cells"]:
+        if cell["metadata"]["nbgrader"]["grade_id"] == "ex06_a_answer":
+            cell["source"] = CARRY + "".join(cell["source"])
+    sub = tmp_path / "sub" / "assignments" / nb.file
+    sub.parent.mkdir(parents=True)
+    sub.write_text(json.dumps(data))
+    grade(tmp_path / "sub", limits=Limits(wall_s=30, cpu_s=30), only_tasks=frozenset({nb.id}),
+          notebooks_out=tmp_path / "executed")
+    executed = json.loads((tmp_path / "executed" / f"{nb.name}.ipynb").read_text())
+    text = "".join("".join(o.get("text", "")) for c in executed["cells"] if c["cell_type"] == "code"
+                   for o in c.get("outputs", []))
+    return next(ln for ln in text.splitlines() if ln.startswith("NATIVE "))[len("NATIVE "):]
+
+
+def test_a_kernel_cannot_run_a_compiled_extension_it_carries(tmp_path):
+    """As a task's child: once the kernel's libraries are mapped, no new executable mapping."""
+    assert native_outcome(tmp_path) != "loaded"
+
+
+def test_control_a_kernel_allowed_new_code_runs_the_extension_it_carries(tmp_path, monkeypatch):
+    from autograder.notebooks import kernel_spec
+
+    monkeypatch.setattr(kernel_spec, "NEW_CODE", True)
+    assert native_outcome(tmp_path) == "loaded"
+

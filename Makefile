@@ -275,33 +275,37 @@ drop-stale-core:
 DIST        ?= dist
 WHEEL_FLAGS ?= --zig --compatibility manylinux2014
 ZIGLANG     := ziglang>=0.13,<0.18
-wheel: $(STAMP_VENV)
+# (built again only when what goes into it changed: the Rust sources, the package's files,
+# pyproject.toml; the stamp in $(DIST)/ says when it was last built, so that the staff wheels
+# made from it are reused too)
+WHEEL_STAMP  := $(DIST)/.abi3-wheel-stamp
+WHEEL_INPUTS := $(RUST_SOURCES) pyproject.toml $(shell find python -type f ! -name '*.so' ! -name '*.pyc' 2>/dev/null)
+wheel: $(WHEEL_STAMP)
+$(WHEEL_STAMP): $(WHEEL_INPUTS) | $(STAMP_VENV)
 	$(if $(findstring --zig,$(WHEEL_FLAGS)),$(PY) -m pip install --quiet "$(ZIGLANG)")
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/maturin build --release $(WHEEL_FLAGS) --out $(DIST)
+	@touch $@
 
 sdist: $(STAMP_VENV)
 	$(VENV)/bin/maturin sdist --out $(DIST)
 
 # `make staff-wheels`: the staff binary of a student release, one wheel per Python in
-# $(STAFF_PYTHONS) (pyenv's 3.10-3.13), into $(STAFF_DIST)/: `make wheel`'s abi3 wheel with the
-# library compiled by Cython, stubs beside it, and no servelab.reference or lecture_key
-# (autograder/release/staff_wheel.py). Each Python gets a build venv with the `staff` extra
-# (Cython, setuptools, mypy's stubgen) in $(VENV)/staff-<version>. About 3 min of CPU a Python
-# at -O2 (the newest abi3 wheel of $(DIST)/ is the base).
+# $(STAFF_PYTHONS) (pyenv's 3.10-3.13, the instructors' default: a release carries all four),
+# into $(STAFF_DIST)/: `make wheel`'s abi3 wheel with the library compiled by Cython, stubs
+# beside it, and no servelab.reference or lecture_key (autograder/release/staff_wheel.py). Each
+# Python gets a build venv with the `staff` extra (Cython, setuptools, mypy's stubgen) in
+# $(VENV)/staff-<version>. The Pythons' builds run side by side, and a wheel whose inputs have not
+# changed is reused (autograder/release/staff_wheels.py). About 3 min of CPU a Python at -O2
+# (the newest abi3 wheel of $(DIST)/ is the base). From a fresh clone it builds what it needs
+# first: .venv with servelab (the extra's list is read from pyproject.toml by it), the abi3 wheel.
 STAFF_DIST    ?= $(DIST)/staff
 STAFF_PYTHONS ?= $(foreach v,3.10 3.11 3.12 3.13,$(lastword $(sort $(wildcard $(PYENV_ROOT)/versions/$(v).*/bin/python$(v)))))
 STAFF_EXTRA   := $(VENV)/staff-requirements.txt
-staff-wheels: wheel
+staff-wheels: $(STAMP_BUILD) wheel
 	@test -n "$(strip $(STAFF_PYTHONS))" || { echo "no Python 3.10-3.13 under $(PYENV_ROOT)/versions: set STAFF_PYTHONS" >&2; exit 1; }
 	@$(PY) -c "from servelab.harness.manifest import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['staff']))" > $(STAFF_EXTRA)
-	rm -rf $(STAFF_DIST)
-	@set -e; for py in $(STAFF_PYTHONS); do \
-		v=$$($$py -c 'import sys; print("%d.%d" % sys.version_info[:2])'); venv=$(VENV)/staff-$$v; \
-		echo "staff wheel for Python $$v…"; \
-		[ -x $$venv/bin/python ] || $$py -m venv $$venv; \
-		$$venv/bin/python -m pip install --quiet -r $(STAFF_EXTRA); \
-		$$venv/bin/python -m autograder.release.staff_wheel "$$(ls -t $(DIST)/servelab-*-abi3-*.whl | head -1)" --out $(STAFF_DIST); \
-	done
+	$(PY) -m autograder.release.staff_wheels --base "$$(ls -t $(DIST)/servelab-*-abi3-*.whl | head -1)" \
+		--out $(STAFF_DIST) --venvs $(VENV) --requirements $(STAFF_EXTRA) $(STAFF_PYTHONS)
 	@ls -l $(STAFF_DIST)
 
 # A second interpreter (the oldest supported, Python 3.10, from pyenv or PATH; PYTHON_OTHER=...

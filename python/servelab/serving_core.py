@@ -344,7 +344,7 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
                             trace: bool = False, batch_log: bool = False,
                             prefix_caching: bool = False, shared_prefixes: SharedPrefixes | None = None,
                             host_blocks: int = 0, host_policy: str = "lru",
-                            speculative: Speculation | None = None,
+                            speculative: Speculation | None = None, step_extra_s: tuple[float, float] = (0.0, 0.0),
                             _per_step: bool = False, _step_queues: bool = False) -> SimResult:
     """Continuous batching (§4.5 policy 3: Orca's iteration-level scheduling over vLLM's paged
     KV blocks, §2.4): the batch is chosen anew at every step, with the rules of
@@ -379,6 +379,12 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     (``rust/src/sim/continuous/spec_events.rs``; not with prefix caching). The result then has
     ``spec_proposed``, ``spec_accepted``, ``spec_steps`` per request, ``draft_busy_s`` and
     :attr:`SimResult.tokens_per_target_step`; with ``k = 0`` it is the plain run.
+
+    ``step_extra_s = (per_token_s, per_seq_s)`` adds that many seconds to every step for each
+    new token and each sequence in it, after the roofline (§8.3: what a real serving stack adds
+    to the paper GPU, such as tensor parallelism's all-reduce bytes or per-sequence CPU work;
+    :mod:`servelab.validation` fits them to measured runs). ``(0.0, 0.0)``, the default, is the
+    lecture's paper GPU, bit for bit.
 
     A request that can never run (rule 1: more blocks than the pool, or without chunked prefill
     more tokens than the budget) is rejected at arrival: ``rejected[i]`` is True and
@@ -455,6 +461,10 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
             raise ValueError("speculative decoding runs without prefix caching: pass "
                              "prefix_caching=False or speculative=None")
         spec = (speculative.k, speculative.acceptance_column(len(requests)), speculative.seed, speculative.draft)
+    if not isinstance(step_extra_s, tuple) or len(step_extra_s) != 2:
+        raise ValueError(f"step_extra_s must be a pair (per_token_s, per_seq_s), got {step_extra_s!r}")
+    extra = (_checks.non_negative("step_extra_s[0]", step_extra_s[0]),
+             _checks.non_negative("step_extra_s[1]", step_extra_s[1]))
     queues = _checks.flag("_step_queues", _step_queues)
     if queues and (caching or spec is not None):  # named here: the core's message says queues
         raise ValueError("_step_queues=True records plain continuous batching only (no prefix caching, "
@@ -463,11 +473,14 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
                               "num_blocks": blocks, "chunked_prefill": chunked}
     d = _core.sim_continuous_batching((model, gpu, efficiency), requests, dict(
         card=params, trace=_checks.flag("trace", trace), batch_log=_checks.flag("batch_log", batch_log),
-        per_step=per_step, prefix_caching=caching, shared=sp, host=tier, spec=spec, queues=queues))
+        per_step=per_step, prefix_caching=caching, shared=sp, host=tier, spec=spec, queues=queues,
+        step_extra=extra if any(extra) else None))
     if caching:
         params["prefix_caching"] = True
     if host:
         params["host_blocks"], params["host_policy"] = host, host_policy
     if speculative is not None:
         params["speculative"] = speculative
+    if any(extra):
+        params["step_extra_s"] = extra
     return _result("continuous", params, requests, model, gpu, efficiency, d)

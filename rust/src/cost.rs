@@ -343,6 +343,11 @@ pub struct Pricer {
     memory_rate: f64,
     peak_flops: f64,
     overhead_s: f64,
+    // seconds a step costs per new token and per sequence beyond the roofline (a serving
+    // stack's all-reduce bytes, per-sequence CPU work); zero on the lecture's paper GPU, and
+    // then `finish` adds exact zeros, so every lecture number stays bit for bit
+    per_token_s: f64,
+    per_seq_s: f64,
 }
 
 impl Pricer {
@@ -360,7 +365,24 @@ impl Pricer {
             memory_rate: eff.bandwidth * gpu.hbm_bandwidth,
             peak_flops: gpu.peak_flops,
             overhead_s: eff.overhead_s,
+            per_token_s: 0.0,
+            per_seq_s: 0.0,
         })
+    }
+
+    /// The same pricer with a linear extra per step: `per_token_s` seconds for each new token
+    /// and `per_seq_s` for each sequence, added after the roofline's `max` (§8.3: what a real
+    /// serving stack adds to the paper GPU, fitted by `servelab.validation`). Each must be a
+    /// finite number >= 0.
+    pub fn with_step_extra(mut self, per_token_s: f64, per_seq_s: f64) -> CoreResult<Self> {
+        for (field, v) in [("per_token_s", per_token_s), ("per_seq_s", per_seq_s)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(CoreError::invalid(format!("{field} must be a finite number >= 0, got {}", fmt_f64(v))));
+            }
+        }
+        self.per_token_s = per_token_s;
+        self.per_seq_s = per_seq_s;
+        Ok(self)
     }
 
     /// Prices a step given as groups of identical sequences. `label(k)` names group `k` in an
@@ -416,7 +438,7 @@ impl Pricer {
         let bytes_moved = weight_bytes + kv_bytes;
         let compute_s = flops / self.compute_rate;
         let memory_s = bytes_moved / self.memory_rate;
-        let time_s = compute_s.max(memory_s) + self.overhead_s;
+        let time_s = compute_s.max(memory_s) + self.overhead_s + self.per_token_s * t + self.per_seq_s * seqs as f64;
         StepCost {
             time_s,
             flops,
@@ -663,6 +685,20 @@ pub(crate) mod tests {
         m.n_kv_heads = 32;
         assert_eq!(ms(decode(&m, &h100(), 32, 1024).time_s), 13.12);
         assert_eq!(kv_capacity_tokens(&m, &h100(), 0.9).unwrap(), 103_624);
+    }
+
+    #[test]
+    fn step_extra_adds_per_token_and_per_sequence() {
+        let plain = Pricer::new(&llama3_8b(), &h100(), &Efficiency::default()).unwrap();
+        let extra = plain.clone().with_step_extra(1e-6, 2e-5).unwrap();
+        let groups = || [SeqGroup { new_tokens: 1, context_len: 512, count: 8 }, SeqGroup::one(100, 0)];
+        let (a, b) = (plain.price(groups(), |_| String::new()).unwrap(), extra.price(groups(), |_| String::new()).unwrap());
+        assert!((b.time_s - a.time_s - (108.0 * 1e-6 + 9.0 * 2e-5)).abs() < 1e-15);
+        // zeros change nothing, bit for bit (the lecture's numbers)
+        let zero = plain.clone().with_step_extra(0.0, 0.0).unwrap();
+        assert_eq!(zero.price(groups(), |_| String::new()).unwrap(), a);
+        assert!(plain.clone().with_step_extra(-1.0, 0.0).is_err());
+        assert!(plain.with_step_extra(0.0, f64::NAN).is_err());
     }
 
     #[test]

@@ -60,7 +60,16 @@ pub(super) fn simulate<'py, O: ToPy + Send>(
     r: Requests<'py>,
     f: impl FnOnce(&Pricer, &Workload<'_>) -> CoreResult<O> + Send,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let pricer = Pricer::new(&model, &gpu, &efficiency)?;
+    simulate_priced(py, Pricer::new(&model, &gpu, &efficiency)?, r, f)
+}
+
+/// [`simulate`] with a pricer already built (continuous batching's `step_extra`).
+fn simulate_priced<'py, O: ToPy + Send>(
+    py: Python<'py>,
+    pricer: Pricer,
+    r: Requests<'py>,
+    f: impl FnOnce(&Pricer, &Workload<'_>) -> CoreResult<O> + Send,
+) -> PyResult<Bound<'py, PyDict>> {
     let a = slice("arrival_s", &r.arrival_s)?;
     let (p, l) = (slice("prompt_len", &r.prompt_len)?, slice("output_len", &r.output_len)?);
     let w = Workload::new(a, p, l)?;
@@ -146,7 +155,9 @@ impl ToPy for ContinuousRun {
 /// `prefix_caching` over `shared` (`sim/continuous/prefix_events.rs`), with a host tier if `host` =
 /// `(host_blocks, host_policy, host_s_per_token)`; speculative decoding if `spec` = `(k,
 /// acceptance per request, seed, draft_model)` (`sim/continuous/spec_events.rs`); `queues` (`servelab trace`) records the queues
-/// after each step on the per-step loop (`sim/continuous/trace.rs`).
+/// after each step on the per-step loop (`sim/continuous/trace.rs`); `step_extra` =
+/// `(per_token_s, per_seq_s)` adds that many seconds to each step per new token and per
+/// sequence (`Pricer::with_step_extra`).
 #[derive(FromPyObject)]
 #[pyo3(from_item_all)]
 struct OneCard<'py> {
@@ -159,6 +170,7 @@ struct OneCard<'py> {
     #[pyo3(default)] host: Option<(i64, String, f64)>,
     #[pyo3(default)] spec: Option<(i64, PyReadonlyArray1<'py, f64>, u64, ModelSpec)>,
     #[pyo3(default)] queues: bool,
+    #[pyo3(default)] step_extra: Option<(f64, f64)>,
 }
 
 /// Continuous batching (`sim/continuous/event_driven.rs`) on one card: the dict has `ContinuousOutput`'s keys
@@ -167,7 +179,7 @@ struct OneCard<'py> {
 fn sim_continuous_batching<'py>(
     py: Python<'py>, hw: Hardware, requests: Requests<'py>, options: OneCard<'py>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let OneCard { card, trace, batch_log, per_step, prefix_caching, shared, host, spec, queues } = options;
+    let OneCard { card, trace, batch_log, per_step, prefix_caching, shared, host, spec, queues, step_extra } = options;
     card.validate()?;
     if queues && (prefix_caching || spec.is_some()) {
         return Err(PyValueError::new_err("queues=True records plain continuous batching only (no prefix caching, no speculation)"));
@@ -184,7 +196,11 @@ fn sim_continuous_batching<'py>(
         Some((k, acceptance, seed, d)) => Some((*k, slice("spec_acceptance", acceptance)?, *seed, Pricer::new(d, &hw.1, &hw.2)?)),
         None => None,
     };
-    simulate(py, hw, requests, |pr, w| {
+    let mut pricer = Pricer::new(&hw.0, &hw.1, &hw.2)?;
+    if let Some((per_token_s, per_seq_s)) = step_extra {
+        pricer = pricer.with_step_extra(per_token_s, per_seq_s)?;
+    }
+    simulate_priced(py, pricer, requests, |pr, w| {
         let inp = Inputs::new(pr, w, &card, trace, batch_log);
         let out = if let Some((k, acceptance, seed, d)) = &draft {
             let sp = Speculation { k: *k, acceptance, seed: *seed, draft: d };

@@ -7,6 +7,7 @@
     servelab sweep --gpu A100_80GB --policy continuous --rates 1 2 4 8
     servelab sweep --calibration my_card.csv --policy continuous --rates 1 2 4 8
     servelab trace --out out/trace  # one run step by step: trace.html, trace.json
+    servelab validate --calibration fitted   # the clock against measured vLLM runs on H100
     servelab --version
 
 A bad flag stops the command before any work, with one line that names the flag, and exit
@@ -352,6 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep_parser(sub)
     from servelab.trace.command import add_trace_parser
     add_trace_parser(sub, check_out_dir)
+    from servelab.validation.command import add_validate_parser
+    add_validate_parser(sub, check_out_dir)
     return parser
 
 

@@ -207,7 +207,10 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
                     return nbgrader.not_graded(root, broken)
                 nb_files = {nb.file: find_file(cast(Path, folder), nb.file) for nb in nbgrader.notebooks_of(root)}
                 return nbgrader.autograde(root, nb_files, work / "nb", limits, nbgrader.kernel_forbidden(root, keep_out),
-                                          keep=notebooks_out, budget_s=notebooks_s)
+                                          keep=notebooks_out, budget_s=notebooks_s,
+                                          # the neighbouring model each student's notebook is rechecked on
+                                          seed_of=lambda nb_id: grading_secret.seed_for(secret, identity,
+                                                                                         f"{nb_id}\0neighbour"))
             except Exception as exc:  # nbgrader or the recheck fell over: the notebooks score 0, say why
                 return nbgrader.not_graded(root, f"the grader could not grade the notebooks: "
                                                  f"{type(exc).__name__}: {results.describe(exc)}")

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Sequence
+import zlib
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import servelab
@@ -124,13 +125,16 @@ def notebooks_budget_s(count: int, limits: Limits) -> float:
 
 def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Limits = Limits(),
               forbidden: Sequence[Path] = (), keep: Path | None = None,
-              budget_s: float | None = None) -> dict[str, dict[str, tuple[float, str]]]:
+              budget_s: float | None = None,
+              seed_of: Callable[[str], int] | None = None) -> dict[str, dict[str, tuple[float, str]]]:
     """Autogrades the submitted notebooks (``files``: manifest file -> submitted path, the
     grader's own copies) with nbgrader. Returns ``{notebook id: {grade_id: (score, message)}}``
     for every graded cell of every manifest notebook; a missing or unreadable notebook scores 0
     with a message saying so. ``keep``: a folder to copy the executed (autograded) notebooks into.
     ``budget_s``: the most the rechecks and nbgrader's run take together (default
     :func:`notebooks_budget_s`; the grading's cap may leave less: ``grade.GRADESCOPE_TIMEOUT_S``).
+    ``seed_of``: a notebook id's seed for the neighbouring model its recheck draws
+    (:mod:`autograder.notebooks.neighbours`; default: a fixed one per notebook).
 
     Every message is the grader's own (README: threat model): nbgrader's log and the kernel's
     errors go to the instructors' log (:mod:`autograder.notebooks.instructors_log`)."""
@@ -164,7 +168,8 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
             # its compiled core loaded by path would answer for the notebook
             rechecked[nb.id] = recheck.recheck(source, sub / Path(nb.file).name, work / "recheck" / nb.id,
                                                [*forbidden, Path(servelab.__file__).resolve().parent],
-                                               limits, KERNEL_CPU_FACTOR, deadline=end)
+                                               limits, KERNEL_CPU_FACTOR, deadline=end,
+                                               seed=seed_of(nb.id) if seed_of else zlib.crc32(nb.id.encode()))
     result: dict = {"success": True, "notebooks": {}}
     if graded:
         _copy_template(generated(root), course)

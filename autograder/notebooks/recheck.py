@@ -42,7 +42,7 @@ import math
 import time
 from pathlib import Path
 
-from autograder.notebooks import instructors_log
+from autograder.notebooks import instructors_log, neighbours
 from autograder.sandbox.remote import Child, Limits, RemoteObject, SubmissionFailed, kind_of
 
 # how a failed check's message starts: the student reads that the grader's check, not the
@@ -168,18 +168,23 @@ def _names(source: str) -> tuple[set[str], set[str]]:
 
 
 def recheck(source_nb: Path, submitted_nb: Path, scratch: Path, forbidden: list[Path],
-            limits: Limits, cells_factor: int = 4, deadline: float | None = None) -> dict[str, tuple[bool, str]]:
+            limits: Limits, cells_factor: int = 4, deadline: float | None = None,
+            seed: int = 0) -> dict[str, tuple[bool, str]]:
     """``{grade_id: (passed, message)}`` for every autograded test cell of ``source_nb``, judged
     in this process on the answers ``submitted_nb`` computes in a sandboxed child. Each cell
     has ``limits.wall_s``; the whole notebook ``cells_factor`` times the wall and CPU limits
     (as the kernel has, :data:`autograder.notebooks.nbgrader.KERNEL_CPU_FACTOR`), and no more
-    than until ``deadline`` (``time.monotonic()``: the notebooks' share of the grading)."""
+    than until ``deadline`` (``time.monotonic()``: the notebooks' share of the grading). A
+    notebook with a constants cell is then run again on a neighbouring model drawn from
+    ``seed`` (:func:`check_neighbour`)."""
     source = json.loads(Path(source_nb).read_text(encoding="utf-8"))
     tests = [c for c in source["cells"] if _is_test_cell(c)]
     ids = [c["metadata"]["nbgrader"]["grade_id"] for c in tests]
     try:
         cells = json.loads(Path(submitted_nb).read_text(encoding="utf-8"))["cells"]
         module_path = Path(scratch) / f"{MODULE}.py"
+        if not isinstance(cells, list):
+            raise TypeError("its cells are not a list")
         module_path.parent.mkdir(parents=True, exist_ok=True)
         module_path.write_text(student_module(cells, limits.wall_s), encoding="utf-8")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -196,8 +201,9 @@ def recheck(source_nb: Path, submitted_nb: Path, scratch: Path, forbidden: list[
                                     given_wall_s=None if gw is None else cells_factor * gw,
                                     given_cpu_s=None if gw is None or gc is None else cells_factor * max(gc, math.ceil(gw)))
         end = time.monotonic() + whole.wall_s
+        deadline = end if deadline is None else min(end, deadline)
         child = Child([(MODULE, module_path)], Path(scratch) / "child", forbidden, list(BLOCKED), whole,
-                      end if deadline is None else min(end, deadline), preload=KERNEL_PRELOAD)
+                      deadline, preload=KERNEL_PRELOAD)
     except SubmissionFailed as exc:
         return {g: (False, f"the grader's check could not run your notebook: {exc}") for g in ids}
     out: dict[str, tuple[bool, str]] = {}
@@ -223,4 +229,72 @@ def recheck(source_nb: Path, submitted_nb: Path, scratch: Path, forbidden: list[
             bound_by_tests |= _names(code)[1]
     finally:
         child.close()
+    check_neighbour(source["cells"], cells, dict(zip(ids, map(_source, tests))), out, Path(scratch) / "neighbour",
+                    forbidden, whole, deadline, seed)
     return out
+
+
+def check_neighbour(source_cells: list[dict], cells: list[dict], tests: dict[str, str],
+                    out: dict[str, tuple[bool, str]], scratch: Path, forbidden: list[Path], limits: Limits,
+                    deadline: float, seed: int) -> None:
+    """When the source notebook has a constants cell (:mod:`autograder.notebooks.neighbours`):
+    the student's cells and the source's solutions run again with a neighbouring model's
+    constants, and each test cell that passed fails unless every number it reads is the
+    source's on that model too. An answer read off the shipped library, or typed in, is the
+    lecture model's whatever the constants say (``out`` is updated in place)."""
+    found = neighbours.constants_cell(source_cells)
+    passed = [grade_id for grade_id, (ok, _) in out.items() if ok]
+    if found is None or not passed:
+        return
+    grade_id, constants = found
+    names = {g: sorted(n for n in free_names(tests[g]) if not hasattr(builtins, n)) for g in passed}
+    wanted = sorted({n for ns in names.values() for n in ns})
+    for index, whole in enumerate(neighbours.NEIGHBOURS):
+        other = neighbours.varied(constants, seed + index, whole)
+        changed = ", ".join(f"{k} = {v!r}" for k, v in other.items() if v != constants[k])
+        expected = _values(neighbours.with_constants(source_cells, grade_id, other) or [], wanted,
+                           scratch / f"source-{index}", forbidden, limits, deadline)
+        theirs = neighbours.with_constants(cells, grade_id, other)
+        got = {} if theirs is None else _values(theirs, wanted, scratch / f"student-{index}", forbidden, limits, deadline)
+        for g in [g for g in passed if out[g][0]]:
+            for name in names[g]:
+                want = expected.get(name)
+                if not isinstance(want, (bool, int, float)):
+                    continue  # a function or a module: the test cell calls it, on the lecture's model
+                if theirs is None or not _same_number(got.get(name), want):
+                    out[g] = (False, f"{OWN_CHECK_FAILED}with the constants of another model ({changed}), "
+                                     f"{name} is {got.get(name)!r} where the constants give {want!r}: compute each "
+                                     f"answer from the constants cell")
+                    break
+
+
+def _same_number(got, want) -> bool:
+    if isinstance(want, bool) or isinstance(got, bool):
+        return got is want
+    if type(got) not in (int, float):
+        return False
+    return math.isclose(got, want, rel_tol=1e-6, abs_tol=1 if isinstance(want, int) else 1e-12)
+
+
+def _values(cells: list[dict], names: list[str], scratch: Path, forbidden: list[Path], limits: Limits,
+            deadline: float) -> dict:
+    """The plain values ``names`` hold after ``cells`` ran in a sandboxed child (a name the
+    cells do not define, or a child that fails, is left out)."""
+    module_path = scratch / f"{MODULE}.py"
+    module_path.parent.mkdir(parents=True, exist_ok=True)
+    module_path.write_text(student_module(cells, limits.wall_s), encoding="utf-8")
+    found: dict = {}
+    try:
+        child = Child([(MODULE, module_path)], scratch / "child", forbidden, list(BLOCKED), limits, deadline,
+                      preload=KERNEL_PRELOAD)
+    except SubmissionFailed:
+        return found
+    try:
+        for name in names:
+            try:
+                found[name] = _plain(child.attr(MODULE, name))
+            except (AttributeError, SubmissionFailed):
+                pass
+    finally:
+        child.close()
+    return found

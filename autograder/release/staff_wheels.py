@@ -80,7 +80,7 @@ def key_of(base_hash: str, requirements: str, version: str, opt: str) -> str:
 
 def default_command(python: Path, base: Path, out: Path, jobs: int, opt: str) -> list[str]:
     return [str(python), "-m", "autograder.release.staff_wheel", str(base), "--out", str(out),
-            "--jobs", str(jobs), "--opt", opt]
+            "--jobs", str(jobs), f"--opt={opt}"]  # (=: argparse would take -O2 for a flag)
 
 
 def _venv(python: str, version: str, venvs: Path, requirements: str, log: list[str]) -> Path:

@@ -104,3 +104,13 @@ def test_from_a_fresh_clone_staff_wheels_and_release_build_what_they_need_first(
         assert -1 not in order and order == sorted(order), (goal, order, steps[-3000:])
         if goal == "release":
             assert steps.find("-m autograder release") > order[-1]
+
+
+def test_the_real_command_reaches_staff_wheel(tmp_path):
+    """The command each venv runs is one staff_wheel.py's parser takes (``--opt -O2`` was read as
+    a flag of its own); a base that is no abi3 wheel is then refused by the build itself."""
+    from autograder.release.staff_wheels import REPO, default_command
+    cmd = default_command(Path(sys.executable), tmp_path / "not-a-wheel.whl", tmp_path, 1, "-O2")
+    run = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert run.returncode != 0 and "usage:" not in run.stderr, run.stderr
+    assert "base_wheel must be maturin's abi3 wheel" in run.stderr, run.stderr

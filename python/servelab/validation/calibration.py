@@ -50,7 +50,7 @@ from typing import Any
 from servelab import _checks
 from servelab.hw_model import DEFAULT_EFFICIENCY, NVLINK_HOP_S
 
-__all__ = ["Calibration", "PAPER", "COEFFICIENTS", "load_calibration", "save_calibration", "fitted_path",
+__all__ = ["Calibration", "PAPER", "COEFFICIENTS", "load_calibration", "save_calibration", "fitted_path", "fits_dir",
            "FITTED"]
 
 FITTED = "fitted"  # the name --calibration takes for the shipped fit
@@ -104,9 +104,15 @@ COEFFICIENTS = tuple(f.name for f in dataclasses.fields(Calibration) if f.name !
 PAPER = Calibration(note="the lecture's paper GPU as it is")
 
 
+def fits_dir() -> Path:
+    """The shipped fits: ``fitted.json`` (every shipped run not overloaded) and, for
+    leave-one-model-out, ``without-NAME.json`` (every run but model NAME's)."""
+    return Path(__file__).resolve().parent / "fits"
+
+
 def fitted_path() -> Path:
-    """The calibration fitted on every shipped dense run (``--calibration fitted``)."""
-    return Path(__file__).resolve().parent / "fitted_calibration.json"
+    """The calibration fitted on every shipped run that was not overloaded (``--calibration fitted``)."""
+    return fits_dir() / "fitted.json"
 
 
 def load_calibration(source: str | Path) -> Calibration:

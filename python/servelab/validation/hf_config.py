@@ -49,6 +49,7 @@ class ServedModel:
     spec: ModelSpec
     n_experts: int = 1
     experts_per_token: int = 1
+    shared_ff: int = 0  # MLP width every token runs besides its experts (a shared expert)
 
     @property
     def moe(self) -> bool:
@@ -62,8 +63,9 @@ class ServedModel:
             return 1.0
         s = self.spec
         attn = 2 * s.d_model * s.n_heads * s.d_head + 2 * s.d_model * s.n_kv_heads * s.d_head
-        expert = 3 * s.d_model * (s.d_ff // self.n_experts)
-        return (attn + self.n_experts * expert) / (attn + self.experts_per_token * expert)
+        expert = 3 * s.d_model * ((s.d_ff - self.shared_ff) // self.n_experts)
+        shared = 3 * s.d_model * self.shared_ff
+        return (attn + shared + self.n_experts * expert) / (attn + shared + self.experts_per_token * expert)
 
 
 def _int(config: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
@@ -95,12 +97,18 @@ def model_from_config(config: dict[str, Any], name: str) -> ServedModel:
     active = _int(config, "num_experts_per_tok", where, 1) if experts > 1 else 1
     if active > experts:
         raise ValueError(f"{where}: num_experts_per_tok={active} is more than the {experts} experts")
+    shared = 0
+    if experts > 1 and config.get("moe_intermediate_size") is not None:
+        # Qwen-style: experts of their own width, and maybe a shared expert every token runs
+        shared = _int(config, "shared_expert_intermediate_size", where, 0) if config.get(
+            "shared_expert_intermediate_size") else 0
+        d_ff = _int(config, "moe_intermediate_size", where)
     tied = config.get("tie_word_embeddings", False)
     if not isinstance(tied, bool):
         raise ValueError(f"{where}: tie_word_embeddings must be true or false, got {tied!r}")
     spec = ModelSpec(name, n_layers=layers, d_model=d_model, n_heads=heads, n_kv_heads=kv_heads, d_head=d_head,
-                     d_ff=d_ff * experts, vocab_size=vocab, tie_embeddings=tied)
-    return ServedModel(spec, experts, active)
+                     d_ff=d_ff * experts + shared, vocab_size=vocab, tie_embeddings=tied)
+    return ServedModel(spec, experts, active, shared)
 
 
 def read_model_configs(folder: str | Path) -> dict[str, ServedModel]:

@@ -16,9 +16,13 @@ The coefficients:
 * ``per_seq_s``: seconds a step costs per sequence in it (per-sequence CPU work: sampling,
   output processing, detokenising; attention kernels' per-sequence cost): what makes a real
   step slower at a larger batch beyond the KV bytes it reads;
-* ``hop_latency_s`` and ``link_efficiency``: tensor parallelism's two all-reduces per layer, a
-  ring of ``2 (tp - 1)`` hops, each hop a fixed latency plus its bytes at ``link_efficiency`` x
-  the NVLink figure (zero on one card);
+* ``allreduce``, ``hop_latency_s`` and ``link_efficiency``: tensor parallelism's two
+  all-reduces per layer (zero on one card). ``"ring"`` (the lecture's, §8.1) is ``2 (tp - 1)``
+  hops, each a fixed latency, moving ``2 (tp - 1) / tp`` of the tensor over each card's link;
+  ``"one_shot"`` is what an inference engine does with the small tensors of a decode step
+  inside one NVLink node (vLLM's custom all-reduce): every card reads the ``tp - 1`` others'
+  copies at once, one hop of latency and ``tp - 1`` tensors of bytes. The bytes go at
+  ``link_efficiency`` x the NVLink figure;
 * ``admission_lag_steps``: steps a new request waits beyond the next step boundary before it
   runs (an engine that schedules step ``k + 1`` while step ``k`` runs, as vLLM's asynchronous
   scheduling does, admits an arrival one step later);
@@ -33,7 +37,7 @@ The coefficients:
 >>> Calibration.from_dict({"bandwith": 0.7})
 Traceback (most recent call last):
 ...
-ValueError: calibration has an unknown coefficient 'bandwith'; known: compute, bandwidth, step_overhead_s, per_seq_s, hop_latency_s, link_efficiency, admission_lag_steps, frontend_s
+ValueError: calibration has an unknown coefficient 'bandwith'; known: compute, bandwidth, step_overhead_s, per_seq_s, allreduce, hop_latency_s, link_efficiency, admission_lag_steps, frontend_s
 """
 
 from __future__ import annotations
@@ -50,10 +54,11 @@ from typing import Any
 from servelab import _checks
 from servelab.hw_model import DEFAULT_EFFICIENCY, NVLINK_HOP_S
 
-__all__ = ["Calibration", "PAPER", "COEFFICIENTS", "load_calibration", "save_calibration", "fitted_path", "fits_dir",
+__all__ = ["Calibration", "PAPER", "ALLREDUCE", "COEFFICIENTS", "load_calibration", "save_calibration", "fitted_path", "fits_dir",
            "FITTED"]
 
 FITTED = "fitted"  # the name --calibration takes for the shipped fit
+ALLREDUCE = ("ring", "one_shot")
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,7 @@ class Calibration:
     bandwidth: float = DEFAULT_EFFICIENCY.bandwidth
     step_overhead_s: float = DEFAULT_EFFICIENCY.overhead_s
     per_seq_s: float = 0.0
+    allreduce: str = "ring"
     hop_latency_s: float = NVLINK_HOP_S
     link_efficiency: float = 1.0
     admission_lag_steps: float = 0.0
@@ -76,6 +82,7 @@ class Calibration:
             object.__setattr__(self, name, _checks.real(name, getattr(self, name), 0.0, 10.0))
         object.__setattr__(self, "admission_lag_steps", _checks.real("admission_lag_steps", self.admission_lag_steps,
                                                                       0.0, 100.0))
+        _checks.choice("allreduce", self.allreduce, ALLREDUCE)
         _checks.instance("note", self.note, str, "a str")
 
     @property
@@ -99,8 +106,18 @@ class Calibration:
     def with_values(self, **values: Any) -> Calibration:
         return dataclasses.replace(self, **values)
 
+    def allreduce_cost(self, tp: int) -> tuple[int, float]:
+        """(hops, tensors of bytes each card moves) of one all-reduce over ``tp`` cards."""
+        if tp == 1:
+            return 0, 0.0
+        if self.allreduce == "ring":
+            return 2 * (tp - 1), 2 * (tp - 1) / tp
+        return 1, float(tp - 1)
+
 
 COEFFICIENTS = tuple(f.name for f in dataclasses.fields(Calibration) if f.name != "note")
+
+
 PAPER = Calibration(note="the lecture's paper GPU as it is")
 
 
@@ -136,7 +153,7 @@ def save_calibration(calibration: Calibration, path: str | Path) -> Path:
     _checks.instance("calibration", calibration, Calibration, "a Calibration")
     target = Path(_checks.instance("path", path, (str, Path), "a file path"))
     for k in COEFFICIENTS:
-        if not math.isfinite(getattr(calibration, k)):
+        if isinstance(getattr(calibration, k), float) and not math.isfinite(getattr(calibration, k)):
             raise ValueError(f"calibration.{k} must be finite, got {getattr(calibration, k)!r}")
     text = json.dumps(calibration.to_dict(), indent=2) + "\n"
     fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=".calibration-")

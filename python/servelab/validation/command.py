@@ -142,10 +142,11 @@ def _validate(args: argparse.Namespace, console: Any, check_out_dir: Callable[..
     if any(r.overloaded for r in rows):
         console.print(f"(overloaded) {OVERLOAD_NOTE}.", highlight=False)
     if not calibration.is_paper:
-        coeffs = ", ".join(f"{k}={getattr(calibration, k):.4g}" for k in calibration.to_dict() if k != "note")
+        coeffs = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in calibration.to_dict().items() if k != "note")
         console.print(f"calibration: {coeffs} ({calibration.note})", highlight=False)
     if args.leave_one_model_out:
-        _held_out(console, experiments, models, rows, args.seed, fit_calibration, leave_one_model_out)
+        _held_out(console, experiments, models, rows, args.seed, leave_one_model_out)
     if args.json:
         console.print(f"wrote {write_json(rows, args.json)}", highlight=False)
     if out is not None:
@@ -159,19 +160,17 @@ def _validate(args: argparse.Namespace, console: Any, check_out_dir: Callable[..
 
 
 def _held_out(console: Any, experiments: list[Experiment], models: dict[str, ServedModel], rows: list[Row],
-              seed: int, fit_calibration: Any, leave_one_model_out: Any) -> None:
-    console.print("leave-one-model-out: fitting without each model (a few minutes)...", highlight=False)
+              seed: int, leave_one_model_out: Any) -> None:
+    """Fits without each model and prints that model's errors beside those of the calibration
+    in use (``rows``)."""
+    console.print("leave-one-model-out: fitting without each model (minutes)...", highlight=False)
     fits = leave_one_model_out(experiments, models, progress=_progress(console, "fit"))
-    if not fits:
-        return
-    all_fit = fit_calibration(experiments, models).calibration
-    fitted_rows = compare(predict_all(experiments, models, all_fit, seed))
     table = []
     for name, fit in fits.items():
         own = [e for e in experiments if e.server.model_name == name]
         held = mape(compare(predict_all(own, models, fit.calibration, seed)))
-        whole = mape([r for r in fitted_rows if r.model == name])
-        for label, errs in (("fitted on all", whole), ("held out", held)):
+        whole = mape([r for r in rows if r.model == name])
+        for label, errs in (("calibration in use", whole), ("held out", held)):
             table.append([name, label] + [f"{errs[m] * 100:.0f}%" if m in errs else "-" for m in METRICS])
     _table(console, "leave-one-model-out: mean absolute error of the left-out model", ["model", "fit", *METRICS],
            table)

@@ -12,7 +12,8 @@ How the server maps onto the simulator:
 * **Tensor parallelism** (``tp`` cards, Megatron split, :func:`servelab.hw_model.tensor_parallel_cost`):
   the simulator prices a step on one card, so it is given a card ``tp`` times as fast and as
   wide (each card does ``1/tp`` of the FLOPs and reads ``1/tp`` of the weights and KV); the
-  all-reduces' fixed part (``2 (tp - 1)`` hop latencies, twice per layer) joins the per-step
+  all-reduces' fixed part (their hop latencies, two all-reduces a layer, see
+  :meth:`~.calibration.Calibration.allreduce_cost`) joins the per-step
   overhead, and their bytes, which grow with the step's tokens, are the step's extra seconds
   per token (``step_extra_s``): both exact. The looked-up embedding rows, replicated on real
   cards, count ``1/tp`` here: under 0.1% of a step.
@@ -103,8 +104,8 @@ def _run(experiment: Experiment, served: ServedModel, cal: Calibration, gpu: Gpu
     s, tp = experiment.server, experiment.server.tp
     m = served.spec
     tp = check_tp(m, gpu, tp)
-    hops = 2 * m.n_layers * 2 * (tp - 1)  # two ring all-reduces a layer, 2 (tp - 1) hops each
-    eff = Efficiency(cal.compute, cal.bandwidth, cal.step_overhead_s + hops * cal.hop_latency_s)
+    hops, _ = cal.allreduce_cost(tp)  # per all-reduce, two a layer
+    eff = Efficiency(cal.compute, cal.bandwidth, cal.step_overhead_s + 2 * m.n_layers * hops * cal.hop_latency_s)
     blocks = kv_capacity_tokens(m, gpu, s.gpu_memory_utilization, tp=tp) // s.block_size
     if blocks < 1:
         raise ValueError(f"{experiment.name}: {m.name} leaves no KV block free on {tp} x {gpu.name} at "
@@ -117,13 +118,15 @@ def _run(experiment: Experiment, served: ServedModel, cal: Calibration, gpu: Gpu
 
 
 def _per_token_allreduce_s(served: ServedModel, gpu: GpuSpec, tp: int, cal: Calibration) -> float:
-    """Seconds of all-reduce bytes per token of a step: ``2 L`` ring all-reduces of ``d_model``
-    values, each moving ``2 (tp - 1) / tp`` of them over the link."""
-    if tp == 1:
+    """Seconds of all-reduce bytes per token of a step: ``2 L`` all-reduces of ``d_model``
+    values a token, each card moving ``tensors`` of them over its link (the ring's
+    ``2 (tp - 1) / tp``, one-shot's ``tp - 1``)."""
+    _, tensors = cal.allreduce_cost(tp)
+    if tensors == 0:
         return 0.0
     m = served.spec
     per_token = m.d_model * m.bytes_per_param
-    return 2 * m.n_layers * 2 * (tp - 1) / tp * per_token / (gpu.link_bandwidth * cal.link_efficiency)
+    return 2 * m.n_layers * tensors * per_token / (gpu.link_bandwidth * cal.link_efficiency)
 
 
 def simulate_experiment(experiment: Experiment, models: dict[str, ServedModel], calibration: Calibration = PAPER, *,

@@ -27,6 +27,26 @@ def source(nb: nbgrader.Notebook) -> dict:
     return json.loads((ROOT / "assignments" / nb.file).read_text(encoding="utf-8"))
 
 
+def submit_with(into: Path, nb: nbgrader.Notebook, before: dict[str, str]) -> Path:
+    """A submission folder holding ``nb``'s source notebook with ``before[grade_id]`` put at the
+    start of that cell: the folder."""
+    data = source(nb)
+    for cell in data["cells"]:
+        code = before.get(cell["metadata"]["nbgrader"]["grade_id"])
+        if code:
+            cell["source"] = code + "".join(cell["source"])
+    path = into / "assignments" / nb.file
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(data))
+    return into
+
+
+def printed(executed: Path) -> str:
+    """What the code cells of an executed notebook printed."""
+    cells = json.loads(executed.read_text())["cells"]
+    return "".join("".join(o.get("text", "")) for c in cells if c["cell_type"] == "code" for o in c.get("outputs", []))
+
+
 def test_the_manifest_lists_the_four_notebooks():
     assert [nb.name for nb in NOTEBOOKS] == ["ex01_ledger_70b", "ex06_tail_fanout", "ex08_orca_card",
                                              "ex10_batch_invariance"]
@@ -115,7 +135,6 @@ def test_kernel_sandbox_refuses_the_course_copy_and_processes(tmp_path):
     files, nor what the students' build of servelab leaves out, nor write into the course copy,
     nor start processes; the course copy stays unchanged."""
     nb = next(n for n in NOTEBOOKS if n.name == "ex06_tail_fanout")
-    data = source(nb)
     attack = (
         "import os, subprocess\n"
         "def read_some(path):\n"
@@ -140,19 +159,11 @@ def test_kernel_sandbox_refuses_the_course_copy_and_processes(tmp_path):
         "    except Exception as exc:\n"
         "        results.append(type(exc).__name__)\n"
         "print('SANDBOX', results)\n")
-    for cell in data["cells"]:
-        if cell["metadata"]["nbgrader"]["grade_id"] == "ex06_a_answer":
-            cell["source"] = attack + "".join(cell["source"])
-    sub = tmp_path / "sub" / "assignments" / nb.file
-    sub.parent.mkdir(parents=True)
-    sub.write_text(json.dumps(data))
     before = course_fingerprint()
-    result = grade(tmp_path / "sub", limits=Limits(wall_s=30, cpu_s=30), only_tasks=frozenset({nb.id}),
-                   notebooks_out=tmp_path / "executed")
+    result = grade(submit_with(tmp_path / "sub", nb, {"ex06_a_answer": attack}), limits=Limits(wall_s=30, cpu_s=30),
+                   only_tasks=frozenset({nb.id}), notebooks_out=tmp_path / "executed")
     assert course_fingerprint() == before
-    executed = json.loads((tmp_path / "executed" / f"{nb.name}.ipynb").read_text())
-    text = "".join("".join(o.get("text", "")) for c in executed["cells"] if c["cell_type"] == "code"
-                   for o in c.get("outputs", []))
+    text = printed(tmp_path / "executed" / f"{nb.name}.ipynb")
     # refused by the audit hook (PermissionError), or not there at all behind bubblewrap's mount
     # namespace (nbgrader's database: FileNotFoundError)
     line = next(ln for ln in text.splitlines() if ln.startswith("SANDBOX "))
@@ -227,15 +238,8 @@ def test_nothing_visible_before_the_due_date_depends_on_the_kernels_run(tmp_path
     of a hidden test reaches a student before the due date. The control: the hidden cells'
     results (shown after it) do differ, so the kernel did die."""
     nb = next(n for n in NOTEBOOKS if n.name == "ex01_ledger_70b")
-    seen = []
-    for bit in (0, 1):
-        data = source(nb)
-        cell = next(c for c in data["cells"] if c["metadata"]["nbgrader"]["grade_id"] == "ex01_a_answer")
-        cell["source"] = HIDDEN_BIT.format(bit=bit) + "".join(cell["source"])
-        path = tmp_path / f"bit{bit}" / "assignments" / nb.file
-        path.parent.mkdir(parents=True)
-        path.write_text(json.dumps(data))
-        seen.append(grade(tmp_path / f"bit{bit}", limits=Limits(wall_s=30, cpu_s=30), only_tasks=frozenset({nb.id})))
+    seen = [grade(submit_with(tmp_path / f"bit{bit}", nb, {"ex01_a_answer": HIDDEN_BIT.format(bit=bit)}),
+                  limits=Limits(wall_s=30, cpu_s=30), only_tasks=frozenset({nb.id})) for bit in (0, 1)]
     visible = [([t for t in r["tests"] if t["visibility"] == "visible"], r["output"]) for r in seen]
     assert visible[0] == visible[1]
     later = [[(t["score"], t["output"]) for t in r["tests"] if t["visibility"] != "visible" and t["extra_data"]["task"] == nb.id]
@@ -330,18 +334,9 @@ print("NATIVE", carried())
 
 def native_outcome(tmp_path) -> str:
     nb = next(n for n in NOTEBOOKS if n.name == "ex06_tail_fanout")
-    data = source(nb)
-    for cell in data["cells"]:
-        if cell["metadata"]["nbgrader"]["grade_id"] == "ex06_a_answer":
-            cell["source"] = CARRY + "".join(cell["source"])
-    sub = tmp_path / "sub" / "assignments" / nb.file
-    sub.parent.mkdir(parents=True)
-    sub.write_text(json.dumps(data))
-    grade(tmp_path / "sub", limits=Limits(wall_s=30, cpu_s=30), only_tasks=frozenset({nb.id}),
-          notebooks_out=tmp_path / "executed")
-    executed = json.loads((tmp_path / "executed" / f"{nb.name}.ipynb").read_text())
-    text = "".join("".join(o.get("text", "")) for c in executed["cells"] if c["cell_type"] == "code"
-                   for o in c.get("outputs", []))
+    grade(submit_with(tmp_path / "sub", nb, {"ex06_a_answer": CARRY}), limits=Limits(wall_s=30, cpu_s=30),
+          only_tasks=frozenset({nb.id}), notebooks_out=tmp_path / "executed")
+    text = printed(tmp_path / "executed" / f"{nb.name}.ipynb")
     return next(ln for ln in text.splitlines() if ln.startswith("NATIVE "))[len("NATIVE "):]
 
 

@@ -121,7 +121,6 @@ def part5_overloaded(console: Console, rows: list[Row]) -> None:
 
 
 def run(out_dir: Path, console: Console) -> None:
-    console.print(TITLE, style="bold")
     experiments = [read_experiment(d) for d in shipped_experiment_dirs()]
     models = shipped_models()
     fitted = load_calibration("fitted")

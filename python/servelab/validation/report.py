@@ -176,8 +176,13 @@ def write_plot(rows: Sequence[Row], path: str | Path, title: str) -> Path | None
     ax.plot([lo, hi], [lo, hi], color="k", linewidth=1, label="predicted = measured")
     ax.plot([lo, hi], [lo * 1.1, hi * 1.1], color="k", linewidth=0.6, linestyle=":", label="±10%")
     ax.plot([lo, hi], [lo / 1.1, hi / 1.1], color="k", linewidth=0.6, linestyle=":")
+    from matplotlib.ticker import FuncFormatter
+
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plain = FuncFormatter(lambda v, _pos: f"{v:g}")  # 0.01, 10: plain decimals, never 10^-2
+    ax.xaxis.set_major_formatter(plain)
+    ax.yaxis.set_major_formatter(plain)
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
     ax.set_xlabel("measured on vLLM / H100 (s)")

@@ -59,3 +59,25 @@ def test_no_experiment_among_the_arguments(tmp_path, capsys):
     (tmp_path / "README.md").write_text("x")
     assert main(["validate", str(tmp_path / "README.md")]) == 2
     assert "no experiment folder" in capsys.readouterr().err
+
+
+def test_fit_and_leave_one_model_out_flags(tmp_path, capsys, monkeypatch):
+    # the fits themselves take minutes (tests/test_validation_calibration.py runs a small one):
+    # here they return the shipped ones, and the command's own work is checked
+    from servelab.validation import fit as fit_module
+    from servelab.validation.calibration import fits_dir, load_calibration
+
+    def shipped_fit(experiments, models, **kw):
+        return fit_module.FitResult(load_calibration("fitted"), 0.0, 0, ())
+
+    def shipped_held_out(experiments, models, **kw):
+        names = sorted({e.server.model_name for e in experiments})
+        return {n: fit_module.FitResult(load_calibration(fits_dir() / f"without-{n}.json"), 0.0, 0, ()) for n in names}
+
+    monkeypatch.setattr(fit_module, "fit_calibration", shipped_fit)
+    monkeypatch.setattr(fit_module, "leave_one_model_out", shipped_held_out)
+    out = tmp_path / "mine.json"
+    assert main(["validate", "--fit", str(out), "--leave-one-model-out"]) == 0
+    text = capsys.readouterr().out
+    assert f"wrote {out}" in text and "leave-one-model-out" in text and "held out" in text
+    assert json.loads(out.read_text())["allreduce"] == "one_shot"

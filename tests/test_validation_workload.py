@@ -105,3 +105,12 @@ def test_stage_starts_are_checked():
     with pytest.raises(ValueError, match="hold no request"):
         shared_prefix_workload(e.data, [Stage(0.01, 1.0)], [0.0])
     assert STAGE_LEAD_S == 2.0
+
+
+def test_a_tokenizer_that_merges_ids_gives_shorter_prompts():
+    e = EXPERIMENTS[0]
+    ids = e.data.system_prompt_len + e.data.question_len
+    shorter = shared_prefix_workload(e.data, e.stages[:1], [0.0], expansion=-0.1).requests.prompt_len
+    assert abs(shorter.mean() - (1 + 0.9 * ids)) < 3 and (shorter < ids).all()
+    with pytest.raises(ValueError, match="expansion must be a finite number >= -0.9"):
+        shared_prefix_workload(e.data, e.stages[:1], [0.0], expansion=-1.0)

@@ -12,7 +12,8 @@ What the generator does, and what is made here the same way:
   share their system prompt.
 * **Token counts.** The server tokenises the *text*: random ids decoded and encoded again come
   out a few percent longer, one BOS token is added. Each segment of ``L`` ids is modelled as
-  ``L + Binomial(L, expansion)`` tokens; ``expansion`` is read from the experiment's measured
+  ``L + Binomial(L, expansion)`` tokens (``L - Binomial(L, -expansion)`` for a tokenizer whose
+  round trip merges ids, a negative expansion); ``expansion`` is read from the experiment's measured
   prompt lengths (what its tokenizer did to these prompts, a fact of the workload, not of the
   server), :data:`DEFAULT_EXPANSION` (Llama-2's tokenizer on the shipped runs) without them.
   Every answer is exactly ``output_len`` tokens (``ignore_eos``, ``max_tokens``).
@@ -81,7 +82,7 @@ def expansion_from_measured(experiment: Experiment) -> float:
     if not weight:
         return DEFAULT_EXPANSION
     ids = experiment.data.system_prompt_len + experiment.data.question_len
-    return float(min(max((total / weight - 1.0) / ids - 1.0, 0.0), 1.0))
+    return float(min(max((total / weight - 1.0) / ids - 1.0, -0.9), 1.0))
 
 
 def shared_prefix_workload(data: SharedPrefixConfig, stages: Sequence[Stage], stage_starts: Sequence[float], *,
@@ -106,14 +107,16 @@ def shared_prefix_workload(data: SharedPrefixConfig, stages: Sequence[Stage], st
         end = starts[k - 1] + stages[k - 1].duration_s
         if starts[k] < end:
             raise ValueError(f"stage_starts[{k}]={starts[k]!r} is before stage {k - 1} ends ({end!r})")
-    expansion = _checks.real("expansion", expansion, 0.0, 1.0)
+    expansion = _checks.real("expansion", expansion, -0.9, 1.0)
     seed = _checks.count("seed", seed)
     prompts_rng, order_rng, *gap_rngs = (np.random.default_rng(s) for s in
                                          np.random.SeedSequence(seed).spawn(2 + len(stages)))
     n_prompts = data.num_groups * data.num_prompts_per_group
     # tokens after the round trip through text (one draw per segment, as each is decoded once)
-    sys_len = data.system_prompt_len + prompts_rng.binomial(data.system_prompt_len, expansion, data.num_groups)
-    q_len = data.question_len + prompts_rng.binomial(data.question_len, expansion, n_prompts)
+    sign = 1 if expansion >= 0 else -1
+    sys_len = data.system_prompt_len + sign * prompts_rng.binomial(data.system_prompt_len, abs(expansion),
+                                                                   data.num_groups)
+    q_len = data.question_len + sign * prompts_rng.binomial(data.question_len, abs(expansion), n_prompts)
     group = np.repeat(np.arange(data.num_groups), data.num_prompts_per_group)
     # prompt k of the shuffled list (the generator shuffles once, before any request)
     shuffled = order_rng.permutation(n_prompts)

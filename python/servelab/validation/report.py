@@ -97,6 +97,8 @@ def write_json(rows: Sequence[Row], path: str | Path) -> Path:
     """:func:`records` as JSON at ``path``, whole or not at all."""
     target = Path(_checks.instance("path", path, (str, Path), "a file path"))
     text = json.dumps(records(rows), indent=1) + "\n"
+    if str(target.parent):
+        target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=".validate-")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

@@ -287,10 +287,11 @@ class Boundary:
         """``RLIMIT_NPROC`` for a child allowed ``allowance`` processes (and threads) of its own,
         0 for none. The limit counts every thread of the child's uid: a fresh uid runs nothing
         else. A child that stays this user (bubblewrap as a user) gets none: the count would
-        take in what the grader starts after it (tasks graded side by side while a notebook's
-        kernel runs: its numpy threads then failed to start and the kernel died), and there the
-        seccomp filter already refuses every new process, and ``RLIMIT_AS`` bounds the threads'
-        stacks. Without any boundary (trusted code), the allowance plus what this user runs."""
+        take in whatever the grader starts after the limit was set (tasks graded side by side
+        while a notebook's kernel runs), so the child's allowance would shrink with the grader's
+        own work; there the seccomp filter already refuses every new process, and ``RLIMIT_AS``
+        bounds the threads' stacks. Without any boundary (trusted code), the allowance plus what
+        this user runs."""
         if self.uid is not None:
             return int(allowance)
         return 0 if self.bwrap else int(allowance) + _user_processes()

@@ -49,7 +49,7 @@ n, per_step = int(sys.argv[1]), sys.argv[2] == "per_step"
 reqs = chat_requests(n=n, rate=20.0, seed=0)
 before = status("VmRSS:")
 t0 = time.perf_counter()
-r = sc.run_continuous_batching(reqs, LLAMA3_8B, H100, _per_step=per_step)
+r = sc.run_continuous(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(_per_step=per_step))
 wall = time.perf_counter() - t0
 ok = ~r.rejected
 assert (r.finish_s[ok] >= r.first_token_s[ok]).all() and (r.first_token_s[ok] > r.start_s[ok]).all()
@@ -78,8 +78,8 @@ def _headline(console: Console, n: int) -> None:
                   num_blocks=kv_capacity_tokens(LLAMA3_8B, H100) // 16)
     runs = {
         "Rust events": lambda: sc.run_continuous_batching(reqs, LLAMA3_8B, H100, **params),
-        "Rust per-step": lambda: sc.run_continuous_batching(reqs, LLAMA3_8B, H100, _per_step=True,
-                                                                  **params),
+        "Rust per-step": lambda: sc.run_continuous(reqs, LLAMA3_8B, H100,
+                                                   sc.ContinuousOptions(_per_step=True, **params)),
         "Python ref.": lambda: ref.run_continuous_batching(reqs, LLAMA3_8B, H100, DEFAULT_EFFICIENCY,
                                                                 **params),
     }
@@ -120,8 +120,8 @@ def _parity_and_speed(console: Console, n: int) -> None:
         t.add_column(c, justify="left" if c == "case" else "right")
     for name, reqs, params in cases:
         t_rust, r = best_of(lambda: sc.run_continuous_batching(reqs, LLAMA3_8B, H100, **params), 5)
-        t_step, s = best_of(lambda: sc.run_continuous_batching(reqs, LLAMA3_8B, H100, _per_step=True,
-                                                               **params), 5)
+        t_step, s = best_of(lambda: sc.run_continuous(reqs, LLAMA3_8B, H100,
+                                                      sc.ContinuousOptions(_per_step=True, **params)), 5)
         t_py, p = best_of(lambda: ref.run_continuous_batching(reqs, LLAMA3_8B, H100, DEFAULT_EFFICIENCY,
                                                               **params), 1)
         _same(r, p, name)  # equal first, then timed

@@ -72,7 +72,8 @@ def _one_rate(console: Console, reqs, rate: float) -> None:
     times, results = {}, {}
     for label, kw in runs.items():
         times[label], results[label] = best_of(
-            lambda kw=kw: sc.run_continuous_batching(reqs, LLAMA3_8B, H100, **kw), 5, time.thread_time)
+            lambda kw=kw: sc.run_continuous(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(**kw)), 5,
+            time.thread_time)
     plain = results["off"]
     _same(results["k=0, new"], plain, COLUMNS, "k=0")
     _same(results[f"{HEADLINE}, per-step"], results[f"{HEADLINE}, new"], SPEC_COLUMNS, "per-step")

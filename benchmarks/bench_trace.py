@@ -49,10 +49,10 @@ def run(console: Console, quick: bool = False) -> None:
     rust, fast = best_of(lambda: sc.run_continuous_batching(reqs, model, gpu, **LIMITS), 5, cpu)
     rust_big, _ = best_of(lambda: sc.run_continuous_batching(big, model, gpu, **LIMITS), 5, cpu)
     opts = dict(trace=True, batch_log=True)
-    step_off, _ = best_of(lambda: sc.run_continuous_batching(reqs, model, gpu, _per_step=True, **opts,
-                                                             **LIMITS), 5, cpu)
-    step_on, _ = best_of(lambda: sc.run_continuous_batching(reqs, model, gpu, _step_queues=True, **opts,
-                                                            **LIMITS), 5, cpu)
+    step_off, _ = best_of(lambda: sc.run_continuous(reqs, model, gpu, sc.ContinuousOptions(
+        _per_step=True, **opts, **LIMITS)), 5, cpu)
+    step_on, _ = best_of(lambda: sc.run_continuous(reqs, model, gpu, sc.ContinuousOptions(
+        _step_queues=True, **opts, **LIMITS)), 5, cpu)
     read, _ = best_of(lambda: simulate(reqs, model=model, gpu=gpu, **LIMITS), repeat, cpu)
 
     def recorded() -> dict:

@@ -1,14 +1,18 @@
 """The private ``servelab._core`` boundary (rust/src/py/): the hardware crosses as one
-``(model, gpu, efficiency)`` tuple and each continuous-batching simulator takes its options as one
-dict. A malformed argument is a Python exception naming what is wrong, never a Rust panic (the
+``(model, gpu, efficiency)`` tuple; the one-card continuous-batching simulator takes its options as
+one ``ContinuousOptions`` record, read by attribute into a typed struct, and the multi-card ones as
+one dict. A malformed argument is a Python exception naming what is wrong, never a Rust panic (the
 public wrappers check everything first; this is what a direct caller gets)."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from servelab import _core
+from servelab.continuous_options import ContinuousOptions
 from servelab.hw_model import DEFAULT_EFFICIENCY, H100, LLAMA3_8B
 from servelab.workload import Requests
 
@@ -17,23 +21,32 @@ REQS = Requests([0.0, 0.1], [8, 4], [3, 2])
 CARD = dict(max_num_seqs=4, max_num_batched_tokens=64, block_size=4, num_blocks=16, chunked_prefill=False)
 
 
-@pytest.mark.parametrize("options, error, named", [
-    (dict(card=CARD, trace=False), KeyError, "batch_log"),  # a required key missing
-    (dict(card=CARD, trace="no", batch_log=False), TypeError, "trace"),
-    (dict(card=CARD, trace=False, batch_log=False, spec=(2, None, 0, LLAMA3_8B)), TypeError, "spec"),
-    (dict(card=CARD, trace=False, batch_log=False, host=(4, "lru")), TypeError, "host"),
-    (dict(card=CARD, trace=False, batch_log=False, per_step=True, prefix_caching=True), ValueError, "per_step"),
+def _record(**fields):
+    """A stand-in for a ContinuousOptions that skipped its constructor's checks: what the core
+    reads by attribute, each field replaceable by junk."""
+    base = dict(CARD, trace=False, batch_log=False, prefix_caching=False, shared_prefixes=None, host_blocks=0,
+                host_policy="lru", speculative=None, step_extra_s=(0.0, 0.0), _per_step=False, _step_queues=False)
+    return SimpleNamespace(**{**base, **fields})
+
+
+@pytest.mark.parametrize("fields, error, named", [
+    (dict(num_blocks=None), TypeError, "num_blocks"),  # not resolved by pool_blocks
+    (dict(trace="no"), TypeError, "trace"),
+    (dict(speculative=SimpleNamespace(k=2, draft=LLAMA3_8B, acceptance=None, seed=0)), TypeError, "speculative"),
+    (dict(shared_prefixes=(np.array([-1, 0]), np.array([0, 4]))), TypeError, "shared_prefixes"),
+    (dict(step_extra_s=1.0), TypeError, "step_extra_s"),
+    (dict(block_size=0), ValueError, "block_size"),  # the core's own check of the card
 ])
-def test_bad_continuous_options_name_the_key(options, error, named):
+def test_bad_continuous_options_name_the_field(fields, error, named):
     with pytest.raises(error, match=named):
-        _core.sim_continuous_batching(HW, REQS, options)
+        _core.sim_continuous_batching(HW, REQS, _record(**fields), 0.0)
 
 
-def test_the_options_left_out_take_their_defaults():
-    # per_step, prefix caching, a host tier and speculation are off unless given
-    plain = _core.sim_continuous_batching(HW, REQS, dict(card=CARD, trace=False, batch_log=False))
-    given = _core.sim_continuous_batching(HW, REQS, dict(card=CARD, trace=False, batch_log=False, per_step=False,
-                                                        prefix_caching=False, shared=None, host=None, spec=None))
+def test_a_record_crosses_as_its_checked_self():
+    # the record the library builds, and a duck-typed one of the same fields, run the same
+    record = ContinuousOptions(**CARD)
+    plain = _core.sim_continuous_batching(HW, REQS, record, 0.0)
+    given = _core.sim_continuous_batching(HW, REQS, _record(), 0.0)
     assert "cached_tokens" not in plain and "spec_steps" not in plain
     assert sorted(plain) == sorted(given)
     assert np.array_equal(plain["finish_s"], given["finish_s"])

@@ -172,6 +172,15 @@ CASES = [
          {"requests": REQS, "model": M, "gpu": G, "max_num_seqs": 4, "max_num_batched_tokens": 64,
           "block_size": 4, "num_blocks": 16, "chunked_prefill": True, "prefix_caching": True,
           "shared_prefixes": workload.SharedPrefixes([-1, 0], [0, 4])}),
+    Case("serving_core.ContinuousOptions", fn(serving_core.ContinuousOptions),
+         {"max_num_seqs": 4, "max_num_batched_tokens": 64, "block_size": 4, "num_blocks": 16, "chunked_prefill": True,
+          "prefix_caching": True, "shared_prefixes": workload.SharedPrefixes([-1, 0], [0, 4]), "host_blocks": 4}),
+    Case("serving_core.ContinuousOptions.pool_blocks", lambda: serving_core.ContinuousOptions().pool_blocks,
+         {"model": M, "gpu": G}),
+    Case("serving_core.run_continuous", fn(serving_core.run_continuous),
+         {"requests": REQS, "model": M, "gpu": G, "options": serving_core.ContinuousOptions(
+             max_num_seqs=4, max_num_batched_tokens=64, block_size=4, num_blocks=16, prefix_caching=True,
+             shared_prefixes=workload.SharedPrefixes([-1, 0], [0, 4]))}),
     Case("serving_core.SimResult.reject_reason", lambda: SIM_CB.reject_reason, {"i": 1}),
     Case("serving_core.BatchLog.step", lambda: SIM_CB.batch_log.step, {"s": 0}),
     # parallel_sim (§8.1: data parallelism; milestone 4: disaggregation)

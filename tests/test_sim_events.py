@@ -55,8 +55,8 @@ def _workload(seed: int) -> tuple[Requests, dict, bool]:
 def test_event_driven_matches_the_per_step_loop(seed):
     reqs, params, keep = _workload(seed)
     try:
-        want = sc.run_continuous_batching(reqs, LLAMA3_8B, H100, trace=keep, batch_log=keep,
-                                          _per_step=True, **params)
+        want = sc.run_continuous(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(trace=keep, batch_log=keep,
+                                                                             _per_step=True, **params))
     except ValueError as e:  # e.g. nothing fits: the new engine must fail the same way
         with pytest.raises(ValueError, match="^" + str(e).replace("(", r"\(").replace(")", r"\)")):
             sc.run_continuous_batching(reqs, LLAMA3_8B, H100, **params)
@@ -79,4 +79,6 @@ def test_the_workloads_reach_the_rare_paths():
 def test_per_step_switch_is_checked():
     reqs = Requests([0.0], [4], [2])
     with pytest.raises(TypeError, match="_per_step"):
-        sc.run_continuous_batching(reqs, LLAMA3_8B, H100, _per_step="yes")
+        sc.run_continuous(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(_per_step="yes"))
+    with pytest.raises(TypeError, match="_per_step"):  # a private switch, not a public keyword
+        sc.run_continuous_batching(reqs, LLAMA3_8B, H100, _per_step=True)  # type: ignore[call-arg]

@@ -52,8 +52,8 @@ def _workload(seed: int) -> tuple[Requests, dict]:
 
 def _run(reqs, params, k, a, seed, **kw):
     spec = sc.Speculation(k, LLAMA32_1B, a, seed=seed)
-    return sc.run_continuous_batching(reqs, LLAMA3_8B, H100, trace=True, batch_log=True,
-                                      speculative=spec, **params, **kw)
+    return sc.run_continuous(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(trace=True, batch_log=True,
+                                                                         speculative=spec, **params, **kw))
 
 
 @pytest.mark.parametrize("a", RATES)

@@ -5,6 +5,7 @@ from typing import Any, Iterable, final
 import numpy as np
 import numpy.typing as npt
 
+from servelab.continuous_options import ContinuousOptions
 from servelab.hw_model import Efficiency, GpuSpec, ModelSpec
 from servelab.workload import Requests
 
@@ -90,10 +91,11 @@ def sim_static_batching(
     hw: _Hardware, requests: Requests, params: tuple[int, float, bool], trace: bool
 ) -> dict[str, object]: ...
 def sim_fixed_service(arrival_s: _F64, service_s: float, slo_s: float | None) -> dict[str, object]: ...
-# options: card (_Card), trace, batch_log (bools); optional per_step, prefix_caching (bools),
-# shared (_Shared), host ((host_blocks, host_policy, host_s_per_token)), spec ((k, acceptance,
-# seed, draft_model))
-def sim_continuous_batching(hw: _Hardware, requests: Requests, options: dict[str, object]) -> dict[str, object]: ...
+# options: a ContinuousOptions record, read by attribute name, with num_blocks resolved (an int);
+# host_s_per_token: the host tier's copy price per token (read when options.host_blocks > 0)
+def sim_continuous_batching(
+    hw: _Hardware, requests: Requests, options: ContinuousOptions, host_s_per_token: float
+) -> dict[str, object]: ...
 
 MAX_SPEC_K: int
 

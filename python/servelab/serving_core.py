@@ -36,19 +36,19 @@ Continuous batching does: its requests hold blocks of a paged pool.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from servelab import _checks, _core
 from servelab.admission import EarlyReject
-from servelab.blocks import HOST_POLICIES
-from servelab.hw_model import DEFAULT_EFFICIENCY, Efficiency, GpuSpec, ModelSpec
+from servelab.continuous_options import ContinuousOptions, Speculation
+from servelab.hw_model import DEFAULT_EFFICIENCY, Efficiency, GpuSpec, ModelSpec, kv_host_transfer_s
 from servelab.workload import Requests, SharedPrefixes, check_shared_prefixes
 
-__all__ = ["SimResult", "StepTrace", "BatchLog", "Speculation", "run_batch1", "run_static_batching",
-           "run_continuous_batching", "REJECT_REASONS"]
+__all__ = ["SimResult", "StepTrace", "BatchLog", "Speculation", "ContinuousOptions", "run_batch1",
+           "run_static_batching", "run_continuous_batching", "run_continuous", "REJECT_REASONS"]
 
 # SimResult.reject_code of continuous batching (rule 1 of servelab.engine.scheduler): why a
 # request can never run, so it is rejected at arrival instead of waiting forever
@@ -57,65 +57,6 @@ REJECT_REASONS = {
     2: "without chunked prefill, a (re)prefill of its prompt + output - 1 tokens exceeds "
        "max_num_batched_tokens",
 }
-
-
-@dataclass(frozen=True, eq=False)
-class Speculation:
-    """Speculative decoding in the simulator (§8, milestone 4a; the engine's is
-    :class:`servelab.engine.SpeculativeScheduler`): each decoding request gets up to ``k``
-    guesses of a ``draft`` model per step, within the token budget and the free blocks left.
-    The simulator has no tokens, so each guess is kept with probability ``acceptance`` (one
-    rate for every request, or one per request) by a draw seeded by ``(seed, request, output
-    index)``, up to the first rejection: ``(1 - a^(k+1)) / (1 - a)`` tokens per target step on
-    average. The verify forward is priced as ``1 + g`` tokens of the target; the draft's ``g``
-    steps as batched decode steps of ``draft`` (a :class:`~servelab.hw_model.ModelSpec`): in
-    the clock, ``busy_s`` and ``draft_busy_s``, not in ``flops`` (the target's alone).
-
-    >>> from servelab.hw_model import LLAMA3_8B
-    >>> Speculation(4, LLAMA3_8B, 0.8).acceptance_column(2).tolist()
-    [0.8, 0.8]
-    >>> Speculation(4, LLAMA3_8B, 1.5)
-    Traceback (most recent call last):
-    ...
-    ValueError: acceptance must be a number in [0, 1] or one per request, got 1.5
-    """
-
-    k: int
-    draft: ModelSpec
-    acceptance: Any = 0.8
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "k", _checks.integer("k", self.k, 0, _core.MAX_SPEC_K))
-        if not isinstance(self.draft, ModelSpec):
-            raise TypeError(f"draft must be a servelab.hw_model.ModelSpec, got {self.draft!r:.80}")
-        a = self.acceptance
-        bad = ValueError(f"acceptance must be a number in [0, 1] or one per request, got {a!r:.80}")
-        if _checks.is_real(a):
-            if not 0.0 <= float(a) <= 1.0:
-                raise bad
-            a = float(a)
-        else:
-            try:
-                a = np.array(a, dtype=np.float64, ndmin=1)
-            except (TypeError, ValueError, OverflowError):
-                raise bad from None
-            if a.ndim != 1 or a.size == 0 or not np.all((a >= 0.0) & (a <= 1.0)) \
-                    or isinstance(self.acceptance, (str, bytes)):
-                raise bad
-            a.flags.writeable = False
-        object.__setattr__(self, "acceptance", a)
-        object.__setattr__(self, "seed", _checks.integer("seed", self.seed, 0, 2**64 - 1))
-
-    def acceptance_column(self, n: int) -> np.ndarray:
-        """One rate per request for ``n`` requests."""
-        n = _checks.integer("n", n, 0, None)
-        if isinstance(self.acceptance, float):
-            return np.full(n, self.acceptance)
-        if len(self.acceptance) != n:
-            raise ValueError(f"speculative.acceptance must have one rate per request ({n}), "
-                             f"got {len(self.acceptance)}")
-        return np.ascontiguousarray(self.acceptance, dtype=np.float64)
 
 
 @dataclass(frozen=True, eq=False)
@@ -344,8 +285,8 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
                             trace: bool = False, batch_log: bool = False,
                             prefix_caching: bool = False, shared_prefixes: SharedPrefixes | None = None,
                             host_blocks: int = 0, host_policy: str = "lru",
-                            speculative: Speculation | None = None, step_extra_s: tuple[float, float] = (0.0, 0.0),
-                            _per_step: bool = False, _step_queues: bool = False) -> SimResult:
+                            speculative: Speculation | None = None,
+                            step_extra_s: tuple[float, float] = (0.0, 0.0)) -> SimResult:
     """Continuous batching (§4.5 policy 3: Orca's iteration-level scheduling over vLLM's paged
     KV blocks, §2.4): the batch is chosen anew at every step, with the rules of
     :mod:`servelab.engine.scheduler`, so that on the same requests it makes the engine's batches.
@@ -392,12 +333,10 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     ``trace=True`` adds ``kv_blocks``, ``n_preempted`` and ``n_admitted`` to the step trace;
     ``batch_log=True`` keeps every step's batch (:class:`BatchLog`). Neither is kept otherwise,
     so memory stays linear in the number of requests. The simulator costs per event (arrival,
-    admission, end of a prefill, finish, preemption), not per sequence-step; ``_per_step=True``
-    (tests and benchmarks only) runs the per-sequence-step loop it replaced, with the same
-    output bit for bit (with ``speculative`` too: the per-step speculative loop of
-    ``rust/src/sim/continuous/per_step.rs``). ``_step_queues=True`` (``servelab trace``) runs
-    that loop and records the queues and each running request's blocks after every step
-    (``SimResult.step_queues``).
+    admission, end of a prefill, finish, preemption), not per sequence-step.
+
+    The keywords are those of one :class:`ContinuousOptions` record, which checks them; the run
+    is :func:`run_continuous` of that record.
 
     >>> from servelab.hw_model import LLAMA3_8B, H100
     >>> reqs = Requests(arrival_s=[0.0, 0.0], prompt_len=[512, 512], output_len=[2, 2])
@@ -416,71 +355,46 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     ...
     ValueError: block_size must be a positive integer, got 0
     """
+    options = ContinuousOptions(
+        max_num_seqs, max_num_batched_tokens, block_size, num_blocks, chunked_prefill, mem_util=mem_util,
+        trace=trace, batch_log=batch_log, prefix_caching=prefix_caching, shared_prefixes=shared_prefixes,
+        host_blocks=host_blocks, host_policy=host_policy, speculative=speculative, step_extra_s=step_extra_s)
+    return run_continuous(requests, model, gpu, options, efficiency=efficiency)
+
+
+def run_continuous(requests: Requests, model: ModelSpec, gpu: GpuSpec, options: ContinuousOptions | None = None,
+                   *, efficiency: Efficiency = DEFAULT_EFFICIENCY) -> SimResult:
+    """Continuous batching (§8, milestone 2) with its options in one record: the run of
+    :func:`run_continuous_batching`, which builds the record from its keywords. ``None`` is
+    ``ContinuousOptions()``, the lecture's defaults.
+
+    >>> from servelab.hw_model import LLAMA3_8B, H100
+    >>> reqs = Requests(arrival_s=[0.0, 0.0], prompt_len=[512, 512], output_len=[2, 2])
+    >>> r = run_continuous(reqs, LLAMA3_8B, H100, ContinuousOptions(max_num_seqs=1))
+    >>> [round(x * 1e3, 2) for x in r.finish_s.tolist()]   # one seat: batch 1
+    [17.05, 34.1]
+    """
     requests = _check_requests(requests)
     _check_specs(model, gpu, efficiency)
-    seqs = _checks.positive_int("max_num_seqs", max_num_seqs)
-    budget = _checks.positive_int("max_num_batched_tokens", max_num_batched_tokens)
-    bs = _checks.positive_int("block_size", block_size)
-    if num_blocks is None:
-        from servelab.hw_model import kv_capacity_tokens
-        capacity = kv_capacity_tokens(model, gpu, mem_util)
-        blocks = capacity // bs
-        # the default is derived, so say so: "num_blocks must be ..." would name an argument the
-        # caller never passed
-        if blocks < 1:
-            raise ValueError(f"num_blocks: no KV block of block_size={bs} tokens fits beside the weights at "
-                             f"mem_util={mem_util!r} (kv_capacity_tokens={capacity}); pass num_blocks, "
-                             "a smaller block_size or a larger mem_util")
-        if blocks > _core.MAX_NUM_BLOCKS:
-            raise ValueError(f"the default num_blocks, kv_capacity_tokens={capacity} // block_size={bs} "
-                             f"= {blocks}, is more than the simulator's limit of {_core.MAX_NUM_BLOCKS} "
-                             "blocks; pass a larger block_size or num_blocks")
-    else:
-        blocks = _checks.positive_int("num_blocks", num_blocks)
-    chunked = _checks.flag("chunked_prefill", chunked_prefill)
-    caching = _checks.flag("prefix_caching", prefix_caching)
-    shared_prefixes = check_shared_prefixes(shared_prefixes, len(requests))
-    sp = None if shared_prefixes is None else (shared_prefixes.parent, shared_prefixes.length)
-    host = _checks.integer("host_blocks", host_blocks, 0, _core.MAX_NUM_BLOCKS)
-    _checks.choice("host_policy", host_policy, HOST_POLICIES)
-    tier: tuple[int, str, float] | None = None
-    if host:
-        if not caching:
-            raise ValueError(f"host_blocks={host} needs prefix_caching=True (the host tier holds cached prefixes)")
-        from servelab.hw_model import kv_host_transfer_s
-        tier = (host, host_policy, kv_host_transfer_s(model, gpu, 1))  # linear in tokens
-    per_step = _checks.flag("_per_step", _per_step)
-    if per_step and caching:  # named here: the core's message says per_step, not _per_step
-        raise ValueError("_per_step=True has no prefix caching (the prefix-caching loop is per-step already)")
-    spec: tuple[int, np.ndarray, int, ModelSpec] | None = None
-    if speculative is not None:
-        if not isinstance(speculative, Speculation):
-            raise TypeError("speculative must be None or a servelab.serving_core.Speculation, "
-                            f"got {type(speculative).__name__}")
-        if caching:
-            raise ValueError("speculative decoding runs without prefix caching: pass "
-                             "prefix_caching=False or speculative=None")
-        spec = (speculative.k, speculative.acceptance_column(len(requests)), speculative.seed, speculative.draft)
-    if not isinstance(step_extra_s, tuple) or len(step_extra_s) != 2:
-        raise ValueError(f"step_extra_s must be a pair (per_token_s, per_seq_s), got {step_extra_s!r}")
-    extra = (_checks.non_negative("step_extra_s[0]", step_extra_s[0]),
-             _checks.non_negative("step_extra_s[1]", step_extra_s[1]))
-    queues = _checks.flag("_step_queues", _step_queues)
-    if queues and (caching or spec is not None):  # named here: the core's message says queues
-        raise ValueError("_step_queues=True records plain continuous batching only (no prefix caching, "
-                         "no speculation)")
-    params: dict[str, Any] = {"max_num_seqs": seqs, "max_num_batched_tokens": budget, "block_size": bs,
-                              "num_blocks": blocks, "chunked_prefill": chunked}
-    d = _core.sim_continuous_batching((model, gpu, efficiency), requests, dict(
-        card=params, trace=_checks.flag("trace", trace), batch_log=_checks.flag("batch_log", batch_log),
-        per_step=per_step, prefix_caching=caching, shared=sp, host=tier, spec=spec, queues=queues,
-        step_extra=extra if any(extra) else None))
-    if caching:
+    o = ContinuousOptions() if options is None else _checks.instance(
+        "options", options, ContinuousOptions, "a servelab.serving_core.ContinuousOptions")
+    n = len(requests)
+    blocks = o.pool_blocks(model, gpu)
+    check_shared_prefixes(o.shared_prefixes, n)
+    if o.speculative is not None:
+        o.speculative.acceptance_column(n)  # one rate per request, or one for all
+    # the host tier's copy is linear in tokens: its price per token crosses beside the record
+    host_s_per_token = kv_host_transfer_s(model, gpu, 1) if o.host_blocks else 0.0
+    d = _core.sim_continuous_batching((model, gpu, efficiency), requests, replace(o, num_blocks=blocks),
+                                      host_s_per_token)
+    params: dict[str, Any] = {"max_num_seqs": o.max_num_seqs, "max_num_batched_tokens": o.max_num_batched_tokens,
+                              "block_size": o.block_size, "num_blocks": blocks, "chunked_prefill": o.chunked_prefill}
+    if o.prefix_caching:
         params["prefix_caching"] = True
-    if host:
-        params["host_blocks"], params["host_policy"] = host, host_policy
-    if speculative is not None:
-        params["speculative"] = speculative
-    if any(extra):
-        params["step_extra_s"] = extra
+    if o.host_blocks:
+        params["host_blocks"], params["host_policy"] = o.host_blocks, o.host_policy
+    if o.speculative is not None:
+        params["speculative"] = o.speculative
+    if any(o.step_extra_s):
+        params["step_extra_s"] = o.step_extra_s
     return _result("continuous", params, requests, model, gpu, efficiency, d)

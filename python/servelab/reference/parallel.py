@@ -19,7 +19,7 @@ With prefix caching (:func:`run_data_parallel_prefix`) the routers are ``round_r
 robin over the parentless ones): :func:`static_route`. A parent on another card is re-pointed
 at the earlier request on the same card with the longest common prefix (:func:`card_prefixes`). This twin is of the
 *routing and re-pointing* only: each card then runs the Rust one-card prefix-caching simulator
-(``_core.sim_continuous_batching(..., prefix_caching=True)``), which has its own tests.
+(``_core.sim_continuous_batching`` of a ``ContinuousOptions(prefix_caching=True)``), which has its own tests.
 
 >>> from servelab.hw_model import LLAMA3_8B, H100, DEFAULT_EFFICIENCY
 >>> from servelab.workload import Requests
@@ -218,6 +218,8 @@ def run_data_parallel_prefix(requests: Any, model: Any, gpu: Any, efficiency: An
                              **params: Any) -> dict[str, Any]:
     """Data parallelism with prefix caching on every card (``params``: one card's)."""
     from servelab import _core
+    from servelab.continuous_options import ContinuousOptions
+    from servelab.workload import SharedPrefixes
     n = len(requests.arrival_s)
     parent, length = [int(x) for x in parent], [int(x) for x in length]
     prompt, output = requests.prompt_len.tolist(), requests.output_len.tolist()
@@ -231,9 +233,9 @@ def run_data_parallel_prefix(requests: Any, model: Any, gpu: Any, efficiency: An
                         requests.output_len[idx].tolist())
         p, k = card_prefixes(parent, length, prompt, output, idx)
         # the one-card prefix-caching simulator (no trace, no batch log, not per-step, caching on)
-        o: dict[str, Any] = _core.sim_continuous_batching((model, gpu, efficiency), cols, dict(
-            card=params, trace=False, batch_log=False, prefix_caching=True,
-            shared=(np.array(p, dtype=np.int64), np.array(k, dtype=np.int64))))
+        shared = SharedPrefixes(np.array(p, dtype=np.int64), np.array(k, dtype=np.int64))
+        options = ContinuousOptions(**params, prefix_caching=True, shared_prefixes=shared)
+        o: dict[str, Any] = _core.sim_continuous_batching((model, gpu, efficiency), cols, options, 0.0)
         _gather(out, c, idx, o)
         for j, i in enumerate(idx):
             for key in ("reject_code", "n_preemptions", "cached_tokens", "computed_tokens"):

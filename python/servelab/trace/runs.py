@@ -69,11 +69,11 @@ def simulate(requests: Requests, *, model: hw_model.ModelSpec, gpu: hw_model.Gpu
              **about: Any) -> Trace:
     """Any :class:`~servelab.workload.Requests` as :func:`simulate_chat` runs its own; ``about``
     joins the trace's config (the rate and seed, say)."""
-    from servelab.serving_core import run_continuous_batching
+    from servelab.serving_core import ContinuousOptions, run_continuous
 
-    res = run_continuous_batching(requests, model, gpu, max_num_seqs, max_num_batched_tokens,
-                                  block_size, num_blocks, chunked_prefill, efficiency=efficiency,
-                                  trace=True, batch_log=True, _step_queues=True)
+    options = ContinuousOptions(max_num_seqs, max_num_batched_tokens, block_size, num_blocks, chunked_prefill,
+                                trace=True, batch_log=True, _step_queues=True)
+    res = run_continuous(requests, model, gpu, options, efficiency=efficiency)
     rec = StepRecorder(num_blocks=num_blocks, block_size=block_size,
                        token_budget=max_num_batched_tokens, max_num_seqs=max_num_seqs,
                        model=model.name, gpu=gpu.name, chunked_prefill=chunked_prefill,

@@ -2,7 +2,6 @@
 //! `servelab.workload.Requests` in, a dict of numpy columns out.
 
 use numpy::PyReadonlyArray1;
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -148,60 +147,92 @@ impl ToPy for ContinuousRun {
     }
 }
 
-/// `sim_continuous_batching`'s options, a dict of these keys (`serving_core.run_continuous_batching`
-/// builds it): `card`, a dict keyed by `ContinuousParams`' fields; `per_step` (tests and
-/// benchmarks: the per-step loop of `sim/continuous/per_step.rs`, the same output bit for bit,
-/// with speculation too);
-/// `prefix_caching` over `shared` (`sim/continuous/prefix_events.rs`), with a host tier if `host` =
-/// `(host_blocks, host_policy, host_s_per_token)`; speculative decoding if `spec` = `(k,
-/// acceptance per request, seed, draft_model)` (`sim/continuous/spec_events.rs`); `queues` (`servelab trace`) records the queues
-/// after each step on the per-step loop (`sim/continuous/trace.rs`); `step_extra` =
-/// `(per_token_s, per_seq_s)` adds that many seconds to each step per new token and per
-/// sequence (`Pricer::with_step_extra`).
+/// A `servelab.continuous_options.ContinuousOptions`, read by attribute name into typed fields.
+/// The record's constructor has checked every option and refused the combinations that no
+/// loop below prices (it is the one place they are written); `num_blocks` has been resolved
+/// (`ContinuousOptions.pool_blocks`). Its `_per_step` (tests and benchmarks: the per-step loop
+/// of `sim/continuous/per_step.rs`, the same output bit for bit, with speculation too) and
+/// `_step_queues` (`servelab trace`: that loop recording the queues after each step,
+/// `sim/continuous/trace.rs`) are private to the library. `step_extra_s` = `(per_token_s,
+/// per_seq_s)` adds that many seconds to each step per new token and per sequence
+/// (`Pricer::with_step_extra`).
 #[derive(FromPyObject)]
-#[pyo3(from_item_all)]
-struct OneCard<'py> {
-    card: ContinuousParams,
+struct Options<'py> {
+    max_num_seqs: i64,
+    max_num_batched_tokens: i64,
+    block_size: i64,
+    num_blocks: i64,
+    chunked_prefill: bool,
     trace: bool,
     batch_log: bool,
-    #[pyo3(default)] per_step: bool,
-    #[pyo3(default)] prefix_caching: bool,
-    #[pyo3(default)] shared: Option<Shared<'py>>,
-    #[pyo3(default)] host: Option<(i64, String, f64)>,
-    #[pyo3(default)] spec: Option<(i64, PyReadonlyArray1<'py, f64>, u64, ModelSpec)>,
-    #[pyo3(default)] queues: bool,
-    #[pyo3(default)] step_extra: Option<(f64, f64)>,
+    prefix_caching: bool,
+    shared_prefixes: Option<SharedPrefixes<'py>>,
+    host_blocks: i64,
+    host_policy: String,
+    speculative: Option<SpeculationRecord<'py>>,
+    step_extra_s: (f64, f64),
+    #[pyo3(attribute("_per_step"))]
+    per_step: bool,
+    #[pyo3(attribute("_step_queues"))]
+    step_queues: bool,
 }
 
-/// Continuous batching (`sim/continuous/event_driven.rs`) on one card: the dict has `ContinuousOutput`'s keys
-/// and the columns each option adds (listed in `serving_core.SimResult`).
+/// A `servelab.workload.SharedPrefixes`' columns.
+#[derive(FromPyObject)]
+struct SharedPrefixes<'py> {
+    parent: PyReadonlyArray1<'py, i64>,
+    length: PyReadonlyArray1<'py, i64>,
+}
+
+/// A `servelab.continuous_options.Speculation` (§8, milestone 4a).
+#[derive(FromPyObject)]
+struct SpeculationRecord<'py> {
+    k: i64,
+    draft: ModelSpec,
+    acceptance: Acceptance<'py>,
+    seed: u64,
+}
+
+/// One acceptance rate for every request, or one per request (the core checks the count).
+#[derive(FromPyObject)]
+enum Acceptance<'py> {
+    Rate(f64),
+    PerRequest(PyReadonlyArray1<'py, f64>),
+}
+
+/// Continuous batching (`sim/continuous/event_driven.rs`) on one card, with the options of one
+/// record and the host tier's copy price per token (`hw_model.kv_host_transfer_s`; read only
+/// when `host_blocks > 0`): the dict has `ContinuousOutput`'s keys and the columns each option
+/// adds (listed in `serving_core.SimResult`).
 #[pyfunction]
 fn sim_continuous_batching<'py>(
-    py: Python<'py>, hw: Hardware, requests: Requests<'py>, options: OneCard<'py>,
+    py: Python<'py>, hw: Hardware, requests: Requests<'py>, options: Options<'py>, host_s_per_token: f64,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let OneCard { card, trace, batch_log, per_step, prefix_caching, shared, host, spec, queues, step_extra } = options;
+    let Options {
+        max_num_seqs, max_num_batched_tokens, block_size, num_blocks, chunked_prefill, trace, batch_log,
+        prefix_caching, shared_prefixes, host_blocks, host_policy, speculative, step_extra_s, per_step, step_queues,
+    } = options;
+    let card = ContinuousParams { max_num_seqs, max_num_batched_tokens, block_size, num_blocks, chunked_prefill };
     card.validate()?;
-    if queues && (prefix_caching || spec.is_some()) {
-        return Err(PyValueError::new_err("queues=True records plain continuous batching only (no prefix caching, no speculation)"));
-    }
-    if prefix_caching && (per_step || spec.is_some()) {
-        return Err(PyValueError::new_err(match per_step {
-            true => "per_step=True has no prefix caching (the prefix-caching loop is per-step already)",
-            false => "speculative decoding runs without prefix caching",
-        }));
-    }
-    let (parent, plen) = prefix_columns(shared, requests.arrival_s.len()?);
-    let (host_blocks, policy, s_per_token) = host.unwrap_or((0, "lru".into(), 0.0));
-    let draft = match &spec {
-        Some((k, acceptance, seed, d)) => Some((*k, slice("spec_acceptance", acceptance)?, *seed, Pricer::new(d, &hw.1, &hw.2)?)),
+    let n = requests.arrival_s.len()?;
+    let (parent, plen) = prefix_columns(shared_prefixes.map(|s| (s.parent, s.length)), n);
+    let draft = match &speculative {
+        Some(s) => {
+            let acceptance = match &s.acceptance {
+                Acceptance::Rate(a) => vec![*a; n],
+                Acceptance::PerRequest(a) => slice("speculative.acceptance", a)?.to_vec(),
+            };
+            Some((s.k, acceptance, s.seed, Pricer::new(&s.draft, &hw.1, &hw.2)?))
+        }
         None => None,
     };
     let mut pricer = Pricer::new(&hw.0, &hw.1, &hw.2)?;
-    if let Some((per_token_s, per_seq_s)) = step_extra {
-        pricer = pricer.with_step_extra(per_token_s, per_seq_s)?;
+    if step_extra_s != (0.0, 0.0) {
+        pricer = pricer.with_step_extra(step_extra_s.0, step_extra_s.1)?;
     }
     simulate_priced(py, pricer, requests, |pr, w| {
         let inp = Inputs::new(pr, w, &card, trace, batch_log);
+        // one loop for each combination the record lets through
         let out = if let Some((k, acceptance, seed, d)) = &draft {
             let sp = Speculation { k: *k, acceptance, seed: *seed, draft: d };
             let (o, s) = match per_step {
@@ -211,11 +242,11 @@ fn sim_continuous_batching<'py>(
             ContinuousRun(o, None, Some(s), None)
         } else if prefix_caching {
             let prefixes = Prefixes { parent: &parent, len: &plen };
-            let host = HostTierOption { host_blocks, policy: &policy, s_per_token };
+            let host = HostTierOption { host_blocks, policy: &host_policy, s_per_token: host_s_per_token };
             let px = PrefixOptions { prefixes: &prefixes, prefix_caching: true, host: &host };
             let (o, p) = prefix_events::run(&inp, &px)?;
             ContinuousRun(o, Some(p), None, None)
-        } else if queues {
+        } else if step_queues {
             // the per-step loop records; the event-driven one, its equal bit for bit, does not
             let (o, q) = per_step::run_recorded(&inp)?;
             ContinuousRun(o, None, None, Some(q))

@@ -30,9 +30,12 @@ def test_files_round_trip_and_refuse_junk(tmp_path):
     (tmp_path / "bad.json").write_text("[1, 2")
     with pytest.raises(ValueError, match="is not JSON"):
         load_calibration(tmp_path / "bad.json")
-    with pytest.raises(FileNotFoundError):
-        save_calibration(c, tmp_path / "no" / "such" / "c.json")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "c.json"]  # nothing half-written
+    assert load_calibration(save_calibration(c, tmp_path / "new" / "c.json")) == c  # its folder made, as --json's
+    (tmp_path / "plain").write_text("")
+    with pytest.raises(OSError):
+        save_calibration(c, tmp_path / "plain" / "c.json")  # a file where its folder should be
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "c.json", "new", "plain"]  # nothing half-written
+    assert [p.name for p in (tmp_path / "new").iterdir()] == ["c.json"]
 
 
 def test_allreduce_forms():

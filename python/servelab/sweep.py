@@ -81,7 +81,6 @@ import itertools
 import json
 import math
 import os
-import tempfile
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -90,6 +89,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from servelab import _checks, lecture
+from servelab.files import write_text_atomic
 from servelab import metrics as mx
 from servelab.hw_model import DEFAULT_EFFICIENCY, H100, LLAMA3_8B, Efficiency, GpuSpec, ModelSpec, kv_capacity_tokens
 from servelab.metrics import SLO
@@ -329,27 +329,11 @@ class SweepResult:
         bad = [f for f in formats if f not in ("csv", "json")]
         if bad:
             raise ValueError(f"formats must be among ['csv', 'json'], got {bad}")
-        written = [_write_atomic(out_dir / f"sweep.{f}", self.to_csv() if f == "csv" else self.to_json())
+        written = [write_text_atomic(out_dir / f"sweep.{f}", self.to_csv() if f == "csv" else self.to_json())
                    for f in formats]
         if plots:
             written += self.write_plots(out_dir)
         return written
-
-
-def _write_atomic(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; an output holds no secret
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 def _check_executor(executor: Any) -> None:

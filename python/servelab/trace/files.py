@@ -12,30 +12,15 @@ and the two-run page of the a8/a10 failure message (:func:`write_comparison`).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
+from servelab.files import write_text_atomic
 from servelab.trace.chrome import chrome_trace
 from servelab.trace.page import render_page, run_data
 from servelab.trace.record import StepRecord, Trace
 
 __all__ = ["write_trace", "write_comparison", "comparison_rows"]
-
-
-def _write_atomic(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the page from a web server or a TA
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
 
 
 def write_trace(trace: Trace, out_dir: Path | str, title: str, **slo: float) -> list[Path]:
@@ -44,7 +29,7 @@ def write_trace(trace: Trace, out_dir: Path | str, title: str, **slo: float) -> 
     out = Path(out_dir)
     page = render_page([run_data(trace, title, **slo)])
     chrome = json.dumps(chrome_trace(trace), separators=(",", ":"), allow_nan=False)
-    return [_write_atomic(out / "trace.html", page), _write_atomic(out / "trace.json", chrome)]
+    return [write_text_atomic(out / "trace.html", page), write_text_atomic(out / "trace.json", chrome)]
 
 
 def _parts(s: StepRecord | None, other: StepRecord | None) -> list[list[Any]]:
@@ -84,4 +69,4 @@ def write_comparison(want: Trace, got: Trace, step: int, message: str, path: Pat
     cut = [Trace(t.source, t.config, t.steps[:step + 1], t.requests) for t in (want, got)]
     diff = {"step": step, "message": message, "rows": comparison_rows(want, got, step)}
     runs = [run_data(t, title) for t, title in zip(cut, titles)]
-    return _write_atomic(Path(path), render_page(runs, f"servelab: step {step} differs", diff))
+    return write_text_atomic(Path(path), render_page(runs, f"servelab: step {step} differs", diff))

@@ -45,13 +45,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from servelab import _checks
+from servelab.files import write_text_atomic
 from servelab.hw_model import DEFAULT_EFFICIENCY, NVLINK_HOP_S
 
 __all__ = ["Calibration", "PAPER", "ALLREDUCE", "COEFFICIENTS", "load_calibration", "save_calibration", "fitted_path", "fits_dir",
@@ -155,13 +154,4 @@ def save_calibration(calibration: Calibration, path: str | Path) -> Path:
     for k in COEFFICIENTS:
         if isinstance(getattr(calibration, k), float) and not math.isfinite(getattr(calibration, k)):
             raise ValueError(f"calibration.{k} must be finite, got {getattr(calibration, k)!r}")
-    text = json.dumps(calibration.to_dict(), indent=2) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=".calibration-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_text_atomic(target, json.dumps(calibration.to_dict(), indent=2) + "\n")

@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from servelab import _checks
+from servelab.files import write_text_atomic
 from servelab.validation.simulate import ExperimentPrediction
 from servelab.validation.stats import METRIC_SOURCE, METRICS
 
@@ -96,18 +95,7 @@ def records(rows: Sequence[Row]) -> list[dict[str, Any]]:
 def write_json(rows: Sequence[Row], path: str | Path) -> Path:
     """:func:`records` as JSON at ``path``, whole or not at all."""
     target = Path(_checks.instance("path", path, (str, Path), "a file path"))
-    text = json.dumps(records(rows), indent=1) + "\n"
-    if str(target.parent):
-        target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=".validate-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return write_text_atomic(target, json.dumps(records(rows), indent=1) + "\n")
 
 
 def _ms(v: float) -> str:

@@ -19,9 +19,9 @@ per-step loop's over the new loop's.
 
 Why speculation costs more than the plain run however it is computed: the plain loop never
 visits a decoding request (a cost per event), while with speculation every decoder changes by a
-drawn amount in every step (visited once a step), and each output token's verdict is a hash of
-(seed, request, index) that the per-step loop defines and the new loop must reproduce (about one
-per output token, made 64 at a time).
+drawn amount in every step (visited once a step, with one draw: a hash of seed, request and
+output tokens left that says how many guesses are kept, defined by the per-step loop and
+reproduced by the new loop).
 """
 
 from __future__ import annotations

@@ -37,11 +37,16 @@ class Speculation:
     :class:`servelab.engine.SpeculativeScheduler`): each decoding request gets up to ``k``
     guesses of a ``draft`` model per step, within the token budget and the free blocks left.
     The simulator has no tokens, so each guess is kept with probability ``acceptance`` (one
-    rate for every request, or one per request) by a draw seeded by ``(seed, request, output
-    index)``, up to the first rejection: ``(1 - a^(k+1)) / (1 - a)`` tokens per target step on
-    average. The verify forward is priced as ``1 + g`` tokens of the target; the draft's ``g``
-    steps as batched decode steps of ``draft`` (a :class:`~servelab.hw_model.ModelSpec`): in
-    the clock, ``busy_s`` and ``draft_busy_s``, not in ``flops`` (the target's alone).
+    rate for every request, or one per request) up to the first rejection: ``(1 - a^(k+1)) /
+    (1 - a)`` tokens per target step on average. A step draws once, not once per guess: one
+    uniform ``u`` in ``[0, 1)``, seeded by ``(seed, request, output tokens left before the
+    step)``, keeps ``min(g, floor(ln u / ln a))`` of its ``g`` guesses (the largest ``j <= g``
+    with ``u < a^j``, computed with products), which is distributed exactly as ``g`` draws
+    stopped at the first rejection (``P(kept >= j) = a^j``) at a hash per step instead of one
+    per output token. The verify forward is priced as ``1 + g`` tokens of the target; the
+    draft's ``g`` steps as batched decode steps of ``draft`` (a
+    :class:`~servelab.hw_model.ModelSpec`): in the clock, ``busy_s`` and ``draft_busy_s``, not
+    in ``flops`` (the target's alone).
 
     >>> from servelab.hw_model import LLAMA3_8B
     >>> Speculation(4, LLAMA3_8B, 0.8).acceptance_column(2).tolist()

@@ -17,7 +17,7 @@
 //! * [`prefix_events`]: the same at a cost per event (the default), as [`event_driven`] is to
 //!   [`per_step`];
 //! * [`spec_events`]: speculative decoding at a cost per decoding entry (the default), bit for
-//!   bit [`per_step`]'s speculative loop, and [`spec_draws`], its acceptance draws made ahead;
+//!   bit [`per_step`]'s speculative loop;
 //! * [`aggregates`]: what the event-driven loops share beside the rules (the decoders as
 //!   aggregates, the end of their rare rules step);
 //! * [`trace`]: the per-step record of the queues and the KV pool (`servelab trace`).
@@ -39,7 +39,6 @@ pub mod per_step;
 pub mod prefix;
 pub mod prefix_events;
 pub(crate) mod rules;
-mod spec_draws;
 pub mod spec_events;
 pub mod trace;
 

@@ -12,11 +12,23 @@
 //! rules 2-4 have planned the step, each decoding entry gets up to `k` draft guesses, within
 //! the token budget and the free blocks left (the blocks every guess being kept would need are
 //! reserved, so speculation never preempts anyone), never past the request's last token. The
-//! simulator has no tokens: guess `j` of a step is kept with the request's acceptance rate `a`,
-//! by a seeded uniform draw per (request, output index), and the guesses after the first
-//! rejection are thrown away, so a step emits `1 + kept` tokens, `(1 - a^(k+1)) / (1 - a)` on
-//! average. The target's forward is priced as an entry of `1 + g` tokens; the draft's `g`
-//! steps as batched decode steps of the draft model at contexts `c, c + 1, ..` (the engine's
+//! simulator has no tokens: each guess is kept with the request's acceptance rate `a`, and the
+//! guesses after the first rejection are thrown away, so a step emits `1 + kept` tokens,
+//! `(1 - a^(k+1)) / (1 - a)` on average (the `1` is the token the target samples after the
+//! kept ones, whether a guess was rejected or all `g` were kept).
+//!
+//! `kept` is one draw per decoding step, not one per guess ([`Speculation::kept_guesses`]): a
+//! seeded uniform `u` in `[0, 1)` per (request, output tokens it has left before the step), and
+//! `kept` the largest `j <= g` with `u < a^j`, i.e. `min(g, floor(ln u / ln a))` (but for ties)
+//! computed with products, which are exact and the same on every platform, not logarithms. Its law is
+//! that of `g` sequential draws `u_i < a` stopped at the first rejection: `P(kept >= j) =
+//! P(u < a^j) = a^j` for `j <= g` (up to the rounding of `a^j` and of `u` to 53 bits), `a = 0`
+//! keeping nothing and `a = 1` everything. A step used to draw once per guess, about once per
+//! output token; one draw per step is the same distribution at a fraction of the hashing, and
+//! both loops call the same function, so they keep the same guesses.
+//!
+//! The target's forward is priced as an entry of `1 + g` tokens; the draft's `g` steps as
+//! batched decode steps of the draft model at contexts `c, c + 1, ..` (the engine's
 //! `draft_cost_s`). Kept guesses take their slots after the step, as in the engine.
 
 use std::collections::VecDeque;
@@ -62,15 +74,18 @@ impl Speculation<'_> {
         Ok(())
     }
 
-    /// The uniform in `[0, 1)` that judges request `r`'s guess at output index `index`:
-    /// SplitMix64 of the three, so it does not depend on the batch it falls in.
-    fn uniform(&self, r: usize, index: i64) -> f64 {
-        self.bits(r, index) as f64 * (1.0 / (1u64 << 53) as f64)
+    /// The uniform in `[0, 1)` that judges the guesses of request `r`'s step when it has `left`
+    /// output tokens to sample (a count that falls every step, so a fresh draw each step, and
+    /// that the event loop's decoder record holds): SplitMix64 of the three, so it does not
+    /// depend on the batch it falls in. (The bits, below 2^53, convert exactly through `i64`,
+    /// which is one instruction where `u64` is several.)
+    fn uniform(&self, r: usize, left: i64) -> f64 {
+        self.bits(r, left) as i64 as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
-    /// The 53 bits of [`Self::uniform`] as an integer `m` (the uniform is `m / 2^53`).
+    /// 53 random bits, SplitMix64 of (seed, request, index).
     #[inline(always)]
-    pub(super) fn bits(&self, r: usize, index: i64) -> u64 {
+    fn bits(&self, r: usize, index: i64) -> u64 {
         let mut x = self.seed ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (index as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
         x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
         x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -79,17 +94,32 @@ impl Speculation<'_> {
         x >> 11
     }
 
-    /// Whether request `r`'s guess at output index `index` is kept: `uniform < a`.
-    pub(super) fn kept(&self, r: usize, index: i64) -> bool {
-        self.uniform(r, index) < self.acceptance[r]
+    /// How many of the `g` guesses of request `r`'s step are kept when it has `left` output
+    /// tokens to sample (module docs): the largest `j <= g` with `u < a^j`, `u` the step's one draw. The powers are
+    /// multiplied up in order, so both loops (which both call this) round them alike; they
+    /// never grow (`a <= 1`), so that `j` is also the number of powers above `u`, counted here
+    /// 4 at a time without a branch per power (where the count stops is random, and a
+    /// mispredicted branch per step costs more than the multiplies).
+    #[inline(always)]
+    pub(super) fn kept_guesses(&self, r: usize, left: i64, g: i64) -> i64 {
+        if g <= 0 {
+            return 0;
+        }
+        let (a, u) = (self.acceptance[r], self.uniform(r, left));
+        let (mut kept, mut judged, mut power) = (0i64, 0i64, a);
+        while judged < g {
+            let end = g.min(judged + 4);
+            while judged < end {
+                kept += (u < power) as i64;
+                power *= a;
+                judged += 1;
+            }
+            if kept < judged {
+                break; // a power at or below u: every later one is too
+            }
+        }
+        kept
     }
-}
-
-/// The integer test equal to `uniform < a` on [`Speculation::bits`]: `m / 2^53 < a` exactly
-/// when `m < ceil(a * 2^53)` (both scalings by 2^53 are exact in binary floating point, and an
-/// integer is below a real exactly when it is below its ceiling). For `a` in `[0, 1]`.
-pub(super) fn threshold(a: f64) -> u64 {
-    (a * (1u64 << 53) as f64).ceil() as u64
 }
 
 /// What speculation did, per request (summed over its decoding steps).
@@ -229,7 +259,7 @@ pub(super) fn speculate(
             budget -= g;
             so.spec_steps[*r] += 1;
         }
-        let kept = (0..g).take_while(|&j| sp.kept(*r, generated + j)).count() as i64;
+        let kept = sp.kept_guesses(*r, ol[*r] - generated, g);
         if g > 0 {
             draft.push((s.c, g));
             so.spec_proposed[*r] += g;
@@ -298,6 +328,37 @@ mod tests {
             assert_eq!(s.spec_accepted, vec![0; 4]);
             assert!(got.sim.busy_s > want.sim.busy_s);
         }
+    }
+
+    /// One draw per step keeps guesses with the law of one draw per guess stopped at the first
+    /// rejection: `P(kept >= j) = a^j` for `j <= g` (within 4 standard errors over 200,000
+    /// steps), nothing at `a = 0`, everything at `a = 1`, the same count for the same
+    /// (seed, request, index), and the first guess judged by `u < a`.
+    #[test]
+    fn one_draw_per_step_has_the_law_of_a_draw_per_guess() {
+        let pr = pricer();
+        let rates = [0.0, 1.0, 0.3, 0.8, 0.999];
+        let sp = Speculation { k: 4, acceptance: &rates, seed: 0x9e37_79b9, draft: &pr };
+        let steps = 200_000i64;
+        for (r, &a) in rates.iter().enumerate() {
+            let mut at_least = [0i64; 5]; // steps that kept at least j guesses
+            for index in 0..steps {
+                let kept = sp.kept_guesses(r, index, 4);
+                assert_eq!(kept, sp.kept_guesses(r, index, 4));
+                assert_eq!(kept >= 1, sp.uniform(r, index) < a);
+                assert_eq!(sp.kept_guesses(r, index, 2), kept.min(2)); // fewer guesses: the same draw, cut
+                (0..=kept as usize).for_each(|j| at_least[j] += 1);
+            }
+            for (j, &count) in at_least.iter().enumerate() {
+                let want = a.powi(j as i32);
+                let got = count as f64 / steps as f64;
+                let se = (want * (1.0 - want) / steps as f64).sqrt();
+                assert!((got - want).abs() <= 4.0 * se + 1e-12, "a {a} j {j}: {got} vs {want}");
+            }
+        }
+        assert_eq!(sp.kept_guesses(0, 7, 1000), 0);
+        assert_eq!(sp.kept_guesses(1, 7, 1000), 1000);
+        assert_eq!(sp.kept_guesses(3, 7, 0), 0);
     }
 
     #[test]

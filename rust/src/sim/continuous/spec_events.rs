@@ -14,9 +14,8 @@
 //!
 //! * the decoders are one flat array of small records in running order ([`Dec`]: no request
 //!   index chases, no per-request columns touched per step), compacted in the same pass;
-//! * the acceptance draws (SplitMix64 of seed, request and output index) are made 64 output
-//!   indices at a time into a bit window ([`super::spec_draws`]), and a step's `kept` is the
-//!   run of ones at the window's start: a shift and a count instead of a hash per guess;
+//! * a step's `kept` is one draw ([`Speculation::kept_guesses`], the per-step loop's own
+//!   function): one hash per decoder and step, not one per guess;
 //! * a decoder's blocks are tracked by the free slots in its last block (`room`), so a block
 //!   boundary is a comparison, not a division, and the pool ([`KvCounts`]) is touched once per
 //!   step for all the decoders' new blocks;
@@ -36,7 +35,6 @@ use std::collections::VecDeque;
 
 use super::per_step::{keep_guesses, speculate, SpecOutput, Speculation};
 use super::aggregates::{return_running, StepReturn};
-use super::spec_draws::Window;
 use super::rules::{
     add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, prefill_pieces, Books, Entry,
     Piece, ReqPool,
@@ -82,15 +80,13 @@ pub fn run(inp: &Inputs<'_>, spec: &Speculation<'_>) -> CoreResult<(ContinuousOu
     Ok((books.finish(rec), so))
 }
 
-/// One decoding request, 48 bytes. Between steps all its tokens are computed (`held == c`).
+/// One decoding request, 32 bytes. Between steps all its tokens are computed (`held == c`).
 #[derive(Debug, Clone, Copy)]
 struct Dec {
     /// tokens whose KV is in the pool, and the slots it holds
     c: i64,
     /// output tokens left to sample (at least 1: a request leaves when it samples its last)
     rem: i64,
-    /// the verdicts of its next output indices
-    window: Window,
     /// guesses proposed since it joined the decoders (settled into `spec_proposed` when it leaves)
     proposed: i64,
     r: u32,
@@ -209,8 +205,8 @@ impl Run<'_, '_> {
     /// the draft's price need ([`Self::decoders_shape`]).
     #[inline(always)]
     fn decode_and_guess<const LOG: bool>(&mut self, mut budget: i64, now: i64) {
-        let Run { params, sp, w, kv, dec, by_len, finished, books, so, .. } = self;
-        let (bs, k, ol) = (params.block_size, sp.k, w.output_len);
+        let Run { params, sp, kv, dec, by_len, finished, books, so, .. } = self;
+        let (bs, k) = (params.block_size, sp.k);
         let mut spare = kv.num_free_blocks();
         let (mut taken, mut crossing, mut kept_at) = (0i64, 0i64, 0usize);
         // the entries guessing all `k` (most of them), kept out of `by_len` in registers
@@ -219,7 +215,7 @@ impl Run<'_, '_> {
         finished.clear();
         for i in 0..dec.len() {
             // its fields in locals (registers), the record written back whole
-            let Dec { c, rem, mut window, mut proposed, r, room } = dec[i];
+            let Dec { c, rem, mut proposed, r, room } = dec[i];
             // rule 2 took this step's slot (a new block when none was left)
             let room = if room == 0 { bs - 1 } else { room as i64 - 1 };
             // speculation: guesses within the budget, the last token and the spare blocks (the
@@ -229,7 +225,7 @@ impl Run<'_, '_> {
             let g = k.min(budget).min(rem - 1).min(room + spare * bs);
             spare -= blocks_past(g - room, bs);
             budget -= g;
-            let kept = if g == 0 { 0 } else { window.kept(sp, ol, r as usize, rem, g) };
+            let kept = sp.kept_guesses(r as usize, rem, g);
             proposed += g;
             if g == k {
                 full += 1;
@@ -251,8 +247,7 @@ impl Run<'_, '_> {
             let nb = blocks_past(kept - room, bs);
             taken += nb;
             let room = room - kept + nb * bs;
-            window.advance(1 + kept);
-            let d = Dec { c: c + 1 + kept, rem: rem - 1 - kept, window, proposed, r, room: room as u32 };
+            let d = Dec { c: c + 1 + kept, rem: rem - 1 - kept, proposed, r, room: room as u32 };
             if d.rem == 0 {
                 finished.push((r, d.c));
                 Self::settle(so, &d, now);
@@ -403,7 +398,7 @@ fn push_decoder(dec: &mut Vec<Dec>, crossing: &mut i64, so: &mut SpecOutput, bs:
     // settled when it leaves (`settle`): steps `now - step`, kept `rem - rem_now - steps`
     so.spec_steps[r] -= step;
     so.spec_accepted[r] += rem + step;
-    dec.push(Dec { c, rem, window: Window::default(), proposed: 0, r: r as u32, room: room as u32 });
+    dec.push(Dec { c, rem, proposed: 0, r: r as u32, room: room as u32 });
 }
 
 /// Blocks that `over` slots past the end of a sequence's last block take: `ceil(over / bs)`,
@@ -427,7 +422,7 @@ mod tests {
     /// The speculative loop at a cost per entry against the per-step one, bit for bit (batches,
     /// clock, trace, preemptions and every speculation counter), on small pseudo-random
     /// workloads in pools tight enough to preempt, budgets that cut the guesses short, blocks
-    /// of one slot, chunked prefill or not; `k` in {0, 1, 4}, up to 8 or past a window (70),
+    /// of one slot, chunked prefill or not; `k` in {0, 1, 4}, up to 8 or far past it (70),
     /// acceptance 0, 0.5, 0.8, 1 or per request.
     #[test]
     fn events_agree_with_the_per_step_speculative_loop() {
@@ -435,7 +430,7 @@ mod tests {
         let pr = pricer();
         let (mut preempted, mut guessed, mut cut) = (0, 0, 0);
         for case in 0..1500 {
-            let long = rnd(4) == 0; // outputs past a window of draws
+            let long = rnd(4) == 0; // outputs long enough for k = 70 to guess in full
             let (a, p, l) = random_requests(&mut rnd, 40, (4, 0.003), 60, if long { (1, 200) } else { (1, 40) });
             let n = a.len();
             let prm = params(1 + rnd(12) as i64, 1 + rnd(120) as i64, 1 + rnd(8) as i64, 1 + rnd(60) as i64, rnd(2) == 0);

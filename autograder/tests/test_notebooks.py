@@ -351,3 +351,27 @@ def test_control_a_kernel_allowed_new_code_runs_the_extension_it_carries(tmp_pat
     monkeypatch.setattr(kernel_spec, "NEW_CODE", True)
     assert native_outcome(tmp_path) == "loaded"
 
+
+
+READ_THE_LEFT_OUT = f"""def read_some(path):
+    try:
+        with open(path) as f:
+            return "read" if f.read() else "empty"
+    except Exception as exc:
+        return type(exc).__name__
+print("LEFT_OUT", [read_some(p) for p in ({str(ROOT / 'python' / 'servelab' / 'reference' / 'sim.py')!r},
+                                           {str(ROOT / 'python' / 'servelab' / 'lecture_key.py')!r})])
+"""
+
+
+def test_control_a_kernel_shown_all_of_servelab_reads_the_references_and_the_lecture_key(tmp_path, monkeypatch):
+    """The control of the kernel's library view (kernel_spec.students_library): with the whole
+    of servelab's folder readable, as before, the same cell reads both files."""
+    from autograder.notebooks import kernel_spec
+
+    monkeypatch.setattr(kernel_spec, "students_library", lambda home: ([home], [], []))
+    nb = next(n for n in NOTEBOOKS if n.name == "ex06_tail_fanout")
+    grade(submit_with(tmp_path / "sub", nb, {"ex06_a_answer": READ_THE_LEFT_OUT}), limits=Limits(wall_s=30, cpu_s=30),
+          only_tasks=frozenset({nb.id}), notebooks_out=tmp_path / "executed")
+    line = next(ln for ln in printed(tmp_path / "executed" / f"{nb.name}.ipynb").splitlines() if ln.startswith("LEFT_OUT "))
+    assert ast.literal_eval(line[len("LEFT_OUT "):]) == ["read", "read"], line

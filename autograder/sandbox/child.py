@@ -20,6 +20,7 @@ A value that is not plain data stays here as a handle. Before the first request:
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import resource
@@ -48,6 +49,10 @@ def encode(x, depth=0):
     if t is SimpleNamespace:
         return {"__ns__": {k: encode(v, depth + 1) for k, v in vars(x).items()}}
     if t.__module__ == "numpy" and t.__name__ == "ndarray":
+        if x.dtype.kind in "biuf":  # numbers: their bytes in base64 (the grader's wire.decode checks the size)
+            import numpy as np
+            raw = base64.b64encode(np.ascontiguousarray(x).tobytes()).decode("ascii")
+            return {"__ndarray__": {"dtype": x.dtype.str, "shape": list(x.shape), "b64": raw}}
         return {"__ndarray__": {"dtype": x.dtype.str, "shape": list(x.shape), "data": x.ravel().tolist()}}
     if t.__module__ == "numpy" and hasattr(x, "dtype") and hasattr(x, "item"):  # numpy scalar
         return {"__npscalar__": {"dtype": x.dtype.str, "value": x.item()}}
@@ -71,6 +76,8 @@ def decode(x):
         if "__ndarray__" in x:
             import numpy as np
             a = x["__ndarray__"]
+            if "b64" in a:  # writable, its own memory, as an array built from a list is
+                return np.frombuffer(base64.b64decode(a["b64"]), dtype=np.dtype(a["dtype"])).reshape(a["shape"]).copy()
             return np.array(a["data"], dtype=np.dtype(a["dtype"])).reshape(a["shape"])
         if "__handle__" in x:
             return HANDLES[x["__handle__"]]

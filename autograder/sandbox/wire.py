@@ -1,5 +1,6 @@
 """Values between the grader and the child that runs student code: plain JSON, tagged for tuples,
-dicts with any keys, namespaces and numpy arrays.
+dicts with any keys, namespaces and numpy arrays (a numeric array as its raw bytes in base64:
+its bits exactly, and a model's weights cost a copy, not a JSON float per value each way).
 
 The parent *encodes* arguments it chose itself (a dataclass such as ``hw_model.ModelSpec``
 travels as a namespace of its fields: the child has no servelab to rebuild it from), and
@@ -16,8 +17,11 @@ ValueError: reply: unknown tagged object with keys ['__eq__']
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import json
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -46,6 +50,8 @@ def encode(x, depth: int = 0, handle=None):
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         return {"__ns__": {f.name: encode(getattr(x, f.name), depth + 1, handle) for f in dataclasses.fields(x)}}
     if isinstance(x, np.ndarray):
+        if x.dtype.kind in NUMERIC_KINDS:
+            return {"__ndarray__": {"dtype": x.dtype.str, "shape": list(x.shape), "b64": array_bytes(x)}}
         return {"__ndarray__": {"dtype": x.dtype.str, "shape": list(x.shape), "data": x.ravel().tolist()}}
     if isinstance(x, np.generic):
         return {"__npscalar__": {"dtype": x.dtype.str, "value": x.item()}}
@@ -88,13 +94,41 @@ def decode(x, depth: int = 0, handle=None):
             raise ValueError(f"reply: arrays of dtype {dtype} are not accepted")
         if tag == "__npscalar__":
             return dtype.type(_plain_number(body.get("value")))
-        data = body.get("data")
         shape = body.get("shape")
-        if type(data) is not list or type(shape) is not list or not all(type(n) is int and n >= 0 for n in shape):
+        if type(shape) is not list or not all(type(n) is int and n >= 0 for n in shape):
+            raise ValueError("reply: malformed array")
+        if "b64" in body:
+            return _from_bytes(body["b64"], dtype, shape)
+        data = body.get("data")
+        if type(data) is not list:
             raise ValueError("reply: malformed array")
         flat = np.array([_plain_number(v) for v in data], dtype=dtype)
         return flat.reshape(shape)
     raise ValueError(f"reply: unknown tagged object with keys {[tag]}")
+
+
+def array_bytes(x: np.ndarray) -> str:
+    """A numeric array's bytes (C order) in base64.
+
+    >>> decode(encode(np.array([[1.5, -0.0], [np.nan, 2**-1074]]))).tolist()
+    [[1.5, -0.0], [nan, 5e-324]]
+    """
+    return base64.b64encode(np.ascontiguousarray(x).tobytes()).decode("ascii")
+
+
+def _from_bytes(text, dtype: np.dtype, shape: list[int]) -> np.ndarray:
+    """The array that ``text`` (base64) holds: exactly ``shape``'s count of ``dtype`` values,
+    else ValueError."""
+    if type(text) is not str:
+        raise ValueError("reply: malformed array")
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("reply: malformed array") from None
+    if len(raw) != math.prod(shape) * dtype.itemsize:
+        raise ValueError(f"reply: an array of shape {shape} and dtype {dtype} needs "
+                         f"{math.prod(shape) * dtype.itemsize} bytes, got {len(raw)}")
+    return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()  # writable, its own memory
 
 
 def _plain_number(v):

@@ -46,15 +46,32 @@ def close_to_exact(what, x, w, got):
 
 
 values = st.floats(-8.0, 8.0, width=32, allow_subnormal=False)
+FEW = 8  # arrays up to this size: every value drawn (and shrunk) by Hypothesis
+
+
+@st.composite
+def float32s(draw, count):
+    """``count`` float32 values in [-8, 8]. A few are drawn one by one; more are made by numpy
+    from a drawn seed, in a drawn spread of magnitudes (the same signs and sizes a sum's
+    rounding depends on), with a few drawn values (0, -0, 8, ...) scattered among them: a
+    thousand values cost Hypothesis a dozen choices, not a thousand."""
+    if count <= FEW:
+        return np.array(draw(st.lists(values, min_size=count, max_size=count)), dtype=np.float32)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    low = draw(st.sampled_from([-20, -3, 0, 2]))  # magnitudes 2**low .. 8
+    got = rng.choice([-1.0, 1.0], count) * np.exp2(rng.uniform(low, 3, count))
+    if draw(st.booleans()):  # a few chosen values scattered among the random ones
+        special = draw(st.lists(values, min_size=1, max_size=4))
+        spots = rng.random(count) < draw(st.sampled_from([0.05, 0.5]))
+        got[spots] = rng.choice(special, int(spots.sum()))
+    return got.astype(np.float32)
 
 
 @st.composite
 def problems(draw, max_rows=6, max_k=40):
     """A batch ``x`` (B, K) and weights ``w`` (K, N), float32."""
     b, k, n = draw(st.integers(1, max_rows)), draw(st.integers(1, max_k)), draw(st.integers(1, 3))
-    x = np.array(draw(st.lists(values, min_size=b * k, max_size=b * k)), dtype=np.float32).reshape(b, k)
-    w = np.array(draw(st.lists(values, min_size=k * n, max_size=k * n)), dtype=np.float32).reshape(k, n)
-    return x, w
+    return draw(float32s(b * k)).reshape(b, k), draw(float32s(k * n)).reshape(k, n)
 
 
 def random_problem(rows, k, n, seed):
@@ -102,8 +119,7 @@ def test_batch_invariant_rows_are_identical_in_any_batch(p, block_k, data):
     whole = mine.matmul_batch_invariant(x, w, block_k)
     same_bits(f"matmul_batch_invariant(x={x.tolist()}, w={w.tolist()}, block_k={block_k})",
               scalar_reference(x, w, list(range(0, k, block_k))), whole)
-    others = np.array(data.draw(st.lists(values, min_size=k, max_size=5 * k)), dtype=np.float32)
-    others = others[:len(others) // k * k].reshape(-1, k)
+    others = data.draw(float32s(k * data.draw(st.integers(1, 5)))).reshape(-1, k)
     mixed = np.concatenate([x, others])
     order = data.draw(st.permutations(range(len(mixed))))
     shuffled = mine.matmul_batch_invariant(mixed[order], w, block_k)

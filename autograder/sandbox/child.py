@@ -11,7 +11,9 @@ else references, and the ``gc`` introspection that could reach it is refused too
 Protocol: one JSON request per line on stdin (``{"op": "call", "target": {"module", "name"},
 {"handle"} or {"handle", "attr"} (a method looked up at the call), "args", "kwargs"}``,
 ``{"op": "attr", "module", "name"}`` for a module-level value, or
-``getattr/len/bool/contains/getitem/list`` on a handle); one JSON reply per line on the file
+``getattr/len/bool/contains/getitem/list`` on a handle, ``{"op": "many", "requests"}``: several
+calls and attribute reads, answered by a list of ``(True, value)`` or ``(False, {"type",
+"message"})``); one JSON reply per line on the file
 descriptor named in the config: ``{"value": ...}``, ``{"raised": {"type", "message"}}``, or, to a
 ``getattr`` without ``"plain"`` that found a function of the object's class, ``{"method": true}``.
 A value that is not plain data stays here as a handle. Before the first request: ``{"ready": true}`` or
@@ -340,6 +342,16 @@ def is_method_of_class(obj, name, value) -> bool:
 def serve(req: dict, modules: dict):
     """What one request asks of the student's code."""
     op = req["op"]
+    if op == "many":  # several calls and attribute reads, in order; each one's value or exception
+        results = []
+        for one in req["requests"]:
+            if one.get("op") not in ("call", "getattr"):
+                raise ValueError(f"unknown request {one.get('op')!r} in a batch")
+            try:
+                results.append((True, serve({**one, "plain": True}, modules)))
+            except BaseException as exc:
+                results.append((False, {"type": type(exc).__name__, "message": str(exc)[:4000]}))
+        return results
     if op == "attr":  # a module-level name (a notebook's answer); a function stays a handle
         return getattr(modules[req["module"]], req["name"])
     if op == "call":

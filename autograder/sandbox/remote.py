@@ -248,6 +248,27 @@ class Child:
             return RemoteMethod(owner, name)
         return value
 
+    def many(self, requests: list[dict]) -> list[tuple[bool, object]]:
+        """Several ``call`` and ``getattr`` requests in one message, run one after another by
+        the child: for each, ``(True, value)`` or ``(False, the exception it raised)`` (the
+        requests after an exception still run). ``servelab.harness.calls.call_each`` sends them
+        (a state machine's check after each step: a dozen round trips became one)."""
+        names = sorted({str(r.get("name") or r.get("target", {}).get("name") or r.get("target", {}).get("attr")
+                            or "...") for r in requests})
+        what = f"{len(requests)} calls sent together ({', '.join(names)[:200]})"
+        items = self.request({"op": "many", "requests": requests}, what)
+        if type(items) is not list or len(items) != len(requests):
+            raise SubmissionFailed(f"the child process sent something unexpected for {what}")
+        out: list[tuple[bool, object]] = []
+        for item in items:
+            if type(item) is tuple and len(item) == 2 and item[0] is True:
+                out.append((True, item[1]))
+            elif type(item) is tuple and len(item) == 2 and item[0] is False and type(item[1]) is dict:
+                out.append((False, _exception_from(item[1])))
+            else:
+                raise SubmissionFailed(f"the child process sent something unexpected for {what}")
+        return out
+
     def request(self, req: dict, what: str):
         """Sends one request, returns the decoded value or raises what the student code raised
         (:data:`A_METHOD` when a ``getattr`` found a function of the object's class). Every
@@ -452,6 +473,14 @@ class RemoteObject:
     def __repr__(self) -> str:
         return f"<{self._kind} object from your code>"
 
+    # servelab.harness.calls.call_each: a call of this object, or an attribute read, sent with others
+    def _remote_call_request(self, args: tuple) -> tuple[Child, dict]:
+        return self._child, {"op": "call", "target": {"handle": self._id}, "args": self._child._encode(list(args)),
+                             "kwargs": {}}
+
+    def _remote_getattr_request(self, name: str) -> tuple[Child, dict]:
+        return self._child, {"op": "getattr", "handle": self._id, "name": name, "plain": True}
+
 
 class RemoteMethod:
     """``owner.name`` where ``name`` is a function of the class of ``owner`` (the child said so
@@ -475,6 +504,13 @@ class RemoteMethod:
                                                        "attr": self._name},
                               "args": child._encode(list(args)), "kwargs": child._encode(kwargs)},
                              f"{kind}.{self._name}(...)")
+
+    def _remote_call_request(self, args: tuple) -> tuple[Child, dict]:
+        """This call as a request that ``servelab.harness.calls.call_each`` sends with others."""
+        owner = self._owner
+        child = object.__getattribute__(owner, "_child")
+        return child, {"op": "call", "target": {"handle": object.__getattribute__(owner, "_id"), "attr": self._name},
+                       "args": child._encode(list(args)), "kwargs": {}}
 
     def _fetched(self):
         """What ``owner.name`` is in the child: a handle of its bound method, as a rule."""
@@ -537,16 +573,37 @@ class RemoteModule(types.ModuleType):
     def __getattr__(self, attr: str):
         if attr.startswith("__"):
             raise AttributeError(attr)
-        module = self.__name__
-
-        def remote(*args, **kwargs):
-            child = self.__dict__["_child"]
-            if child is None:
-                raise SubmissionFailed("no child process is running for this test")
-            return child.call(module, attr, args, kwargs)
-
-        remote.__name__ = remote.__qualname__ = attr
-        return remote
+        return RemoteFunction(self, attr)
 
     def bind(self, child: Child | None) -> None:
         self.__dict__["_child"] = child
+
+    def child(self) -> Child:
+        """The child process of the test that runs now."""
+        child = self.__dict__["_child"]
+        if child is None:
+            raise SubmissionFailed("no child process is running for this test")
+        return child
+
+
+class RemoteFunction:
+    """``module.name`` of a student's module: each call goes to the child of the test that runs
+    at the time of the call."""
+
+    __slots__ = ("_module", "__name__", "__qualname__")
+
+    def __init__(self, module: RemoteModule, name: str) -> None:
+        self._module = module
+        self.__name__ = self.__qualname__ = name
+
+    def __call__(self, *args, **kwargs):
+        return self._module.child().call(self._module.__name__, self.__name__, args, kwargs)
+
+    def _remote_call_request(self, args: tuple) -> tuple[Child, dict]:
+        """This call as a request that ``servelab.harness.calls.call_each`` sends with others."""
+        child = self._module.child()
+        return child, {"op": "call", "target": {"module": self._module.__name__, "name": self.__name__},
+                       "args": child._encode(list(args)), "kwargs": {}}
+
+    def __repr__(self) -> str:
+        return f"<function {self.__name__} from your code>"

@@ -40,6 +40,7 @@ from typing import Any, Callable, Sequence
 
 from servelab.blocks import OutOfBlocks
 from servelab.engine import Engine, EngineResult, Plan, Request, SchedulerState, Seq
+from servelab.harness.calls import call_each
 
 __all__ = ["ScheduleError", "CheckedScheduler", "run_driven", "run_prefix", "step_limit",
            "assert_same_steps", "TRACE_DIR_VARIABLE"]
@@ -118,8 +119,13 @@ def _read_plan(got: Any, where: str) -> Plan:
     """The student's plan (any object with list fields ``batch``, ``preempted``, ``admitted``)
     as servelab's :class:`~servelab.engine.Plan` of plain ints."""
     fields = []
-    for name in ("batch", "preempted", "admitted"):
-        value = getattr(got, name, None)
+    names = ("batch", "preempted", "admitted")
+    # read together: under the autograder, one message to your code's process, not three
+    for name, (ok, value) in zip(names, call_each([(getattr, (got, name)) for name in names])):
+        if not ok:  # getattr(got, name, None): a missing field reads as None
+            if not isinstance(value, AttributeError):
+                raise value
+            value = None
         if not isinstance(value, (list, tuple)):
             raise ScheduleError(f"{where}: expected a Plan with a list {name}, got {value!r}")
         fields.append(list(value))

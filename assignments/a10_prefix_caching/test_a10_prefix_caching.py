@@ -22,6 +22,7 @@ from scheduler_harness import assert_same_steps, run_prefix
 from servelab import tiny_llm
 from servelab.blocks import BlockAllocator
 from servelab.engine import Request, serve
+from servelab.harness.calls import call_each, value
 from servelab.tiny_llm import GREEDY, TINY, Temperature, TinyLLM
 from servelab.workload import chat_sessions
 
@@ -118,6 +119,12 @@ def outcome(fn, *args):
         return ("error", kind(exc))
 
 
+def read(got):
+    """One of ``call_each``'s outcomes as :func:`outcome` says it."""
+    ok, result = got
+    return ("ok", list(result) if isinstance(result, (list, tuple)) else result) if ok else ("error", kind(result))
+
+
 class SameBlocksAsServelab(RuleBasedStateMachine):
     @initialize(num_blocks=st.integers(1, 14), block_size=st.integers(1, 3))
     def start(self, num_blocks, block_size):
@@ -170,13 +177,14 @@ class SameBlocksAsServelab(RuleBasedStateMachine):
         if not hasattr(self, "ref"):
             return
         after = f"after {' ; '.join(self.log)}"
-        assert self.mine.num_free_blocks == self.ref.num_free_blocks, f"num_free_blocks {after}"
-        absent = next(i for i in range(9) if i not in self.tokens)
-        for s in [*self.tokens, absent]:
-            assert outcome(self.mine.block_table, s) == outcome(self.ref.block_table, s), \
-                f"block_table({s}) {after}"
-            assert outcome(self.mine.num_cached_tokens, s) == outcome(self.ref.num_cached_tokens, s), \
-                f"num_cached_tokens({s}) {after}"
+        ids = [*self.tokens, next(i for i in range(9) if i not in self.tokens)]  # and one absent id
+        # read together: under the autograder, one message to your code's process, not a dozen
+        free, *got = call_each([(getattr, (self.mine, "num_free_blocks"))]
+                               + [(f, (s,)) for s in ids for f in (self.mine.block_table, self.mine.num_cached_tokens)])
+        assert value(free) == self.ref.num_free_blocks, f"num_free_blocks {after}"
+        for s, table, cached in zip(ids, got[::2], got[1::2]):
+            assert read(table) == outcome(self.ref.block_table, s), f"block_table({s}) {after}"
+            assert read(cached) == outcome(self.ref.num_cached_tokens, s), f"num_cached_tokens({s}) {after}"
 
 
 TestSameBlocksAsServelab = SameBlocksAsServelab.TestCase

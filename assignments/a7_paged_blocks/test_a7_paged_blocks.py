@@ -10,6 +10,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import paged_blocks as mine
 from servelab.blocks import BlockAllocator
+from servelab.harness.calls import call_each, value
 
 SEQ_IDS = st.integers(0, 11)
 
@@ -37,6 +38,12 @@ def outcome(fn, *args):
         return ("ok", typed(fn(*args)))
     except Exception as exc:
         return ("error", kind(exc))
+
+
+def read(got):
+    """One of ``call_each``'s outcomes as :func:`outcome` says it."""
+    ok, result = got
+    return ("ok", typed(result)) if ok else ("error", kind(result))
 
 
 def raises(name, fn, *args):
@@ -76,11 +83,14 @@ class SameAsRust(RuleBasedStateMachine):
     def same_state(self):
         if not hasattr(self, "rust"):
             return
-        assert typed(self.mine.num_free_blocks) == self.rust.num_free_blocks, f"num_free_blocks after {' ; '.join(self.log)}"
         live = [s for s in range(12) if s in self.rust]
-        for s in live + [next(i for i in range(13) if i not in live)]:  # every table, one absent id
-            assert outcome(self.mine.block_table, s) == outcome(self.rust.block_table, s), \
-                f"block_table({s}) after {' ; '.join(self.log)}"
+        ids = live + [next(i for i in range(13) if i not in live)]  # every table, one absent id
+        # read together: under the autograder, one message to your code's process, not a dozen
+        free, *tables = call_each([(getattr, (self.mine, "num_free_blocks"))]
+                                  + [(self.mine.block_table, (s,)) for s in ids])
+        assert typed(value(free)) == self.rust.num_free_blocks, f"num_free_blocks after {' ; '.join(self.log)}"
+        for s, got in zip(ids, tables):
+            assert read(got) == outcome(self.rust.block_table, s), f"block_table({s}) after {' ; '.join(self.log)}"
 
 
 TestSameAsRust = SameAsRust.TestCase

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import ledger
 from assignment_strategies import answer_bool, answer_float, models, plain
 from servelab import hw_model as hw
+from servelab.harness.calls import call_each, value
 from servelab.hw_model import H100, LLAMA3_70B, LLAMA3_8B
 
 NO_GQA = dataclasses.replace(LLAMA3_8B, n_kv_heads=32)
@@ -34,15 +35,25 @@ def check(what, model, expected, actual):
 
 neighbours = st.tuples(st.integers(1, 160), st.integers(1, 300_000))
 
+# A test's calls into your code are made together (servelab.harness.calls.call_each: under the
+# autograder, one message to your code's process instead of one per call), then checked in order.
 
-def check_neighbour(base, n_layers, vocab_size):
+
+def neighbour_calls(base, n_layers, vocab_size):
+    """The lecture model with another layer count and vocabulary, and the calls asking about it."""
     model = dataclasses.replace(base, n_layers=n_layers, vocab_size=vocab_size)
-    check("param_count", model, model.param_count, ledger.param_count(plain(model)))
-    check("kv_bytes_per_token", model, model.kv_bytes_per_token, ledger.kv_bytes_per_token(plain(model)))
-    check("kv_capacity_tokens on H100", model, hw.kv_capacity_tokens(model, H100),
-          ledger.kv_capacity_tokens(plain(model), H100))
-    check("max_batch at 1024 on H100", model, hw.max_batch(model, H100, 1024), ledger.max_batch(plain(model), H100, 1024))
-    check("fits on one H100", model, model.weight_bytes < H100.memory_bytes * 0.9, ledger.fits(plain(model), H100))
+    m = plain(model)
+    return model, [(ledger.param_count, (m,)), (ledger.kv_bytes_per_token, (m,)),
+                   (ledger.kv_capacity_tokens, (m, H100)), (ledger.max_batch, (m, H100, 1024)),
+                   (ledger.fits, (m, H100))]
+
+
+def check_neighbour(model, got):
+    check("param_count", model, model.param_count, value(got[0]))
+    check("kv_bytes_per_token", model, model.kv_bytes_per_token, value(got[1]))
+    check("kv_capacity_tokens on H100", model, hw.kv_capacity_tokens(model, H100), value(got[2]))
+    check("max_batch at 1024 on H100", model, hw.max_batch(model, H100, 1024), value(got[3]))
+    check("fits on one H100", model, model.weight_bytes < H100.memory_bytes * 0.9, value(got[4]))
 
 
 def billions(what, model, value):
@@ -51,32 +62,43 @@ def billions(what, model, value):
 
 @given(neighbours)
 def test_llama3_8b_numbers(neighbour):
-    check("param_count", LLAMA3_8B, 8_030_261_248, ledger.param_count(plain(LLAMA3_8B)))
-    check("kv_bytes_per_token", LLAMA3_8B, 131072, ledger.kv_bytes_per_token(plain(LLAMA3_8B)))
-    check("kv_capacity_tokens on H100", LLAMA3_8B, 426_784, ledger.kv_capacity_tokens(plain(LLAMA3_8B), H100))
-    check("max_batch at 1024 on H100", LLAMA3_8B, 416, ledger.max_batch(plain(LLAMA3_8B), H100, 1024))
-    check_neighbour(LLAMA3_8B, *neighbour)
+    m = plain(LLAMA3_8B)
+    model, calls = neighbour_calls(LLAMA3_8B, *neighbour)
+    got = call_each([(ledger.param_count, (m,)), (ledger.kv_bytes_per_token, (m,)),
+                     (ledger.kv_capacity_tokens, (m, H100)), (ledger.max_batch, (m, H100, 1024))] + calls)
+    check("param_count", LLAMA3_8B, 8_030_261_248, value(got[0]))
+    check("kv_bytes_per_token", LLAMA3_8B, 131072, value(got[1]))
+    check("kv_capacity_tokens on H100", LLAMA3_8B, 426_784, value(got[2]))
+    check("max_batch at 1024 on H100", LLAMA3_8B, 416, value(got[3]))
+    check_neighbour(model, got[4:])
 
 
 @given(neighbours)
 def test_exercise1_llama3_70b(neighbour):
+    m = plain(LLAMA3_70B)
+    model, calls = neighbour_calls(LLAMA3_70B, *neighbour)
+    got = call_each([(ledger.param_count, (m,)), (ledger.weight_bytes, (m,)), (ledger.kv_bytes_per_token, (m,)),
+                     (ledger.fits, (m, H100)), (ledger.kv_capacity_tokens, (m, H100))] + calls)
     check("param_count (in billions, 2 decimals)", LLAMA3_70B, 70.55,
-          round(billions("param_count", LLAMA3_70B, ledger.param_count(plain(LLAMA3_70B))), 2))
-    check("weight_bytes (GB)", LLAMA3_70B, 141.0,
-          float(round(answer_float("weight_bytes", ledger.weight_bytes(plain(LLAMA3_70B))) / 1e9)))
-    check("kv_bytes_per_token (320 KiB)", LLAMA3_70B, 327680, ledger.kv_bytes_per_token(plain(LLAMA3_70B)))
-    check("fits on one H100", LLAMA3_70B, False, ledger.fits(plain(LLAMA3_70B), H100))
-    check("kv_capacity_tokens on H100 (never negative)", LLAMA3_70B, 0, ledger.kv_capacity_tokens(plain(LLAMA3_70B), H100))
-    check_neighbour(LLAMA3_70B, *neighbour)
+          round(billions("param_count", LLAMA3_70B, value(got[0])), 2))
+    check("weight_bytes (GB)", LLAMA3_70B, 141.0, float(round(answer_float("weight_bytes", value(got[1])) / 1e9)))
+    check("kv_bytes_per_token (320 KiB)", LLAMA3_70B, 327680, value(got[2]))
+    check("fits on one H100", LLAMA3_70B, False, value(got[3]))
+    check("kv_capacity_tokens on H100 (never negative)", LLAMA3_70B, 0, value(got[4]))
+    check_neighbour(model, got[5:])
 
 
 @given(neighbours)
 def test_exercise3_no_gqa(neighbour):
-    check("kv_bytes_per_token (512 KiB)", NO_GQA, 524288, ledger.kv_bytes_per_token(plain(NO_GQA)))
-    check("param_count (billions)", NO_GQA, 8.84, round(billions("param_count", NO_GQA, ledger.param_count(plain(NO_GQA))), 2))
-    check("kv_capacity_tokens on H100", NO_GQA, 103_624, ledger.kv_capacity_tokens(plain(NO_GQA), H100))
-    check("max_batch at 1024 on H100", NO_GQA, 101, ledger.max_batch(plain(NO_GQA), H100, 1024))
-    check_neighbour(NO_GQA, *neighbour)
+    m = plain(NO_GQA)
+    model, calls = neighbour_calls(NO_GQA, *neighbour)
+    got = call_each([(ledger.kv_bytes_per_token, (m,)), (ledger.param_count, (m,)),
+                     (ledger.kv_capacity_tokens, (m, H100)), (ledger.max_batch, (m, H100, 1024))] + calls)
+    check("kv_bytes_per_token (512 KiB)", NO_GQA, 524288, value(got[0]))
+    check("param_count (billions)", NO_GQA, 8.84, round(billions("param_count", NO_GQA, value(got[1])), 2))
+    check("kv_capacity_tokens on H100", NO_GQA, 103_624, value(got[2]))
+    check("max_batch at 1024 on H100", NO_GQA, 101, value(got[3]))
+    check_neighbour(model, got[4:])
 
 
 # ---- against the Rust core on random models ------------------------------------------------------
@@ -88,15 +110,20 @@ def test_param_count_matches_core(model):
 
 @given(models())
 def test_bytes_match_core(model):
-    check("weight_bytes", model, model.weight_bytes, ledger.weight_bytes(plain(model)))
-    check("kv_bytes_per_token", model, model.kv_bytes_per_token, ledger.kv_bytes_per_token(plain(model)))
+    m = plain(model)
+    got = call_each([(ledger.weight_bytes, (m,)), (ledger.kv_bytes_per_token, (m,))])
+    check("weight_bytes", model, model.weight_bytes, value(got[0]))
+    check("kv_bytes_per_token", model, model.kv_bytes_per_token, value(got[1]))
 
 
 @given(models(), gpus, st.floats(0.05, 1.0), st.integers(1, 1 << 20))
 def test_capacity_and_batch_match_core(model, gpu, mem_util, context_len):
+    m = plain(model)
+    got = call_each([(ledger.kv_capacity_tokens, (m, gpu, mem_util)), (ledger.max_batch, (m, gpu, context_len, mem_util)),
+                     (ledger.fits, (m, gpu, mem_util))])
     check(f"kv_capacity_tokens(gpu={gpu}, mem_util={mem_util})", model,
-          hw.kv_capacity_tokens(model, gpu, mem_util), ledger.kv_capacity_tokens(plain(model), gpu, mem_util))
+          hw.kv_capacity_tokens(model, gpu, mem_util), value(got[0]))
     check(f"max_batch(context_len={context_len})", model,
-          hw.max_batch(model, gpu, context_len, mem_util), ledger.max_batch(plain(model), gpu, context_len, mem_util))
+          hw.max_batch(model, gpu, context_len, mem_util), value(got[1]))
     check(f"fits(gpu={gpu}, mem_util={mem_util})", model, model.weight_bytes < gpu.memory_bytes * mem_util,
-          ledger.fits(plain(model), gpu, mem_util))
+          value(got[2]))

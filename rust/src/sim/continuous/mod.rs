@@ -39,6 +39,7 @@ pub mod per_step;
 pub mod prefix;
 pub mod prefix_events;
 pub(crate) mod rules;
+mod spec_decoders;
 pub mod spec_events;
 pub mod trace;
 

@@ -74,52 +74,69 @@ impl Speculation<'_> {
         Ok(())
     }
 
+    /// The part of request `r`'s draws that does not change from step to step (the event
+    /// loop keeps it per decoder): the seed and the request, mixed.
+    #[inline(always)]
+    pub(super) fn key(&self, r: usize) -> u64 {
+        self.seed ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+
     /// The uniform in `[0, 1)` that judges the guesses of request `r`'s step when it has `left`
     /// output tokens to sample (a count that falls every step, so a fresh draw each step, and
     /// that the event loop's decoder record holds): SplitMix64 of the three, so it does not
-    /// depend on the batch it falls in. (The bits, below 2^53, convert exactly through `i64`,
-    /// which is one instruction where `u64` is several.)
+    /// depend on the batch it falls in.
+    #[cfg(test)]
     fn uniform(&self, r: usize, left: i64) -> f64 {
-        self.bits(r, left) as i64 as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-
-    /// 53 random bits, SplitMix64 of (seed, request, index).
-    #[inline(always)]
-    fn bits(&self, r: usize, index: i64) -> u64 {
-        let mut x = self.seed ^ (r as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (index as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
-        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        x ^= x >> 31;
-        x >> 11
+        uniform_of(self.key(r), left)
     }
 
     /// How many of the `g` guesses of request `r`'s step are kept when it has `left` output
-    /// tokens to sample (module docs): the largest `j <= g` with `u < a^j`, `u` the step's one draw. The powers are
-    /// multiplied up in order, so both loops (which both call this) round them alike; they
-    /// never grow (`a <= 1`), so that `j` is also the number of powers above `u`, counted here
-    /// 4 at a time without a branch per power (where the count stops is random, and a
-    /// mispredicted branch per step costs more than the multiplies).
+    /// tokens to sample (module docs): the largest `j <= g` with `u < a^j`, `u` the step's one
+    /// draw. The powers are multiplied up in order, so both loops (the event loop's
+    /// vectorized pass counts the same powers) round them alike; they never grow (`a <= 1`), so that `j` is also the
+    /// number of powers above `u`.
     #[inline(always)]
     pub(super) fn kept_guesses(&self, r: usize, left: i64, g: i64) -> i64 {
         if g <= 0 {
             return 0;
         }
-        let (a, u) = (self.acceptance[r], self.uniform(r, left));
-        let (mut kept, mut judged, mut power) = (0i64, 0i64, a);
-        while judged < g {
-            let end = g.min(judged + 4);
-            while judged < end {
-                kept += (u < power) as i64;
-                power *= a;
-                judged += 1;
-            }
-            if kept < judged {
-                break; // a power at or below u: every later one is too
-            }
-        }
-        kept
+        kept_of(self.acceptance[r], uniform_of(self.key(r), left), g)
     }
+}
+
+/// The step's uniform for a request of draw key `key` (see [`Speculation::key`]) with `left`
+/// output tokens to sample: 53 bits of SplitMix64 of the two, over 2^53. (The bits, below 2^53,
+/// convert exactly through `i64`, which is one instruction where `u64` is several.) Written
+/// without a branch, so that the event loop's pass over its decoders vectorizes it.
+#[inline(always)]
+pub(super) fn uniform_of(key: u64, left: i64) -> f64 {
+    let mut x = key ^ (left as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    (x >> 11) as i64 as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+/// The kept guesses of `g >= 1` at acceptance `a` for the draw `u`: how many of `a, a^2, ..,
+/// a^g` (multiplied up in this order) are above `u`, counted 4 at a time without a branch per
+/// power (where the count stops is random, and a mispredicted branch per step costs more than
+/// the multiplies). The event loop's vectorized pass counts the same powers, in the same order.
+#[inline(always)]
+pub(super) fn kept_of(a: f64, u: f64, g: i64) -> i64 {
+    let (mut kept, mut judged, mut power) = (0i64, 0i64, a);
+    while judged < g {
+        let end = g.min(judged + 4);
+        while judged < end {
+            kept += (u < power) as i64;
+            power *= a;
+            judged += 1;
+        }
+        if kept < judged {
+            break; // a power at or below u: every later one is too
+        }
+    }
+    kept
 }
 
 /// What speculation did, per request (summed over its decoding steps).

@@ -5,26 +5,9 @@
 //! `servelab.engine.scheduler`'s, carried out by [`super::rules`], and what a speculative step
 //! does is said once, in [`super::per_step`]'s module docs.
 //!
-//! # Why the decoders are still visited, and how cheaply
-//!
-//! Without speculation a decoder gains one token a step, so the event-driven loop keeps only
-//! aggregates. With it a decoder gains `1 + kept` tokens, `kept` drawn anew each step, and the
-//! guesses share the step's token budget and spare blocks in running order: every decoder
-//! changes every step, so each step visits each decoder once. The visit is made cheap instead:
-//!
-//! * the decoders are one flat array of small records in running order ([`Dec`]: no request
-//!   index chases, no per-request columns touched per step), compacted in the same pass;
-//! * a step's `kept` is one draw ([`Speculation::kept_guesses`], the per-step loop's own
-//!   function): one hash per decoder and step, not one per guess;
-//! * a decoder's blocks are tracked by the free slots in its last block (`room`), so a block
-//!   boundary is a comparison, not a division, and the pool ([`KvCounts`]) is touched once per
-//!   step for all the decoders' new blocks;
-//! * the draft's price needs, for each guess depth `j`, how many entries guess past `j` and
-//!   their contexts: a count per guess length, summed from the top (`most` prices a step, as in
-//!   the per-step loop, in the same order, so the clock's bits are the same);
-//! * a decoder's `spec_steps` and `spec_accepted` are settled when it leaves the decoders
-//!   (finished, or handed to the rules' step): it ran `now - joined` steps and gained
-//!   `rem_joined - rem` tokens, one per step plus the kept guesses.
+//! The decoders and what a step does to them are a part of their own, [`SpecDecoders`]
+//! (`spec_decoders.rs`: why a step is cheap although it visits every decoder); this loop
+//! drives it beside the prefill pieces and the rules.
 //!
 //! The rare step in which the pool runs out of blocks (rule 3 preempts) runs the per-step
 //! loop's own code ([`Run::rules_step`]: [`plan_step`], [`speculate`], [`keep_guesses`]), on the
@@ -33,15 +16,16 @@
 
 use std::collections::VecDeque;
 
-use super::per_step::{keep_guesses, speculate, SpecOutput, Speculation};
 use super::aggregates::{return_running, StepReturn};
+use super::per_step::{keep_guesses, speculate, SpecOutput, Speculation};
 use super::rules::{
     add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, prefill_pieces, Books, Entry,
     Piece, ReqPool,
 };
-use super::{blocks_for, check_count, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, DECODING, DONE, PREFILLING, WAITING};
+use super::spec_decoders::SpecDecoders;
+use super::{check_count, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, DECODING, DONE, PREFILLING, WAITING};
 use crate::error::CoreResult;
-use crate::sim::{price_shape, Recorder, StepShape, Workload};
+use crate::sim::{Recorder, Workload};
 
 /// Runs continuous batching with speculative decoding over a validated workload: the output of
 /// [`super::per_step::run_speculative`], bit for bit, at a cost per decoding entry (module docs).
@@ -62,15 +46,10 @@ pub fn run(inp: &Inputs<'_>, spec: &Speculation<'_>) -> CoreResult<(ContinuousOu
         state: vec![WAITING; n],
         kv: KvCounts::new(params.num_blocks, params.block_size),
         waiting: VecDeque::new(),
-        dec: Vec::new(),
-        crossing: 0,
+        dec: SpecDecoders::new(spec.k),
         prefilling: Vec::new(),
         pieces: Vec::new(),
         so: SpecOutput::empty(n),
-        by_len: vec![(0, 0); spec.k as usize + 1],
-        most: 0,
-        depth: vec![(0, 0); spec.k as usize],
-        finished: Vec::new(),
         running: Vec::new(),
         batch: Vec::new(),
         guessed: Vec::new(),
@@ -78,20 +57,6 @@ pub fn run(inp: &Inputs<'_>, spec: &Speculation<'_>) -> CoreResult<(ContinuousOu
     run.run()?;
     let Run { rec, books, so, .. } = run;
     Ok((books.finish(rec), so))
-}
-
-/// One decoding request, 32 bytes. Between steps all its tokens are computed (`held == c`).
-#[derive(Debug, Clone, Copy)]
-struct Dec {
-    /// tokens whose KV is in the pool, and the slots it holds
-    c: i64,
-    /// output tokens left to sample (at least 1: a request leaves when it samples its last)
-    rem: i64,
-    /// guesses proposed since it joined the decoders (settled into `spec_proposed` when it leaves)
-    proposed: i64,
-    r: u32,
-    /// free slots in its last block: 0, and its next slot takes a new block
-    room: u32,
 }
 
 struct Run<'a, 'p> {
@@ -105,24 +70,13 @@ struct Run<'a, 'p> {
     state: Vec<u8>,
     kv: KvCounts,
     waiting: VecDeque<usize>,
-    /// the decoding requests, in running order (admission order)
-    dec: Vec<Dec>,
-    /// how many of them take a new block in the next step (`room == 0`)
-    crossing: i64,
+    /// the decoding requests (running order: admission order)
+    dec: SpecDecoders,
     /// running requests that are not decoding, in admission order (after every decoding one)
     prefilling: Vec<usize>,
     /// the step's prefill pieces
     pieces: Vec<Piece>,
     so: SpecOutput,
-    /// per guess length `g` in `0..=k`: the step's decoding entries that guessed `g`, their
-    /// contexts' sum (below 2^57: fewer than 2^32 requests of fewer than 2^25 tokens)
-    by_len: Vec<(i64, i64)>,
-    /// the step's longest guess (`by_len` is zero past it)
-    most: usize,
-    /// per guess depth `j`: the entries guessing past `j`, their contexts' sum
-    depth: Vec<(i64, i128)>,
-    /// (request, slots held) of the decoders that sampled their last token in the step
-    finished: Vec<(u32, i64)>,
     /// buffers of the rules' step
     running: Vec<usize>,
     batch: Vec<Entry>,
@@ -145,37 +99,25 @@ impl Run<'_, '_> {
             let after = step.checked_add(1).ok_or_else(counter_overflow)?;
             // rule 3 preempts when more decoders take a block than are free (the budget never
             // cuts the decoders short, see `event_driven.rs`: a guard)
-            let short = self.dec.len() as i64 > self.params.max_num_batched_tokens || self.crossing > self.kv.num_free_blocks();
+            let short = self.dec.len() as i64 > self.params.max_num_batched_tokens || self.dec.crossing() > self.kv.num_free_blocks();
             t = if short { self.rules_step(t, step)? } else { self.event_step(t, step)? };
             step = after;
         }
-    }
-
-    /// Decoder `d` leaves the decoders before step `now`: its speculation counters settled.
-    fn settle(so: &mut SpecOutput, d: &Dec, now: i64) {
-        let r = d.r as usize;
-        so.spec_proposed[r] += d.proposed;
-        so.spec_steps[r] += now;
-        so.spec_accepted[r] -= d.rem + now;
     }
 
     /// A step in which nobody is preempted: rules 2-6 on the decoder array and the prefill
     /// pieces, speculation in the same pass as the decoders' share of the step. Returns the
     /// step's end.
     fn event_step(&mut self, t: f64, step: i64) -> CoreResult<f64> {
-        self.kv.take(self.crossing); // rule 2: each decoder's slot for this step's token
+        self.kv.take(self.dec.crossing()); // rule 2: each decoder's slot for this step's token
         let mut left = self.params.max_num_batched_tokens - self.dec.len() as i64;
         let n_admitted = self.plan_pieces(&mut left, t)?; // rule 2, prefilling requests; rule 4
         if self.dec.is_empty() && self.pieces.is_empty() {
             return Err(nothing_scheduled(t));
         }
         // speculation, rules 5 and 6 for the decoders
-        if self.books.log.is_some() {
-            self.decode_and_guess::<true>(left, step + 1);
-        } else {
-            self.decode_and_guess::<false>(left, step + 1);
-        }
-        let (mut shape, draft_s) = self.decoders_shape();
+        let bs = self.params.block_size;
+        let (mut shape, draft_s) = self.dec.step(self.sp, bs, left, &mut self.kv, step + 1, &mut self.so, self.books.log.as_mut());
         for &(r, nt, c) in self.pieces.iter() {
             add_entry(&mut shape, self.books.log.as_mut(), r, nt, c, self.req[r].held as i64, false); // rule 5
         }
@@ -196,122 +138,10 @@ impl Run<'_, '_> {
         admit(&mut pool, params, dec.len() as i64, prefilling, waiting, left, rec, t, |r, nt, c| pieces.push((r, nt, c)))
     }
 
-    /// The decoders' part of the step, one pass in running order (`LOG`: the batch log is
-    /// kept, their entries written in it): each one's guesses `g` within the budget `budget` and
-    /// the spare blocks (as [`speculate`] decides them), its verdicts, and what rule 6 does to it
-    /// after the step (the kept guesses' slots, `1 + kept` tokens sampled; one that samples its
-    /// last token leaves the array for `finished`). Its entry of `1 + g` tokens at context `c`
-    /// goes into `by_len[g]` (a count and a sum of contexts): that is all the step's shape and
-    /// the draft's price need ([`Self::decoders_shape`]).
-    #[inline(always)]
-    fn decode_and_guess<const LOG: bool>(&mut self, mut budget: i64, now: i64) {
-        let Run { params, sp, kv, dec, by_len, finished, books, so, .. } = self;
-        let (bs, k) = (params.block_size, sp.k);
-        let mut spare = kv.num_free_blocks();
-        let (mut taken, mut crossing, mut kept_at) = (0i64, 0i64, 0usize);
-        // the entries guessing all `k` (most of them), kept out of `by_len` in registers
-        let (mut full, mut full_c, mut most) = (0i64, 0i64, 0i64);
-        let mut log = books.log.as_mut();
-        finished.clear();
-        for i in 0..dec.len() {
-            // its fields in locals (registers), the record written back whole
-            let Dec { c, rem, mut proposed, r, room } = dec[i];
-            // rule 2 took this step's slot (a new block when none was left)
-            let room = if room == 0 { bs - 1 } else { room as i64 - 1 };
-            // speculation: guesses within the budget, the last token and the spare blocks (the
-            // guesses up to `room` fit in its last block, each `bs` more take one)
-            // (no branch on `g > room`: it goes either way at random, and a mispredicted branch
-            // costs more than the arithmetic)
-            let g = k.min(budget).min(rem - 1).min(room + spare * bs);
-            spare -= blocks_past(g - room, bs);
-            budget -= g;
-            let kept = sp.kept_guesses(r as usize, rem, g);
-            proposed += g;
-            if g == k {
-                full += 1;
-                full_c += c;
-            } else {
-                let b = &mut by_len[g as usize];
-                b.0 += 1;
-                b.1 += c;
-                most = most.max(g);
-            }
-            if LOG {
-                if let Some(l) = log.as_mut() {
-                    l.request_id.push(r as i64);
-                    l.new_tokens.push(1 + g);
-                    l.context_len.push(c);
-                }
-            }
-            // rule 6: the kept guesses' slots and KV, then 1 + kept tokens sampled
-            let nb = blocks_past(kept - room, bs);
-            taken += nb;
-            let room = room - kept + nb * bs;
-            let d = Dec { c: c + 1 + kept, rem: rem - 1 - kept, proposed, r, room: room as u32 };
-            if d.rem == 0 {
-                finished.push((r, d.c));
-                Self::settle(so, &d, now);
-            } else {
-                crossing += (room == 0) as i64;
-                dec[kept_at] = d;
-                kept_at += 1;
-            }
-        }
-        let b = &mut by_len[k as usize];
-        b.0 += full;
-        b.1 += full_c;
-        self.most = if full > 0 { k as usize } else { most as usize };
-        dec.truncate(kept_at);
-        kv.take(taken);
-        self.crossing = crossing;
-    }
-
-    /// From `by_len` (cleared after): the decoders' share of the step's shape, each entry `1 +
-    /// g` tokens on `c` (rule 5: `n * c + n * (n + 1) / 2` keys), and the draft's `g` steps as
-    /// [`speculate`] prices them: depth `j` is one batched decode step of the draft over the
-    /// entries with `g > j`, at their contexts plus `j`, the depths priced and added in order.
-    /// Returns (the shape, the draft's seconds).
-    fn decoders_shape(&mut self) -> (StepShape, f64) {
-        let Run { sp, by_len, depth, so, .. } = self;
-        let by_len = &mut by_len[..=self.most];
-        let mut shape = StepShape::default();
-        let mut most = 0;
-        for (g, &(count, sum)) in by_len.iter().enumerate() {
-            if count == 0 {
-                continue;
-            }
-            let (n, g128) = (count as i128, g as i128);
-            shape.seqs += count;
-            shape.tokens += count * (1 + g as i64);
-            shape.keys += (1 + g128) * sum as i128 + n * (1 + g128) * (2 + g128) / 2;
-            shape.ctx_tokens += sum as i128;
-            most = g;
-        }
-        shape.n_decode = shape.seqs;
-        if most == 0 {
-            by_len[0] = (0, 0);
-            return (shape, 0.0);
-        }
-        let depth = &mut depth[..most]; // k entries, allocated once
-        let (mut count, mut sum) = (0i64, 0i128);
-        for g in (1..=most).rev() {
-            count += by_len[g].0;
-            sum += by_len[g].1 as i128;
-            depth[g - 1] = (count, sum); // the entries with g' >= g, i.e. g' > g - 1
-        }
-        by_len[..=most].iter_mut().for_each(|b| *b = (0, 0));
-        let mut total = 0.0;
-        for (j, &(count, sum)) in depth.iter().enumerate() {
-            total += price_shape(sp.draft, &StepShape::decode(count, sum + (j as i128) * (count as i128), count)).time_s;
-        }
-        so.draft_busy_s += total;
-        (shape, total)
-    }
-
     /// Rule 6 for the decoders that sampled their last token (in running order): each frees
     /// its blocks and finishes at `end`.
     fn retire_decoders(&mut self, end: f64) {
-        for &(r, held) in self.finished.iter() {
+        for &(r, held) in self.dec.finished() {
             let r = r as usize;
             self.kv.free(held);
             self.req[r] = Req { c: held, held: 0, generated: self.w.output_len[r] as i32 };
@@ -323,10 +153,10 @@ impl Run<'_, '_> {
     /// Rule 6 for the prefill pieces, in order: a completed prefill samples a token and, unless
     /// it was its last, decodes from step `next_step` on (only the last piece can be partial).
     fn end_prefill_pieces(&mut self, next_step: i64, end: f64) {
-        let Run { params, w, rec, req, state, kv, dec, crossing, so, prefilling, pieces, .. } = self;
+        let Run { params, sp, w, rec, req, state, kv, dec, so, prefilling, pieces, .. } = self;
         let (ol, bs) = (w.output_len, params.block_size);
         let mut pool = ReqPool { pl: w.prompt_len, req, state, kv };
-        let completed = pool.end_pieces(rec, pieces, ol, end, |r, s| push_decoder(dec, crossing, so, bs, r, s, ol[r], next_step));
+        let completed = pool.end_pieces(rec, pieces, ol, end, |r, s| dec.push(sp, so, bs, r, s, ol[r], next_step));
         prefilling.drain(..completed);
     }
 
@@ -337,13 +167,11 @@ impl Run<'_, '_> {
     fn rules_step(&mut self, t: f64, step: i64) -> CoreResult<f64> {
         let (params, pl, ol) = (self.params, self.w.prompt_len, self.w.output_len);
         self.running.clear();
-        for d in self.dec.drain(..) {
-            let r = d.r as usize;
-            Self::settle(&mut self.so, &d, step);
-            self.req[r] = Req { c: d.c, held: d.c as i32, generated: (ol[r] - d.rem) as i32 };
-            self.running.push(r);
-        }
-        self.crossing = 0;
+        let Run { dec, so, req, running, .. } = self;
+        dec.drain(so, step, |r, c, rem| {
+            req[r] = Req { c, held: c as i32, generated: (ol[r] - rem) as i32 };
+            running.push(r);
+        });
         self.running.append(&mut self.prefilling);
 
         let Run { rec, books, req, state, kv, waiting, running, batch, guessed, so, sp, .. } = self;
@@ -377,39 +205,12 @@ impl StepReturn for Run<'_, '_> {
     fn push_decoder(&mut self, r: usize, step: i64) {
         self.state[r] = DECODING;
         let (bs, out) = (self.params.block_size, self.w.output_len[r]);
-        push_decoder(&mut self.dec, &mut self.crossing, &mut self.so, bs, r, &self.req[r], out, step);
+        self.dec.push(self.sp, &mut self.so, bs, r, &self.req[r], out, step);
     }
 
     fn push_prefilling(&mut self, r: usize) {
         self.state[r] = PREFILLING;
         self.prefilling.push(r);
-    }
-}
-
-/// Request `r`, all of whose tokens are computed (`s`; `out` output tokens), joins the decoders
-/// `dec` at the end of the running order, decoding from step `step` on (blocks of `bs`;
-/// `crossing` counts it if its next slot takes a block).
-#[allow(clippy::too_many_arguments)]
-#[inline]
-fn push_decoder(dec: &mut Vec<Dec>, crossing: &mut i64, so: &mut SpecOutput, bs: i64, r: usize, s: &Req, out: i64, step: i64) {
-    let (c, rem) = (s.c, out - s.generated as i64);
-    let room = blocks_for(c, bs) * bs - c;
-    *crossing += (room == 0) as i64;
-    // settled when it leaves (`settle`): steps `now - step`, kept `rem - rem_now - steps`
-    so.spec_steps[r] -= step;
-    so.spec_accepted[r] += rem + step;
-    dec.push(Dec { c, rem, proposed: 0, r: r as u32, room: room as u32 });
-}
-
-/// Blocks that `over` slots past the end of a sequence's last block take: `ceil(over / bs)`,
-/// 0 for `over <= 0`; without a division or an unpredictable branch when it is at most one
-/// block (guesses of at most `bs`).
-#[inline(always)]
-fn blocks_past(over: i64, bs: i64) -> i64 {
-    if over <= bs {
-        (over > 0) as i64
-    } else {
-        (over + bs - 1) / bs
     }
 }
 
@@ -457,6 +258,40 @@ mod tests {
             assert_eq!(format!("{got:?}"), format!("{want:?}"), "case {case} {prm:?} k {k}");
         }
         assert!(preempted > 200 && guessed > 500 && cut > 500, "the cases must reach every path: {preempted} {guessed} {cut}");
+    }
+
+    /// The same on wide batches (8 to 128 seats, up to 200 requests), where a step's decoders
+    /// are visited a block at a time: without the batch log (which needs the running order),
+    /// with budgets and pools that cut the guesses short or not, `k <= 16`.
+    #[test]
+    fn events_agree_on_wide_batches() {
+        let mut rnd = rng(0x2545_f491_4f6c_dd1d);
+        let pr = pricer();
+        let before = super::super::spec_decoders::tests::BLOCKS_RUN.with(|b| b.get());
+        for case in 0..300 {
+            let (a, p, l) = random_requests(&mut rnd, 200, (4, 0.01), 300, (1, 300));
+            let n = a.len();
+            let bs = [1, 4, 16, 16][rnd(4) as usize];
+            let blocks = (200 + rnd(20_000) as i64) / bs;
+            let prm = params(8 + rnd(121) as i64, [300, 2048, 8192][rnd(3) as usize], bs, blocks, rnd(2) == 0);
+            let k = [0, 1, 4, 4, 8, 16][rnd(6) as usize];
+            let acceptance: Vec<f64> = match rnd(3) {
+                0 => vec![0.8; n],
+                1 => vec![rnd(1001) as f64 / 1000.0; n],
+                _ => (0..n).map(|_| rnd(1001) as f64 / 1000.0).collect(),
+            };
+            let sp = Speculation { k, acceptance: &acceptance, seed: rnd(1 << 40), draft: &pr };
+            let w = Workload::new(&a, &p, &l).unwrap();
+            let inp = Inputs::new(&pr, &w, &prm, case % 2 == 0, false);
+            let (want, got) = (run_speculative(&inp, &sp), run(&inp, &sp));
+            assert_eq!(format!("{got:?}"), format!("{want:?}"), "case {case} {prm:?} k {k}");
+        }
+        let blocks = super::super::spec_decoders::tests::BLOCKS_RUN.with(|b| b.get()) - before;
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512dq") {
+            assert!(blocks > 10_000, "the vectorized pass must run: {blocks} blocks");
+        }
+        let _ = blocks;
     }
 
     /// Bad options are refused with the per-step loop's messages (its checks, in its order).

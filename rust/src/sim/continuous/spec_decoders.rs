@@ -13,8 +13,10 @@
 //! hash of the seed, the request and its tokens left: [`Speculation::kept_guesses`]), so each
 //! step visits each decoder once. Each visit is made cheap:
 //!
-//! * the decoders are columns (one array per field), so the visit is a loop that the compiler
-//!   vectorizes (on AVX-512, 8 decoders at a time, hash and all: [`fast_pass`]);
+//! * the decoders are columns (one array per field, padded to whole blocks of 8), so the visit
+//!   is a loop that the compiler vectorizes: on a CPU with AVX-512, 8 decoders at a time, hash
+//!   and all ([`fast_pass`]; fewer than 8 decoders, or a CPU without it, one at a time:
+//!   [`small_pass`], the same step);
 //! * in nearly every step nothing is short: the guesses every decoder would make, `min(k, tokens
 //!   left - 1)`, fit in the step's token budget and their blocks in the free ones. Then no
 //!   decoder's guesses depend on another's, the order of the decoders does not matter, and the
@@ -41,7 +43,12 @@ use crate::sim::{price_shape, StepShape};
 const LANES: usize = 8;
 
 /// The decoding requests, one column per field; between steps all their tokens are computed.
+/// The columns are padded to whole blocks of [`LANES`]: the decoders are the first `n` lanes,
+/// the lanes past them idle (a fresh idle lane's values or a left decoder's, which a pass may
+/// change, by at most `k + 1` a step, far from overflowing, but keeps out of every sum).
 pub(super) struct SpecDecoders {
+    /// how many decoders there are
+    n: usize,
     /// tokens whose KV is in the pool, and the slots it holds
     c: Vec<i64>,
     /// output tokens left to sample (at least 1: a request leaves when it samples its last)
@@ -84,6 +91,7 @@ impl SpecDecoders {
         #[cfg(not(target_arch = "x86_64"))]
         let wide = false;
         SpecDecoders {
+            n: 0,
             c: Vec::new(),
             rem: Vec::new(),
             room: Vec::new(),
@@ -105,11 +113,11 @@ impl SpecDecoders {
     }
 
     pub(super) fn len(&self) -> usize {
-        self.c.len()
+        self.n
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.c.is_empty()
+        self.n == 0
     }
 
     /// How many decoders take a new block for the next step's token.
@@ -132,14 +140,22 @@ impl SpecDecoders {
         // settled when it leaves (`settle`): steps `now - step`, kept `rem - rem_now - steps`
         so.spec_steps[r] -= step;
         so.spec_accepted[r] += rem + step;
-        self.c.push(c);
-        self.rem.push(rem);
-        self.room.push(room);
-        self.proposed.push(0);
-        self.key.push(sp.key(r));
-        self.acc.push(sp.acceptance[r]);
-        self.r.push(r as u32);
-        self.ticket.push(self.next_ticket);
+        if self.n == self.c.len() {
+            // a block of idle lanes: one token left (so no guess), nothing held
+            let lanes = self.n + LANES;
+            self.c.resize(lanes, 0);
+            self.rem.resize(lanes, 1);
+            self.room.resize(lanes, 1);
+            self.proposed.resize(lanes, 0);
+            self.key.resize(lanes, 0);
+            self.acc.resize(lanes, 0.0);
+            self.r.resize(lanes, 0);
+            self.ticket.resize(lanes, 0);
+        }
+        let i = self.n;
+        (self.c[i], self.rem[i], self.room[i], self.proposed[i]) = (c, rem, room, 0);
+        (self.key[i], self.acc[i], self.r[i], self.ticket[i]) = (sp.key(r), sp.acceptance[r], r as u32, self.next_ticket);
+        self.n += 1;
         self.next_ticket += 1;
     }
 
@@ -159,19 +175,8 @@ impl SpecDecoders {
             self.settle(so, i, now);
             f(self.r[i] as usize, self.c[i], self.rem[i]);
         }
-        self.truncate(0);
+        self.n = 0;
         self.crossing = 0;
-    }
-
-    fn truncate(&mut self, n: usize) {
-        self.c.truncate(n);
-        self.rem.truncate(n);
-        self.room.truncate(n);
-        self.proposed.truncate(n);
-        self.key.truncate(n);
-        self.acc.truncate(n);
-        self.r.truncate(n);
-        self.ticket.truncate(n);
     }
 
     /// Sorts the columns by ticket (the running order), after fast steps swapped finishers out.
@@ -179,10 +184,11 @@ impl SpecDecoders {
         if self.ordered {
             return;
         }
-        let mut by: Vec<u32> = (0..self.len() as u32).collect();
+        let mut by: Vec<u32> = (0..self.n as u32).collect();
         by.sort_unstable_by_key(|&i| self.ticket[i as usize]);
-        fn permute<T: Copy>(col: &mut Vec<T>, by: &[u32]) {
-            *col = by.iter().map(|&i| col[i as usize]).collect();
+        fn permute<T: Copy>(col: &mut [T], by: &[u32]) {
+            let sorted: Vec<T> = by.iter().map(|&i| col[i as usize]).collect();
+            col[..sorted.len()].copy_from_slice(&sorted);
         }
         permute(&mut self.c, &by);
         permute(&mut self.rem, &by);
@@ -237,7 +243,7 @@ impl SpecDecoders {
             return true; // at most k guesses and one block each
         }
         let (mut guesses, mut blocks) = (0i64, 0i64);
-        for (&rem, &room) in self.rem.iter().zip(&self.room) {
+        for (&rem, &room) in self.rem[..self.n].iter().zip(&self.room[..self.n]) {
             let g = k.min(rem - 1);
             guesses += g;
             blocks += (g > after_token(room, bs)) as i64;
@@ -258,10 +264,12 @@ impl SpecDecoders {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the CPU has the features `fast_pass_avx512` is compiled for (`new` checked).
             unsafe {
-                fast_pass_avx512(&mut self.c, &mut self.rem, &mut self.room, &mut self.proposed, &self.key, &self.acc, k, bs, &mut t, &mut self.odd)
+                fast_pass_avx512(&mut self.c, &mut self.rem, &mut self.room, &mut self.proposed, &self.key, &self.acc, self.n, k, bs, &mut t, &mut self.odd)
             };
         } else {
-            small_pass(&mut self.c, &mut self.rem, &mut self.room, &mut self.proposed, &self.key, &self.acc, k, bs, &mut t, &mut self.odd, 0);
+            let n = self.n;
+            let (c, rem, room, proposed) = (&mut self.c[..n], &mut self.rem[..n], &mut self.room[..n], &mut self.proposed[..n]);
+            small_pass(c, rem, room, proposed, &self.key[..n], &self.acc[..n], k, bs, &mut t, &mut self.odd, 0);
         }
         let mut most = if t.full > 0 { k } else { 0 };
         let b = &mut self.by_len[k as usize];
@@ -285,15 +293,17 @@ impl SpecDecoders {
             self.finished.push((self.r[i], self.c[i]));
             self.settle(so, i, now);
             self.crossing -= (self.room[i] == 0) as i64;
-            self.ordered &= i + 1 == self.len();
-            self.c.swap_remove(i);
-            self.rem.swap_remove(i);
-            self.room.swap_remove(i);
-            self.proposed.swap_remove(i);
-            self.key.swap_remove(i);
-            self.acc.swap_remove(i);
-            self.r.swap_remove(i);
-            self.ticket.swap_remove(i);
+            let last = self.n - 1;
+            self.ordered &= i == last;
+            self.c[i] = self.c[last];
+            self.rem[i] = self.rem[last];
+            self.room[i] = self.room[last];
+            self.proposed[i] = self.proposed[last];
+            self.key[i] = self.key[last];
+            self.acc[i] = self.acc[last];
+            self.r[i] = self.r[last];
+            self.ticket[i] = self.ticket[last];
+            self.n = last;
         }
     }
 
@@ -357,7 +367,7 @@ impl SpecDecoders {
             }
         }
         self.most = most as usize;
-        self.truncate(kept_at);
+        self.n = kept_at;
         kv.take(taken);
         self.crossing = crossing;
     }
@@ -439,17 +449,18 @@ fn fast_pass_avx512(
     proposed: &mut [i64],
     key: &[u64],
     acc: &[f64],
+    n: usize,
     k: i64,
     bs: i64,
     t: &mut Totals,
     odd: &mut Vec<(usize, i64, i64)>,
 ) {
-    fast_pass(c, rem, room, proposed, key, acc, k, bs, t, odd)
+    fast_pass(c, rem, room, proposed, key, acc, n, k, bs, t, odd)
 }
 
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // (run by the tests everywhere)
-/// The decoders' step when nothing is short (`k <= bs`), [`LANES`] decoders at a time
-/// ([`lanes`]), the last few one at a time ([`small_pass`]).
+/// The decoders' step when nothing is short (`k <= bs`) for the first `n` lanes of columns
+/// padded to whole blocks, [`LANES`] decoders at a time ([`lanes`]).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn fast_pass(
@@ -459,14 +470,14 @@ fn fast_pass(
     proposed: &mut [i64],
     key: &[u64],
     acc: &[f64],
+    n: usize,
     k: i64,
     bs: i64,
     t: &mut Totals,
     odd: &mut Vec<(usize, i64, i64)>,
 ) {
-    let n = c.len();
-    let whole = n - n % LANES;
-    for start in (0..whole).step_by(LANES) {
+    let mut sums = LaneSums::default();
+    for start in (0..n).step_by(LANES) {
         let end = start + LANES;
         let block = Block {
             c: (&mut c[start..end]).try_into().expect("a block"),
@@ -476,15 +487,29 @@ fn fast_pass(
             key: (&key[start..end]).try_into().expect("a block"),
             acc: (&acc[start..end]).try_into().expect("a block"),
         };
-        lanes(block, k, bs, t, odd, start);
+        if end <= n {
+            lanes(block, LANES, k, bs, &mut sums, odd, start);
+        } else {
+            lanes(block, n - start, k, bs, &mut sums, odd, start); // the last block, padded
+        }
     }
-    if whole < n {
-        let (c, rem, room, proposed) = (&mut c[whole..], &mut rem[whole..], &mut room[whole..], &mut proposed[whole..]);
-        small_pass(c, rem, room, proposed, &key[whole..], &acc[whole..], k, bs, t, odd, whole);
-    }
+    t.taken += sums.taken.iter().sum::<i64>();
+    t.crossing += sums.crossing.iter().sum::<i64>();
+    t.full += sums.full.iter().sum::<i64>();
+    t.full_c += sums.full_c.iter().sum::<i64>();
 }
 
+/// [`Totals`] per lane, summed over the blocks (a vector addition per block, the lanes added
+/// up once at the end).
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // (run by the tests everywhere)
+#[derive(Default)]
+struct LaneSums {
+    taken: [i64; LANES],
+    crossing: [i64; LANES],
+    full: [i64; LANES],
+    full_c: [i64; LANES],
+}
+
 /// A block of [`LANES`] decoders' columns.
 struct Block<'a> {
     c: &'a mut [i64; LANES],
@@ -496,7 +521,8 @@ struct Block<'a> {
 }
 
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // (run by the tests everywhere)
-/// The step of a block of decoders (the block starts at decoder `start`):
+/// The step of a block of decoders (the block starts at decoder `start`; lanes from `live` on
+/// are idle padding):
 /// each guesses `g = min(k, rem - 1)`, keeps `kept` of them ([`Speculation::kept_guesses`]'s
 /// count: the powers of `a` above its draw, here counted power by power for the whole block,
 /// which is the same count since the powers never grow), and gains `1 + kept` tokens, a new
@@ -504,19 +530,20 @@ struct Block<'a> {
 /// decoders that guessed fewer than `k` or finished into `odd` (index, guesses, context before
 /// the step). Every loop is over the block's lanes, so each is one vector operation.
 #[inline(always)]
-fn lanes(b: Block<'_>, k: i64, bs: i64, t: &mut Totals, odd: &mut Vec<(usize, i64, i64)>, start: usize) {
+fn lanes(b: Block<'_>, live: usize, k: i64, bs: i64, t: &mut LaneSums, odd: &mut Vec<(usize, i64, i64)>, start: usize) {
     let mut guesses = [0i64; LANES];
     let mut u = [0.0f64; LANES];
     for i in 0..LANES {
         guesses[i] = k.min(b.rem[i] - 1);
         u[i] = uniform_of(b.key[i], b.rem[i]);
     }
+    // the powers above u among the first k, then at most g of them: the count of the first g
     let mut power = *b.acc;
     let mut kept = [0i64; LANES];
-    for j in 0..k {
+    for _ in 0..k {
         let mut any = false;
         for i in 0..LANES {
-            let hit = (u[i] < power[i]) & (j < guesses[i]);
+            let hit = u[i] < power[i];
             kept[i] += hit as i64;
             power[i] *= b.acc[i];
             any |= hit;
@@ -525,8 +552,11 @@ fn lanes(b: Block<'_>, k: i64, bs: i64, t: &mut Totals, odd: &mut Vec<(usize, i6
             break; // every lane's count has stopped: the powers only fall
         }
     }
+    for i in 0..LANES {
+        kept[i] = kept[i].min(guesses[i]);
+    }
     let mut c0 = [0i64; LANES];
-    let (mut odd_lanes, mut taken, mut crossing, mut full, mut full_c) = (false, 0i64, 0i64, 0i64, 0i64);
+    let mut odd_lanes = false;
     for i in 0..LANES {
         let room1 = after_token(b.room[i], bs);
         let kp = kept[i];
@@ -538,19 +568,16 @@ fn lanes(b: Block<'_>, k: i64, bs: i64, t: &mut Totals, odd: &mut Vec<(usize, i6
         b.c[i] += 1 + kp;
         b.rem[i] -= 1 + kp;
         b.proposed[i] += guesses[i];
-        taken += nb;
-        crossing += (room2 == 0) as i64;
-        let is_full = guesses[i] == k;
-        full += is_full as i64;
-        full_c += if is_full { c0[i] } else { 0 };
-        odd_lanes |= (guesses[i] < k) | (b.rem[i] == 0);
+        let on = i < live;
+        t.taken[i] += (on as i64) * nb;
+        t.crossing[i] += ((room2 == 0) & on) as i64;
+        let is_full = (guesses[i] == k) & on;
+        t.full[i] += is_full as i64;
+        t.full_c[i] += if is_full { c0[i] } else { 0 };
+        odd_lanes |= ((guesses[i] < k) | (b.rem[i] == 0)) & on;
     }
-    t.taken += taken;
-    t.crossing += crossing;
-    t.full += full;
-    t.full_c += full_c;
     if odd_lanes {
-        for i in (0..LANES).filter(|&i| guesses[i] < k || b.rem[i] == 0) {
+        for i in (0..live).filter(|&i| guesses[i] < k || b.rem[i] == 0) {
             odd.push((start + i, guesses[i], c0[i]));
         }
     }
@@ -616,6 +643,9 @@ pub(super) mod tests {
     use crate::sim::test_util::rng;
     use std::cell::Cell;
 
+    /// A pass's columns (context, tokens left, room, proposed), sums and odd decoders.
+    type Pass = (Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>, Totals, Vec<(usize, i64, i64)>);
+
     thread_local! {
         /// Blocks of decoders the vectorized pass ran on this thread (the loop's tests check
         /// that their workloads reach it).
@@ -644,16 +674,26 @@ pub(super) mod tests {
             let mut want = (c.clone(), rem.clone(), room.clone(), proposed.clone(), Totals::default(), Vec::new());
             small_pass(&mut want.0, &mut want.1, &mut want.2, &mut want.3, &key, &acc, k, bs, &mut want.4, &mut want.5, 0);
             odd_seen += want.5.len();
-            let mut got = (c.clone(), rem.clone(), room.clone(), proposed.clone(), Totals::default(), Vec::new());
-            fast_pass(&mut got.0, &mut got.1, &mut got.2, &mut got.3, &key, &acc, k, bs, &mut got.4, &mut got.5);
+            // padded to whole blocks with lanes of any values (they must stay out of the sums)
+            let lanes = n.div_ceil(LANES) * LANES;
+            let mut pad = |col: &[i64]| -> Vec<i64> { col.iter().copied().chain((n..lanes).map(|_| rnd(50) as i64)).collect() };
+            let (key, acc) = ([key.clone(), vec![7; lanes - n]].concat(), [acc.clone(), vec![0.5; lanes - n]].concat());
+            let start = (pad(&c), pad(&rem), pad(&room), pad(&proposed));
+            let mut got = (start.0.clone(), start.1.clone(), start.2.clone(), start.3.clone(), Totals::default(), Vec::new());
+            fast_pass(&mut got.0, &mut got.1, &mut got.2, &mut got.3, &key, &acc, n, k, bs, &mut got.4, &mut got.5);
+            let live = |g: &mut Pass| {
+                [&mut g.0, &mut g.1, &mut g.2, &mut g.3].into_iter().for_each(|col| col.truncate(n));
+            };
+            live(&mut got);
             assert_eq!(got, want, "case {case}");
             #[cfg(target_arch = "x86_64")]
             if SpecDecoders::new(k).wide {
-                let mut got = (c, rem, room, proposed, Totals::default(), Vec::new());
+                let mut got = (start.0, start.1, start.2, start.3, Totals::default(), Vec::new());
                 // SAFETY: the CPU has AVX-512 (F and DQ), which `wide` says.
                 unsafe {
-                    fast_pass_avx512(&mut got.0, &mut got.1, &mut got.2, &mut got.3, &key, &acc, k, bs, &mut got.4, &mut got.5)
+                    fast_pass_avx512(&mut got.0, &mut got.1, &mut got.2, &mut got.3, &key, &acc, n, k, bs, &mut got.4, &mut got.5)
                 };
+                live(&mut got);
                 assert_eq!(got, want, "case {case}, AVX-512");
             }
         }

@@ -38,6 +38,13 @@ use super::per_step::{kept_of, uniform_of, SpecOutput, Speculation};
 use super::{blocks_for, BatchLog, KvCounts, Req};
 use crate::sim::{price_shape, StepShape};
 
+#[cfg(test)]
+thread_local! {
+    /// Blocks of decoders the vectorized pass ran on this thread (the loop's tests check that
+    /// their workloads reach it).
+    pub(super) static BLOCKS_RUN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Decoders visited at once by the vectorized pass: 8 lanes of 64 bits, one AVX-512 register
 /// (fewer decoders are visited one at a time).
 const LANES: usize = 8;
@@ -260,7 +267,7 @@ impl SpecDecoders {
         // are not vector operations there)
         if self.wide && self.len() >= LANES {
             #[cfg(test)]
-            tests::BLOCKS_RUN.with(|b| b.set(b.get() + self.len() / LANES));
+            BLOCKS_RUN.with(|b| b.set(b.get() + self.len() / LANES));
             #[cfg(target_arch = "x86_64")]
             // SAFETY: the CPU has the features `fast_pass_avx512` is compiled for (`new` checked).
             unsafe {
@@ -638,19 +645,12 @@ fn blocks_past(over: i64, bs: i64) -> i64 {
 }
 
 #[cfg(test)]
-pub(super) mod tests {
+mod tests {
     use super::*;
     use crate::sim::test_util::rng;
-    use std::cell::Cell;
 
     /// A pass's columns (context, tokens left, room, proposed), sums and odd decoders.
     type Pass = (Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>, Totals, Vec<(usize, i64, i64)>);
-
-    thread_local! {
-        /// Blocks of decoders the vectorized pass ran on this thread (the loop's tests check
-        /// that their workloads reach it).
-        pub(in crate::sim::continuous) static BLOCKS_RUN: Cell<usize> = const { Cell::new(0) };
-    }
 
     /// The pass over blocks of decoders (compiled for AVX-512 where the CPU has it, and
     /// without) is the pass one decoder at a time, decoder for decoder: columns, sums, and the

@@ -267,7 +267,7 @@ mod tests {
     fn events_agree_on_wide_batches() {
         let mut rnd = rng(0x2545_f491_4f6c_dd1d);
         let pr = pricer();
-        let before = super::super::spec_decoders::tests::BLOCKS_RUN.with(|b| b.get());
+        let before = super::super::spec_decoders::BLOCKS_RUN.with(|b| b.get());
         for case in 0..300 {
             let (a, p, l) = random_requests(&mut rnd, 200, (4, 0.01), 300, (1, 300));
             let n = a.len();
@@ -286,7 +286,7 @@ mod tests {
             let (want, got) = (run_speculative(&inp, &sp), run(&inp, &sp));
             assert_eq!(format!("{got:?}"), format!("{want:?}"), "case {case} {prm:?} k {k}");
         }
-        let blocks = super::super::spec_decoders::tests::BLOCKS_RUN.with(|b| b.get()) - before;
+        let blocks = super::super::spec_decoders::BLOCKS_RUN.with(|b| b.get()) - before;
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512dq") {
             assert!(blocks > 10_000, "the vectorized pass must run: {blocks} blocks");

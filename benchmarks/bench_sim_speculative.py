@@ -21,7 +21,9 @@ Why speculation costs more than the plain run however it is computed: the plain 
 visits a decoding request (a cost per event), while with speculation every decoder changes by a
 drawn amount in every step (visited once a step, with one draw: a hash of seed, request and
 output tokens left that says how many guesses are kept, defined by the per-step loop and
-reproduced by the new loop).
+reproduced by the new loop). The new loop makes the visit cheap: its decoders are columns, and
+on a CPU with AVX-512 a step in which no guess is cut short visits them 8 at a time, hash and
+all (``continuous/spec_decoders.rs``).
 """
 
 from __future__ import annotations

@@ -116,22 +116,29 @@ def test_the_crate_has_no_module_cycle():
     # the walk sees the crate: the folders' files and their arrows
     assert "crate::sim::continuous::rules" in graph["crate::sim::continuous::per_step"]
     assert "crate::sim::continuous" in graph["crate::sim::continuous::rules"]
-    assert "crate::blocks" in graph["crate::sim::continuous::prefix"]
+    assert "crate::blocks" in graph["crate::sim::continuous::prefix_alloc"]
     assert cycles(graph) == []
 
 
 def test_the_continuous_files_lean_on_the_vocabulary_and_the_rules_alone():
     graph = module_graph()
     folder = "crate::sim::continuous"
+    # the KV pools of prefix caching: parts the loops drive, on the prefixes' vocabulary alone
+    pools = {f"{folder}::prefix_pool", f"{folder}::prefix_alloc", f"{folder}::prefixes"}
     for name in ("per_step", "prefix", "rules"):
         inside = {m for m in graph[f"{folder}::{name}"] if m.startswith(folder + "::")}
         # trace.rs: the per-step record servelab trace asks for, a leaf beside the vocabulary
-        assert inside <= {f"{folder}::rules", f"{folder}::trace"}, (name, inside)
+        allowed = {f"{folder}::rules", f"{folder}::trace"} | (pools if name == "prefix" else set())
+        assert inside <= allowed, (name, inside)
     assert not {m for m in graph[f"{folder}::trace"] if m.startswith(folder + "::")}
+    assert not {m for m in graph[f"{folder}::prefixes"] if m.startswith(folder + "::")}
+    for name, uses in (("prefix_pool", {"prefixes"}), ("prefix_alloc", {"prefixes", "prefix_pool"})):
+        inside = {m for m in graph[f"{folder}::{name}"] if m.startswith(folder + "::")}
+        assert inside <= {f"{folder}::{u}" for u in uses}, (name, inside)
     # the event-driven prefix loop is an optimisation of the per-step one, on its pool, with
     # what the event-driven loops share (aggregates.rs: a leaf beside the vocabulary)
     inside = {m for m in graph[f"{folder}::prefix_events"] if m.startswith(folder + "::")}
-    assert inside <= {f"{folder}::rules", f"{folder}::prefix", f"{folder}::aggregates"}, inside
+    assert inside <= {f"{folder}::rules", f"{folder}::prefix", f"{folder}::prefix_pool", f"{folder}::aggregates"}, inside
     assert not {m for m in graph[f"{folder}::aggregates"] if m.startswith(folder + "::")}
     assert not {m for m in graph[folder] if m.startswith(folder + "::")}, graph[folder]
 

@@ -13,7 +13,9 @@
 //! * [`event_driven`]: the default loop, an optimisation of [`rules`] that prices a step from
 //!   integer totals and visits a request only at its events (and runs [`rules`] itself in the
 //!   rare step that preempts);
-//! * [`prefix`]: the loop with prefix caching, over the real block allocator, step by step;
+//! * [`prefix`]: the loop with prefix caching, step by step, over one of two KV pools:
+//!   `prefix_pool` (exact keys: the default) or `prefix_alloc` (the real block allocator: with
+//!   a host tier), both on `prefixes` (which prompts share what);
 //! * [`prefix_events`]: the same at a cost per event (the default), as [`event_driven`] is to
 //!   [`per_step`];
 //! * [`spec_events`]: speculative decoding at a cost per decoding entry (the default), bit for
@@ -37,7 +39,10 @@ mod aggregates;
 pub mod event_driven;
 pub mod per_step;
 pub mod prefix;
+mod prefix_alloc;
 pub mod prefix_events;
+mod prefix_pool;
+mod prefixes;
 pub(crate) mod rules;
 mod spec_decoders;
 pub mod spec_events;

@@ -16,18 +16,19 @@
 //!
 //! # The same block semantics as the engine
 //!
-//! Driving the real [`BlockAllocator`] makes every decision the engine's allocator makes: hits
-//! only on registered blocks, registered when computed (`allocate(.., Some(0))` at admission,
+//! The KV pool makes every decision the engine's allocator makes (the real block allocator of
+//! `blocks`, `prefix_alloc.rs`, with a host tier; else its equal by exact keys,
+//! `prefix_pool.rs`, with no hashing and no token storage): hits only on registered blocks, registered when computed (`allocate(.., Some(0))` at admission,
 //! `mark_computed` for each scheduled chunk, `append` for each decoded token), at most
 //! `(n - 1) / block_size` hits so one token is left to compute, LRU eviction of free cached
-//! blocks, the same block ids. A decoded token's slot is appended, as in the engine; its id is
+//! blocks in the same order. A decoded token's slot is appended, as in the engine; its id is
 //! the request's own (generated tokens are never inside the request's own `prefix_len`).
 //!
 //! # Cost
 //!
-//! This loop visits every running request in every step, like [`super::per_step`], and
-//! hashes every prompt token at allocation: `O(tokens)`, not the event-driven loop's
-//! `O(events)`. A decoder touches the allocator only twice a block (when it takes the block
+//! This loop visits every running request in every step, like [`super::per_step`]:
+//! `O(tokens)`, not the event-driven loop's `O(events)`. A decoder touches the pool only
+//! twice a block (when it takes the block
 //! and when it fills it: the only moments the pool or the cache can tell), writing the slots
 //! in between in one call. `make bench` shows both loops. With prefix caching off it makes the
 //! event-driven loop's batches and clock, bit for bit (the tests below check it).
@@ -45,68 +46,11 @@
 use super::rules::{run_steps, Books, Entry, StepHooks, StepPool};
 use super::{ContinuousOutput, ContinuousParams, Inputs};
 use crate::sim::{Recorder, Workload};
-use crate::blocks::{block_key, BlockAllocator, ROOT_KEY};
+use super::prefix_alloc::AllocatorKv;
+use super::prefix_pool::{KeyedPool, PrefixKv};
 use crate::error::{CoreError, CoreResult};
 
-/// Which earlier request each request's prompt starts with, and for how many tokens.
-#[derive(Debug, Clone, Copy)]
-pub struct Prefixes<'a> {
-    /// `-1`, or the index of an earlier request (`< i`).
-    pub parent: &'a [i64],
-    /// Tokens shared with the parent: `0` without one, else in `[0, prompt_len[i]]` and at most
-    /// the parent's `prompt_len + output_len`.
-    pub len: &'a [i64],
-}
-
-impl Prefixes<'_> {
-    /// Checks the columns against the workload; the error names the first bad value.
-    pub fn validate(&self, w: &Workload<'_>) -> CoreResult<()> {
-        let n = w.len();
-        if self.parent.len() != n || self.len.len() != n {
-            return Err(CoreError::invalid(format!(
-                "prefix_parent and prefix_len must have one entry per request ({n}), got {} and {}",
-                self.parent.len(),
-                self.len.len()
-            )));
-        }
-        for i in 0..n {
-            let (p, k) = (self.parent[i], self.len[i]);
-            if !(-1..i as i64).contains(&p) {
-                return Err(CoreError::invalid(format!(
-                    "prefix_parent[{i}] must be -1 or an earlier request's index in [0, {i}), got {p}"
-                )));
-            }
-            let most = if p < 0 { 0 } else { w.prompt_len[i].min(w.prompt_len[p as usize] + w.output_len[p as usize]) };
-            if !(0..=most).contains(&k) {
-                return Err(CoreError::invalid(format!(
-                    "prefix_len[{i}] must be in [0, {most}] (no parent: 0; else at most its prompt \
-                     and the parent's prompt + output), got {k}"
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// The synthetic token ids of request `r`'s first `k` tokens into `out` (see the module
-    /// docs): an iterative walk up the parents, so a long conversation needs no deep stack.
-    fn tokens(&self, r: usize, k: usize, chain: &mut Vec<(usize, usize)>, out: &mut Vec<u32>) {
-        chain.clear();
-        let (mut cur, mut lim) = (r, k);
-        loop {
-            chain.push((cur, lim));
-            let p = self.parent[cur];
-            lim = lim.min(self.len[cur] as usize);
-            if p < 0 || lim == 0 {
-                break;
-            }
-            cur = p as usize;
-        }
-        out.clear();
-        for &(origin, end) in chain.iter().rev() {
-            out.resize(end.max(out.len()), origin as u32); // <= u32::MAX: checked by `PrefixPool::new`
-        }
-    }
-}
+pub use super::prefixes::Prefixes;
 
 /// The host tier of [`run`] ([`PrefixOptions`]): `host_blocks` blocks (0: none), dropping by `policy`
 /// (`"lru"` or `"hits"`), and the seconds one token's KV takes over the host link.
@@ -188,153 +132,104 @@ impl<'a> PrefixOptions<'a> {
 /// Runs continuous batching with prefix caching over a validated workload, one sequence-step
 /// at a time.
 pub fn run(inp: &Inputs<'_>, px: &PrefixOptions<'_>) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
-    let mut pool = PrefixPool::new(inp.w, inp.params, px)?;
+    with_kv(inp.w, inp.params, px, false, |kv| match kv {
+        Pools::Keyed(kv) => run_on(inp, px, kv),
+        Pools::Allocator(kv) => run_on(inp, px, kv),
+    })
+}
+
+fn run_on<K: PrefixKv>(inp: &Inputs<'_>, px: &PrefixOptions<'_>, kv: K) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
+    let mut pool = PrefixPool::new(inp.w, inp.params, kv);
     let (mut rec, mut books) = Books::start(inp);
     run_steps(&mut pool, &mut PrefixSteps { host: px.host, ol: inp.w.output_len }, inp.params, inp.w, &mut rec, &mut books)?;
     Ok((books.finish(rec), pool.finish()))
 }
 
-/// An allocator error other than OutOfBlocks would be a bug here: report it, never panic.
-pub(super) fn internal(e: CoreError) -> CoreError {
-    CoreError::invalid(format!("internal error: {e}"))
-}
-
 /// The requests and pool of both prefix-caching loops (this file's per-step one and
-/// `prefix_events.rs`): one [`Live`] per request over the real [`BlockAllocator`].
-pub(super) struct PrefixPool<'a> {
+/// `prefix_events.rs`): one [`Live`] per request over a KV pool `K`: the exact-key pool of
+/// `prefix_pool.rs`, or the real allocator (`prefix_alloc.rs`) where a host tier is asked for.
+pub(super) struct PrefixPool<'a, K: PrefixKv> {
     pub(super) params: &'a ContinuousParams,
-    prefixes: &'a Prefixes<'a>,
     pl: &'a [i64],
     pub(super) live: Vec<Live>,
-    pub(super) kv: BlockAllocator,
+    pub(super) kv: K,
     pub(super) pre: PrefixOutput,
-    /// prompt blocks this step's admissions recalled from the host tier
-    recalled: u64,
     /// per request, when it was last admitted (a count of admissions): the order of the
     /// rules' running list, which the event-driven loop keeps without the list
     pub(super) admitted: Vec<u64>,
     admissions: u64,
-    /// the waiting request whose allocation failed last, kept until it fits (see `allocate`)
-    blocked: Option<Blocked>,
-    /// per request: the chain keys it finished with, kept while requests that start with its
-    /// tokens have not hashed theirs (`children_left` of them): theirs begin with these
-    kept: Vec<Vec<u64>>,
-    children_left: Vec<u32>,
-    keyed: Vec<bool>,
-    /// buffers of [`Prefixes::tokens`] and of the chain keys
-    chain: Vec<(usize, usize)>,
-    toks: Vec<u32>,
-    keys: Vec<u64>,
 }
 
-/// A waiting request whose allocation of `tokens` failed: its token ids and chain keys (hashed
-/// once), and the pool's free blocks and watched events then. Until either grows the same
-/// allocation fails again (the allocator's `Watch` says why), so it is not tried, nor hashed.
-struct Blocked {
-    r: usize,
-    tokens: i64,
-    free: usize,
-    events: u64,
-    toks: Vec<u32>,
-    keys: Vec<u64>,
+/// Checks a run's options (the errors name the value).
+pub(super) fn validate(w: &Workload<'_>, params: &ContinuousParams, px: &PrefixOptions<'_>) -> CoreResult<()> {
+    params.validate()?;
+    let host = px.host;
+    if !(host.s_per_token.is_finite() && host.s_per_token >= 0.0) {
+        return Err(CoreError::invalid(format!(
+            "host_s_per_token must be a finite number >= 0, got {}", host.s_per_token
+        )));
+    }
+    px.prefixes.validate(w)?;
+    if w.len() > u32::MAX as usize {
+        // a request's index is its synthetic token id, and token ids are u32
+        return Err(CoreError::invalid(format!(
+            "arrival_s must hold at most {} requests with prefix caching, got {} (split the workload)",
+            u32::MAX,
+            w.len()
+        )));
+    }
+    Ok(())
 }
 
-impl<'a> PrefixPool<'a> {
-    /// Checks the run's options (the errors name the value) and sets up an empty pool.
-    pub(super) fn new(w: &Workload<'a>, params: &'a ContinuousParams, px: &PrefixOptions<'a>) -> CoreResult<Self> {
-        let PrefixOptions { prefixes, prefix_caching, host } = *px;
-        params.validate()?;
-        if !(host.s_per_token.is_finite() && host.s_per_token >= 0.0) {
-            return Err(CoreError::invalid(format!(
-                "host_s_per_token must be a finite number >= 0, got {}", host.s_per_token
-            )));
-        }
-        prefixes.validate(w)?;
+/// The run's KV pool, exact keys or the allocator (see [`PrefixPool`]), handed to `go`.
+pub(super) fn with_kv<'a, T>(
+    w: &Workload<'_>,
+    params: &'a ContinuousParams,
+    px: &PrefixOptions<'a>,
+    allocator: bool,
+    go: impl FnOnce(Pools<'a>) -> CoreResult<T>,
+) -> CoreResult<T> {
+    validate(w, params, px)?;
+    let PrefixOptions { prefixes, prefix_caching, host } = *px;
+    if allocator || host.host_blocks > 0 {
+        go(Pools::Allocator(AllocatorKv::new(prefixes, params.num_blocks, params.block_size, prefix_caching, host.host_blocks, host.policy)?))
+    } else {
+        go(Pools::Keyed(KeyedPool::new(w, prefixes, params.num_blocks, params.block_size, prefix_caching)))
+    }
+}
+
+/// One of the two KV pools (each loop is compiled for both).
+#[allow(clippy::large_enum_variant)] // one a run, moved once into its loop
+pub(super) enum Pools<'a> {
+    Keyed(KeyedPool<'a>),
+    Allocator(AllocatorKv<'a>),
+}
+
+impl<'a, K: PrefixKv> PrefixPool<'a, K> {
+    /// An empty pool over `kv` (the options checked by [`validate`]).
+    pub(super) fn new(w: &Workload<'a>, params: &'a ContinuousParams, kv: K) -> Self {
         let n = w.len();
-        if n > u32::MAX as usize {
-            // a request's index is its synthetic token id, and token ids are u32
-            return Err(CoreError::invalid(format!(
-                "arrival_s must hold at most {} requests with prefix caching, got {n} (split the workload)",
-                u32::MAX
-            )));
-        }
-        let mut children_left = vec![0u32; n];
-        for &q in prefixes.parent {
-            if q >= 0 {
-                children_left[q as usize] += 1;
-            }
-        }
-        Ok(PrefixPool {
-            kept: vec![Vec::new(); n],
-            children_left,
-            keyed: vec![false; n],
+        PrefixPool {
             params,
-            prefixes,
             pl: w.prompt_len,
             live: vec![Live::default(); n],
-            kv: BlockAllocator::with_host_tier(params.num_blocks, params.block_size, prefix_caching, host.host_blocks, host.policy)?,
+            kv,
             pre: PrefixOutput::empty(n),
-            recalled: 0,
             admitted: vec![0; n],
             admissions: 0,
-            blocked: None,
-            chain: Vec::new(),
-            toks: Vec::new(),
-            keys: Vec::new(),
-        })
+        }
     }
 
-    /// What prefix caching did, the allocator's counters included.
+    /// What prefix caching did, the pool's counters included.
     pub(super) fn finish(self) -> PrefixOutput {
-        let (kv, mut pre) = (self.kv, self.pre);
-        pre.prefix_hits = kv.num_hits();
-        pre.prefix_lookups = kv.num_lookups();
-        pre.prefix_evictions = kv.num_evictions();
-        pre.host_hits = kv.num_host_hits();
+        let mut pre = self.pre;
+        (pre.prefix_hits, pre.prefix_lookups, pre.prefix_evictions, pre.host_hits) = self.kv.counters();
         pre
     }
 
-    /// Request `r` finished: its blocks are freed, and its keys kept if a later prompt starts
-    /// with its tokens.
+    /// Request `r` finished: its blocks are freed.
     pub(super) fn release(&mut self, r: usize) -> CoreResult<()> {
-        if self.children_left[r] > 0 && self.kv.prefix_caching() {
-            self.kept[r] = self.kv.free_keys(r as i64).map_err(internal)?;
-        } else {
-            self.kv.free(r as i64).map_err(internal)?;
-        }
-        Ok(())
-    }
-
-    /// The chain keys of `self.toks` (request `r`'s tokens), as the allocator computes them,
-    /// but those of the blocks it shares with its prefix parent copied from the parent's (kept
-    /// when it finished, or its allocation's while it runs) rather than hashed again: a turn of
-    /// a chat shares all of the previous one.
-    fn chain_keys(&mut self, r: usize) -> Vec<u64> {
-        let bs = self.params.block_size as usize;
-        let n_full = self.toks.len() / bs;
-        let mut keys = Vec::with_capacity(n_full);
-        let q = self.prefixes.parent[r];
-        if q >= 0 {
-            let q = q as usize;
-            let shared = (self.prefixes.len[r] as usize).min(self.toks.len()) / bs;
-            let src: &[u64] = if !self.kept[q].is_empty() { &self.kept[q] } else { self.kv.seq_keys(q as i64).unwrap_or(&[]) };
-            keys.extend_from_slice(&src[..shared.min(src.len())]);
-            if !self.keyed[r] {
-                self.keyed[r] = true;
-                self.children_left[q] -= 1;
-                if self.children_left[q] == 0 {
-                    self.kept[q] = Vec::new();
-                }
-            }
-        }
-        let mut parent = keys.last().copied().unwrap_or(ROOT_KEY);
-        for chunk in self.toks[keys.len() * bs..].chunks_exact(bs) {
-            parent = block_key(parent, chunk);
-            keys.push(parent);
-        }
-        #[cfg(test)] // the copied keys are the hashed ones (every test run with sharing checks it)
-        assert_eq!(keys, self.kv.chain_keys(&self.toks), "request {r}");
-        keys
+        self.kv.release(r)
     }
 
     /// A block holds `block_size` slots; the last block of a sequence here is never shared (no
@@ -345,7 +240,7 @@ impl<'a> PrefixPool<'a> {
     }
 }
 
-impl StepPool for PrefixPool<'_> {
+impl<K: PrefixKv> StepPool for PrefixPool<'_, K> {
     #[inline]
     fn counts(&self, r: usize) -> (i64, i64) {
         (self.live[r].computed, self.live[r].held)
@@ -353,7 +248,7 @@ impl StepPool for PrefixPool<'_> {
 
     #[inline]
     fn schedule_chunk(&mut self, r: usize, nt: i64) -> CoreResult<()> {
-        self.kv.mark_computed(r as i64, self.live[r].computed + nt).map_err(internal)
+        self.kv.mark_computed(r, self.live[r].computed + nt)
     }
 
     #[inline]
@@ -361,7 +256,7 @@ impl StepPool for PrefixPool<'_> {
         self.needs_block(self.live[r].held) && self.kv.num_free_blocks() == 0
     }
 
-    /// Lazy appends: a decoder's slot needs the allocator only when it takes a new block (the
+    /// Lazy appends: a decoder's slot needs the pool only when it takes a new block (the
     /// pool changes) or fills one (its key is registered); in between, the slots wait in
     /// `pending` and are written in one call at the fill. The slot of its last sampled token
     /// holds an own token (id `r`).
@@ -370,11 +265,11 @@ impl StepPool for PrefixPool<'_> {
         let (takes, fills) = (self.needs_block(self.live[r].held), self.needs_block(self.live[r].held + 1));
         let s = &mut self.live[r];
         if takes {
-            self.kv.append(r as i64, r as i64).map_err(internal)?; // nothing pending: flushed at the fill
+            self.kv.append(r)?; // nothing pending: flushed at the fill
         } else {
             s.pending += 1;
             if fills {
-                self.kv.append_same(r as i64, r as i64, s.pending as usize).map_err(internal)?;
+                self.kv.append_same(r, s.pending as usize)?;
                 s.pending = 0;
             }
         }
@@ -384,7 +279,7 @@ impl StepPool for PrefixPool<'_> {
 
     #[inline]
     fn preempt(&mut self, r: usize) -> CoreResult<()> {
-        self.kv.free(r as i64).map_err(internal)?; // its pending slots go with it
+        self.kv.preempt(r)?; // its pending slots go with it
         let s = &mut self.live[r];
         (s.computed, s.held, s.pending) = (0, 0, 0);
         Ok(())
@@ -395,46 +290,12 @@ impl StepPool for PrefixPool<'_> {
         self.pl[r] + self.live[r].generated
     }
 
-    /// Rule 4's allocation. A queue head that does not fit is tried again at every step until
-    /// it does; its tokens are hashed once ([`Blocked`]) and the allocation is skipped while
-    /// nothing happened that could make it fit (the same answer: a failed allocation changes
-    /// nothing, counters included).
+    /// Rule 4's allocation.
     #[inline]
     fn allocate(&mut self, r: usize, tokens: i64) -> CoreResult<Option<i64>> {
-        let kept = self.blocked.as_ref().is_some_and(|b| b.r == r && b.tokens == tokens);
-        if kept {
-            let b = self.blocked.as_ref().expect("kept");
-            if self.kv.num_free_blocks() <= b.free && self.kv.watch_events() == b.events {
-                return Ok(None);
-            }
-        } else {
-            self.prefixes.tokens(r, tokens as usize, &mut self.chain, &mut self.toks);
-            self.keys = if self.kv.prefix_caching() { self.chain_keys(r) } else { Vec::new() };
-        }
-        let recalls_before = self.kv.num_host_hits();
-        // the keys become the sequence's own (hashed for this allocation, and no other)
-        let fits = match (&mut self.blocked, kept) {
-            (Some(b), true) => self.kv.allocate_keyed_vec(r as i64, &b.toks, &mut b.keys, 0),
-            _ => self.kv.allocate_keyed_vec(r as i64, &self.toks, &mut self.keys, 0),
-        };
-        if !fits.map_err(internal)? {
-            if !kept {
-                self.kv.watch(&self.keys);
-                let (toks, keys) = (std::mem::take(&mut self.toks), std::mem::take(&mut self.keys));
-                self.blocked = Some(Blocked { r, tokens, free: 0, events: 0, toks, keys });
-            }
-            let b = self.blocked.as_mut().expect("set above");
-            (b.free, b.events) = (self.kv.num_free_blocks(), self.kv.watch_events());
-            return Ok(None);
-        }
-        if kept {
-            self.blocked = None;
-            self.kv.watch(&[]);
-        }
+        let Some(cached) = self.kv.allocate(r, tokens)? else { return Ok(None) };
         self.admitted[r] = self.admissions;
         self.admissions += 1;
-        self.recalled += self.kv.num_host_hits() - recalls_before;
-        let cached = self.kv.num_cached_tokens(r as i64).map_err(internal)? as i64;
         self.pre.cached_tokens[r] += cached;
         self.live[r].held = tokens;
         self.live[r].computed = cached;
@@ -443,7 +304,7 @@ impl StepPool for PrefixPool<'_> {
 
     #[inline]
     fn blocks_used(&self) -> i64 {
-        (self.kv.num_blocks() - self.kv.num_free_blocks()) as i64
+        self.kv.num_blocks() - self.kv.num_free_blocks()
     }
 }
 
@@ -453,22 +314,21 @@ pub(super) struct PrefixSteps<'a> {
     pub(super) ol: &'a [i64],
 }
 
-impl<'p> StepHooks<PrefixPool<'p>> for PrefixSteps<'_> {
+impl<'p, K: PrefixKv> StepHooks<PrefixPool<'p, K>> for PrefixSteps<'_> {
     /// The copies back from the host tier of the blocks this step's admissions recalled
     /// (module docs, "A host tier").
-    fn extra_s(&mut self, pool: &mut PrefixPool<'p>, _batch: &mut [Entry], _budget: i64) -> f64 {
-        let recalled = std::mem::take(&mut pool.recalled);
+    fn extra_s(&mut self, pool: &mut PrefixPool<'p, K>, _batch: &mut [Entry], _budget: i64) -> f64 {
         if self.host.host_blocks == 0 {
             return 0.0;
         }
-        pool.kv.take_transfers(); // counted above; the log must not grow
+        let recalled = pool.kv.take_recalled();
         let copies_s = (recalled * pool.params.block_size as u64) as f64 * self.host.s_per_token;
         pool.pre.host_transfer_s += copies_s;
         copies_s
     }
 
     #[inline]
-    fn sample(&mut self, pool: &mut PrefixPool<'p>, rec: &mut Recorder<'_>, _e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool> {
+    fn sample(&mut self, pool: &mut PrefixPool<'p, K>, rec: &mut Recorder<'_>, _e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool> {
         let s = &mut pool.live[r];
         s.computed += nt;
         pool.pre.computed_tokens[r] += nt;
@@ -487,7 +347,7 @@ impl<'p> StepHooks<PrefixPool<'p>> for PrefixSteps<'_> {
     }
 
     #[inline]
-    fn done(&self, pool: &PrefixPool<'p>, r: usize) -> bool {
+    fn done(&self, pool: &PrefixPool<'p, K>, r: usize) -> bool {
         pool.live[r].generated >= self.ol[r]
     }
 }

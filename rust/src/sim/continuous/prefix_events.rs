@@ -28,14 +28,20 @@
 //!
 //! # A head that does not fit
 //!
-//! The head of a full queue is tried at every step; [`PrefixPool`]'s `allocate` hashes its
-//! tokens once and skips the allocator until blocks are freed or one of its keys could hit
-//! (the allocator's watch), which gives the same answers.
+//! The head of a full queue is tried at every step; each KV pool skips the attempt until
+//! blocks are freed or one of its keys could hit, which gives the same answers.
+//!
+//! # The pool
+//!
+//! The loop drives a KV pool through [`PrefixKv`]: by exact keys (`prefix_pool.rs`, the
+//! default), or the real block allocator where a host tier is asked for; the test
+//! `keyed_pool_is_the_allocator` holds the two equal under this loop.
 
 use std::collections::VecDeque;
 
 use super::aggregates::{self, return_running, StepReturn};
-use super::prefix::{internal, Live, PrefixOptions, PrefixOutput, PrefixPool, PrefixSteps};
+use super::prefix::{with_kv, Live, Pools, PrefixOptions, PrefixOutput, PrefixPool, PrefixSteps};
+use super::prefix_pool::PrefixKv;
 use super::rules::{
     add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, prefill_pieces, Books, Entry, Piece,
     StepHooks, StepPool,
@@ -46,8 +52,20 @@ use crate::sim::{Recorder, StepShape, Workload};
 
 /// [`super::prefix::run`] at a cost per event: the same output, bit for bit.
 pub fn run(inp: &Inputs<'_>, px: &PrefixOptions<'_>) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
+    run_with(inp, px, false)
+}
+
+/// [`run`], on the real block allocator if `allocator` (else on it only with a host tier).
+fn run_with(inp: &Inputs<'_>, px: &PrefixOptions<'_>, allocator: bool) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
+    with_kv(inp.w, inp.params, px, allocator, |kv| match kv {
+        Pools::Keyed(kv) => run_on(inp, px, kv),
+        Pools::Allocator(kv) => run_on(inp, px, kv),
+    })
+}
+
+fn run_on<K: PrefixKv>(inp: &Inputs<'_>, px: &PrefixOptions<'_>, kv: K) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
     let Inputs { w, params, .. } = *inp;
-    let pool = PrefixPool::new(w, params, px)?;
+    let pool = PrefixPool::new(w, params, kv);
     let (rec, books) = Books::start(inp);
     let n = w.len();
     let mut run = Events {
@@ -142,13 +160,13 @@ fn next_event(bs: i64, c: i64, from: i64) -> i64 {
     from + to_take.min(to_fill)
 }
 
-struct Events<'a, 'p> {
+struct Events<'a, 'p, K: PrefixKv> {
     params: &'a ContinuousParams,
     w: &'a Workload<'a>,
     hooks: PrefixSteps<'a>,
     rec: Recorder<'p>,
     books: Books,
-    pool: PrefixPool<'a>,
+    pool: PrefixPool<'a, K>,
     state: Vec<u8>,
     waiting: VecDeque<usize>,
     dec: Decoders,
@@ -163,7 +181,7 @@ struct Events<'a, 'p> {
     batch: Vec<Entry>,
 }
 
-impl Events<'_, '_> {
+impl<K: PrefixKv> Events<'_, '_, K> {
     fn run(&mut self) -> CoreResult<()> {
         let n = self.w.len();
         let (mut next, mut step, mut t) = (0usize, 0i64, 0.0f64);
@@ -178,7 +196,7 @@ impl Events<'_, '_> {
             }
             let after = step.checked_add(1).ok_or_else(counter_overflow)?;
             let short = self.dec.live > self.params.max_num_batched_tokens
-                || self.dec.crossing(step) > self.pool.kv.num_free_blocks() as i64;
+                || self.dec.crossing(step) > self.pool.kv.num_free_blocks();
             t = if short { self.rules_step(t, step)? } else { self.event_step(t, step)? };
             step = after;
         }
@@ -218,10 +236,10 @@ impl Events<'_, '_> {
             if held % bs == 0 {
                 // a new block (the slot of this step's token in it); with blocks of one slot
                 // that fills it too
-                self.pool.kv.append(r as i64, r as i64).map_err(internal)?;
+                self.pool.kv.append(r)?;
             } else {
                 // the slot that fills the last block: the slots since the last event with it
-                self.pool.kv.append_same(r as i64, r as i64, (held + 1 - live.pending) as usize).map_err(internal)?;
+                self.pool.kv.append_same(r, (held + 1 - live.pending) as usize)?;
             }
             live.pending = held + 1;
             let (p, out) = (self.w.prompt_len[r], self.w.output_len[r]);
@@ -326,7 +344,7 @@ impl Events<'_, '_> {
     }
 }
 
-impl StepReturn for Events<'_, '_> {
+impl<K: PrefixKv> StepReturn for Events<'_, '_, K> {
     fn finished(&mut self, r: usize) -> bool {
         let done = self.hooks.done(&self.pool, r);
         if done {
@@ -411,5 +429,49 @@ mod tests {
             assert_eq!(format!("{got:?}"), format!("{want:?}"), "case {case} {prm:?} caching {caching} {host:?}");
         }
         assert!(preempted > 40, "the cases must reach the per-step path: {preempted}");
+    }
+
+    /// The exact-key pool against the real allocator, under the event-driven loop, bit for
+    /// bit (batches, clock, hits, lookups, evictions, every counter): random workloads whose
+    /// prompts share prefixes at random (chains of turns among them), in pools tight enough to
+    /// preempt and evict, with and without chunked prefill and prefix caching.
+    #[test]
+    fn keyed_pool_is_the_allocator() {
+        let mut rnd = rng(0x1319_8a2e_0370_7344);
+        let (mut preempted, mut evicted, mut hit) = (0, 0, 0);
+        for case in 0..600 {
+            let (a, p, l) = random_requests(&mut rnd, 40, (4, 0.002), 60, (1, 40));
+            let n = a.len();
+            let mut parent = vec![-1i64; n];
+            let mut len = vec![0i64; n];
+            for i in 1..n {
+                if rnd(4) != 0 {
+                    // mostly the previous request (a chat's turns), else any earlier one
+                    let q = if rnd(2) == 0 { i - 1 } else { rnd(i as u64) as usize };
+                    parent[i] = q as i64;
+                    let most = p[i].min(p[q] + l[q]);
+                    len[i] = if rnd(2) == 0 { most } else { rnd((most + 1) as u64) as i64 };
+                }
+            }
+            let pf = Prefixes { parent: &parent, len: &len };
+            let bs = 1 + rnd(6) as i64;
+            let prm = params(1 + rnd(10) as i64, 1 + rnd(90) as i64, bs, 1 + rnd(60) as i64, rnd(2) == 0);
+            let caching = rnd(6) != 0;
+            let w = Workload::new(&a, &p, &l).unwrap();
+            let trace = case % 2 == 0;
+            let pr = pricer();
+            let px = PrefixOptions::new(&pf, caching);
+            let inp = Inputs::new(&pr, &w, &prm, trace, trace);
+            let want = run_with(&inp, &px, true);
+            let got = run_with(&inp, &px, false);
+            if let Ok((o, x)) = &want {
+                preempted += (o.preemptions > 0) as i32;
+                evicted += (x.prefix_evictions > 0) as i32;
+                hit += (x.prefix_hits > 0) as i32;
+            }
+            // Debug prints each f64 so that it parses back to the same bits (and NaN as NaN)
+            assert_eq!(format!("{got:?}"), format!("{want:?}"), "case {case} {prm:?} caching {caching}");
+        }
+        assert!(preempted > 40 && evicted > 100 && hit > 100, "the cases must preempt, evict and hit: {preempted} {evicted} {hit}");
     }
 }

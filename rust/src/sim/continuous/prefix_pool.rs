@@ -1,0 +1,452 @@
+//! The KV pool of prefix caching by exact keys (lecture §3.5): the block allocator of `blocks`
+//! with prefix caching, reduced to what decides the simulator's answers, with no hashing, no
+//! token storage and no hash map. It makes the allocator's decisions call for call (the same
+//! successes, hits, lookups and evictions, in vLLM's per-block LRU order); the test
+//! `keyed_pool_is_the_allocator` in `prefix_events.rs` holds the two equal.
+//!
+//! # Exact keys
+//!
+//! The simulator's tokens are synthetic ([`super::prefix`], "Which prompts share what"): the
+//! token at a position is the index of its *origin*, the request whose own token it is, and
+//! along a request the origins never decrease. So the tokens of a request up to the end of its
+//! block `i` are those of the origin `o` of that block's last token, up to the same place: the
+//! full block is named exactly by `(o, i)`, where the allocator hashes a chain of tokens. A
+//! request `o`'s keys are the blocks whose last token is its own, `i` from `len[o] / bs` up to
+//! `(prompt + output) / bs` (no request holds more of its tokens), so each origin owns a range
+//! of consecutive *slots*, one per key, and a request's chain of keys is a handful of slot
+//! ranges (its system prompt's, each earlier turn's, its own): the hit walk reads memory in
+//! order.
+//!
+//! A slot holds what the allocator keeps of the cached block of its key: its reference count
+//! (`pins`; [`NONE`] when the key is not cached) and its position in the free queue. A block
+//! that holds no cached key (its prompt not computed yet, a last partial block, or a copy of a
+//! key another block had cached first) is *anonymous*: only its count matters. Blocks
+//! themselves have no ids: which physical block holds what never changes an answer.
+//!
+//! An origin's range is made when one of its keys is first cached, and given back for reuse
+//! when its last cached key is evicted, so memory follows the cache, not the whole workload.
+//!
+//! # The free queue
+//!
+//! As in `blocks/free_queue.rs`: a ring of entries (a slot, or [`NONE`] for an anonymous block)
+//! with lazy removal, each slot stamped with its position when pushed; a prefix hit on a free
+//! cached block only makes its entry stale.
+
+use std::collections::VecDeque;
+
+use super::prefixes::Prefixes;
+use crate::error::{CoreError, CoreResult};
+use crate::sim::Workload;
+
+/// Not cached (a slot's `pins`), an anonymous block (a chain or queue entry), no range (an
+/// origin's base).
+const NONE: u32 = u32::MAX;
+
+/// Stale queue entries tolerated beyond the live ones (a few in the tests, so that they compact).
+const SLACK: usize = if cfg!(test) { 2 } else { 1024 };
+
+/// What the prefix-caching loops ask of their KV pool (the allocator's calls, by request).
+pub(super) trait PrefixKv {
+    /// Rule 4: `r`'s `tokens` slots, reusing cached full blocks (at most `(tokens - 1) / bs`
+    /// of them); `None` (nothing changed) if the pool is short, else the cached tokens.
+    fn allocate(&mut self, r: usize, tokens: i64) -> CoreResult<Option<i64>>;
+    /// `r`'s first `computed` tokens have their KV: their full blocks are offered to the cache.
+    fn mark_computed(&mut self, r: usize, computed: i64) -> CoreResult<()>;
+    /// One slot of `r`'s own token, opening a new block (a free one was checked for).
+    fn append(&mut self, r: usize) -> CoreResult<()>;
+    /// `count` slots of `r`'s own token, as `count` appends.
+    fn append_same(&mut self, r: usize, count: usize) -> CoreResult<()>;
+    /// `r` finished: its blocks are freed.
+    fn release(&mut self, r: usize) -> CoreResult<()>;
+    /// Rule 3: `r`'s blocks are freed.
+    fn preempt(&mut self, r: usize) -> CoreResult<()>;
+    fn num_free_blocks(&self) -> i64;
+    fn num_blocks(&self) -> i64;
+    /// Prompt blocks recalled from a host tier since the last call (none without one).
+    fn take_recalled(&mut self) -> u64 {
+        0
+    }
+    /// (prefix hits, lookups, evictions, host hits).
+    fn counters(&self) -> (u64, u64, u64, u64);
+}
+
+/// One key: the reference count of its cached block ([`NONE`]: not cached; 0: free, in the
+/// queue at `qpos`), and its origin.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    pins: u32,
+    qpos: u32,
+    owner: u32,
+}
+
+/// A request's blocks while it holds some: its chain (a slot where it holds the cached block of
+/// that key, else [`NONE`]), the leading full blocks offered to the cache, the slots written.
+#[derive(Debug, Default)]
+struct Seq {
+    chain: Vec<u32>,
+    marked: usize,
+    tokens: i64,
+}
+
+/// A run of blocks `[lo, hi)` of a request's chain whose last tokens have origin `o`.
+type Segment = (usize, i64, i64);
+
+pub(super) struct KeyedPool<'a> {
+    bs: i64,
+    caching: bool,
+    num_blocks: i64,
+    free: i64,
+    prefixes: &'a Prefixes<'a>,
+    /// per request: `prompt + output`, what its children may share at most
+    total: Vec<i64>,
+    slots: Vec<Slot>,
+    /// per origin: its first slot (of key `len[o] / bs`), or [`NONE`]
+    base: Vec<u32>,
+    /// per origin: its cached keys (its range is given back at 0)
+    cached: Vec<u32>,
+    /// given back ranges, by size class (`1 << c` slots)
+    spare: Vec<Vec<u32>>,
+    queue: VecDeque<u32>,
+    /// the position of `queue[0]` (positions wrap: see [`KeyedPool::push`])
+    qbase: u32,
+    seqs: Vec<Seq>,
+    chains: Vec<Vec<u32>>,
+    segs: Vec<Segment>,
+    hits: u64,
+    lookups: u64,
+    evictions: u64,
+    /// registrations and hits on free blocks (what can make a failed allocation fit, beside
+    /// a free), and the request whose allocation failed last with the state it failed in
+    epoch: u64,
+    blocked: Option<(usize, i64, i64, u64)>,
+}
+
+fn internal(msg: &str) -> CoreError {
+    CoreError::invalid(format!("internal error: {msg}"))
+}
+
+impl<'a> KeyedPool<'a> {
+    /// An empty pool of `num_blocks` blocks of `bs` slots for the requests of `w` (their
+    /// prefixes checked by the caller).
+    pub(super) fn new(w: &Workload<'_>, prefixes: &'a Prefixes<'a>, num_blocks: i64, bs: i64, caching: bool) -> Self {
+        let n = w.len();
+        KeyedPool {
+            bs,
+            caching,
+            num_blocks,
+            free: num_blocks,
+            prefixes,
+            total: (0..n).map(|i| w.prompt_len[i] + w.output_len[i]).collect(),
+            slots: Vec::new(),
+            base: vec![NONE; n],
+            cached: vec![0; n],
+            spare: vec![Vec::new(); 33],
+            queue: (0..num_blocks).map(|_| NONE).collect(),
+            qbase: 0,
+            seqs: (0..n).map(|_| Seq::default()).collect(),
+            chains: Vec::new(),
+            segs: Vec::new(),
+            hits: 0,
+            lookups: 0,
+            evictions: 0,
+            epoch: 0,
+            blocked: None,
+        }
+    }
+
+    /// The first key of origin `o`: the block in which its own tokens begin.
+    #[inline]
+    fn first_key(&self, o: usize) -> i64 {
+        self.prefixes.len[o] / self.bs
+    }
+
+    /// Request `r`'s chain of keys as segments, from its first block on (module docs): walking
+    /// up its parents, each request's own tokens run from its `len` to where its child's shared
+    /// part ends.
+    fn segments(&mut self, r: usize) {
+        self.segs.clear();
+        let (mut cur, mut hi) = (r, i64::MAX);
+        loop {
+            let lo = self.prefixes.len[cur];
+            if lo < hi {
+                let end = if hi == i64::MAX { i64::MAX } else { hi / self.bs };
+                if lo / self.bs < end {
+                    self.segs.push((cur, lo / self.bs, end));
+                }
+                hi = lo;
+            }
+            let p = self.prefixes.parent[cur];
+            if p < 0 || hi == 0 {
+                break;
+            }
+            cur = p as usize;
+        }
+        self.segs.reverse();
+    }
+
+    /// Origin `o`'s range of slots, made if it has none.
+    fn range(&mut self, o: usize) -> CoreResult<u32> {
+        if self.base[o] != NONE {
+            return Ok(self.base[o]);
+        }
+        let size = (self.total[o] / self.bs - self.first_key(o)).max(1) as usize;
+        let class = size.next_power_of_two().trailing_zeros() as usize;
+        let b = match self.spare[class].pop() {
+            Some(b) => b,
+            None => {
+                let b = self.slots.len();
+                if b + (1 << class) >= NONE as usize {
+                    return Err(CoreError::invalid(format!(
+                        "the run caches more than {NONE} prefix blocks at once (split the workload)"
+                    )));
+                }
+                self.slots.resize(b + (1 << class), Slot { pins: NONE, qpos: 0, owner: 0 });
+                b as u32
+            }
+        };
+        for s in &mut self.slots[b as usize..b as usize + size] {
+            s.owner = o as u32;
+        }
+        self.base[o] = b;
+        Ok(b)
+    }
+
+    /// Takes the front block of the free queue for new content, evicting its key.
+    #[inline]
+    fn pop(&mut self) {
+        loop {
+            let e = self.queue.pop_front().expect("a free block has a live entry");
+            let pos = self.qbase;
+            self.qbase = self.qbase.wrapping_add(1);
+            if e == NONE {
+                return;
+            }
+            let s = &mut self.slots[e as usize];
+            if s.pins == 0 && s.qpos == pos {
+                s.pins = NONE;
+                self.evictions += 1;
+                let o = s.owner as usize;
+                self.cached[o] -= 1;
+                if self.cached[o] == 0 {
+                    // its last cached key: the range goes back for reuse (all its slots NONE)
+                    let size = (self.total[o] / self.bs - self.first_key(o)).max(1) as usize;
+                    self.spare[size.next_power_of_two().trailing_zeros() as usize].push(self.base[o]);
+                    self.base[o] = NONE;
+                }
+                return;
+            }
+        }
+    }
+
+    /// Appends an entry at the back of the free queue. Positions are u32 and wrap: a stale
+    /// entry lives until the ring holds twice the free blocks (at most `2 * 2^24 + SLACK`
+    /// entries), far fewer than `2^32` pushes, so no stamp is ever taken for another's.
+    #[inline]
+    fn push(&mut self, e: u32) {
+        if self.queue.len() > 2 * self.free as usize + SLACK {
+            self.compact();
+        }
+        if e != NONE {
+            self.slots[e as usize].qpos = self.qbase.wrapping_add(self.queue.len() as u32);
+        }
+        self.queue.push_back(e);
+    }
+
+    #[cold]
+    fn compact(&mut self) {
+        let (slots, base) = (&self.slots, self.qbase);
+        let mut i = 0u32;
+        self.queue.retain(|&e| {
+            let live = e == NONE || (slots[e as usize].pins == 0 && slots[e as usize].qpos == base.wrapping_add(i));
+            i = i.wrapping_add(1);
+            live
+        });
+        for (i, &e) in self.queue.iter().enumerate() {
+            if e != NONE {
+                self.slots[e as usize].qpos = base.wrapping_add(i as u32);
+            }
+        }
+    }
+
+    /// Offers `r`'s full blocks from its last offered one up to `upto` to the cache, in order:
+    /// each becomes the cached block of its key unless another block is (first wins).
+    fn offer(&mut self, r: usize, upto: usize) -> CoreResult<()> {
+        let marked = self.seqs[r].marked;
+        if upto <= marked {
+            return Ok(());
+        }
+        self.segments(r);
+        for k in 0..self.segs.len() {
+            let (o, lo, hi) = self.segs[k];
+            let (lo, hi) = ((lo as usize).max(marked), (hi.min(upto as i64)) as usize);
+            if lo >= hi {
+                continue;
+            }
+            let b = self.range(o)? as usize - self.first_key(o) as usize;
+            for i in lo..hi {
+                let s = &mut self.slots[b + i];
+                if s.pins == NONE {
+                    s.pins = 1;
+                    self.cached[o] += 1;
+                    self.epoch += 1;
+                    self.seqs[r].chain[i] = (b + i) as u32;
+                }
+            }
+        }
+        self.seqs[r].marked = upto;
+        Ok(())
+    }
+
+    /// Frees `r`'s blocks: those it alone held join the back of the free queue, last first.
+    fn free_seq(&mut self, r: usize) {
+        let mut chain = std::mem::take(&mut self.seqs[r].chain);
+        for &e in chain.iter().rev() {
+            if e != NONE {
+                let s = &mut self.slots[e as usize];
+                s.pins -= 1;
+                if s.pins > 0 {
+                    continue;
+                }
+            }
+            self.push(e);
+            self.free += 1;
+        }
+        chain.clear();
+        self.chains.push(chain);
+        self.seqs[r] = Seq::default();
+    }
+}
+
+impl PrefixKv for KeyedPool<'_> {
+    fn allocate(&mut self, r: usize, tokens: i64) -> CoreResult<Option<i64>> {
+        if let Some((b, t, free, epoch)) = self.blocked {
+            // nothing happened that could make the same allocation fit (the same answer)
+            if b == r && t == tokens && self.free <= free && self.epoch == epoch {
+                return Ok(None);
+            }
+        }
+        let bs = self.bs;
+        let n_blocks = (tokens + bs - 1) / bs;
+        let max_hits = if self.caching { (tokens - 1) / bs } else { 0 };
+        let (mut h, mut hits_free) = (0i64, 0i64);
+        if max_hits > 0 {
+            self.segments(r);
+            'walk: for &(o, lo, hi) in &self.segs {
+                if lo >= max_hits || self.base[o] == NONE {
+                    break;
+                }
+                let b = self.base[o] as usize - self.first_key(o) as usize;
+                for i in lo..hi.min(max_hits) {
+                    let pins = self.slots[b + i as usize].pins;
+                    if pins == NONE {
+                        break 'walk;
+                    }
+                    h += 1;
+                    hits_free += (pins == 0) as i64;
+                }
+            }
+        }
+        let need = n_blocks - h;
+        if need > self.free - hits_free {
+            self.blocked = Some((r, tokens, self.free, self.epoch));
+            return Ok(None);
+        }
+        self.blocked = None;
+        self.lookups += max_hits as u64;
+        self.hits += h as u64;
+        let mut chain = self.chains.pop().unwrap_or_default();
+        let mut left = h;
+        for &(o, lo, hi) in &self.segs {
+            if left == 0 {
+                break;
+            }
+            let b = self.base[o] as usize - self.first_key(o) as usize;
+            let end = hi.min(lo + left);
+            for i in lo..end {
+                let s = &mut self.slots[b + i as usize];
+                if s.pins == 0 {
+                    self.free -= 1;
+                    self.epoch += 1;
+                }
+                s.pins += 1;
+                chain.push((b + i as usize) as u32);
+            }
+            left -= end - lo;
+        }
+        for _ in 0..need {
+            self.pop();
+        }
+        self.free -= need;
+        chain.resize(n_blocks as usize, NONE);
+        self.seqs[r] = Seq { chain, marked: h as usize, tokens };
+        Ok(Some(h * bs))
+    }
+
+    fn mark_computed(&mut self, r: usize, computed: i64) -> CoreResult<()> {
+        if self.caching {
+            let upto = (computed.min(self.seqs[r].tokens) / self.bs) as usize;
+            self.offer(r, upto)?;
+        }
+        Ok(())
+    }
+
+    fn append(&mut self, r: usize) -> CoreResult<()> {
+        if self.free == 0 || self.seqs[r].tokens % self.bs != 0 {
+            return Err(internal("an append opening a block found none free"));
+        }
+        self.pop();
+        self.free -= 1;
+        let s = &mut self.seqs[r];
+        s.chain.push(NONE);
+        s.tokens += 1;
+        if self.caching && s.tokens % self.bs == 0 {
+            let upto = (s.tokens / self.bs) as usize;
+            self.offer(r, upto)?;
+        }
+        Ok(())
+    }
+
+    fn append_same(&mut self, r: usize, count: usize) -> CoreResult<()> {
+        let mut left = count as i64;
+        while left > 0 {
+            let used = self.seqs[r].tokens % self.bs;
+            if used == 0 {
+                self.append(r)?;
+                left -= 1;
+                continue;
+            }
+            let k = left.min(self.bs - used);
+            let s = &mut self.seqs[r];
+            s.tokens += k;
+            left -= k;
+            if self.caching && s.tokens % self.bs == 0 {
+                let upto = (s.tokens / self.bs) as usize;
+                self.offer(r, upto)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn release(&mut self, r: usize) -> CoreResult<()> {
+        self.free_seq(r);
+        Ok(())
+    }
+
+    fn preempt(&mut self, r: usize) -> CoreResult<()> {
+        self.free_seq(r);
+        Ok(())
+    }
+
+    #[inline]
+    fn num_free_blocks(&self) -> i64 {
+        self.free
+    }
+
+    fn num_blocks(&self) -> i64 {
+        self.num_blocks
+    }
+
+    fn counters(&self) -> (u64, u64, u64, u64) {
+        (self.hits, self.lookups, self.evictions, 0)
+    }
+}

@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 
 from servelab.blocks import OutOfBlocks
 from servelab.engine import Engine, EngineResult, Plan, Request, SchedulerState, Seq
-from servelab.harness.calls import call_each
+from servelab.harness.calls import Earlier, call_each, value
 
 __all__ = ["ScheduleError", "CheckedScheduler", "run_driven", "run_prefix", "step_limit",
            "assert_same_steps", "TRACE_DIR_VARIABLE"]
@@ -89,19 +89,26 @@ class CheckedScheduler:
                  f"{[(s.request_id, len(s.tokens), s.num_computed, s.num_slots) for s in view.running]}"
                  f" (request_id, len(tokens)[, num_computed, num_slots]), "
                  f"free_blocks={view.free_blocks}, config={view.config}")
-        self._same_free_count(state.free_blocks, f"{where}, before the call")
-        got = self.schedule_fn(view)
+        if self.mine is not None:
+            self._same_free_count(state.free_blocks, self.mine.num_free_blocks, f"{where}, before the call")
+        # the call, the plan's fields and (a10) your allocator's free count after it: under the
+        # autograder one message to your code's process (servelab.harness.calls); the plan is
+        # applied to servelab's allocator only, so your allocator's count is the same then
+        reads = [(getattr, (Earlier(0), name)) for name in PLAN_FIELDS]
+        if self.mine is not None:
+            reads.append((getattr, (self.mine, "num_free_blocks")))
+        outcomes = call_each([(self.schedule_fn, (view,))] + reads)
+        got = value(outcomes[0])
         where = f"{where} returned {got!r}"
-        plan = _read_plan(got, where)
+        plan = _read_plan(outcomes[1:4], where)
         _apply(plan, state, where)
-        self._same_free_count(state.blocks.num_free_blocks, f"{where}, after the plan")
+        if self.mine is not None:
+            self._same_free_count(state.blocks.num_free_blocks, value(outcomes[4]), f"{where}, after the plan")
         self.calls.append((view, plan))
         return plan
 
-    def _same_free_count(self, want: int, where: str) -> None:
-        if self.mine is None:
-            return
-        got = self.mine.num_free_blocks
+    @staticmethod
+    def _same_free_count(want: int, got: Any, where: str) -> None:
         if got != want:
             raise ScheduleError(f"{where}: your PrefixBlocks has num_free_blocks {got!r}, "
                                 f"servelab's allocator {want} after the same operations")
@@ -115,20 +122,22 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
-def _read_plan(got: Any, where: str) -> Plan:
-    """The student's plan (any object with list fields ``batch``, ``preempted``, ``admitted``)
+PLAN_FIELDS = ("batch", "preempted", "admitted")
+
+
+def _read_plan(read: Sequence[tuple[bool, Any]], where: str) -> Plan:
+    """The student's plan (any object with list fields ``batch``, ``preempted``, ``admitted``;
+    ``read``: what reading each field gave, as ``servelab.harness.calls.call_each`` says it)
     as servelab's :class:`~servelab.engine.Plan` of plain ints."""
     fields = []
-    names = ("batch", "preempted", "admitted")
-    # read together: under the autograder, one message to your code's process, not three
-    for name, (ok, value) in zip(names, call_each([(getattr, (got, name)) for name in names])):
+    for name, (ok, field) in zip(PLAN_FIELDS, read):
         if not ok:  # getattr(got, name, None): a missing field reads as None
-            if not isinstance(value, AttributeError):
-                raise value
-            value = None
-        if not isinstance(value, (list, tuple)):
-            raise ScheduleError(f"{where}: expected a Plan with a list {name}, got {value!r}")
-        fields.append(list(value))
+            if not isinstance(field, AttributeError):
+                raise field
+            field = None
+        if not isinstance(field, (list, tuple)):
+            raise ScheduleError(f"{where}: expected a Plan with a list {name}, got {field!r}")
+        fields.append(list(field))
     batch, preempted, admitted = fields
     if not all(isinstance(e, (list, tuple)) and len(e) == 3 and all(map(_is_int, e)) for e in batch):
         raise ScheduleError(f"{where}: batch must hold (request_id, new_tokens, context_len) "

@@ -343,13 +343,23 @@ def serve(req: dict, modules: dict):
     """What one request asks of the student's code."""
     op = req["op"]
     if op == "many":  # several calls and attribute reads, in order; each one's value or exception
+        done: list = []  # (ok, the value or the exception itself)
         results = []
         for one in req["requests"]:
             if one.get("op") not in ("call", "getattr"):
                 raise ValueError(f"unknown request {one.get('op')!r} in a batch")
             try:
-                results.append((True, serve({**one, "plain": True}, modules)))
+                if "of" in one:  # an attribute of what an earlier request of this batch returned
+                    ok, got = done[one["of"]]
+                    if not ok:
+                        raise got
+                    value = getattr(got, one["name"])
+                else:
+                    value = serve({**one, "plain": True}, modules)
+                done.append((True, value))
+                results.append((True, value))
             except BaseException as exc:
+                done.append((False, exc))
                 results.append((False, {"type": type(exc).__name__, "message": str(exc)[:4000]}))
         return results
     if op == "attr":  # a module-level name (a notebook's answer); a function stays a handle

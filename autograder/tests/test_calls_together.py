@@ -10,7 +10,7 @@ import time
 import pytest
 
 from autograder.sandbox.remote import Child, Limits, RemoteModule, StudentError, SubmissionFailed
-from servelab.harness.calls import call_each, value
+from servelab.harness.calls import Earlier, call_each, value
 
 LIMITS = Limits(wall_s=20, cpu_s=20)
 
@@ -76,6 +76,18 @@ def test_calls_travel_together_and_each_gets_its_own_outcome(counter_child):
     assert isinstance(got[6][1], AttributeError)
     # the calls after the exceptions ran: the counter holds 3 and 4, as one call at a time leaves it
     assert c.total == 7 and sent == ["many", "getattr"]
+
+
+def test_an_attribute_of_an_earlier_calls_value_travels_with_it(counter_child):
+    """A counter made, its method called and its total read, in one message; a read of what a
+    failed call returned fails as that call did."""
+    child, sent = counter_child
+    module = RemoteModule("counter")
+    module.bind(child)
+    got = call_each([(module.Counter, ()), (getattr, (Earlier(0), "total")), (module.twice, ()),
+                     (getattr, (Earlier(2), "total"))])
+    assert sent == ["many"] and got[1] == (True, 0) and got[0][0] and not got[2][0]
+    assert not got[3][0] and isinstance(got[3][1], TypeError) and "twice()" in str(got[3][1])
 
 
 def test_calls_not_all_the_childs_go_one_at_a_time(counter_child):

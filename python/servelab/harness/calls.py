@@ -11,28 +11,52 @@ anything else is called here, one call at a time, with the same result.
 
 >>> call_each([(int, ("3",)), (int, ("x",)), (getattr, ("ab", "upper"))])[:2]
 [(True, 3), (False, ValueError("invalid literal for int() with base 10: 'x'"))]
+
+An attribute of what an earlier call of the same batch returned is read with :class:`Earlier`
+(the plan a scheduler returns, and its fields, in one message):
+
+>>> from types import SimpleNamespace as NS
+>>> call_each([(NS, ()), (getattr, (Earlier(0), "batch"))])[1][0]
+False
+>>> call_each([(lambda: NS(batch=[1]), ()), (getattr, (Earlier(0), "batch"))])[1]
+(True, [1])
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 Call = tuple[Callable[..., Any], tuple[Any, ...]]
 
 
+@dataclass(frozen=True)
+class Earlier:
+    """In ``(getattr, (Earlier(i), name))``: the value that call ``i`` of the same batch
+    returned (when it raised, this read raises the same exception)."""
+
+    index: int
+
+
 def call_each(calls: Sequence[Call]) -> list[tuple[bool, Any]]:
     """``fn(*args)`` for each ``(fn, args)`` of ``calls``, in order: ``(True, value)``, or
     ``(False, exception)`` when it raised an ``Exception`` (the calls after it still run). An
-    attribute read is the call ``(getattr, (obj, name))``."""
+    attribute read is the call ``(getattr, (obj, name))``; ``obj`` may be :class:`Earlier`."""
     prepared = [_prepared(fn, args) for fn, args in calls]
     if prepared and all(p is not None for p in prepared):
-        runners = {id(p[0]) for p in prepared if p is not None}
+        runners = {id(p[0]): p[0] for p in prepared if p is not None and p[0] is not None}
         if len(runners) == 1:
-            first = prepared[0]
-            assert first is not None
-            return first[0].many([p[1] for p in prepared if p is not None])
-    return [_one(fn, args) for fn, args in calls]
+            (runner,) = runners.values()
+            return runner.many([p[1] for p in prepared if p is not None])
+    done: list[tuple[bool, Any]] = []
+    for fn, args in calls:
+        if fn is getattr and len(args) == 2 and isinstance(args[0], Earlier):
+            ok, got = done[args[0].index]
+            done.append(_one(getattr, (got, args[1])) if ok else (False, got))
+        else:
+            done.append(_one(fn, args))
+    return done
 
 
 def value(outcome: tuple[bool, Any]) -> Any:
@@ -56,8 +80,10 @@ def _one(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
 
 
 def _prepared(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[Any, dict] | None:
-    """(the process that runs it, the request) for a call that the autograder's stand-ins can
-    send with others; None for any other call."""
+    """(the process that runs it, or None for any, the request) for a call that the
+    autograder's stand-ins can send with others; None for any other call."""
+    if fn is getattr and len(args) == 2 and isinstance(args[0], Earlier) and isinstance(args[1], str):
+        return None, {"op": "getattr", "of": args[0].index, "name": args[1]}  # whichever process ran it
     if fn is getattr and len(args) == 2 and isinstance(args[1], str):
         request = getattr(type(args[0]), "_remote_getattr_request", None)
         return None if request is None else request(args[0], args[1])

@@ -14,9 +14,10 @@
 //! step visits each decoder once. Each visit is made cheap:
 //!
 //! * the decoders are columns (one array per field, padded to whole blocks of 8), so the visit
-//!   is a loop that the compiler vectorizes: on a CPU with AVX-512, 8 decoders at a time, hash
-//!   and all ([`fast_pass`]; fewer than 8 decoders, or a CPU without it, one at a time:
-//!   [`small_pass`], the same step);
+//!   is a loop that the compiler vectorizes: 8 decoders at a time, hash and all ([`fast_pass`],
+//!   compiled for AVX-512, where 8 64-bit lanes are one register, and for AVX2, where they are
+//!   two and a 64-bit multiply is made of 32-bit ones; fewer than 8 decoders, or a CPU with
+//!   neither, one at a time: [`small_pass`], the same step);
 //! * in nearly every step nothing is short: the guesses every decoder would make, `min(k, tokens
 //!   left - 1)`, fit in the step's token budget and their blocks in the free ones. Then no
 //!   decoder's guesses depend on another's, the order of the decoders does not matter, and the
@@ -43,6 +44,32 @@ thread_local! {
     /// Blocks of decoders the vectorized pass ran on this thread (the loop's tests check that
     /// their workloads reach it).
     pub(super) static BLOCKS_RUN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The vector instructions that the pass over blocks of decoders is compiled for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Vector {
+    /// none that pay (no AVX2, or not x86-64): the decoders one at a time ([`small_pass`])
+    None,
+    /// AVX2: 4 lanes of 64 bits, the multiplies and conversions made of 32-bit pieces
+    Avx2,
+    /// AVX-512 (F and DQ): 8 lanes, 64-bit multiplies and conversions in one instruction each
+    Avx512,
+}
+
+impl Vector {
+    fn detect() -> Vector {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512dq") {
+                return Vector::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                return Vector::Avx2;
+            }
+        }
+        Vector::None
+    }
 }
 
 /// Decoders visited at once by the vectorized pass: 8 lanes of 64 bits, one AVX-512 register
@@ -75,8 +102,8 @@ pub(super) struct SpecDecoders {
     ordered: bool,
     /// how many take a new block in the next step (`room == 0`)
     crossing: i64,
-    /// whether the CPU runs the vectorized pass (`fast_pass_avx512`)
-    wide: bool,
+    /// the vector instructions the CPU has for the pass over blocks of decoders
+    vector: Vector,
     /// per guess length `g` in `0..=k`: the step's entries that guessed `g`, their contexts' sum
     /// (below 2^57: fewer than 2^32 requests of fewer than 2^25 tokens)
     by_len: Vec<(i64, i64)>,
@@ -93,10 +120,7 @@ pub(super) struct SpecDecoders {
 impl SpecDecoders {
     /// No decoder yet, for guesses of at most `k`.
     pub(super) fn new(k: i64) -> SpecDecoders {
-        #[cfg(target_arch = "x86_64")]
-        let wide = std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512dq");
-        #[cfg(not(target_arch = "x86_64"))]
-        let wide = false;
+        let vector = Vector::detect();
         SpecDecoders {
             n: 0,
             c: Vec::new(),
@@ -110,7 +134,7 @@ impl SpecDecoders {
             next_ticket: 0,
             ordered: true,
             crossing: 0,
-            wide,
+            vector,
             by_len: vec![(0, 0); k as usize + 1],
             most: 0,
             depth: vec![(0, 0); k as usize],
@@ -217,6 +241,7 @@ impl SpecDecoders {
     /// Their entries go into the batch log `log` when it is kept. Returns the decoders' share
     /// of the step's shape and the draft's seconds (also added to `so`).
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub(super) fn step(
         &mut self,
         sp: &Speculation<'_>,
@@ -260,19 +285,24 @@ impl SpecDecoders {
 
     /// [`Self::step`] when nothing is short: the vectorized pass, then the few decoders that
     /// guessed fewer than `k` (into `by_len`) or finished (swapped out).
+    #[inline]
     fn fast_step(&mut self, k: i64, bs: i64, kv: &mut KvCounts, now: i64, so: &mut SpecOutput) {
         self.odd.clear();
         let mut t = Totals::default();
-        // (on a CPU without AVX-512 the blocks cost more than they save: 64-bit multiplies
-        // are not vector operations there)
-        if self.wide && self.len() >= LANES {
+        if self.vector != Vector::None && self.len() >= LANES {
             #[cfg(test)]
             BLOCKS_RUN.with(|b| b.set(b.get() + self.len() / LANES));
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: the CPU has the features `fast_pass_avx512` is compiled for (`new` checked).
-            unsafe {
-                fast_pass_avx512(&mut self.c, &mut self.rem, &mut self.room, &mut self.proposed, &self.key, &self.acc, self.n, k, bs, &mut t, &mut self.odd)
-            };
+            {
+                let (c, rem, room, proposed, odd) = (&mut self.c, &mut self.rem, &mut self.room, &mut self.proposed, &mut self.odd);
+                // SAFETY: the CPU has the features each is compiled for (`new` checked).
+                unsafe {
+                    match self.vector {
+                        Vector::Avx512 => fast_pass_avx512(c, rem, room, proposed, &self.key, &self.acc, self.n, k, bs, &mut t, odd),
+                        _ => fast_pass_avx2(c, rem, room, proposed, &self.key, &self.acc, self.n, k, bs, &mut t, odd),
+                    }
+                };
+            }
         } else {
             let n = self.n;
             let (c, rem, room, proposed) = (&mut self.c[..n], &mut self.rem[..n], &mut self.room[..n], &mut self.proposed[..n]);
@@ -384,6 +414,7 @@ impl SpecDecoders {
     /// [`super::per_step::speculate`] prices them: depth `j` is one batched decode step of the
     /// draft over the entries with `g > j`, at their contexts plus `j`, the depths priced and
     /// added in order. Returns (the shape, the draft's seconds).
+    #[inline]
     fn shape(&mut self, sp: &Speculation<'_>, so: &mut SpecOutput) -> (StepShape, f64) {
         let by_len = &mut self.by_len[..=self.most];
         let mut shape = StepShape::default();
@@ -466,6 +497,26 @@ fn fast_pass_avx512(
 }
 
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // (run by the tests everywhere)
+/// [`fast_pass`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+fn fast_pass_avx2(
+    c: &mut [i64],
+    rem: &mut [i64],
+    room: &mut [i64],
+    proposed: &mut [i64],
+    key: &[u64],
+    acc: &[f64],
+    n: usize,
+    k: i64,
+    bs: i64,
+    t: &mut Totals,
+    odd: &mut Vec<(usize, i64, i64)>,
+) {
+    fast_pass(c, rem, room, proposed, key, acc, n, k, bs, t, odd)
+}
+
 /// The decoders' step when nothing is short (`k <= bs`) for the first `n` lanes of columns
 /// padded to whole blocks, [`LANES`] decoders at a time ([`lanes`]).
 #[inline(always)]
@@ -590,9 +641,10 @@ fn lanes(b: Block<'_>, live: usize, k: i64, bs: i64, t: &mut LaneSums, odd: &mut
     }
 }
 
-/// [`fast_pass`] for a few decoders (the first is decoder `start`): the same step, one decoder
-/// at a time.
-#[inline(always)]
+/// [`fast_pass`] for a few decoders (the first is decoder `start`), or on a CPU without vector
+/// instructions that pay: the same step, one decoder at a time. (A function of its own: inlined
+/// into the loop, its many columns' pointers spill to the stack.)
+#[inline(never)]
 #[allow(clippy::too_many_arguments)]
 fn small_pass(
     c: &mut [i64],
@@ -687,14 +739,21 @@ mod tests {
             live(&mut got);
             assert_eq!(got, want, "case {case}");
             #[cfg(target_arch = "x86_64")]
-            if SpecDecoders::new(k).wide {
-                let mut got = (start.0, start.1, start.2, start.3, Totals::default(), Vec::new());
-                // SAFETY: the CPU has AVX-512 (F and DQ), which `wide` says.
+            for (level, name) in [(Vector::Avx2, "AVX2"), (Vector::Avx512, "AVX-512")] {
+                if (Vector::detect() as u8) < (level as u8) {
+                    continue; // the CPU lacks it
+                }
+                let mut got = (start.0.clone(), start.1.clone(), start.2.clone(), start.3.clone(), Totals::default(), Vec::new());
+                let (c, rem, room, proposed, t, odd) = (&mut got.0, &mut got.1, &mut got.2, &mut got.3, &mut got.4, &mut got.5);
+                // SAFETY: the CPU has the features each is compiled for (checked above).
                 unsafe {
-                    fast_pass_avx512(&mut got.0, &mut got.1, &mut got.2, &mut got.3, &key, &acc, n, k, bs, &mut got.4, &mut got.5)
+                    match level {
+                        Vector::Avx512 => fast_pass_avx512(c, rem, room, proposed, &key, &acc, n, k, bs, t, odd),
+                        _ => fast_pass_avx2(c, rem, room, proposed, &key, &acc, n, k, bs, t, odd),
+                    }
                 };
                 live(&mut got);
-                assert_eq!(got, want, "case {case}, AVX-512");
+                assert_eq!(got, want, "case {case}, {name}");
             }
         }
         assert!(odd_seen > 10_000, "{odd_seen}");

@@ -22,8 +22,8 @@ visits a decoding request (a cost per event), while with speculation every decod
 drawn amount in every step (visited once a step, with one draw: a hash of seed, request and
 output tokens left that says how many guesses are kept, defined by the per-step loop and
 reproduced by the new loop). The new loop makes the visit cheap: its decoders are columns, and
-on a CPU with AVX-512 a step in which no guess is cut short visits them 8 at a time, hash and
-all (``continuous/spec_decoders.rs``).
+on a CPU with AVX2 or AVX-512 a step in which no guess is cut short visits them 8 at a time,
+hash and all (``continuous/spec_decoders.rs``).
 """
 
 from __future__ import annotations

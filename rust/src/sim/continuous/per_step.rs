@@ -24,8 +24,11 @@
 //! that of `g` sequential draws `u_i < a` stopped at the first rejection: `P(kept >= j) =
 //! P(u < a^j) = a^j` for `j <= g` (up to the rounding of `a^j` and of `u` to 53 bits), `a = 0`
 //! keeping nothing and `a = 1` everything. A step used to draw once per guess, about once per
-//! output token; one draw per step is the same distribution at a fraction of the hashing, and
-//! both loops call the same function, so they keep the same guesses.
+//! output token; one draw per step is the same distribution at a fraction of the hashing. Both
+//! loops draw with the same function ([`uniform_of`]) and count the same powers, multiplied up
+//! in the same order (the event loop's pass over blocks of decoders counts them a power at a
+//! time for the whole block: `spec_decoders.rs`, whose tests hold it to [`kept_of`]), so they
+//! keep the same guesses.
 //!
 //! The target's forward is priced as an entry of `1 + g` tokens; the draft's `g` steps as
 //! batched decode steps of the draft model at contexts `c, c + 1, ..` (the engine's
@@ -92,9 +95,9 @@ impl Speculation<'_> {
 
     /// How many of the `g` guesses of request `r`'s step are kept when it has `left` output
     /// tokens to sample (module docs): the largest `j <= g` with `u < a^j`, `u` the step's one
-    /// draw. The powers are multiplied up in order, so both loops (the event loop's
-    /// vectorized pass counts the same powers) round them alike; they never grow (`a <= 1`), so that `j` is also the
-    /// number of powers above `u`.
+    /// draw. The powers are multiplied up in order, so both loops (the event loop's vectorized
+    /// pass counts the same powers) round them alike; they never grow (`a <= 1`), so that `j`
+    /// is also the number of powers above `u`.
     #[inline(always)]
     pub(super) fn kept_guesses(&self, r: usize, left: i64, g: i64) -> i64 {
         if g <= 0 {

@@ -89,7 +89,7 @@ fn run_on<K: PrefixKv>(inp: &Inputs<'_>, px: &PrefixOptions<'_>, kv: K) -> CoreR
     Ok((books.finish(rec), pool.finish()))
 }
 
-/// The decoders' next block events, by step: a calendar of `block_size + 1` days rather than a
+/// The decoders' next block events, by step: a calendar of at least `block_size + 1` days rather than a
 /// heap. A decoder's next event is less than a block ahead ([`next_event`]: within `bs - 1`
 /// steps of the step it is asked from, which is at most the next one), so the events of the
 /// coming `bs + 1` steps never share a day, and a step's events are its day's, taken in running
@@ -104,12 +104,13 @@ struct Calendar {
 
 impl Calendar {
     fn new(bs: i64) -> Self {
-        Calendar { days: vec![Vec::new(); bs as usize + 1], len: 0 }
+        // a power of two (at least bs + 1 days): a step's day is a mask, not a division
+        Calendar { days: vec![Vec::new(); (bs as usize + 1).next_power_of_two()], len: 0 }
     }
 
     #[inline]
     fn day(&self, step: i64) -> usize {
-        step.rem_euclid(self.days.len() as i64) as usize
+        (step as u64 & (self.days.len() as u64 - 1)) as usize
     }
 
     /// Decoder `r` (admission count `seq`) has an event in step `at`, at most `bs` steps ahead
@@ -128,7 +129,7 @@ impl Calendar {
         let d = self.day(step);
         let mut today = std::mem::take(&mut self.days[d]);
         self.len -= today.len();
-        today.sort_unstable();
+        insertion_sort(&mut today);
         today
     }
 
@@ -145,6 +146,25 @@ impl Calendar {
             self.days.iter_mut().for_each(Vec::clear);
             self.len = 0;
         }
+    }
+}
+
+/// Sorts a day's events: a few dozen, in runs already sorted (each pushed in running order by
+/// the events of an earlier day), where an insertion sort does less than a general one.
+/// A long day (thousands of decoders) goes to the general sort.
+fn insertion_sort(v: &mut [(u64, u32)]) {
+    if v.len() > 64 {
+        v.sort_unstable();
+        return;
+    }
+    for i in 1..v.len() {
+        let x = v[i];
+        let mut j = i;
+        while j > 0 && v[j - 1] > x {
+            v[j] = v[j - 1];
+            j -= 1;
+        }
+        v[j] = x;
     }
 }
 
@@ -323,7 +343,7 @@ impl<K: PrefixKv> Events<'_, '_, K> {
         self.dec.order = order;
         self.dec.clear();
         self.events.clear();
-        self.running.extend(self.prefilling.drain(..));
+        self.running.append(&mut self.prefilling);
 
         let plan = plan_step(&mut self.pool, self.params, &mut self.running, &mut self.waiting, &mut self.batch, &mut self.books, &mut self.rec, t)?; // rules 2-4
         for &r in self.waiting.iter().take(plan.n_preempted as usize) {

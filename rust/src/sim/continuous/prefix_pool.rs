@@ -79,17 +79,30 @@ struct Slot {
     owner: u32,
 }
 
+/// An origin's keys: its first slot (of key `first`, the block its own tokens begin in) or
+/// [`NONE`], how many of them are cached (its range is given back at 0), and its range's size
+/// class (`1 << class` slots).
+#[derive(Debug, Clone, Copy)]
+struct Origin {
+    base: u32,
+    cached: u32,
+    first: u32,
+    class: u32,
+}
+
+/// A run of blocks `[lo, hi)` of a request's chain whose last tokens have origin `o`.
+type Segment = (usize, i64, i64);
+
 /// A request's blocks while it holds some: its chain (a slot where it holds the cached block of
 /// that key, else [`NONE`]), the leading full blocks offered to the cache, the slots written.
 #[derive(Debug, Default)]
 struct Seq {
     chain: Vec<u32>,
+    /// its chain's segments (kept from its allocation: a walk up the parents reads far apart)
+    segs: Vec<Segment>,
     marked: usize,
     tokens: i64,
 }
-
-/// A run of blocks `[lo, hi)` of a request's chain whose last tokens have origin `o`.
-type Segment = (usize, i64, i64);
 
 pub(super) struct KeyedPool<'a> {
     bs: i64,
@@ -97,13 +110,9 @@ pub(super) struct KeyedPool<'a> {
     num_blocks: i64,
     free: i64,
     prefixes: &'a Prefixes<'a>,
-    /// per request: `prompt + output`, what its children may share at most
-    total: Vec<i64>,
     slots: Vec<Slot>,
-    /// per origin: its first slot (of key `len[o] / bs`), or [`NONE`]
-    base: Vec<u32>,
-    /// per origin: its cached keys (its range is given back at 0)
-    cached: Vec<u32>,
+    /// per origin: its range of slots (one miss on memory for what an eviction reads)
+    origins: Vec<Origin>,
     /// given back ranges, by size class (`1 << c` slots)
     spare: Vec<Vec<u32>>,
     queue: VecDeque<u32>,
@@ -111,7 +120,11 @@ pub(super) struct KeyedPool<'a> {
     qbase: u32,
     seqs: Vec<Seq>,
     chains: Vec<Vec<u32>>,
+    /// the segments of the request being allocated
     segs: Vec<Segment>,
+    /// whose segments `segs` holds (a blocked queue head is tried again at every step)
+    segs_of: usize,
+    spare_segs: Vec<Vec<Segment>>,
     hits: u64,
     lookups: u64,
     evictions: u64,
@@ -136,16 +149,24 @@ impl<'a> KeyedPool<'a> {
             num_blocks,
             free: num_blocks,
             prefixes,
-            total: (0..n).map(|i| w.prompt_len[i] + w.output_len[i]).collect(),
             slots: Vec::new(),
-            base: vec![NONE; n],
-            cached: vec![0; n],
+            origins: (0..n)
+                .map(|o| {
+                    // keys from the block its own tokens begin in, to the last block a child
+                    // may share (`prompt + output` tokens)
+                    let first = prefixes.len[o] / bs;
+                    let size = ((w.prompt_len[o] + w.output_len[o]) / bs - first).max(1);
+                    Origin { base: NONE, cached: 0, first: first as u32, class: (size as u64).next_power_of_two().trailing_zeros() }
+                })
+                .collect(),
             spare: vec![Vec::new(); 33],
             queue: (0..num_blocks).map(|_| NONE).collect(),
             qbase: 0,
             seqs: (0..n).map(|_| Seq::default()).collect(),
             chains: Vec::new(),
             segs: Vec::new(),
+            segs_of: usize::MAX,
+            spare_segs: Vec::new(),
             hits: 0,
             lookups: 0,
             evictions: 0,
@@ -157,13 +178,17 @@ impl<'a> KeyedPool<'a> {
     /// The first key of origin `o`: the block in which its own tokens begin.
     #[inline]
     fn first_key(&self, o: usize) -> i64 {
-        self.prefixes.len[o] / self.bs
+        self.origins[o].first as i64
     }
 
     /// Request `r`'s chain of keys as segments, from its first block on (module docs): walking
     /// up its parents, each request's own tokens run from its `len` to where its child's shared
     /// part ends.
     fn segments(&mut self, r: usize) {
+        if self.segs_of == r {
+            return;
+        }
+        self.segs_of = r;
         self.segs.clear();
         let (mut cur, mut hi) = (r, i64::MAX);
         loop {
@@ -186,12 +211,11 @@ impl<'a> KeyedPool<'a> {
 
     /// Origin `o`'s range of slots, made if it has none.
     fn range(&mut self, o: usize) -> CoreResult<u32> {
-        if self.base[o] != NONE {
-            return Ok(self.base[o]);
+        let Origin { base, class, .. } = self.origins[o];
+        if base != NONE {
+            return Ok(base);
         }
-        let size = (self.total[o] / self.bs - self.first_key(o)).max(1) as usize;
-        let class = size.next_power_of_two().trailing_zeros() as usize;
-        let b = match self.spare[class].pop() {
+        let b = match self.spare[class as usize].pop() {
             Some(b) => b,
             None => {
                 let b = self.slots.len();
@@ -204,15 +228,22 @@ impl<'a> KeyedPool<'a> {
                 b as u32
             }
         };
-        for s in &mut self.slots[b as usize..b as usize + size] {
+        for s in &mut self.slots[b as usize..b as usize + (1 << class)] {
             s.owner = o as u32;
         }
-        self.base[o] = b;
+        self.origins[o].base = b;
         Ok(b)
     }
 
+    /// Takes `n` blocks from the front of the free queue (the caller checked they are free).
+    fn take(&mut self, n: i64) {
+        for _ in 0..n {
+            self.pop();
+        }
+    }
+
     /// Takes the front block of the free queue for new content, evicting its key.
-    #[inline]
+    #[inline(always)]
     fn pop(&mut self) {
         loop {
             let e = self.queue.pop_front().expect("a free block has a live entry");
@@ -225,33 +256,22 @@ impl<'a> KeyedPool<'a> {
             if s.pins == 0 && s.qpos == pos {
                 s.pins = NONE;
                 self.evictions += 1;
-                let o = s.owner as usize;
-                self.cached[o] -= 1;
-                if self.cached[o] == 0 {
+                let g = &mut self.origins[s.owner as usize];
+                g.cached -= 1;
+                if g.cached == 0 {
                     // its last cached key: the range goes back for reuse (all its slots NONE)
-                    let size = (self.total[o] / self.bs - self.first_key(o)).max(1) as usize;
-                    self.spare[size.next_power_of_two().trailing_zeros() as usize].push(self.base[o]);
-                    self.base[o] = NONE;
+                    self.spare[g.class as usize].push(g.base);
+                    g.base = NONE;
                 }
                 return;
             }
         }
     }
 
-    /// Appends an entry at the back of the free queue. Positions are u32 and wrap: a stale
-    /// entry lives until the ring holds twice the free blocks (at most `2 * 2^24 + SLACK`
-    /// entries), far fewer than `2^32` pushes, so no stamp is ever taken for another's.
-    #[inline]
-    fn push(&mut self, e: u32) {
-        if self.queue.len() > 2 * self.free as usize + SLACK {
-            self.compact();
-        }
-        if e != NONE {
-            self.slots[e as usize].qpos = self.qbase.wrapping_add(self.queue.len() as u32);
-        }
-        self.queue.push_back(e);
-    }
-
+    /// Drops the stale entries of the free queue, restamping the live ones. Positions are
+    /// u32 and wrap: a stale entry lives until the ring holds twice the free blocks (at most
+    /// `2 * 2^24 + SLACK` entries), far fewer than `2^32` pushes, so no stamp is ever taken
+    /// for another's.
     #[cold]
     fn compact(&mut self) {
         let (slots, base) = (&self.slots, self.qbase);
@@ -269,37 +289,62 @@ impl<'a> KeyedPool<'a> {
     }
 
     /// Offers `r`'s full blocks from its last offered one up to `upto` to the cache, in order:
-    /// each becomes the cached block of its key unless another block is (first wins).
+    /// each becomes the cached block of its key unless another block is (first wins). Most
+    /// are its own (a decoder's, a prompt's after its hits): no walk up the parents for those.
     fn offer(&mut self, r: usize, upto: usize) -> CoreResult<()> {
         let marked = self.seqs[r].marked;
         if upto <= marked {
             return Ok(());
         }
-        self.segments(r);
-        for k in 0..self.segs.len() {
-            let (o, lo, hi) = self.segs[k];
-            let (lo, hi) = ((lo as usize).max(marked), (hi.min(upto as i64)) as usize);
-            if lo >= hi {
-                continue;
-            }
-            let b = self.range(o)? as usize - self.first_key(o) as usize;
-            for i in lo..hi {
-                let s = &mut self.slots[b + i];
-                if s.pins == NONE {
-                    s.pins = 1;
-                    self.cached[o] += 1;
-                    self.epoch += 1;
-                    self.seqs[r].chain[i] = (b + i) as u32;
+        let own = self.first_key(r) as usize;
+        if marked < own.min(upto) {
+            let segs = std::mem::take(&mut self.seqs[r].segs);
+            for &(o, lo, hi) in &segs {
+                if o == r {
+                    break; // the last segment, its own
+                }
+                let (lo, hi) = ((lo as usize).max(marked), (hi.min(upto as i64)) as usize);
+                if lo < hi {
+                    self.register(r, o, lo, hi)?;
                 }
             }
+            self.seqs[r].segs = segs;
+        }
+        let lo = marked.max(own);
+        if lo < upto {
+            self.register(r, r, lo, upto)?;
         }
         self.seqs[r].marked = upto;
+        Ok(())
+    }
+
+    /// [`KeyedPool::offer`] of `r`'s blocks `lo..hi`, all of origin `o`.
+    #[inline]
+    fn register(&mut self, r: usize, o: usize, lo: usize, hi: usize) -> CoreResult<()> {
+        let off = self.range(o)? as i64 - self.first_key(o);
+        let (slots, chain) = (&mut self.slots, &mut self.seqs[r].chain);
+        let mut won = 0;
+        for (i, e) in chain[lo..hi].iter_mut().enumerate() {
+            let k = (off + (lo + i) as i64) as usize;
+            if slots[k].pins == NONE {
+                slots[k].pins = 1;
+                *e = k as u32;
+                won += 1;
+            }
+        }
+        self.origins[o].cached += won;
+        self.epoch += won as u64;
         Ok(())
     }
 
     /// Frees `r`'s blocks: those it alone held join the back of the free queue, last first.
     fn free_seq(&mut self, r: usize) {
         let mut chain = std::mem::take(&mut self.seqs[r].chain);
+        if self.queue.len() + chain.len() > 2 * self.free as usize + SLACK {
+            self.compact();
+        }
+        let mut pos = self.qbase.wrapping_add(self.queue.len() as u32);
+        let mut freed = 0;
         for &e in chain.iter().rev() {
             if e != NONE {
                 let s = &mut self.slots[e as usize];
@@ -307,12 +352,18 @@ impl<'a> KeyedPool<'a> {
                 if s.pins > 0 {
                     continue;
                 }
+                s.qpos = pos;
             }
-            self.push(e);
-            self.free += 1;
+            self.queue.push_back(e);
+            pos = pos.wrapping_add(1);
+            freed += 1;
         }
+        self.free += freed;
         chain.clear();
         self.chains.push(chain);
+        let mut segs = std::mem::take(&mut self.seqs[r].segs);
+        segs.clear();
+        self.spare_segs.push(segs);
         self.seqs[r] = Seq::default();
     }
 }
@@ -329,15 +380,18 @@ impl PrefixKv for KeyedPool<'_> {
         let n_blocks = (tokens + bs - 1) / bs;
         let max_hits = if self.caching { (tokens - 1) / bs } else { 0 };
         let (mut h, mut hits_free) = (0i64, 0i64);
-        if max_hits > 0 {
+        if self.caching {
             self.segments(r);
+        }
+        if max_hits > 0 {
             'walk: for &(o, lo, hi) in &self.segs {
-                if lo >= max_hits || self.base[o] == NONE {
+                let g = self.origins[o];
+                if lo >= max_hits || g.base == NONE {
                     break;
                 }
-                let b = self.base[o] as usize - self.first_key(o) as usize;
+                let off = g.base as i64 - g.first as i64;
                 for i in lo..hi.min(max_hits) {
-                    let pins = self.slots[b + i as usize].pins;
+                    let pins = self.slots[(off + i) as usize].pins;
                     if pins == NONE {
                         break 'walk;
                     }
@@ -360,25 +414,26 @@ impl PrefixKv for KeyedPool<'_> {
             if left == 0 {
                 break;
             }
-            let b = self.base[o] as usize - self.first_key(o) as usize;
+            let off = self.origins[o].base as i64 - self.first_key(o);
             let end = hi.min(lo + left);
             for i in lo..end {
-                let s = &mut self.slots[b + i as usize];
+                let k = (off + i) as usize;
+                let s = &mut self.slots[k];
                 if s.pins == 0 {
                     self.free -= 1;
                     self.epoch += 1;
                 }
                 s.pins += 1;
-                chain.push((b + i as usize) as u32);
+                chain.push(k as u32);
             }
             left -= end - lo;
         }
-        for _ in 0..need {
-            self.pop();
-        }
+        self.take(need);
         self.free -= need;
         chain.resize(n_blocks as usize, NONE);
-        self.seqs[r] = Seq { chain, marked: h as usize, tokens };
+        let mut segs = self.spare_segs.pop().unwrap_or_default();
+        segs.extend_from_slice(&self.segs);
+        self.seqs[r] = Seq { chain, segs, marked: h as usize, tokens };
         Ok(Some(h * bs))
     }
 

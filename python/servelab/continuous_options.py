@@ -74,11 +74,15 @@ class Speculation:
             a = float(a)
         else:
             try:
-                a = np.array(a, dtype=np.float64, ndmin=1)
+                raw = np.asarray(a)
+                # whole or real numbers only: a complex one would lose its imaginary part
+                # silently, a string or a bool is no rate
+                if raw.dtype.kind not in "iuf":
+                    raise bad
+                a = np.array(raw, dtype=np.float64, ndmin=1)
             except (TypeError, ValueError, OverflowError):
                 raise bad from None
-            if a.ndim != 1 or a.size == 0 or not np.all((a >= 0.0) & (a <= 1.0)) \
-                    or isinstance(self.acceptance, (str, bytes)):
+            if a.ndim != 1 or a.size == 0 or not np.all((a >= 0.0) & (a <= 1.0)):
                 raise bad
             a.flags.writeable = False
         object.__setattr__(self, "acceptance", a)

@@ -23,7 +23,7 @@ UNIX_SOCKET_PATH_MAX = 107  # bytes of a socket's path (sun_path, less its termi
 from autograder.notebooks.launch import NOT_GRADED, failure_message, run_nbgrader
 from autograder.notebooks.scores import PENDING
 from autograder.notebooks.submitted import problems_of, suspicious
-from autograder.sandbox import os_boundary
+from autograder.sandbox import folder_budget, os_boundary
 from autograder.sandbox.remote import Limits
 
 KERNEL_NAME = "servelab-sandbox"
@@ -182,7 +182,9 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
             spec = f"{KERNEL_NAME}-{nb.name}"
             kernel_spec.write_spec(course / "jupyter", spec, folders, hide, limits, boundary)
             jobs.append({"name": nb.name, "kernel": spec, "runtime": str(folders.runtime), "base": str(folders.base),
-                         "sockets": str(folders.sockets / "k")})
+                         "sockets": str(folders.sockets / "k"),
+                         # what its folders may hold, watched by nbgrader's process (folder_budget)
+                         "budget": [folder_budget.DEFAULT.max_bytes, folder_budget.DEFAULT.max_entries]})
             longest = len(os.fsencode(folders.sockets / "k-65535"))
             if longest > UNIX_SOCKET_PATH_MAX:  # the kernel could not bind, and would die unexplained
                 instructors_log.note(f"notebook {nb.name}", f"its kernel's socket paths are {longest} bytes, more "

@@ -18,7 +18,8 @@ Config keys: ``action`` (``generate`` or ``autograde``), ``course`` (the course 
 ``memory_bytes`` (this process's address space), ``out`` (the JSON to write); for
 ``autograde``, ``notebooks`` (one entry per notebook: ``name``, ``kernel`` its kernel spec,
 ``runtime`` the folder for its connection file, ``sockets`` the prefix of its socket files,
-``base`` the grader's folder holding its folders, opened while it runs) and
+``base`` the grader's folder holding its folders, opened while it runs, ``budget`` the bytes and
+entries those may hold: autograder/sandbox/folder_budget.py) and
 ``gid`` (the sandbox's group, or None).
 """
 
@@ -28,6 +29,7 @@ import asyncio
 import json
 import os
 import resource
+import signal
 import stat
 import sys
 import tempfile
@@ -114,7 +116,21 @@ def pin_sockets(prefix: str, ports: list[int], pins: str) -> tuple[str, list[int
     return f"/proc/self/fd/{fds[-1]}/k", fds
 
 
-def _kernel_manager(gid: int | None, runtime: str):
+def _folder_budget():
+    """autograder/sandbox/folder_budget.py by path (this script runs without the package)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "sandbox" / "folder_budget.py"
+    spec = importlib.util.spec_from_file_location("_servelab_folder_budget", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} is not a loadable module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _kernel_manager(gid: int | None, runtime: str, base: str, budget: list[int]):
     """Jupyter's kernel manager, but the connection file is written in ``runtime`` (a folder of
     the grader's; Jupyter would use this process's TMPDIR) and made readable to the sandbox's
     group: the kernel then starts as that uid and reads it itself, so nothing runs as root
@@ -142,11 +158,28 @@ def _kernel_manager(gid: int | None, runtime: str):
                 os.close(fd)
 
         async def _async_post_start_kernel(self, **kw) -> None:
+            # the kernel's folders lie on this machine's disk, bounded by a watch that kills it
+            # (RLIMIT_FSIZE bounds one file, not how many: autograder/sandbox/folder_budget.py)
+            module = _folder_budget()
+            self._watch = module.Watch([Path(base)], self._over_budget, module.Budget(*budget)).start()
             # before the first connection (the control socket's, in the parent's method): from
             # here on this process reaches the kernel through descriptors, never its folder
             if self.transport == "ipc":
                 self.ip = await self._pinned()
             await super()._async_post_start_kernel(**kw)
+
+        def _over_budget(self, words: str) -> None:
+            # the kernel is its session's leader (jupyter_client starts it in a new session);
+            # nbgrader then sees a dead kernel, whose fixed text the student reads
+            print(f"---- the kernel {words}: killed", file=sys.stderr)
+            process = getattr(self.provisioner, "process", None)  # the local provisioner's Popen
+            pid = getattr(process, "pid", None)
+            if pid is not None:
+                for kill in (os.killpg, os.kill):
+                    try:
+                        kill(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
 
         async def _pinned(self) -> str:
             ports = [self.shell_port, self.iopub_port, self.stdin_port, self.hb_port, self.control_port]
@@ -162,6 +195,8 @@ def _kernel_manager(gid: int | None, runtime: str):
                     await asyncio.sleep(0.05)
 
         def cleanup_ipc_files(self) -> None:
+            if getattr(self, "_watch", None) is not None:
+                self._watch.stop()
             super().cleanup_ipc_files()  # the links to the descriptors (self.ip leads to the pins)
             for fd in getattr(self, "_pinned_fds", ()):
                 os.close(fd)
@@ -195,7 +230,7 @@ def main() -> None:
         if job is not None:
             # each notebook its own kernel spec (its own fresh folders), connection file and sockets
             c.Execute.kernel_name = job["kernel"]
-            c.Execute.kernel_manager_class = _kernel_manager(cfg.get("gid"), job["runtime"])
+            c.Execute.kernel_manager_class = _kernel_manager(cfg.get("gid"), job["runtime"], job["base"], job["budget"])
             os.environ["JUPYTER_RUNTIME_DIR"] = job["runtime"]
             # Unix sockets instead of TCP on loopback: the kernel then needs no network at all,
             # and runs in a network namespace of its own (autograder/sandbox/os_boundary.py)

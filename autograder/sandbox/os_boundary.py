@@ -94,6 +94,27 @@ shift
 exec "$@"'''
 
 
+# the size of each tmpfs bubblewrap mounts (/tmp, /dev/shm: a kernel's scratch, as the sealed
+# child's SCRATCH_TMPFS; an empty one over a hidden folder)
+NAMESPACE_TMPFS_BYTES = 64 << 20
+HIDDEN_TMPFS_BYTES = 64 << 10
+
+
+@functools.lru_cache(maxsize=None)
+def _bwrap_sizes_tmpfs() -> bool:
+    """Whether this bubblewrap has ``--size`` (0.5.0 and later)."""
+    try:
+        run = subprocess.run([BWRAP or "bwrap", "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--size" in run.stdout + run.stderr
+
+
+def _sized(size: int = NAMESPACE_TMPFS_BYTES) -> list[str]:
+    """bubblewrap's options that size the next ``--tmpfs`` (none for a bubblewrap too old to)."""
+    return ["--size", str(size)] if _bwrap_sizes_tmpfs() else []
+
+
 class Refused(RuntimeError):
     """No OS boundary is available here and the submission is not trusted: grading stops."""
 
@@ -165,7 +186,10 @@ class Boundary:
             elif os.path.exists(system):
                 cmd += ["--ro-bind", system, system]
         # the fresh /proc, /dev and /tmp first: a folder bound later may lie under /tmp
-        cmd += ["--dev", "/dev", "--tmpfs", "/tmp"] + ([] if sealed else ["--proc", "/proc", "--tmpfs", "/dev/shm"])
+        # every tmpfs sized: its pages are memory that no rlimit of the child's counts (an
+        # unsized one may take half the machine's RAM)
+        cmd += ["--dev", "/dev", *_sized(), "--tmpfs", "/tmp"] + \
+            ([] if sealed else ["--proc", "/proc", *_sized(), "--tmpfs", "/dev/shm"])
         mounted: list[Path] = [Path("/usr")]
         made = {Path("/")}
         read_only: list[str | Path] = [*interpreter_paths(), *readable]
@@ -182,7 +206,8 @@ class Boundary:
         for one in hidden:  # e.g. servelab installed inside the venv, the references under python/
             path = Path(one)
             if path.exists() and any(path == m or m in path.parents for m in mounted):
-                cmd += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
+                cmd += [*_sized(HIDDEN_TMPFS_BYTES), "--tmpfs", str(path)] if path.is_dir() else \
+                    ["--ro-bind", "/dev/null", str(path)]
         if sealed:  # last: the folders above were made in these tmpfs
             cmd += ["--remount-ro", "/tmp", "--remount-ro", "/dev", "--remount-ro", "/"]
         cmd += ["--chdir", str(cwd)] if cwd is not None and not cd_after_drop else []

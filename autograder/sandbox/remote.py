@@ -24,7 +24,7 @@ from typing import IO, cast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder.sandbox import os_boundary, wire
+from autograder.sandbox import folder_budget, os_boundary, wire
 
 CHILD = os_boundary.CHILD
 # servelab's folder: a notebook's kernel imports it, so the uid drop alone cannot close it (README)
@@ -146,6 +146,7 @@ class Child:
         self._poll: select.poll | None = None  # waits for the reply pipe (_read)
         # (kind, name): the child said that name is a function of that kind's class (attribute)
         self._methods: set[tuple[str, str]] = set()
+        self._watch: folder_budget.Watch | None = None  # the scratch folder's budget, where it is on disk
         self.boundary = os_boundary.boundary()  # the OS boundary (autograder/sandbox/os_boundary.py)
         nproc = self.boundary.nproc_limit(limits.nproc)
         home, tmp = scratch / "home", scratch / "tmp"
@@ -193,6 +194,10 @@ class Child:
             os.close(log)
         os.close(write_fd)
         self._reply = read_fd
+        # without a mount namespace the scratch folder lies on the grading machine's disk: bounded
+        # by the grader's watch, as a sealed child's tmpfs is by its size (folder_budget)
+        if not self.boundary.bwrap and self.boundary.mode != "none":
+            self._watch = folder_budget.Watch([scratch], self._over_budget).start()
         # both pipes non-blocking: every exchange waits in poll, up to the deadline, never in a
         # read or a write (a child that stops reading a large request cannot hang the grader)
         os.set_blocking(read_fd, False)
@@ -393,7 +398,16 @@ class Child:
         if not isinstance(reply, dict):
             self.close()
             raise SubmissionFailed(f"the child process wrote something that is not a reply while {what}")
+        if self._watch is not None and self._watch.check() is not None:
+            raise SubmissionFailed(self._death(what))
         return reply
+
+    def _over_budget(self, words: str) -> None:
+        """The watch's verdict (its thread): the child and its group end now."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def _death(self, what: str) -> str:
         try:
@@ -401,10 +415,15 @@ class Child:
         except subprocess.TimeoutExpired:
             code = None
         self.close()
+        tripped = self._watch.tripped if self._watch is not None else None
+        if tripped is not None:
+            return f"your code's process was killed: it {tripped}, while {what}"
         return f"your code's process {_describe_exit(code, self.limits)} while {what}"
 
     def close(self) -> None:
         """Kills the child and anything it started (its own process group), then reaps it."""
+        if self._watch is not None:
+            self._watch.stop()
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)

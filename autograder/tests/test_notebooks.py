@@ -375,3 +375,35 @@ def test_control_a_kernel_shown_all_of_servelab_reads_the_references_and_the_lec
           only_tasks=frozenset({nb.id}), notebooks_out=tmp_path / "executed")
     line = next(ln for ln in printed(tmp_path / "executed" / f"{nb.name}.ipynb").splitlines() if ln.startswith("LEFT_OUT "))
     assert ast.literal_eval(line[len("LEFT_OUT "):]) == ["read", "read"], line
+
+
+FLOOD = """import os, time
+os.makedirs("flood", exist_ok=True)
+for i in range(12000):  # empty files: no byte limit meets them, only a count
+    open(os.path.join("flood", str(i)), "w").close()
+time.sleep(1)  # the grader's watch walks every 50 ms
+print("FLOOD SURVIVED")
+"""
+
+
+def flood_outcome(tmp_path) -> str:
+    """What the flooding notebook's kernel printed (the grader's own recheck of its cells runs in
+    a sealed child, where the flood fails at its first file, whatever the kernel's fate)."""
+    nb = next(n for n in NOTEBOOKS if n.name == "ex06_tail_fanout")
+    grade(submit_with(tmp_path / "sub", nb, {"ex06_a_answer": FLOOD}), limits=Limits(wall_s=30, cpu_s=30),
+          only_tasks=frozenset({nb.id}), notebooks_out=tmp_path / "executed")
+    executed = tmp_path / "executed" / f"{nb.name}.ipynb"
+    return printed(executed) if executed.exists() else ""
+
+
+def test_a_kernel_that_floods_its_folders_is_killed(tmp_path):
+    """A notebook kernel's folders lie on the grading machine's disk in every mode: past
+    folder_budget's count of files the kernel is killed (its notebook then fails)."""
+    assert "FLOOD SURVIVED" not in flood_outcome(tmp_path)
+
+
+def test_control_a_kernel_with_a_larger_budget_floods_its_folders(tmp_path, monkeypatch):
+    from autograder.sandbox import folder_budget
+
+    monkeypatch.setattr(folder_budget, "DEFAULT", folder_budget.Budget(max_entries=1 << 30))
+    assert "FLOOD SURVIVED" in flood_outcome(tmp_path)

@@ -45,9 +45,9 @@ def test_arrays_and_special_floats_round_trip():
     assert math.isnan(wire.decode(float("nan")))
 
 
-@pytest.mark.parametrize("a", [np.array([1.5, -0.0, np.nan, np.inf, 2.0**-1074]), np.float32([[1e-45, -3.0]]),
+@pytest.mark.parametrize("a", [np.array([1.5, -0.0, np.nan, np.inf, 2.0**-1074]), np.array([[1e-45, -3.0]], dtype=np.float32),
                                np.arange(12, dtype=">i2").reshape(3, 4)[:, ::2], np.zeros((0, 3)),
-                               np.array(True), np.uint64([2**64 - 1])])
+                               np.array(True), np.array([2**64 - 1], dtype=np.uint64)])
 def test_numeric_arrays_travel_as_their_bits(a):
     """Through JSON text (as on the pipe): every bit kept (the sign of zero, NaN, subnormals),
     the dtype and shape too, in a writable array of its own."""

@@ -337,6 +337,36 @@ impl<'a> KeyedPool<'a> {
         Ok(())
     }
 
+    /// Pins the cached blocks of the chain in `segs` from its first on, up to `limit` of them
+    /// or the first key not cached, pushing their slots to `chain`: a prefix hit on each (a
+    /// free one leaves the free queue). Returns how many.
+    #[inline(always)]
+    fn pin(&mut self, limit: i64, chain: &mut Vec<u32>) -> i64 {
+        let mut h = 0;
+        'walk: for &(o, lo, hi) in &self.segs {
+            let g = self.origins[o];
+            if lo >= limit || g.base == NONE {
+                break;
+            }
+            let off = g.base as i64 - g.first as i64;
+            for i in lo..hi.min(limit) {
+                let k = (off + i) as usize;
+                let s = &mut self.slots[k];
+                if s.pins == NONE {
+                    break 'walk;
+                }
+                if s.pins == 0 {
+                    self.free -= 1;
+                    self.epoch += 1;
+                }
+                s.pins += 1;
+                chain.push(k as u32);
+                h += 1;
+            }
+        }
+        h
+    }
+
     /// Frees `r`'s blocks: those it alone held join the back of the free queue, last first.
     fn free_seq(&mut self, r: usize) {
         let mut chain = std::mem::take(&mut self.seqs[r].chain);
@@ -379,55 +409,44 @@ impl PrefixKv for KeyedPool<'_> {
         let bs = self.bs;
         let n_blocks = (tokens + bs - 1) / bs;
         let max_hits = if self.caching { (tokens - 1) / bs } else { 0 };
-        let (mut h, mut hits_free) = (0i64, 0i64);
         if self.caching {
             self.segments(r);
         }
-        if max_hits > 0 {
-            'walk: for &(o, lo, hi) in &self.segs {
-                let g = self.origins[o];
-                if lo >= max_hits || g.base == NONE {
-                    break;
-                }
-                let off = g.base as i64 - g.first as i64;
-                for i in lo..hi.min(max_hits) {
-                    let pins = self.slots[(off + i) as usize].pins;
-                    if pins == NONE {
-                        break 'walk;
+        let mut chain = self.chains.pop().unwrap_or_default();
+        let h = if n_blocks <= self.free {
+            // it fits whatever it hits (each hit takes at most the one block it saves): one
+            // walk that pins as it goes
+            self.pin(max_hits, &mut chain)
+        } else {
+            let (mut h, mut hits_free) = (0i64, 0i64);
+            if max_hits > 0 {
+                'walk: for &(o, lo, hi) in &self.segs {
+                    let g = self.origins[o];
+                    if lo >= max_hits || g.base == NONE {
+                        break;
                     }
-                    h += 1;
-                    hits_free += (pins == 0) as i64;
+                    let off = g.base as i64 - g.first as i64;
+                    for i in lo..hi.min(max_hits) {
+                        let pins = self.slots[(off + i) as usize].pins;
+                        if pins == NONE {
+                            break 'walk;
+                        }
+                        h += 1;
+                        hits_free += (pins == 0) as i64;
+                    }
                 }
             }
-        }
+            if n_blocks - h > self.free - hits_free {
+                self.blocked = Some((r, tokens, self.free, self.epoch));
+                self.chains.push(chain);
+                return Ok(None);
+            }
+            self.pin(h, &mut chain)
+        };
         let need = n_blocks - h;
-        if need > self.free - hits_free {
-            self.blocked = Some((r, tokens, self.free, self.epoch));
-            return Ok(None);
-        }
         self.blocked = None;
         self.lookups += max_hits as u64;
         self.hits += h as u64;
-        let mut chain = self.chains.pop().unwrap_or_default();
-        let mut left = h;
-        for &(o, lo, hi) in &self.segs {
-            if left == 0 {
-                break;
-            }
-            let off = self.origins[o].base as i64 - self.first_key(o);
-            let end = hi.min(lo + left);
-            for i in lo..end {
-                let k = (off + i) as usize;
-                let s = &mut self.slots[k];
-                if s.pins == 0 {
-                    self.free -= 1;
-                    self.epoch += 1;
-                }
-                s.pins += 1;
-                chain.push(k as u32);
-            }
-            left -= end - lo;
-        }
         self.take(need);
         self.free -= need;
         chain.resize(n_blocks as usize, NONE);

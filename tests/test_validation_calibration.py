@@ -84,3 +84,15 @@ def test_a_fit_on_one_card_leaves_the_all_reduce_alone():
     assert fit.fitted == ("frontend_s",)
     assert fit.calibration.hop_latency_s == PAPER.hop_latency_s
     assert isinstance(SharedPrefixConfig(1, 1, 1, 1, 1), SharedPrefixConfig) and isinstance(Calibration(), Calibration)
+
+
+def test_a_layer_costs_each_step_its_model_depth_times():
+    # layer_s is priced per layer of the model, so a step of a 32-layer model pays 32 of it:
+    # the same clock as that many seconds on the per-step constant
+    models = shipped_models()
+    e = _small_experiment()
+    layers = models[e.server.model_name].spec.n_layers
+    by_layer = simulate_experiment(e, models, PAPER.with_values(layer_s=3e-5)).stages[0]
+    by_step = simulate_experiment(e, models, PAPER.with_values(step_overhead_s=PAPER.step_overhead_s + layers * 3e-5))
+    assert by_layer.mean_step_s == pytest.approx(by_step.stages[0].mean_step_s, rel=1e-9)
+    assert by_layer.mean_step_s > simulate_experiment(e, models, PAPER).stages[0].mean_step_s

@@ -33,6 +33,7 @@ def twice_as_slow(c: Calibration) -> Calibration:
     """Every step of the simulated clock twice as long: half the compute and bandwidth, twice
     every per-step, per-token and per-sequence second (the front end is no step)."""
     return c.with_values(compute=c.compute / 2, bandwidth=c.bandwidth / 2, step_overhead_s=2 * c.step_overhead_s,
+                         layer_s=2 * c.layer_s,
                          per_seq_s=2 * c.per_seq_s, hop_latency_s=2 * c.hop_latency_s,
                          link_efficiency=c.link_efficiency / 2)
 

@@ -46,6 +46,7 @@ MEANING = {
     "compute": "fraction of peak FLOP/s the kernels reach",
     "bandwidth": "fraction of HBM bandwidth the kernels reach",
     "step_overhead_s": "seconds every step costs beyond the roofline (launches, CPU)",
+    "layer_s": "seconds every step costs per layer of the model (its kernels' floors)",
     "per_seq_s": "seconds a step costs per sequence in it",
     "allreduce": "how tensor parallelism's all-reduce runs: a ring, or one-shot (vLLM's, small tensors)",
     "hop_latency_s": "all-reduce: fixed seconds a hop",

@@ -13,6 +13,10 @@ The coefficients:
   reach (:class:`servelab.hw_model.Efficiency`);
 * ``step_overhead_s``: seconds every forward step costs on top of the roofline (kernel launch
   gaps, the scheduler's and the sampler's CPU time that does not overlap the GPU);
+* ``layer_s``: seconds every forward step costs per layer of the model, on one card or many
+  (each layer's dozen kernels have a floor each, launch, ramp-up and tail, that a paper roofline
+  does not see; with CUDA graphs it is no CPU time, so it grows with depth, not with the
+  batch): what lets a model of another depth extrapolate, where a per-step constant cannot;
 * ``per_seq_s``: seconds a step costs per sequence in it (per-sequence CPU work: sampling,
   output processing, detokenising; attention kernels' per-sequence cost): what makes a real
   step slower at a larger batch beyond the KV bytes it reads;
@@ -37,7 +41,7 @@ The coefficients:
 >>> Calibration.from_dict({"bandwith": 0.7})
 Traceback (most recent call last):
 ...
-ValueError: calibration has an unknown coefficient 'bandwith'; known: compute, bandwidth, step_overhead_s, per_seq_s, allreduce, hop_latency_s, link_efficiency, admission_lag_steps, frontend_s
+ValueError: calibration has an unknown coefficient 'bandwith'; known: compute, bandwidth, step_overhead_s, layer_s, per_seq_s, allreduce, hop_latency_s, link_efficiency, admission_lag_steps, frontend_s
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ class Calibration:
     compute: float = DEFAULT_EFFICIENCY.compute
     bandwidth: float = DEFAULT_EFFICIENCY.bandwidth
     step_overhead_s: float = DEFAULT_EFFICIENCY.overhead_s
+    layer_s: float = 0.0
     per_seq_s: float = 0.0
     allreduce: str = "ring"
     hop_latency_s: float = NVLINK_HOP_S
@@ -77,7 +82,7 @@ class Calibration:
     def __post_init__(self) -> None:
         for name in ("compute", "bandwidth", "link_efficiency"):
             object.__setattr__(self, name, _checks.real(name, getattr(self, name), 0.0, 1.0, lo_open=True))
-        for name in ("step_overhead_s", "per_seq_s", "hop_latency_s", "frontend_s"):
+        for name in ("step_overhead_s", "layer_s", "per_seq_s", "hop_latency_s", "frontend_s"):
             object.__setattr__(self, name, _checks.real(name, getattr(self, name), 0.0, 10.0))
         object.__setattr__(self, "admission_lag_steps", _checks.real("admission_lag_steps", self.admission_lag_steps,
                                                                       0.0, 100.0))

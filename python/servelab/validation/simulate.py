@@ -105,7 +105,8 @@ def _run(experiment: Experiment, served: ServedModel, cal: Calibration, gpu: Gpu
     m = served.spec
     tp = check_tp(m, gpu, tp)
     hops, _ = cal.allreduce_cost(tp)  # per all-reduce, two a layer
-    eff = Efficiency(cal.compute, cal.bandwidth, cal.step_overhead_s + 2 * m.n_layers * hops * cal.hop_latency_s)
+    per_layer = cal.layer_s + 2 * hops * cal.hop_latency_s  # the layer's kernels' floors, its two all-reduces
+    eff = Efficiency(cal.compute, cal.bandwidth, cal.step_overhead_s + m.n_layers * per_layer)
     blocks = kv_capacity_tokens(m, gpu, s.gpu_memory_utilization, tp=tp) // s.block_size
     if blocks < 1:
         raise ValueError(f"{experiment.name}: {m.name} leaves no KV block free on {tp} x {gpu.name} at "

@@ -201,7 +201,7 @@ pub(super) fn with_kv<'a, T>(
 /// One of the two KV pools (each loop is compiled for both).
 #[allow(clippy::large_enum_variant)] // one a run, moved once into its loop
 pub(super) enum Pools<'a> {
-    Keyed(KeyedPool<'a>),
+    Keyed(KeyedPool),
     Allocator(AllocatorKv<'a>),
 }
 

@@ -104,12 +104,14 @@ struct Seq {
     tokens: i64,
 }
 
-pub(super) struct KeyedPool<'a> {
+pub(super) struct KeyedPool {
     bs: i64,
     caching: bool,
     num_blocks: i64,
     free: i64,
-    prefixes: &'a Prefixes<'a>,
+    /// per request: its parent and the length of its shared prefix, side by side (one miss on
+    /// memory a step up the parents, where the two columns of [`Prefixes`] took two)
+    links: Vec<(i64, i64)>,
     slots: Vec<Slot>,
     /// per origin: its range of slots (one miss on memory for what an eviction reads)
     origins: Vec<Origin>,
@@ -138,17 +140,17 @@ fn internal(msg: &str) -> CoreError {
     CoreError::invalid(format!("internal error: {msg}"))
 }
 
-impl<'a> KeyedPool<'a> {
+impl KeyedPool {
     /// An empty pool of `num_blocks` blocks of `bs` slots for the requests of `w` (their
     /// prefixes checked by the caller).
-    pub(super) fn new(w: &Workload<'_>, prefixes: &'a Prefixes<'a>, num_blocks: i64, bs: i64, caching: bool) -> Self {
+    pub(super) fn new(w: &Workload<'_>, prefixes: &Prefixes<'_>, num_blocks: i64, bs: i64, caching: bool) -> Self {
         let n = w.len();
         KeyedPool {
             bs,
             caching,
             num_blocks,
             free: num_blocks,
-            prefixes,
+            links: prefixes.parent.iter().zip(prefixes.len).map(|(&p, &l)| (p, l)).collect(),
             slots: Vec::new(),
             origins: (0..n)
                 .map(|o| {
@@ -192,7 +194,7 @@ impl<'a> KeyedPool<'a> {
         self.segs.clear();
         let (mut cur, mut hi) = (r, i64::MAX);
         loop {
-            let lo = self.prefixes.len[cur];
+            let (p, lo) = self.links[cur];
             if lo < hi {
                 let end = if hi == i64::MAX { i64::MAX } else { hi / self.bs };
                 if lo / self.bs < end {
@@ -200,7 +202,6 @@ impl<'a> KeyedPool<'a> {
                 }
                 hi = lo;
             }
-            let p = self.prefixes.parent[cur];
             if p < 0 || hi == 0 {
                 break;
             }
@@ -398,7 +399,7 @@ impl<'a> KeyedPool<'a> {
     }
 }
 
-impl PrefixKv for KeyedPool<'_> {
+impl PrefixKv for KeyedPool {
     fn allocate(&mut self, r: usize, tokens: i64) -> CoreResult<Option<i64>> {
         if let Some((b, t, free, epoch)) = self.blocked {
             // nothing happened that could make the same allocation fit (the same answer)

@@ -127,6 +127,8 @@ pub(super) struct KeyedPool {
     /// whose segments `segs` holds (a blocked queue head is tried again at every step)
     segs_of: usize,
     spare_segs: Vec<Vec<Segment>>,
+    /// the entries a free joins to the queue
+    freeing: Vec<u32>,
     hits: u64,
     lookups: u64,
     evictions: u64,
@@ -169,6 +171,7 @@ impl KeyedPool {
             segs: Vec::new(),
             segs_of: usize::MAX,
             spare_segs: Vec::new(),
+            freeing: Vec::new(),
             hits: 0,
             lookups: 0,
             evictions: 0,
@@ -374,7 +377,12 @@ impl KeyedPool {
         if self.queue.len() + chain.len() > 2 * self.free as usize + SLACK {
             self.compact();
         }
-        let mut pos = self.qbase.wrapping_add(self.queue.len() as u32);
+        let pos = self.qbase.wrapping_add(self.queue.len() as u32);
+        // the freed entries gathered first, then joined to the queue in one copy (a push at a
+        // time wrapped its index at every entry)
+        let out = &mut self.freeing;
+        out.clear();
+        out.resize(chain.len(), NONE);
         let mut freed = 0;
         for &e in chain.iter().rev() {
             if e != NONE {
@@ -383,13 +391,13 @@ impl KeyedPool {
                 if s.pins > 0 {
                     continue;
                 }
-                s.qpos = pos;
+                s.qpos = pos.wrapping_add(freed as u32);
             }
-            self.queue.push_back(e);
-            pos = pos.wrapping_add(1);
+            out[freed] = e;
             freed += 1;
         }
-        self.free += freed;
+        self.queue.extend(&out[..freed]);
+        self.free += freed as i64;
         chain.clear();
         self.chains.push(chain);
         let mut segs = std::mem::take(&mut self.seqs[r].segs);

@@ -25,7 +25,7 @@ import pytest
 import servelab
 from autograder.grading.grade import ROOT, forbidden_paths, grade
 from autograder.notebooks import autograding, instructors_log, kept, kernel_spec, nbgrader, runner, safe_files
-from autograder.sandbox import os_boundary
+from autograder.sandbox import folder_budget, os_boundary
 from autograder.sandbox.remote import Limits
 
 HOSTILE = ROOT / "autograder" / "tests" / "hostile"
@@ -305,5 +305,6 @@ def test_the_grader_reaches_a_kernel_through_the_sockets_it_bound_not_links_its_
 
     taken, planted = _connections_after_the_kernel_swaps_its_sockets(AsyncKernelManager, tmp_path / "plain")
     assert planted == 5 and taken > 0
-    pinned = runner._kernel_manager(None, str(tmp_path / "pinned" / ("deep-" * 16) / "runtime"))
+    pinned = runner._kernel_manager(None, str(tmp_path / "pinned" / ("deep-" * 16) / "runtime"), str(tmp_path / "pinned"),
+                                    [folder_budget.DEFAULT.max_bytes, folder_budget.DEFAULT.max_entries])
     assert _connections_after_the_kernel_swaps_its_sockets(pinned, tmp_path / "pinned") == (0, 5)

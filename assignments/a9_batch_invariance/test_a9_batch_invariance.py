@@ -127,7 +127,7 @@ def test_batch_invariant_rows_are_identical_in_any_batch(p, block_k, data):
                                          + [(mine.matmul_batch_invariant, (x[r:r + 1], w, block_k)) for r in range(b)])
     whole = value(whole)
     same_bits(f"matmul_batch_invariant(x={x.tolist()}, w={w.tolist()}, block_k={block_k})",
-              scalar_reference(x, w, list(range(0, k, block_k))), whole)
+              scalar_reference(x, w, np.arange(0, k, block_k).tolist()), whole)  # a piece every block_k
     shuffled = value(shuffled)
     for r in range(b):
         alone = value(alones[r])

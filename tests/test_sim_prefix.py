@@ -181,5 +181,3 @@ def test_bad_shared_prefixes_name_the_value():
                                        shared_prefixes=SharedPrefixes([-1], [0]))
     with pytest.raises(TypeError, match="shared_prefixes must be None or"):
         sc.run_continuous_batching(reqs, LLAMA3_8B, H100, prefix_caching=True, shared_prefixes=[0, 1])
-    with pytest.raises(ValueError, match="per_step=True has no prefix caching"):
-        sc.ContinuousOptions(prefix_caching=True, _per_step=True)

@@ -128,5 +128,3 @@ def test_bad_uses_are_named():
         _run(reqs, Speculation(2, LLAMA32_1B, [0.5, 0.5, 0.5]))
     with pytest.raises(TypeError, match="speculative must be None or a servelab.serving_core.Speculation"):
         _run(reqs, 4)
-    with pytest.raises(ValueError, match="speculative decoding runs without prefix caching"):
-        _run(reqs, Speculation(2, LLAMA32_1B), prefix_caching=True)

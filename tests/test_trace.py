@@ -101,6 +101,34 @@ def test_the_rust_record_and_the_python_twins_are_the_same_trace(sim, case):
     assert python.requests == rust.requests
 
 
+@pytest.mark.parametrize("chunked", [False, True])
+def test_a_simulator_trace_with_every_feature_is_the_simulators_run(chunked):
+    """Prefix caching, a host tier and speculation on the simulator's page: the recorded
+    requests have the run's times, each finishes with all its tokens (a decode entry that kept
+    guesses samples several), and kept guesses and cache hits both show."""
+    from servelab.continuous_options import Speculation
+    from servelab.hw_model import LLAMA32_1B
+    from servelab.trace.runs import SYSTEM_LEN
+    from servelab.workload import chat_sessions
+
+    spec = Speculation(4, LLAMA32_1B, 0.8)
+    limits = dict(num_blocks=700, max_num_seqs=32, max_num_batched_tokens=2048, block_size=16,
+                  chunked_prefill=chunked)
+    t = simulate_chat(n=40, rate=24.0, prefix_caching=True, host_blocks=64, speculative=spec, **limits)
+    reqs, shared = chat_sessions(40, 24.0, lecture.SEED, system_len=SYSTEM_LEN)
+    rust = run_continuous_batching(reqs, lecture.MODEL, lecture.GPU, prefix_caching=True, shared_prefixes=shared,
+                                   host_blocks=64, speculative=spec, **limits)
+    assert [r.first_token_s for r in t.requests] == rust.first_token_s.tolist()
+    assert [r.finish_s for r in t.requests] == rust.finish_s.tolist()
+    assert [r.generated for r in t.requests] == reqs.output_len.tolist()
+    assert len(t.steps) == rust.n_steps and rust.prefix_hits > 0 and rust.spec_accepted.sum() > 0
+    assert t.config["prefix_caching"] and t.config["speculative_k"] == 4
+    decodes = [n for s in t.steps for (_, n, _), k in zip(s.batch, s.kinds) if k == "decode"]
+    assert max(decodes) > 1
+    cached = [c for s in t.steps for (_, _, c), k in zip(s.batch, s.kinds) if k == "prefill"]
+    assert max(cached) >= SYSTEM_LEN - 16  # a prompt's first piece starts past the shared blocks
+
+
 def test_every_step_adds_up(sim):
     cfg = sim.config
     arrived = set()
@@ -245,7 +273,8 @@ def test_trace_command_writes_both_files(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--n", "100000"], "--n 100000: the simulator is traced for at most 400 requests"),
     (["--engine", "--n", "65"], "--n 65: the engine is traced for at most 64 requests"),
-    (["--prefix-caching"], "--prefix-caching and --host-blocks are traced on the engine"),
+    (["--engine", "--speculate", "2"], "--speculate is traced on the simulator"),
+    (["--speculate", "2", "--acceptance", "1.5"], "--acceptance must be in [0, 1], got 1.5"),
     (["--engine", "--host-blocks", "4"], "--host-blocks 4 needs --prefix-caching"),
     (["--gpu", "NO_SUCH_GPU"], "NO_SUCH_GPU"),
 ])

@@ -3,9 +3,10 @@
 :class:`ContinuousOptions` holds everything a continuous-batching run can be told beside its
 requests and hardware: the card's scheduler limits and KV pool, what to record, prefix caching
 and its host tier, speculation, the extra step time of a real serving stack. Its constructor is
-the one place where each option is checked, and where the combinations that no simulator loop
-prices are refused; the record then crosses into Rust as it is (``rust/src/py/sim.rs`` reads
-its attributes into a typed struct). :func:`servelab.serving_core.run_continuous` runs one;
+the one place where each option is checked (the one mix it refuses, a host tier without prefix
+caching, has nothing to hold); every other mix of features runs, as a real vLLM runs chunked
+prefill, prefix caching and speculation together. The record then crosses into Rust as it is
+(``rust/src/py/sim.rs`` reads its attributes into a typed struct). :func:`servelab.serving_core.run_continuous` runs one;
 :func:`servelab.serving_core.run_continuous_batching` builds one from its keywords.
 
 >>> ContinuousOptions(max_num_seqs=8, prefix_caching=True, host_blocks=64).host_policy
@@ -105,9 +106,9 @@ class ContinuousOptions:
     :func:`servelab.serving_core.run_continuous_batching`, whose keywords these are.
 
     ``_per_step`` and ``_step_queues`` are for tests, benchmarks and ``servelab trace``, not
-    for students: ``_per_step=True`` runs the per-sequence-step loop that the event-driven one
-    replaced, with the same output bit for bit (``rust/src/sim/continuous/per_step.rs``);
-    ``_step_queues=True`` runs that loop and records the queues after every step.
+    for students: ``_per_step=True`` runs the per-sequence-step twin that every faster loop is
+    held equal to, bit for bit, with any mix of features (``rust/src/sim/continuous/per_step.rs``);
+    ``_step_queues=True`` runs the twin and records the queues after every step.
 
     >>> o = ContinuousOptions(max_num_seqs=4, num_blocks=64, chunked_prefill=True)
     >>> o.max_num_seqs, o.num_blocks, o.pool_blocks(None, None)
@@ -154,28 +155,17 @@ class ContinuousOptions:
         _checks.choice("host_policy", self.host_policy, HOST_POLICIES)
         if host and not caching:
             raise ValueError(f"host_blocks={host} needs prefix_caching=True (the host tier holds cached prefixes)")
-        per_step = _checks.flag("_per_step", self._per_step)
-        put("_per_step", per_step)
-        if per_step and caching:
-            raise ValueError("_per_step=True has no prefix caching (the prefix-caching loop is per-step already)")
+        put("_per_step", _checks.flag("_per_step", self._per_step))
         spec = self.speculative
-        if spec is not None:
-            if not isinstance(spec, Speculation):
-                raise TypeError("speculative must be None or a servelab.serving_core.Speculation, "
-                                f"got {type(spec).__name__}")
-            if caching:
-                raise ValueError("speculative decoding runs without prefix caching: pass "
-                                 "prefix_caching=False or speculative=None")
+        if spec is not None and not isinstance(spec, Speculation):
+            raise TypeError("speculative must be None or a servelab.serving_core.Speculation, "
+                            f"got {type(spec).__name__}")
         extra = self.step_extra_s
         if not isinstance(extra, tuple) or len(extra) != 2:
             raise ValueError(f"step_extra_s must be a pair (per_token_s, per_seq_s), got {extra!r}")
         put("step_extra_s", (_checks.non_negative("step_extra_s[0]", extra[0]),
                              _checks.non_negative("step_extra_s[1]", extra[1])))
-        queues = _checks.flag("_step_queues", self._step_queues)
-        put("_step_queues", queues)
-        if queues and (caching or spec is not None):
-            raise ValueError("_step_queues=True records plain continuous batching only (no prefix caching, "
-                             "no speculation)")
+        put("_step_queues", _checks.flag("_step_queues", self._step_queues))
 
     def pool_blocks(self, model: ModelSpec, gpu: GpuSpec) -> int:
         """``num_blocks``, or when None the blocks of ``block_size`` tokens that fit beside the

@@ -129,6 +129,10 @@ class SpeculativeScheduler:
             # a kept guess's append can evict a cached block and write into it at once, before
             # the host tier's copy-out runs (servelab.engine.offload)
             raise ValueError("host_blocks > 0 does not work with a SpeculativeScheduler yet")
+        # decoding: every slot it holds is computed (rule 2's test, read before the plan); a
+        # prompt's last chunk of one token looks the same after planning but samples its first
+        # token, so it gets no guesses
+        decoding = {seq.request_id for seq in state.running if 0 < seq.num_slots == seq.num_computed}
         plan = self.inner.schedule(state)
         running = {seq.request_id: seq for seq in state.running}
         for rid in [r for r in self._caches if r not in running or r in plan.preempted]:
@@ -141,7 +145,7 @@ class SpeculativeScheduler:
         for i, (rid, n, start) in enumerate(plan.batch):
             seq = running.get(rid)
             req = getattr(seq, "request", None)
-            if seq is None or req is None or rid in plan.admitted or n != 1 \
+            if seq is None or req is None or rid not in decoding or n != 1 \
                     or start + 1 != len(seq.tokens) or _kind(req.sampler) is None:
                 continue  # only a decoding request whose sampler we can speculate for
             # never guess past the request's end or the draft's context

@@ -4,6 +4,7 @@
     servelab trace --out out/trace                       # the simulator on demo 03's workload
     servelab trace --engine --out out/trace-engine       # the engine on tiny_llm, real tokens
     servelab trace --engine --prefix-caching --out out/trace-prefix
+    servelab trace --prefix-caching --speculate 4 --policy chunked --out out/trace-all
     servelab trace --policy chunked --rate 32 --n 120 --gpu A100_80GB
 
 Every size is checked before any work: more than ``MAX_SIM_REQUESTS`` (simulator) or
@@ -66,9 +67,13 @@ def add_trace_parser(sub: Any, check_out_dir: Callable[[Path], Path]) -> None:
                         f"engine {ENGINE_DEFAULTS['n']}, at most {MAX_ENGINE_REQUESTS})")
     p.add_argument("--seed", type=_number(int, 0), default=lecture.SEED, help="workload seed")
     p.add_argument("--prefix-caching", action="store_true",
-                   help="engine: one system prompt before every prompt, its KV blocks shared")
+                   help="shared system prompts before the prompts, their KV blocks reused")
     p.add_argument("--host-blocks", type=_number(int, 0), default=0,
-                   help="engine, with --prefix-caching: a host tier of this many blocks")
+                   help="with --prefix-caching: a host tier of this many blocks")
+    p.add_argument("--speculate", type=_number(int, 0), default=0, metavar="K",
+                   help="simulator: speculative decoding, K guesses of a Llama-3.2-1B draft a step")
+    p.add_argument("--acceptance", type=_number(float, 0), default=0.8,
+                   help="with --speculate: the chance that each guess is kept, in [0, 1]")
     p.add_argument("--num-blocks", type=_number(int, 1),
                    help=f"KV blocks (simulator {SIM_DEFAULTS['num_blocks']}, "
                         f"engine {ENGINE_DEFAULTS['num_blocks']}: small, so that preemption shows)")
@@ -99,9 +104,11 @@ def _trace(args: argparse.Namespace, console: Any, check_out_dir: Callable[[Path
     if args.n is not None and args.n > limit:
         raise ValueError(f"--n {args.n}: {what} is traced for at most {limit} requests (the page "
                          f"draws every step); for large runs use `servelab sweep`")
-    if not engine and (args.prefix_caching or args.host_blocks):
-        raise ValueError("--prefix-caching and --host-blocks are traced on the engine: add "
-                         "--engine (the simulator's Python twin has no prefix cache)")
+    if engine and args.speculate:
+        raise ValueError("--speculate is traced on the simulator: drop --engine (the engine's "
+                         "speculation needs a draft model of tiny_llm's)")
+    if args.acceptance > 1:
+        raise ValueError(f"--acceptance must be in [0, 1], got {args.acceptance:g}")
     if args.host_blocks and not args.prefix_caching:
         raise ValueError(f"--host-blocks {args.host_blocks} needs --prefix-caching")
     model = resolve_model(args.model, "--model")
@@ -116,9 +123,17 @@ def _trace(args: argparse.Namespace, console: Any, check_out_dir: Callable[[Path
     if engine:
         trace = engine_chat(prefix_caching=args.prefix_caching, host_blocks=args.host_blocks, **kw)
     else:
-        trace = simulate_chat(**kw)
+        from servelab.continuous_options import Speculation
+        from servelab.hw_model import LLAMA32_1B
+
+        spec = Speculation(args.speculate, LLAMA32_1B, args.acceptance) if args.speculate else None
+        trace = simulate_chat(prefix_caching=args.prefix_caching, host_blocks=args.host_blocks,
+                              speculative=spec, **kw)
+    features = (", prefix caching" if args.prefix_caching else "") + \
+        (f", host tier of {args.host_blocks} blocks" if args.host_blocks else "") + \
+        (f", speculation k={args.speculate} a={args.acceptance:g}" if args.speculate else "")
     title = (f"{'engine on tiny_llm' if engine else 'simulator'}: {kw['n']} chat requests at "
-             f"{kw['rate']:g} req/s, {args.policy}{', prefix caching' if args.prefix_caching else ''}")
+             f"{kw['rate']:g} req/s, {args.policy}{features}")
     paths = write_trace(trace, out, title, ttft_s=args.slo_ttft, tpot_s=args.slo_tpot)
     steps = trace.steps
     console.print(f"{len(steps):,} steps, largest batch {max((len(s.batch) for s in steps), default=0)}"

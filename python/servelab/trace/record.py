@@ -156,10 +156,12 @@ class StepRecorder:
                finished: Iterable[int] = (), waiting: Iterable[int] = (),
                running: Iterable[int] = (), allocator: Any = None,
                blocks_used: int | None = None,
-               kv: dict[int, tuple[int, int]] | None = None) -> None:
+               kv: dict[int, tuple[int, int]] | None = None,
+               sampled: dict[int, int] | None = None) -> None:
         """One step, read at its end: ``batch`` as the batch log has it; ``allocator`` (a
         :class:`servelab.blocks.BlockAllocator` or its reference twin) for the KV pool, or
-        ``blocks_used`` (and ``kv``, blocks per request, where known) alone."""
+        ``blocks_used`` (and ``kv``, blocks per request, where known) alone; ``sampled``, the
+        tokens an entry samples where it is not one (speculation keeps guesses: §8)."""
         if len(self.steps) >= self.max_steps:
             raise ValueError(f"a trace holds at most {self.max_steps:,} steps: trace fewer "
                              f"requests (--n) or a lower rate")
@@ -178,10 +180,10 @@ class StepRecorder:
                 kinds.append("recompute" if req.preemptions else "prefill")
                 if ctx + n >= req.prompt_len + req.generated:  # the end of its tokens (rule 6)
                     self._prefilling.discard(rid)
-                    self._sampled(req, end_s)
+                    self._sampled(req, end_s, 1)
             else:
                 kinds.append("decode")
-                self._sampled(req, end_s)
+                self._sampled(req, end_s, (sampled or {}).get(rid, 1))
         for rid in finished:
             self.requests[rid].finish_s = end_s
             self.requests[rid].status = "finished"
@@ -217,8 +219,8 @@ class StepRecorder:
                     running=[r.request_id for r in engine.running], allocator=engine.allocator)
 
     @staticmethod
-    def _sampled(req: RequestRecord, end_s: float) -> None:
-        req.generated += 1
+    def _sampled(req: RequestRecord, end_s: float, tokens: int) -> None:
+        req.generated += tokens
         if req.first_token_s != req.first_token_s:
             req.first_token_s = end_s
 

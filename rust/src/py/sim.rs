@@ -11,7 +11,7 @@ use crate::cost::{ModelSpec, Pricer};
 use crate::error::CoreResult;
 use crate::sim::admission::EarlyReject;
 use crate::sim::batch1::{self, AcceptAll};
-use crate::sim::continuous::per_step::{self, SpecOutput, Speculation};
+use crate::sim::continuous::per_step::{self, Features, SpecOutput, Speculation};
 use crate::sim::continuous::prefix::{HostTierOption, PrefixOptions, PrefixOutput, Prefixes};
 use crate::sim::continuous::{prefix_events, spec_events};
 use crate::sim::continuous::trace::StepQueues;
@@ -24,7 +24,7 @@ dict_of!(SimOutput { start_s, first_token_s, finish_s, rejected, batch_id, busy_
 dict_of!(StepTrace { start_s, step_s, batch_size, tokens, n_prefill, n_decode, kv_tokens });
 dict_of!(StepExtra { kv_blocks, n_preempted, n_admitted });
 dict_of!(BatchLog { offsets, request_id, new_tokens, context_len });
-dict_of!(StepQueues { waiting_offsets, waiting, running_offsets, running, running_blocks });
+dict_of!(StepQueues { waiting_offsets, waiting, running_offsets, running, running_blocks, running_generated });
 dict_of!(FixedOutput { start_s, finish_s, rejected, busy_s });
 dict_of!(PrefixOutput {
     cached_tokens, computed_tokens, prefix_hits, prefix_lookups, prefix_evictions, host_hits, host_transfer_s,
@@ -148,11 +148,11 @@ impl ToPy for ContinuousRun {
 }
 
 /// A `servelab.continuous_options.ContinuousOptions`, read by attribute name into typed fields.
-/// The record's constructor has checked every option and refused the combinations that no
-/// loop below prices (it is the one place they are written); `num_blocks` has been resolved
-/// (`ContinuousOptions.pool_blocks`). Its `_per_step` (tests and benchmarks: the per-step loop
-/// of `sim/continuous/per_step.rs`, the same output bit for bit, with speculation too) and
-/// `_step_queues` (`servelab trace`: that loop recording the queues after each step,
+/// The record's constructor has checked every option (it is the one place they are written);
+/// `num_blocks` has been resolved (`ContinuousOptions.pool_blocks`). Every mix of the features
+/// runs. Its `_per_step` (tests and benchmarks: the per-step twin of
+/// `sim/continuous/per_step.rs`, the same output bit for bit, with any mix of features) and
+/// `_step_queues` (`servelab trace`: the twin recording the queues after each step,
 /// `sim/continuous/trace.rs`) are private to the library. `step_extra_s` = `(per_token_s,
 /// per_seq_s)` adds that many seconds to each step per new token and per sequence
 /// (`Pricer::with_step_extra`).
@@ -230,30 +230,30 @@ fn sim_continuous_batching<'py>(
     if step_extra_s != (0.0, 0.0) {
         pricer = pricer.with_step_extra(step_extra_s.0, step_extra_s.1)?;
     }
+    let prefixes = Prefixes { parent: &parent, len: &plen };
+    let host = HostTierOption { host_blocks, policy: &host_policy, s_per_token: host_s_per_token };
+    let px = PrefixOptions { prefixes: &prefixes, prefix_caching: true, host: &host };
     simulate_priced(py, pricer, requests, |pr, w| {
         let inp = Inputs::new(pr, w, &card, trace, batch_log);
-        // one loop for each combination the record lets through
-        let out = if let Some((k, acceptance, seed, d)) = &draft {
-            let sp = Speculation { k: *k, acceptance, seed: *seed, draft: d };
-            let (o, s) = match per_step {
-                true => per_step::run_speculative(&inp, &sp)?,
-                false => spec_events::run(&inp, &sp)?,
-            };
-            ContinuousRun(o, None, Some(s), None)
-        } else if prefix_caching {
-            let prefixes = Prefixes { parent: &parent, len: &plen };
-            let host = HostTierOption { host_blocks, policy: &host_policy, s_per_token: host_s_per_token };
-            let px = PrefixOptions { prefixes: &prefixes, prefix_caching: true, host: &host };
-            let (o, p) = prefix_events::run(&inp, &px)?;
-            ContinuousRun(o, Some(p), None, None)
-        } else if step_queues {
-            // the per-step loop records; the event-driven one, its equal bit for bit, does not
-            let (o, q) = per_step::run_recorded(&inp)?;
-            ContinuousRun(o, None, None, Some(q))
-        } else if per_step {
-            ContinuousRun(per_step::run_per_step(&inp)?, None, None, None)
-        } else {
-            ContinuousRun(event_driven::run(&inp)?, None, None, None)
+        let sp = draft.as_ref().map(|(k, acceptance, seed, d)| Speculation { k: *k, acceptance, seed: *seed, draft: d });
+        let features = Features { prefix: prefix_caching.then_some(&px), spec: sp.as_ref(), queues: step_queues };
+        // the fast loops, each for the features it carries; the per-step twin for every mix
+        let out = match (&features, per_step) {
+            (Features { prefix: None, spec: None, queues: false }, false) => {
+                ContinuousRun(event_driven::run(&inp)?, None, None, None)
+            }
+            (Features { prefix: None, spec: Some(sp), queues: false }, false) => {
+                let (o, s) = spec_events::run(&inp, sp)?;
+                ContinuousRun(o, None, Some(s), None)
+            }
+            (Features { prefix: Some(px), spec: None, queues: false }, false) => {
+                let (o, p) = prefix_events::run(&inp, px)?;
+                ContinuousRun(o, Some(p), None, None)
+            }
+            _ => {
+                let o = per_step::run(&inp, &features)?;
+                ContinuousRun(o.out, o.prefix, o.spec, o.queues)
+            }
         };
         Ok(out)
     })

@@ -8,15 +8,16 @@
 //!
 //! * [`rules`]: rules 1-6 carried out on a step that visits every running request, the only
 //!   code for them;
-//! * [`per_step`]: the loop that runs [`rules`] step by step (the baseline, and the reference
-//!   of speculative decoding);
+//! * [`per_step`]: the per-step twin, which runs [`rules`] step by step with any mix of the
+//!   features (prefix caching, its host tier, speculation, the record for `servelab trace`):
+//!   the reference every faster loop is held equal to;
 //! * [`event_driven`]: the default loop, an optimisation of [`rules`] that prices a step from
 //!   integer totals and visits a request only at its events (and runs [`rules`] itself in the
 //!   rare step that preempts);
-//! * [`prefix`]: the loop with prefix caching, step by step, over one of two KV pools:
+//! * [`prefix`]: prefix caching's KV pool for the loops, over one of two allocators:
 //!   `prefix_pool` (exact keys: the default) or `prefix_alloc` (the real block allocator: with
 //!   a host tier), both on `prefixes` (which prompts share what);
-//! * [`prefix_events`]: the same at a cost per event (the default), as [`event_driven`] is to
+//! * [`prefix_events`]: prefix caching at a cost per event (the default), as [`event_driven`] is to
 //!   [`per_step`];
 //! * [`spec_events`]: speculative decoding at a cost per decoding entry (the default), bit for
 //!   bit [`per_step`]'s speculative loop;
@@ -157,6 +158,10 @@ impl KvCounts {
 
     pub fn num_free_blocks(&self) -> i64 {
         self.free
+    }
+
+    pub fn block_size(&self) -> i64 {
+        self.block_size
     }
 
     pub fn blocks_used(&self) -> i64 {

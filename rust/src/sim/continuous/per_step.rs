@@ -1,10 +1,13 @@
-//! The per-step continuous-batching loop, kept as the baseline of the event-driven one
-//! ([`super::event_driven::run`]): every step visits every running sequence (its slot check, its
-//! share of the step's totals, its sampling). Bench- and test-only: `benchmarks/` times the
-//! event-driven engine against it, and `tests/test_sim_events.py` checks the two agree bit for
-//! bit. The rules are `servelab.engine.scheduler`'s, carried out by [`super::rules`] on
-//! [`ReqPool`] (the event-driven loop's own per-step path runs the same code).
-//!
+//! The per-step twin of continuous batching: every step visits every running sequence (its
+//! slot check, its share of the step's totals, its sampling), with any mix of the features
+//! ([`Features`]): prefix caching over the pool of [`super::prefix`] (with its host tier), else
+//! the pool by counts ([`ReqPool`]); speculation (below); the record of the queues for
+//! `servelab trace` ([`super::trace`]). Chunked prefill is a card parameter of the rules. The
+//! rules are `servelab.engine.scheduler`'s, carried out by [`super::rules`] on a pool that says
+//! how it answers ([`TwinPool`]). It is the readable reference that the faster loops
+//! (`event_driven.rs`, `prefix_events.rs`, `spec_events.rs`) are held equal to, bit for bit,
+//! and it runs the mixes they do not carry (speculation with prefix caching, any recorded run).
+
 //! # Speculative decoding (§8, milestone 4a)
 //!
 //! The reference of [`super::spec_events`] (the default, the same output bit for bit at a cost
@@ -36,9 +39,11 @@
 
 use std::collections::VecDeque;
 
-use super::rules::{run_steps, Books, Entry, ReqPool, StepHooks};
+use super::prefix::{with_kv, Pools, PrefixOptions, PrefixOutput, PrefixPool};
+use super::prefix_pool::PrefixKv;
+use super::rules::{run_steps, Books, Entry, ReqPool, StepHooks, TwinPool};
 use super::trace::StepQueues;
-use super::{blocks_for, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, DONE, WAITING};
+use super::{blocks_for, ContinuousOutput, Inputs, KvCounts, Req, WAITING};
 use crate::sim::{price_shape, Recorder, StepShape};
 use crate::cost::{fmt_f64, Pricer};
 use crate::error::{CoreError, CoreResult};
@@ -162,40 +167,89 @@ impl SpecOutput {
     }
 }
 
-/// Runs continuous batching over a validated workload, one sequence-step at a time.
-pub fn run_per_step(inp: &Inputs<'_>) -> CoreResult<ContinuousOutput> {
-    run_loop(inp, None, None).map(|(o, _, _)| o)
+/// The features a per-step run combines, each independent of the others: prefix caching (with
+/// its host tier, over the pool of [`super::prefix`]; else the pool by counts), speculation
+/// (module docs), and `servelab trace`'s record of the queues ([`super::trace`]).
+#[derive(Clone, Copy, Default)]
+pub struct Features<'a> {
+    pub prefix: Option<&'a PrefixOptions<'a>>,
+    pub spec: Option<&'a Speculation<'a>>,
+    pub queues: bool,
 }
 
-/// [`run_per_step`] with the queues recorded after each step ([`super::trace`]).
-pub fn run_recorded(inp: &Inputs<'_>) -> CoreResult<(ContinuousOutput, StepQueues)> {
-    run_loop(inp, None, Some(StepQueues::default())).map(|(o, _, q)| (o, q.expect("recording was on")))
+/// A per-step run's output: the run, and what each feature that was on adds.
+#[derive(Debug)]
+pub struct TwinOutput {
+    pub out: ContinuousOutput,
+    pub prefix: Option<PrefixOutput>,
+    pub spec: Option<SpecOutput>,
+    pub queues: Option<StepQueues>,
 }
 
-/// [`run_per_step`] with speculative decoding (see the module docs).
-pub fn run_speculative(inp: &Inputs<'_>, spec: &Speculation<'_>) -> CoreResult<(ContinuousOutput, SpecOutput)> {
-    spec.validate(inp.w.len())?;
-    run_loop(inp, Some(spec), None).map(|(o, s, _)| (o, s.expect("speculation was on")))
+/// Runs continuous batching over a validated workload, one sequence-step at a time, with any
+/// mix of `features`: the readable twin that every faster loop is held equal to.
+pub fn run(inp: &Inputs<'_>, features: &Features<'_>) -> CoreResult<TwinOutput> {
+    if let Some(sp) = features.spec {
+        sp.validate(inp.w.len())?; // first: its messages came first before the features composed
+    }
+    match features.prefix {
+        None => {
+            inp.params.validate()?;
+            let Inputs { w, params, .. } = *inp;
+            let n = w.len();
+            let (mut req, mut state) = (vec![Req::default(); n], vec![WAITING; n]);
+            let mut kv = KvCounts::new(params.num_blocks, params.block_size);
+            let mut pool = ReqPool { pl: w.prompt_len, req: &mut req, state: &mut state, kv: &mut kv };
+            let (out, spec, queues) = run_on(inp, features, &mut pool)?;
+            Ok(TwinOutput { out, prefix: None, spec, queues })
+        }
+        Some(px) => with_kv(inp.w, inp.params, px, false, |kv| match kv {
+            Pools::Keyed(kv) => run_prefix(inp, features, px, kv),
+            Pools::Allocator(kv) => run_prefix(inp, features, px, kv),
+        }),
+    }
+}
+
+fn run_prefix<K: PrefixKv>(inp: &Inputs<'_>, features: &Features<'_>, px: &PrefixOptions<'_>, kv: K) -> CoreResult<TwinOutput> {
+    let mut pool = PrefixPool::new(inp.w, inp.params, px.host, kv);
+    let (out, spec, queues) = run_on(inp, features, &mut pool)?;
+    Ok(TwinOutput { out, prefix: Some(pool.finish()), spec, queues })
 }
 
 type LoopOutput = (ContinuousOutput, Option<SpecOutput>, Option<StepQueues>);
 
-fn run_loop(inp: &Inputs<'_>, spec: Option<&Speculation<'_>>, queues: Option<StepQueues>) -> CoreResult<LoopOutput> {
+fn run_on<P: TwinPool>(inp: &Inputs<'_>, features: &Features<'_>, pool: &mut P) -> CoreResult<LoopOutput> {
     let Inputs { w, params, .. } = *inp;
-    params.validate()?;
-    let n = w.len();
     let (mut rec, mut books) = Books::start(inp);
-    let (mut req, mut state) = (vec![Req::default(); n], vec![WAITING; n]);
-    let mut kv = KvCounts::new(params.num_blocks, params.block_size);
-    let mut pool = ReqPool { pl: w.prompt_len, req: &mut req, state: &mut state, kv: &mut kv };
-    let mut hooks = PerStep { params, ol: w.output_len, spec: spec.map(|sp| (sp, SpecOutput::empty(n))), guessed: Vec::new(), queues };
-    run_steps(&mut pool, &mut hooks, params, w, &mut rec, &mut books)?;
+    let mut hooks = Twin {
+        ol: w.output_len,
+        spec: features.spec.map(|sp| (sp, SpecOutput::empty(w.len()))),
+        guessed: Vec::new(),
+        queues: features.queues.then(StepQueues::default),
+    };
+    run_steps(pool, &mut hooks, params, w, &mut rec, &mut books)?;
     Ok((books.finish(rec), hooks.spec.map(|(_, so)| so), hooks.queues))
 }
 
-/// This loop's own part (the rules and the pool are [`ReqPool`]'s): speculation.
-struct PerStep<'a, 's> {
-    params: &'a ContinuousParams,
+/// [`run`] with no feature on.
+pub fn run_per_step(inp: &Inputs<'_>) -> CoreResult<ContinuousOutput> {
+    run(inp, &Features::default()).map(|o| o.out)
+}
+
+/// [`run`] with the queues recorded after each step ([`super::trace`]).
+pub fn run_recorded(inp: &Inputs<'_>) -> CoreResult<(ContinuousOutput, StepQueues)> {
+    let o = run(inp, &Features { queues: true, ..Features::default() })?;
+    Ok((o.out, o.queues.expect("recording was on")))
+}
+
+/// [`run`] with speculative decoding (see the module docs).
+pub fn run_speculative(inp: &Inputs<'_>, spec: &Speculation<'_>) -> CoreResult<(ContinuousOutput, SpecOutput)> {
+    let o = run(inp, &Features { spec: Some(spec), ..Features::default() })?;
+    Ok((o.out, o.spec.expect("speculation was on")))
+}
+
+/// The twin's own part around the rules, whatever the pool: speculation and the record.
+struct Twin<'a, 's> {
     ol: &'a [i64],
     spec: Option<(&'a Speculation<'s>, SpecOutput)>,
     /// per batch entry with speculation: (guesses, kept)
@@ -204,56 +258,46 @@ struct PerStep<'a, 's> {
     queues: Option<StepQueues>,
 }
 
-impl<'p> StepHooks<ReqPool<'p>> for PerStep<'_, '_> {
-    fn extra_s(&mut self, pool: &mut ReqPool<'p>, batch: &mut [Entry], budget: i64) -> f64 {
+impl<P: TwinPool> StepHooks<P> for Twin<'_, '_> {
+    fn extra_s(&mut self, pool: &mut P, batch: &mut [Entry], budget: i64) -> f64 {
+        let copies_s = pool.copies_s();
         match self.spec.as_mut() {
-            Some((sp, so)) => speculate(sp, self.params, pool, self.ol, budget, batch, &mut self.guessed, so),
-            None => 0.0,
+            Some((sp, so)) => copies_s + speculate(sp, pool, self.ol, budget, batch, &mut self.guessed, so),
+            None => copies_s,
         }
     }
 
     #[inline]
-    fn sample(&mut self, pool: &mut ReqPool<'p>, rec: &mut Recorder<'_>, e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool> {
+    fn sample(&mut self, pool: &mut P, rec: &mut Recorder<'_>, e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool> {
         let sampled = match self.guessed.get(e) {
-            Some(&guess) => keep_guesses(pool, self.params.block_size, r, guess),
+            Some(&guess) => {
+                pool.keep_guesses(r, guess)?;
+                1 + guess.1
+            }
             None => 1,
         };
-        Ok(pool.compute(rec, r, nt, sampled, self.ol[r], end))
+        pool.end_entry(rec, r, nt, sampled, self.ol[r], end)
     }
 
     #[inline]
-    fn done(&self, pool: &ReqPool<'p>, r: usize) -> bool {
-        pool.state[r] == DONE
+    fn done(&self, pool: &P, r: usize) -> bool {
+        pool.is_done(r)
     }
 
     #[inline]
-    fn end_step(&mut self, pool: &ReqPool<'p>, waiting: &VecDeque<usize>, running: &[usize]) {
+    fn end_step(&mut self, pool: &P, waiting: &VecDeque<usize>, running: &[usize]) {
         if let Some(q) = self.queues.as_mut() {
-            q.record(waiting, running, |r| blocks_for(pool.req[r].held as i64, self.params.block_size));
+            q.record(waiting, running, |r| (pool.blocks_of(r), pool.generated(r)));
         }
     }
-}
-
-/// Rule 6's part of speculation for request `r`, whose entry made `guess = (g, kept)`: the kept
-/// guesses take their slots now (reserved by [`speculate`]), the others' KV is dropped. Returns
-/// the tokens it samples, `1 + kept`.
-#[inline]
-pub(super) fn keep_guesses(pool: &mut ReqPool<'_>, bs: i64, r: usize, (g, kept): (i64, i64)) -> i64 {
-    let s = &mut pool.req[r];
-    let held = s.held as i64;
-    pool.kv.take(blocks_for(held + kept, bs) - blocks_for(held, bs));
-    s.held += kept as i32;
-    s.c -= g - kept;
-    1 + kept
 }
 
 /// The speculative step on a planned batch: guesses for its decoding entries (widening them
 /// to `1 + g` tokens), their verdicts into `guessed` (one per entry), and the draft's price.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn speculate(
+pub(super) fn speculate<P: TwinPool>(
     sp: &Speculation<'_>,
-    params: &ContinuousParams,
-    pool: &ReqPool<'_>,
+    pool: &P,
     ol: &[i64],
     mut budget: i64,
     batch: &mut [Entry],
@@ -261,13 +305,13 @@ pub(super) fn speculate(
     so: &mut SpecOutput,
 ) -> f64 {
     guessed.clear();
-    let mut spare = pool.kv.num_free_blocks();
-    let bs = params.block_size;
+    let mut spare = pool.free_blocks();
+    let bs = pool.block_size();
     // (context, guesses) of the entries that guess, for the draft's price
     let mut draft: Vec<(i64, i64)> = Vec::new();
     for (r, nt, decoding) in batch.iter_mut() {
-        let s = &pool.req[*r];
-        let (held, generated) = (s.held as i64, s.generated as i64);
+        let (c, held) = pool.counts(*r);
+        let generated = pool.generated(*r);
         let mut g = 0;
         if *decoding {
             g = sp.k.min(budget).min(ol[*r] - generated - 1).max(0);
@@ -281,7 +325,7 @@ pub(super) fn speculate(
         }
         let kept = sp.kept_guesses(*r, ol[*r] - generated, g);
         if g > 0 {
-            draft.push((s.c, g));
+            draft.push((c, g));
             so.spec_proposed[*r] += g;
             so.spec_accepted[*r] += kept;
         }
@@ -307,6 +351,7 @@ pub(super) fn speculate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::continuous::ContinuousParams;
     use crate::sim::test_util::{self, price, pricer};
     use crate::sim::Workload;
 

@@ -1,6 +1,7 @@
-//! Continuous batching with prefix caching (lecture §3.5, the course project's milestone 3):
-//! the rules of `servelab.engine.scheduler` (numbered in its module docstring, carried out by
-//! [`super::rules`]), over the real block allocator of `blocks` with prefix caching on.
+//! Prefix caching's KV pool for continuous batching (lecture §3.5, the course project's
+//! milestone 3): [`PrefixPool`], what the rules of `servelab.engine.scheduler` (numbered in its
+//! module docstring, carried out by [`super::rules`]) ask of a pool with prefix caching on. The
+//! per-step twin ([`super::per_step`]) and the event-driven `prefix_events.rs` drive it.
 //!
 //! # Which prompts share what
 //!
@@ -26,12 +27,13 @@
 //!
 //! # Cost
 //!
-//! This loop visits every running request in every step, like [`super::per_step`]:
-//! `O(tokens)`, not the event-driven loop's `O(events)`. A decoder touches the pool only
-//! twice a block (when it takes the block
-//! and when it fills it: the only moments the pool or the cache can tell), writing the slots
-//! in between in one call. `make bench` shows both loops. With prefix caching off it makes the
-//! event-driven loop's batches and clock, bit for bit (the tests below check it).
+//! On the per-step twin, every running request is visited in every step: `O(tokens)`, not the
+//! event-driven loop's `O(events)`. A decoder touches the pool only twice a block (when it
+//! takes the block and when it fills it: the only moments the pool or the cache can tell),
+//! writing the slots in between in one call. `make bench` shows both loops. With prefix caching
+//! off it makes the event-driven loop's batches and clock, bit for bit (the tests below check
+//! it). With speculation, kept guesses take their slots one by one after the step, as the
+//! engine appends them, so they can evict a cached block or fill one.
 //!
 //! # A host tier (§8 milestone 4b)
 //!
@@ -43,8 +45,8 @@
 //! eviction is not priced: it can run in the background as the block is written (as LMCache's
 //! write-through does), where the copy back cannot.
 
-use super::rules::{run_steps, Books, Entry, StepHooks, StepPool};
-use super::{ContinuousOutput, ContinuousParams, Inputs};
+use super::rules::{StepPool, TwinPool};
+use super::{blocks_for, ContinuousParams};
 use crate::sim::{Recorder, Workload};
 use super::prefix_alloc::AllocatorKv;
 use super::prefix_pool::{KeyedPool, PrefixKv};
@@ -129,28 +131,15 @@ impl<'a> PrefixOptions<'a> {
     }
 }
 
-/// Runs continuous batching with prefix caching over a validated workload, one sequence-step
-/// at a time.
-pub fn run(inp: &Inputs<'_>, px: &PrefixOptions<'_>) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
-    with_kv(inp.w, inp.params, px, false, |kv| match kv {
-        Pools::Keyed(kv) => run_on(inp, px, kv),
-        Pools::Allocator(kv) => run_on(inp, px, kv),
-    })
-}
-
-fn run_on<K: PrefixKv>(inp: &Inputs<'_>, px: &PrefixOptions<'_>, kv: K) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
-    let mut pool = PrefixPool::new(inp.w, inp.params, kv);
-    let (mut rec, mut books) = Books::start(inp);
-    run_steps(&mut pool, &mut PrefixSteps { host: px.host, ol: inp.w.output_len }, inp.params, inp.w, &mut rec, &mut books)?;
-    Ok((books.finish(rec), pool.finish()))
-}
-
 /// The requests and pool of both prefix-caching loops (this file's per-step one and
 /// `prefix_events.rs`): one [`Live`] per request over a KV pool `K`: the exact-key pool of
 /// `prefix_pool.rs`, or the real allocator (`prefix_alloc.rs`) where a host tier is asked for.
 pub(super) struct PrefixPool<'a, K: PrefixKv> {
     pub(super) params: &'a ContinuousParams,
     pl: &'a [i64],
+    ol: &'a [i64],
+    /// the host tier (its copies back are priced)
+    host: &'a HostTierOption<'a>,
     pub(super) live: Vec<Live>,
     pub(super) kv: K,
     pub(super) pre: PrefixOutput,
@@ -207,11 +196,13 @@ pub(super) enum Pools<'a> {
 
 impl<'a, K: PrefixKv> PrefixPool<'a, K> {
     /// An empty pool over `kv` (the options checked by [`validate`]).
-    pub(super) fn new(w: &Workload<'a>, params: &'a ContinuousParams, kv: K) -> Self {
+    pub(super) fn new(w: &Workload<'a>, params: &'a ContinuousParams, host: &'a HostTierOption<'a>, kv: K) -> Self {
         let n = w.len();
         PrefixPool {
             params,
             pl: w.prompt_len,
+            ol: w.output_len,
+            host,
             live: vec![Live::default(); n],
             kv,
             pre: PrefixOutput::empty(n),
@@ -308,54 +299,84 @@ impl<K: PrefixKv> StepPool for PrefixPool<'_, K> {
     }
 }
 
-/// The prefix-caching loops' own part around the rules: the host tier's copies, sampling.
-pub(super) struct PrefixSteps<'a> {
-    pub(super) host: &'a HostTierOption<'a>,
-    pub(super) ol: &'a [i64],
-}
-
-impl<'p, K: PrefixKv> StepHooks<PrefixPool<'p, K>> for PrefixSteps<'_> {
-    /// The copies back from the host tier of the blocks this step's admissions recalled
-    /// (module docs, "A host tier").
-    fn extra_s(&mut self, pool: &mut PrefixPool<'p, K>, _batch: &mut [Entry], _budget: i64) -> f64 {
-        if self.host.host_blocks == 0 {
-            return 0.0;
-        }
-        let recalled = pool.kv.take_recalled();
-        let copies_s = (recalled * pool.params.block_size as u64) as f64 * self.host.s_per_token;
-        pool.pre.host_transfer_s += copies_s;
-        copies_s
+impl<K: PrefixKv> TwinPool for PrefixPool<'_, K> {
+    #[inline]
+    fn generated(&self, r: usize) -> i64 {
+        self.live[r].generated
     }
 
     #[inline]
-    fn sample(&mut self, pool: &mut PrefixPool<'p, K>, rec: &mut Recorder<'_>, _e: usize, r: usize, nt: i64, end: f64) -> CoreResult<bool> {
-        let s = &mut pool.live[r];
+    fn free_blocks(&self) -> i64 {
+        self.kv.num_free_blocks()
+    }
+
+    #[inline]
+    fn block_size(&self) -> i64 {
+        self.params.block_size
+    }
+
+    /// The kept guesses' slots are appended one by one, as the engine does after its verify
+    /// forward (each may take a block, evicting a cached one, or fill one, registering its key).
+    fn keep_guesses(&mut self, r: usize, (g, kept): (i64, i64)) -> CoreResult<()> {
+        for _ in 0..kept {
+            self.append(r)?;
+        }
+        self.live[r].computed -= g - kept;
+        Ok(())
+    }
+
+    #[inline]
+    fn end_entry(&mut self, rec: &mut Recorder<'_>, r: usize, nt: i64, sampled: i64, output: i64, end: f64) -> CoreResult<bool> {
+        let s = &mut self.live[r];
         s.computed += nt;
-        pool.pre.computed_tokens[r] += nt;
+        self.pre.computed_tokens[r] += nt; // with speculation, its guesses too (the engine counts them)
         if s.computed < s.held {
             return Ok(false); // a chunk that is not the prompt's last
         }
-        s.generated += 1;
-        let last = s.generated == self.ol[r];
+        s.generated += sampled;
+        let last = s.generated == output;
         rec.sampled(r, end, last);
         if last {
             s.held = 0;
             s.pending = 0;
-            pool.release(r)?;
+            self.release(r)?;
         }
         Ok(last)
     }
 
     #[inline]
-    fn done(&self, pool: &PrefixPool<'p, K>, r: usize) -> bool {
-        pool.live[r].generated >= self.ol[r]
+    fn is_done(&self, r: usize) -> bool {
+        self.live[r].generated >= self.ol[r]
+    }
+
+    /// The copies back from the host tier of the blocks this step's admissions recalled
+    /// (module docs, "A host tier").
+    fn copies_s(&mut self) -> f64 {
+        if self.host.host_blocks == 0 {
+            return 0.0;
+        }
+        let recalled = self.kv.take_recalled();
+        let copies_s = (recalled * self.params.block_size as u64) as f64 * self.host.s_per_token;
+        self.pre.host_transfer_s += copies_s;
+        copies_s
+    }
+
+    fn blocks_of(&self, r: usize) -> i64 {
+        blocks_for(self.live[r].held, self.params.block_size)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::continuous::event_driven;
+    use crate::sim::continuous::per_step::{self, Features};
+    use crate::sim::continuous::{event_driven, ContinuousOutput, Inputs};
+
+    /// The per-step twin with prefix caching on.
+    fn run(inp: &Inputs<'_>, px: &PrefixOptions<'_>) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
+        let o = per_step::run(inp, &Features { prefix: Some(px), ..Features::default() })?;
+        Ok((o.out, o.prefix.expect("prefix caching was on")))
+    }
     use crate::sim::test_util::{params, price, pricer, random_requests, rng, steps};
 
     #[test]

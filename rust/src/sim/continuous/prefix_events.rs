@@ -1,4 +1,4 @@
-//! Prefix caching at event speed: an optimisation of the per-step loop of [`super::prefix`]
+//! Prefix caching at event speed: an optimisation of the per-step twin ([`super::per_step`]) over the pool of [`super::prefix`]
 //! that makes the same allocator calls in the same order, and so the same hits, evictions,
 //! block ids and batches, without visiting every running request in every step. It is to
 //! `prefix.rs` what `event_driven.rs` is to `per_step.rs`; the rules are
@@ -40,17 +40,18 @@
 use std::collections::VecDeque;
 
 use super::aggregates::{self, return_running, StepReturn};
-use super::prefix::{with_kv, Live, Pools, PrefixOptions, PrefixOutput, PrefixPool, PrefixSteps};
+use super::prefix::{with_kv, Live, Pools, PrefixOptions, PrefixOutput, PrefixPool};
 use super::prefix_pool::PrefixKv;
 use super::rules::{
     add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, prefill_pieces, Books, Entry, Piece,
-    StepHooks, StepPool,
+    StepPool, TwinPool,
 };
 use super::{ContinuousOutput, ContinuousParams, Inputs, DECODING, DONE, PREFILLING, WAITING};
 use crate::error::CoreResult;
 use crate::sim::{Recorder, StepShape, Workload};
 
-/// [`super::prefix::run`] at a cost per event: the same output, bit for bit.
+/// The per-step twin with prefix caching ([`super::per_step::run`]) at a cost per event: the
+/// same output, bit for bit.
 pub fn run(inp: &Inputs<'_>, px: &PrefixOptions<'_>) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
     run_with(inp, px, false)
 }
@@ -65,13 +66,12 @@ fn run_with(inp: &Inputs<'_>, px: &PrefixOptions<'_>, allocator: bool) -> CoreRe
 
 fn run_on<K: PrefixKv>(inp: &Inputs<'_>, px: &PrefixOptions<'_>, kv: K) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
     let Inputs { w, params, .. } = *inp;
-    let pool = PrefixPool::new(w, params, kv);
+    let pool = PrefixPool::new(w, params, px.host, kv);
     let (rec, books) = Books::start(inp);
     let n = w.len();
     let mut run = Events {
         params,
         w,
-        hooks: PrefixSteps { host: px.host, ol: w.output_len },
         rec,
         books,
         pool,
@@ -183,7 +183,6 @@ fn next_event(bs: i64, c: i64, from: i64) -> i64 {
 struct Events<'a, 'p, K: PrefixKv> {
     params: &'a ContinuousParams,
     w: &'a Workload<'a>,
-    hooks: PrefixSteps<'a>,
     rec: Recorder<'p>,
     books: Books,
     pool: PrefixPool<'a, K>,
@@ -235,7 +234,7 @@ impl<K: PrefixKv> Events<'_, '_, K> {
             add_entry(&mut shape, self.books.log.as_mut(), r, nt, c, self.pool.live[r].held, false); // rule 5
         }
         self.books.end_batch();
-        let extra_s = self.hooks.extra_s(&mut self.pool, &mut [], 0); // the host tier's copies back
+        let extra_s = self.pool.copies_s(); // the host tier's copies back
         let end = if extra_s > 0.0 { self.rec.step_plus(t, shape, extra_s) } else { self.rec.step(t, shape) };
         self.retire_decoders(step, end)?; // rule 6, decoding requests
         self.end_prefill_pieces(step + 1, end)?; // rule 6, prefill pieces
@@ -307,7 +306,7 @@ impl<K: PrefixKv> Events<'_, '_, K> {
         let mut completed = 0;
         for k in 0..self.pieces.len() {
             let (r, nt, _) = self.pieces[k];
-            if self.hooks.sample(&mut self.pool, &mut self.rec, k, r, nt, end)? {
+            if self.pool.end_entry(&mut self.rec, r, nt, 1, self.w.output_len[r], end)? {
                 self.state[r] = DONE;
             } else if self.pool.live[r].computed == self.pool.live[r].held {
                 self.push_decoder(r, next_step);
@@ -349,12 +348,12 @@ impl<K: PrefixKv> Events<'_, '_, K> {
         for &r in self.waiting.iter().take(plan.n_preempted as usize) {
             self.state[r] = WAITING;
         }
-        let extra_s = self.hooks.extra_s(&mut self.pool, &mut self.batch, plan.budget);
+        let extra_s = self.pool.copies_s();
         let shape = batch_shape(&self.pool, &self.batch, &mut self.books); // rule 5
         let end = if extra_s > 0.0 { self.rec.step_plus(t, shape, extra_s) } else { self.rec.step(t, shape) };
         for e in 0..self.batch.len() {
             let (r, nt, _) = self.batch[e];
-            self.hooks.sample(&mut self.pool, &mut self.rec, e, r, nt, end)?; // rule 6
+            self.pool.end_entry(&mut self.rec, r, nt, 1, self.w.output_len[r], end)?; // rule 6
         }
         let running = std::mem::take(&mut self.running);
         return_running(self, &running, t, step + 1)?; // back to aggregates
@@ -366,7 +365,7 @@ impl<K: PrefixKv> Events<'_, '_, K> {
 
 impl<K: PrefixKv> StepReturn for Events<'_, '_, K> {
     fn finished(&mut self, r: usize) -> bool {
-        let done = self.hooks.done(&self.pool, r);
+        let done = self.pool.is_done(r);
         if done {
             self.state[r] = DONE;
         }
@@ -407,7 +406,8 @@ impl<K: PrefixKv> StepReturn for Events<'_, '_, K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::continuous::prefix::{self, HostTierOption, Prefixes};
+    use crate::sim::continuous::per_step::{self, Features};
+    use crate::sim::continuous::prefix::{HostTierOption, Prefixes};
     use crate::sim::test_util::{params, pricer, random_requests, rng};
 
     /// The event-driven prefix loop against the per-step one, bit for bit (batches, clock,
@@ -440,7 +440,7 @@ mod tests {
             let trace = case % 2 == 0;
             let (pr, px) = (pricer(), PrefixOptions { prefixes: &pf, prefix_caching: caching, host: &host });
             let inp = Inputs::new(&pr, &w, &prm, trace, trace);
-            let want = prefix::run(&inp, &px);
+            let want = per_step::run(&inp, &Features { prefix: Some(&px), ..Features::default() }).map(|o| (o.out, o.prefix.expect("on")));
             let got = run(&inp, &px);
             if let Ok((o, _)) = &want {
                 preempted += (o.preemptions > 0) as i32;

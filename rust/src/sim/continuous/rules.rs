@@ -524,3 +524,70 @@ impl StepPool for ReqPool<'_> {
     }
 }
 
+/// What the twin asks of a KV pool and its requests beyond the rules' [`StepPool`]: rule 6,
+/// and what speculation reads and writes. Two pools answer: by counts ([`ReqPool`]) and
+/// prefix-cached ([`PrefixPool`]).
+pub(crate) trait TwinPool: StepPool {
+    /// Output tokens `r` has sampled.
+    fn generated(&self, r: usize) -> i64;
+    /// Blocks a new slot may take now (with prefix caching: free cached ones too, evicted).
+    fn free_blocks(&self) -> i64;
+    fn block_size(&self) -> i64;
+    /// Rule 6's part of speculation for request `r`, whose entry made `(g, kept)`: the kept
+    /// guesses take their slots now (reserved by [`super::per_step::speculate`]), the others' KV is dropped.
+    fn keep_guesses(&mut self, r: usize, guess: (i64, i64)) -> CoreResult<()>;
+    /// Rule 6 for request `r`, which computed `nt` tokens in the step ending at `end`: once
+    /// all its tokens are computed, it samples `sampled` of its `output`. Returns whether it
+    /// finished.
+    fn end_entry(&mut self, rec: &mut Recorder<'_>, r: usize, nt: i64, sampled: i64, output: i64, end: f64) -> CoreResult<bool>;
+    /// Whether `r` has sampled its last token.
+    fn is_done(&self, r: usize) -> bool;
+    /// Seconds the pool adds to the step being planned (a host tier's copies back).
+    fn copies_s(&mut self) -> f64 {
+        0.0
+    }
+    /// The KV blocks `r` holds (`servelab trace`).
+    fn blocks_of(&self, r: usize) -> i64;
+}
+
+impl TwinPool for ReqPool<'_> {
+    #[inline]
+    fn generated(&self, r: usize) -> i64 {
+        self.req[r].generated as i64
+    }
+
+    #[inline]
+    fn free_blocks(&self) -> i64 {
+        self.kv.num_free_blocks()
+    }
+
+    #[inline]
+    fn block_size(&self) -> i64 {
+        self.kv.block_size()
+    }
+
+    #[inline]
+    fn keep_guesses(&mut self, r: usize, (g, kept): (i64, i64)) -> CoreResult<()> {
+        let bs = self.kv.block_size();
+        let s = &mut self.req[r];
+        let held = s.held as i64;
+        self.kv.take(blocks_for(held + kept, bs) - blocks_for(held, bs));
+        s.held += kept as i32;
+        s.c -= g - kept;
+        Ok(())
+    }
+
+    #[inline]
+    fn end_entry(&mut self, rec: &mut Recorder<'_>, r: usize, nt: i64, sampled: i64, output: i64, end: f64) -> CoreResult<bool> {
+        Ok(self.compute(rec, r, nt, sampled, output, end))
+    }
+
+    #[inline]
+    fn is_done(&self, r: usize) -> bool {
+        self.state[r] == DONE
+    }
+
+    fn blocks_of(&self, r: usize) -> i64 {
+        blocks_for(self.req[r].held as i64, self.kv.block_size())
+    }
+}

@@ -2,7 +2,7 @@
 //! ([`super::spec_events`]): the decoding requests, and what one step does to them (their
 //! guesses within the token budget and the spare blocks, one acceptance draw each, their
 //! blocks, the ones that sample their last token) with the step's shape and the draft's price.
-//! It does what [`super::per_step::speculate`] and [`super::per_step::keep_guesses`] do to the
+//! It does what [`super::per_step::speculate`] and [`super::per_step::TwinPool::keep_guesses`] do to the
 //! decoding entries of a batch, bit for bit; the loop does the rest (rules 1-6 for everyone
 //! else, the clock).
 //!

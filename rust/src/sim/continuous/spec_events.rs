@@ -17,10 +17,10 @@
 use std::collections::VecDeque;
 
 use super::aggregates::{return_running, StepReturn};
-use super::per_step::{keep_guesses, speculate, SpecOutput, Speculation};
+use super::per_step::{speculate, SpecOutput, Speculation};
 use super::rules::{
     add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, prefill_pieces, Books, Entry,
-    Piece, ReqPool,
+    Piece, ReqPool, TwinPool,
 };
 use super::spec_decoders::SpecDecoders;
 use super::{check_count, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, DECODING, DONE, PREFILLING, WAITING};
@@ -177,12 +177,12 @@ impl Run<'_, '_> {
         let Run { rec, books, req, state, kv, waiting, running, batch, guessed, so, sp, .. } = self;
         let mut pool = ReqPool { pl, req, state, kv };
         let plan = plan_step(&mut pool, params, running, waiting, batch, books, rec, t)?; // rules 2-4
-        let draft_s = speculate(sp, params, &pool, ol, plan.budget, batch, guessed, so);
+        let draft_s = speculate(sp, &pool, ol, plan.budget, batch, guessed, so);
         let shape = batch_shape(&pool, batch, books); // rule 5
         let end = if draft_s > 0.0 { rec.step_plus(t, shape, draft_s) } else { rec.step(t, shape) };
         for (e, &(r, nt, _)) in batch.iter().enumerate() {
-            let sampled = keep_guesses(&mut pool, params.block_size, r, guessed[e]);
-            pool.compute(rec, r, nt, sampled, ol[r], end); // rule 6
+            pool.keep_guesses(r, guessed[e])?;
+            pool.compute(rec, r, nt, 1 + guessed[e].1, ol[r], end); // rule 6
         }
 
         let running = std::mem::take(&mut self.running);

@@ -1,11 +1,12 @@
 //! The per-step record of the queues and the KV pool that `servelab trace` draws
 //! (`python/servelab/trace/`): after each step, the waiting queue (front first), the running
-//! requests (oldest admitted first) and the KV blocks each running request holds. With the batch
-//! log and the step trace it is everything the page shows; the Python recorder
-//! (`servelab.trace.StepRecorder`, the one shared with the engine) reads it step by step.
+//! requests (oldest admitted first), the KV blocks each running request holds and the tokens it
+//! has sampled. With the batch log and the step trace it is everything the page shows; the
+//! Python recorder (`servelab.trace.StepRecorder`, the one shared with the engine) reads it step
+//! by step.
 //!
-//! Off unless asked: only the per-step loop records ([`super::per_step::run_recorded`]), through
-//! one hook at the end of its step ([`super::rules::StepHooks::end_step`], a no-op by default);
+//! Off unless asked: only the per-step twin records, with any mix of features
+//! ([`super::per_step::run`]), through one hook at the end of its step ([`super::rules::StepHooks::end_step`], a no-op by default);
 //! the event-driven loop, which never visits the waiting queue per step, is not touched (the two
 //! are held bit for bit equal, so a recorded run is the event-driven run's too).
 
@@ -21,6 +22,9 @@ pub struct StepQueues {
     pub running: Vec<i64>,
     /// KV blocks held by each running request, beside `running`.
     pub running_blocks: Vec<i64>,
+    /// Output tokens each running request has sampled, beside `running` (with speculation a
+    /// step can sample several).
+    pub running_generated: Vec<i64>,
 }
 
 impl Default for StepQueues {
@@ -31,18 +35,21 @@ impl Default for StepQueues {
             running_offsets: vec![0],
             running: Vec::new(),
             running_blocks: Vec::new(),
+            running_generated: Vec::new(),
         }
     }
 }
 
 impl StepQueues {
-    /// One step's row; `blocks(r)` is the blocks request `r` holds.
-    pub(crate) fn record(&mut self, waiting: &VecDeque<usize>, running: &[usize], blocks: impl Fn(usize) -> i64) {
+    /// One step's row; `of(r)` is the blocks request `r` holds and the tokens it has sampled.
+    pub(crate) fn record(&mut self, waiting: &VecDeque<usize>, running: &[usize], of: impl Fn(usize) -> (i64, i64)) {
         self.waiting.extend(waiting.iter().map(|&r| r as i64));
         self.waiting_offsets.push(self.waiting.len() as i64);
         for &r in running {
+            let (blocks, generated) = of(r);
             self.running.push(r as i64);
-            self.running_blocks.push(blocks(r));
+            self.running_blocks.push(blocks);
+            self.running_generated.push(generated);
         }
         self.running_offsets.push(self.running.len() as i64);
     }

@@ -1,6 +1,6 @@
 """Speculative decoding in the simulator: what the option costs beside the plain run, on the
-loop at a cost per decoding entry (``continuous/spec_events.rs``, the default) and on the
-per-step loop it replaced (``_per_step=True``, ``continuous/per_step.rs``).
+event loop with speculation's decoders (``continuous/speculation.rs``, the default) and on the
+per-step twin (``_per_step=True``, ``continuous/per_step.rs``).
 
 20,000 chat requests (seed 0) with vLLM's defaults, at 2 req/s (batches of a few), 16 req/s
 (dozens running) and 64 req/s (the 256 seats full). Per workload, side by side in one process,

@@ -317,7 +317,7 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
 
     ``speculative`` (a :class:`Speculation`: ``k``, the draft's ModelSpec, the acceptance
     rate) adds speculative decoding (§8, milestone 4a), at a cost per decoding entry
-    (``rust/src/sim/continuous/spec_events.rs``; with prefix caching, on the per-step twin:
+    (``rust/src/sim/continuous/speculation.rs``; with prefix caching, on the per-step twin:
     kept guesses take their slots as the engine appends them, so they can evict and fill
     cached blocks). The result then has
     ``spec_proposed``, ``spec_accepted``, ``spec_steps`` per request, ``draft_busy_s`` and

@@ -13,7 +13,7 @@ use crate::sim::admission::EarlyReject;
 use crate::sim::batch1::{self, AcceptAll};
 use crate::sim::continuous::per_step::{self, Features, SpecOutput, Speculation};
 use crate::sim::continuous::prefix::{HostTierOption, PrefixOptions, PrefixOutput, Prefixes};
-use crate::sim::continuous::{prefix_events, spec_events};
+use crate::sim::continuous::{prefix_events, speculation};
 use crate::sim::continuous::trace::StepQueues;
 use crate::sim::continuous::{event_driven, BatchLog, ContinuousOutput, ContinuousParams, Inputs, StepExtra};
 use crate::sim::fixed_service::{self, FixedOutput};
@@ -243,7 +243,7 @@ fn sim_continuous_batching<'py>(
                 ContinuousRun(event_driven::run(&inp)?, None, None, None)
             }
             (Features { prefix: None, spec: Some(sp), queues: false }, false) => {
-                let (o, s) = spec_events::run(&inp, sp)?;
+                let (o, s) = speculation::run(&inp, sp)?;
                 ContinuousRun(o, None, Some(s), None)
             }
             (Features { prefix: Some(px), spec: None, queues: false }, false) => {

@@ -2,7 +2,7 @@
 //! aggregates ([`Decoders`], for [`super::event_driven`] and [`super::prefix_events`]; the
 //! first's module docs say why a step of them costs O(1) plus its events), and the pass that
 //! ends every loop's rare rules step, returning the running requests to the loop's own arrays
-//! ([`StepReturn`], for those two and [`super::spec_events`]).
+//! ([`StepReturn`], for both loops, whichever decoders' part).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

@@ -1,7 +1,13 @@
-//! The event-driven loop, the default: an optimisation of [`super::rules`] that makes the same
-//! steps without visiting every running request in every step. The rules themselves (what a
-//! step does, in which order) are `servelab.engine.scheduler`'s; this file only changes how
-//! much each step costs to compute, never what it decides.
+//! The event loop over the KV pool by counts, the default: an optimisation of [`super::rules`]
+//! that makes the same steps without visiting every running request in every step. The rules
+//! themselves (what a step does, in which order) are `servelab.engine.scheduler`'s; this file
+//! only changes how much each step costs to compute, never what it decides.
+//!
+//! The decoding requests are a part the loop drives ([`Decode`]): plain, kept as aggregates
+//! ([`Plain`], below), or speculative (`spec_decoders.rs`, a cost per decoder). Everything else
+//! (arrivals, prefill pieces, admissions, the rare rules step, the clock) is this one loop for
+//! both; each is held bit for bit equal to the per-step twin (`per_step.rs`) with the same
+//! features.
 //!
 //! # A cost per event, not per sequence-step
 //!
@@ -40,28 +46,125 @@ use super::rules::{
     add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, prefill_pieces, Books, Entry,
     Piece, ReqPool,
 };
-use super::{check_count, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, DECODING, DONE, WAITING};
+use super::{check_count, BatchLog, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, DECODING, DONE, PREFILLING, WAITING};
 use crate::cost::Pricer;
 use crate::error::CoreResult;
 use crate::sim::{Recorder, StepShape, Workload};
 
-/// The decoding requests ([`aggregates::Decoders`]), the heap's ties broken by request.
-type Decoders = aggregates::Decoders<()>;
+/// The decoding requests, as a part the event loop drives: what a step does to them and what
+/// they add to the rare rules step. The loop calls them in the per-step twin's order, so that
+/// every part makes the twin's steps.
+pub(crate) trait Decode {
+    /// How many decode.
+    fn live(&self) -> i64;
+    /// How many take a new block for the token of step `step` (rule 2: more than are free and
+    /// rule 3 preempts, which runs the rules step instead).
+    fn crossing(&self, step: i64) -> i64;
+    /// Rule 2 for all of them in step `step`, once the pool gave their [`Self::crossing`]
+    /// blocks and the prefill pieces and admissions are planned, `left` of the token budget
+    /// unused (speculation's guesses take it, and rule 6's kept guesses their blocks). Returns
+    /// their share of the step's shape (rule 5; their batch log entries into `log`, when kept)
+    /// and the seconds they add to the step (the draft's).
+    fn step(&mut self, step: i64, left: i64, pool: &mut ReqPool<'_>, log: Option<&mut BatchLog>) -> (StepShape, f64);
+    /// Rule 6 for those whose last token step `step` sampled, in running order: each frees its
+    /// blocks and finishes at `end`.
+    fn retire(&mut self, step: i64, end: f64, pool: &mut ReqPool<'_>, rec: &mut Recorder<'_>, ol: &[i64]);
+    /// Request `r` (its counts `req`: all its tokens computed after step `step - 1`; prompt
+    /// `p`, `out` output tokens) joins at the end of the running order.
+    fn push(&mut self, r: usize, req: &mut Req, p: i64, out: i64, step: i64);
+    /// All of them leave before step `step`, in running order, their counts turned back
+    /// (`req`): each is pushed on `running` (the rules step takes them over).
+    fn drain(&mut self, step: i64, pool: &mut ReqPool<'_>, ol: &[i64], running: &mut Vec<usize>);
+    /// Housekeeping at the end of an event step.
+    #[inline(always)]
+    fn compact(&mut self, _state: &[u8]) {}
+    /// The rules step's part: what they add to the planned `batch` (speculation widens the
+    /// decoding entries within `budget`) and the seconds it costs.
+    #[inline(always)]
+    fn plan_extra(&mut self, _pool: &ReqPool<'_>, _ol: &[i64], _budget: i64, _batch: &mut [Entry]) -> f64 {
+        0.0
+    }
+    /// The rules step's rule 6 for entry `e` (request `r`): the tokens it samples once its
+    /// tokens are all computed (1, or `1 + kept` with speculation, whose slots it takes now).
+    #[inline(always)]
+    fn sampled(&mut self, _pool: &mut ReqPool<'_>, _e: usize, _r: usize) -> CoreResult<i64> {
+        Ok(1)
+    }
+}
 
-/// Request `r` (prompt `p`, `out` output tokens), which holds `req.c` computed tokens after step
-/// `step - 1`, joins the decoders at the end of the admission order (`req.c` becomes its offset).
-#[inline]
-fn push_decoder(dec: &mut Decoders, r: usize, req: &mut Req, p: i64, out: i64, step: i64) {
-    let c = req.c - step;
-    req.c = c;
-    // after step s it has generated c + s + 2 - p tokens: the last one comes in step
-    // out + p - 2 - c (>= step, since it has not generated all of them yet)
-    dec.push(r, c, out + p - 2 - c, ());
+/// The plain decoding requests ([`aggregates::Decoders`], the heap's ties broken by request):
+/// one token each a step, at a cost per event (module docs).
+pub(crate) struct Plain(aggregates::Decoders<()>);
+
+impl Plain {
+    pub(super) fn new(block_size: i64) -> Plain {
+        Plain(aggregates::Decoders::new(block_size))
+    }
+}
+
+impl Decode for Plain {
+    #[inline(always)]
+    fn live(&self) -> i64 {
+        self.0.live
+    }
+
+    #[inline(always)]
+    fn crossing(&self, step: i64) -> i64 {
+        self.0.crossing(step)
+    }
+
+    /// Their share of the step's shape from the aggregates; the batch log, when kept, is the
+    /// only thing that visits them.
+    #[inline(always)]
+    fn step(&mut self, step: i64, _left: i64, pool: &mut ReqPool<'_>, log: Option<&mut BatchLog>) -> (StepShape, f64) {
+        let req = &pool.req;
+        (self.0.shape(step, log, pool.state, |r| req[r].c), 0.0)
+    }
+
+    /// Those whose last token step `step` samples (known since they started decoding: the
+    /// heap's front).
+    #[inline(always)]
+    fn retire(&mut self, step: i64, end: f64, pool: &mut ReqPool<'_>, rec: &mut Recorder<'_>, _ol: &[i64]) {
+        while let Some(r) = self.0.pop_finished(step) {
+            let c = pool.req[r].c;
+            self.0.remove(c);
+            pool.kv.free(c + step + 1); // it held every computed token
+            pool.state[r] = DONE;
+            rec.set_finish(r, end);
+        }
+    }
+
+    /// `req.c` becomes its offset (module docs).
+    #[inline]
+    fn push(&mut self, r: usize, req: &mut Req, p: i64, out: i64, step: i64) {
+        let c = req.c - step;
+        req.c = c;
+        // after step s it has generated c + s + 2 - p tokens: the last one comes in step
+        // out + p - 2 - c (>= step, since it has not generated all of them yet)
+        self.0.push(r, c, out + p - 2 - c, ());
+    }
+
+    fn drain(&mut self, step: i64, pool: &mut ReqPool<'_>, _ol: &[i64], running: &mut Vec<usize>) {
+        for &r in &self.0.order {
+            let r = r as usize;
+            if pool.state[r] == DECODING {
+                let computed = pool.req[r].c + step;
+                pool.req[r] = Req { c: computed, held: computed as i32, generated: (computed + 1 - pool.pl[r]) as i32 };
+                running.push(r);
+            }
+        }
+        self.0.clear();
+    }
+
+    #[inline(always)]
+    fn compact(&mut self, state: &[u8]) {
+        self.0.compact(state);
+    }
 }
 
 /// Runs continuous batching over a validated workload, at a cost per event (arrival,
 /// admission, end of a prefill chunk, finish, preemption) rather than per sequence-step; the
-/// module docs say how, and why the clock's bits are those of the per-step loop
+/// module docs say how, and why the clock's bits are those of the per-step twin
 /// ([`super::per_step::run_per_step`]).
 pub fn run(inp: &Inputs<'_>) -> CoreResult<ContinuousOutput> {
     let mut card = Card::new(inp.pricer, inp.params, inp.w.len(), inp.trace, inp.batch_log)?;
@@ -69,7 +172,7 @@ pub fn run(inp: &Inputs<'_>) -> CoreResult<ContinuousOutput> {
     Ok(card.finish())
 }
 
-/// One card running [`run`]'s loop, resumable: it can stop at any time `t`, be handed more
+/// One card running the event loop, resumable: it can stop at any time `t`, be handed more
 /// requests (arriving at `t` or later), and go on. Several cards behind a router
 /// (`router.rs`) advance this way side by side, so the router sees what each card has
 /// finished by each arrival without running any card twice.
@@ -81,7 +184,7 @@ pub fn run(inp: &Inputs<'_>) -> CoreResult<ContinuousOutput> {
 /// where the uninterrupted run would be at that time too; so any sequence of `advance` calls on
 /// growing prefixes of a workload gives [`run`]'s output on the whole of it, bit for bit
 /// (`stopping_anywhere_changes_nothing` checks it).
-pub struct Card<'p> {
+pub(crate) struct Card<'p, D: Decode = Plain> {
     params: ContinuousParams,
     rec: Recorder<'p>,
     books: Books,
@@ -89,7 +192,7 @@ pub struct Card<'p> {
     state: Vec<u8>,
     kv: KvCounts,
     waiting: VecDeque<usize>,
-    dec: Decoders,
+    dec: D,
     /// the running requests that are not decoding, in admission order: they always come after
     /// every decoding one in the rules' `running` order (see [`return_running`])
     prefilling: Vec<usize>,
@@ -104,10 +207,17 @@ pub struct Card<'p> {
     t: f64,
 }
 
-impl<'p> Card<'p> {
+impl<'p> Card<'p, Plain> {
     /// An empty card; `n` requests' worth of columns are allocated up front (more grow as
     /// needed).
     pub fn new(pricer: &'p Pricer, params: &ContinuousParams, n: usize, trace: bool, batch_log: bool) -> CoreResult<Self> {
+        Card::with_decoders(pricer, params, n, trace, batch_log, Plain::new(params.block_size))
+    }
+}
+
+impl<'p, D: Decode> Card<'p, D> {
+    /// [`Card::new`] with the decoding requests kept by `dec` (speculation's, say).
+    pub(super) fn with_decoders(pricer: &'p Pricer, params: &ContinuousParams, n: usize, trace: bool, batch_log: bool, dec: D) -> CoreResult<Self> {
         params.validate()?;
         check_count(n)?;
         Ok(Card {
@@ -118,7 +228,7 @@ impl<'p> Card<'p> {
             state: vec![WAITING; n],
             kv: KvCounts::new(params.num_blocks, params.block_size),
             waiting: VecDeque::new(),
-            dec: Decoders::new(params.block_size),
+            dec,
             prefilling: Vec::new(),
             pieces: Vec::new(),
             scratch: Scratch::default(),
@@ -152,7 +262,7 @@ impl<'p> Card<'p> {
         let (mut next, mut step, mut t) = (self.next, self.step, self.t);
         loop {
             arrive(&self.params, w, t, &mut next, &mut self.waiting, &mut self.books.reject_code, &mut self.rec); // rule 1
-            if self.waiting.is_empty() && self.dec.live == 0 && self.prefilling.is_empty() {
+            if self.waiting.is_empty() && self.dec.live() == 0 && self.prefilling.is_empty() {
                 if next == w.len() {
                     break; // done, unless more requests come
                 }
@@ -188,57 +298,31 @@ impl<'p> Card<'p> {
     /// most `max_num_batched_tokens` run; the test is a guard.)
     #[inline(always)]
     fn pool_runs_short(&self, step: i64) -> bool {
-        self.dec.live > self.params.max_num_batched_tokens || self.dec.crossing(step) > self.kv.num_free_blocks()
-    }
-
-    /// The rare step in which the pool runs out of blocks: the rules themselves, visiting every
-    /// running request ([`RulesStep`]). Returns the step's end.
-    fn rules_step(&mut self, w: &Workload<'_>, t: f64, step: i64) -> CoreResult<f64> {
-        let mut ctx = RulesStep {
-            params: &self.params,
-            ol: w.output_len,
-            rec: &mut self.rec,
-            pool: ReqPool { pl: w.prompt_len, req: &mut self.req, state: &mut self.state, kv: &mut self.kv },
-            waiting: &mut self.waiting,
-            dec: &mut self.dec,
-            prefilling: &mut self.prefilling,
-            books: &mut self.books,
-            scratch: &mut self.scratch,
-        };
-        let (end, n_preempted, n_admitted) = ctx.run(t, step)?;
-        self.books.end_step(self.kv.blocks_used(), n_preempted, n_admitted);
-        Ok(end)
+        self.dec.live() > self.params.max_num_batched_tokens || self.dec.crossing(step) > self.kv.num_free_blocks()
     }
 
     /// A step in which nobody is preempted, from integer totals: the decoding requests as one
-    /// aggregate, the prefill pieces and admissions one by one. Each part stands in for the
-    /// rule it names and makes the same decision. Returns the step's end.
+    /// part, the prefill pieces and admissions one by one. Each part stands in for the rule it
+    /// names and makes the same decision. Returns the step's end.
     #[inline(always)]
     fn event_step(&mut self, w: &Workload<'_>, t: f64, step: i64) -> CoreResult<f64> {
-        let mut shape = self.decode_aggregate(step); // rule 2, decoding requests
-        let mut left = self.params.max_num_batched_tokens - self.dec.live;
+        self.kv.take(self.dec.crossing(step)); // rule 2: each decoder's slot for this step's token
+        let mut left = self.params.max_num_batched_tokens - self.dec.live();
         let n_admitted = self.plan_pieces(w, &mut left, t)?; // rule 2, prefilling requests; rule 4
-        if shape.seqs == 0 && self.pieces.is_empty() {
+        if self.dec.live() == 0 && self.pieces.is_empty() {
             return Err(nothing_scheduled(t));
         }
+        let Card { req, state, kv, dec, books, .. } = self;
+        let mut pool = ReqPool { pl: w.prompt_len, req, state, kv };
+        let (mut shape, extra_s) = dec.step(step, left, &mut pool, books.log.as_mut()); // rule 2, decoders
         self.price_pieces(&mut shape); // rule 5
-        let end = self.rec.step(t, shape);
-        self.retire_decoders(step, end); // rule 6, decoding requests
+        let Card { rec, req, state, kv, dec, .. } = self;
+        let end = if extra_s > 0.0 { rec.step_plus(t, shape, extra_s) } else { rec.step(t, shape) };
+        dec.retire(step, end, &mut ReqPool { pl: w.prompt_len, req, state, kv }, rec, w.output_len); // rule 6, decoders
         self.end_prefill_pieces(w, step + 1, end); // rule 6, prefill pieces
         self.dec.compact(&self.state);
         self.books.end_step(self.kv.blocks_used(), 0, n_admitted);
         Ok(end)
-    }
-
-    /// Rule 2 for the decoding requests: all of them, one token each; those crossing a block
-    /// boundary take a new block (enough are free: nobody is preempted, so rule 3 does not
-    /// apply). Their share of the step's shape comes from the aggregates; the batch log, when
-    /// kept, is the only thing that visits them.
-    #[inline(always)]
-    fn decode_aggregate(&mut self, step: i64) -> StepShape {
-        self.kv.take(self.dec.crossing(step));
-        let req = &self.req;
-        self.dec.shape(step, self.books.log.as_mut(), &self.state, |r| req[r].c)
     }
 
     /// Rule 2 for the prefilling requests and rule 4 (nobody was preempted), through the rules'
@@ -249,7 +333,7 @@ impl<'p> Card<'p> {
         let Card { params, rec, req, state, kv, waiting, dec, prefilling, pieces, .. } = self;
         let mut pool = ReqPool { pl: w.prompt_len, req, state, kv };
         prefill_pieces(&mut pool, prefilling, left, pieces)?;
-        admit(&mut pool, params, dec.live, prefilling, waiting, left, rec, t, |r, nt, c| pieces.push((r, nt, c)))
+        admit(&mut pool, params, dec.live(), prefilling, waiting, left, rec, t, |r, nt, c| pieces.push((r, nt, c)))
     }
 
     /// Rule 5: the prefill pieces' share of the step's shape (integer totals, as the per-step
@@ -262,19 +346,6 @@ impl<'p> Card<'p> {
         self.books.end_batch();
     }
 
-    /// Rule 6 for the decoding requests: those whose last token step `step` samples (known
-    /// since they started decoding: the heap's front) leave, freeing their blocks.
-    #[inline(always)]
-    fn retire_decoders(&mut self, step: i64, end: f64) {
-        while let Some(r) = self.dec.pop_finished(step) {
-            let c = self.req[r].c;
-            self.dec.remove(c);
-            self.kv.free(c + step + 1); // it held every computed token
-            self.state[r] = DONE;
-            self.rec.set_finish(r, end);
-        }
-    }
-
     /// Rule 6 for the prefill pieces: a completed prefill samples a token and, unless that was
     /// its last, joins the decoders from step `next_step` on; the completed ones are the first
     /// pieces (only the last piece can be a partial chunk).
@@ -283,73 +354,66 @@ impl<'p> Card<'p> {
         let (pl, ol) = (w.prompt_len, w.output_len);
         let Card { rec, req, state, kv, dec, prefilling, pieces, .. } = self;
         let mut pool = ReqPool { pl, req, state, kv };
-        let completed = pool.end_pieces(rec, pieces, ol, end, |r, s| push_decoder(dec, r, s, pl[r], ol[r], next_step));
+        let completed = pool.end_pieces(rec, pieces, ol, end, |r, s| dec.push(r, s, pl[r], ol[r], next_step));
         prefilling.drain(..completed);
+    }
+
+    /// The rare step in which the pool runs out of blocks (rule 3 preempts): the rules
+    /// themselves, visiting every running request, as the per-step twin runs them: the
+    /// decoders turned back into counts, the step planned, widened by the decoders' part
+    /// (speculation), priced and sampled, and the decoders handed back. Returns the step's end.
+    /// Kept out of line: a rare step must not crowd the fast path's registers.
+    #[inline(never)]
+    fn rules_step(&mut self, w: &Workload<'_>, t: f64, step: i64) -> CoreResult<f64> {
+        let (pl, ol) = (w.prompt_len, w.output_len);
+        let Card { params, rec, books, req, state, kv, waiting, dec, prefilling, scratch, .. } = self;
+        let Scratch { running, batch } = scratch;
+        running.clear();
+        let mut pool = ReqPool { pl, req, state, kv };
+        dec.drain(step, &mut pool, ol, running);
+        running.append(prefilling);
+
+        let plan = plan_step(&mut pool, params, running, waiting, batch, books, rec, t)?; // rules 2-4
+        let extra_s = dec.plan_extra(&pool, ol, plan.budget, batch);
+        let shape = batch_shape(&pool, batch, books); // rule 5
+        let end = if extra_s > 0.0 { rec.step_plus(t, shape, extra_s) } else { rec.step(t, shape) };
+        for (e, &(r, nt, _)) in batch.iter().enumerate() {
+            let sampled = dec.sampled(&mut pool, e, r)?;
+            pool.compute(rec, r, nt, sampled, ol[r], end); // rule 6
+        }
+        let mut back = Back { pool, dec, prefilling, ol };
+        return_running(&mut back, running, t, step + 1)?; // back to the decoders' part
+        self.books.end_step(self.kv.blocks_used(), plan.n_preempted, plan.n_admitted);
+        Ok(end)
     }
 
     /// The run so far (after `advance(.., f64::INFINITY)`: the whole run).
     pub fn finish(self) -> ContinuousOutput {
         self.books.finish(self.rec)
     }
+
+    /// [`Card::finish`], and the decoders' part (what it counted).
+    pub(super) fn finish_with_decoders(self) -> (ContinuousOutput, D) {
+        (self.books.finish(self.rec), self.dec)
+    }
 }
 
-/// Buffers of the per-step path, kept between its (rare) steps.
+/// Buffers of the rules step, kept between its (rare) steps.
 #[derive(Default)]
 struct Scratch {
     running: Vec<usize>,
     batch: Vec<Entry>,
 }
 
-/// One step the per-step way (rules 2-6 visiting every running request), for the steps the
-/// aggregates cannot take: it turns the decoding requests' offsets back into counts, runs the
-/// step with the rules of [`super::rules`] (as [`super::per_step`] does), and rebuilds the
-/// aggregates.
-struct RulesStep<'a, 'b> {
-    params: &'a ContinuousParams,
-    ol: &'a [i64],
-    rec: &'a mut Recorder<'b>,
+/// Where the rules step's running requests go back to ([`return_running`]).
+struct Back<'a, 'b, D: Decode> {
     pool: ReqPool<'a>,
-    waiting: &'a mut VecDeque<usize>,
-    dec: &'a mut Decoders,
-    prefilling: &'a mut Vec<usize>,
-    books: &'a mut Books,
-    scratch: &'a mut Scratch,
+    dec: &'b mut D,
+    prefilling: &'b mut Vec<usize>,
+    ol: &'a [i64],
 }
 
-impl RulesStep<'_, '_> {
-    /// Returns (end of the step, requests preempted, requests admitted). Kept out of line: a
-    /// rare step must not crowd the fast path's registers.
-    #[inline(never)]
-    fn run(&mut self, t: f64, step: i64) -> CoreResult<(f64, i64, i64)> {
-        let (params, pl, ol) = (self.params, self.pool.pl, self.ol);
-        let Scratch { running, batch } = &mut *self.scratch;
-        running.clear();
-        for &r in &self.dec.order {
-            let r = r as usize;
-            if self.pool.state[r] == DECODING {
-                let computed = self.pool.req[r].c + step;
-                self.pool.req[r] = Req { c: computed, held: computed as i32, generated: (computed + 1 - pl[r]) as i32 };
-                running.push(r);
-            }
-        }
-        running.extend(self.prefilling.drain(..));
-        self.dec.clear();
-
-        let plan = plan_step(&mut self.pool, params, running, self.waiting, batch, self.books, self.rec, t)?; // rules 2-4
-        let shape = batch_shape(&self.pool, batch, self.books); // rule 5
-        let end = self.rec.step(t, shape);
-
-        for &(r, nt, _) in batch.iter() {
-            self.pool.compute(self.rec, r, nt, 1, ol[r], end); // rule 6
-        }
-        let running = std::mem::take(&mut self.scratch.running);
-        return_running(self, &running, t, step + 1)?; // back to aggregates
-        self.scratch.running = running;
-        Ok((end, plan.n_preempted, plan.n_admitted))
-    }
-}
-
-impl StepReturn for RulesStep<'_, '_> {
+impl<D: Decode> StepReturn for Back<'_, '_, D> {
     fn finished(&mut self, r: usize) -> bool {
         self.pool.state[r] == DONE
     }
@@ -359,13 +423,13 @@ impl StepReturn for RulesStep<'_, '_> {
     }
 
     fn push_decoder(&mut self, r: usize, step: i64) {
-        let (pl, ol) = (self.pool.pl, self.ol);
         self.pool.state[r] = DECODING;
-        push_decoder(self.dec, r, &mut self.pool.req[r], pl[r], ol[r], step);
+        self.dec.push(r, &mut self.pool.req[r], self.pool.pl[r], self.ol[r], step);
     }
 
     fn push_prefilling(&mut self, r: usize) {
-        self.prefilling.push(r); // PREFILLING already: it was not decoding in the step
+        self.pool.state[r] = PREFILLING; // it was not decoding in the step
+        self.prefilling.push(r);
     }
 }
 

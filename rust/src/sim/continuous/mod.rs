@@ -19,8 +19,8 @@
 //!   a host tier), both on `prefixes` (which prompts share what);
 //! * [`prefix_events`]: prefix caching at a cost per event (the default), as [`event_driven`] is to
 //!   [`per_step`];
-//! * [`spec_events`]: speculative decoding at a cost per decoding entry (the default), bit for
-//!   bit [`per_step`]'s speculative loop;
+//! * [`speculation`]: speculative decoding on [`event_driven`]'s loop, its decoders a part of
+//!   their own (`spec_decoders`), bit for bit the twin's speculative run;
 //! * [`aggregates`]: what the event-driven loops share beside the rules (the decoders as
 //!   aggregates, the end of their rare rules step);
 //! * [`trace`]: the per-step record of the queues and the KV pool (`servelab trace`).
@@ -46,7 +46,7 @@ mod prefix_pool;
 mod prefixes;
 pub(crate) mod rules;
 mod spec_decoders;
-pub mod spec_events;
+pub mod speculation;
 pub mod trace;
 
 use crate::blocks::{MAX_BLOCK_SIZE, MAX_NUM_BLOCKS};

@@ -5,12 +5,12 @@
 //! `servelab trace` ([`super::trace`]). Chunked prefill is a card parameter of the rules. The
 //! rules are `servelab.engine.scheduler`'s, carried out by [`super::rules`] on a pool that says
 //! how it answers ([`TwinPool`]). It is the readable reference that the faster loops
-//! (`event_driven.rs`, `prefix_events.rs`, `spec_events.rs`) are held equal to, bit for bit,
+//! (`event_driven.rs` with either decoders' part, `prefix_events.rs`) are held equal to, bit for bit,
 //! and it runs the mixes they do not carry (speculation with prefix caching, any recorded run).
 
 //! # Speculative decoding (§8, milestone 4a)
 //!
-//! The reference of [`super::spec_events`] (the default, the same output bit for bit at a cost
+//! The reference of [`super::speculation`] (the default, the same output bit for bit at a cost
 //! per decoding entry; `tests/test_sim_spec_events.py`). [`run_speculative`] adds the engine's speculative step (`servelab.engine.speculative`): once
 //! rules 2-4 have planned the step, each decoding entry gets up to `k` draft guesses, within
 //! the token budget and the free blocks left (the blocks every guess being kept would need are

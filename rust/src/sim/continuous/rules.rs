@@ -3,14 +3,16 @@
 //! numbers them); each function here names the rule it carries out and links there rather than
 //! restating it.
 //!
-//! The functions carry out a step that visits every running request. Three loops step this way:
-//! [`super::per_step`] (the baseline, and speculative decoding's reference), [`super::prefix`]
-//! (over the real block allocator) and the rare preempting step of [`super::event_driven`] (and of
-//! [`super::spec_events`], speculation's default loop), whose fast path is
-//! an optimisation of these rules (integer totals instead of visits) and plans its prefill
-//! pieces and admissions through [`prefill_pieces`] and [`admit`]. Each loop says through [`StepPool`] how its requests and its KV pool answer; the
-//! functions are generic, so each loop gets its own machine code and pays nothing for the others.
-//! [`ReqPool`] is the pool by counts ([`KvCounts`]) that the per-step and event-driven loops share.
+//! The functions carry out a step that visits every running request. The per-step twin
+//! ([`super::per_step`], with any mix of features) steps this way, and so does the rare
+//! preempting step of the event loops ([`super::event_driven`], whichever its decoders' part,
+//! and [`super::prefix_events`]), whose fast path is an optimisation of these rules (integer
+//! totals instead of visits) and plans its prefill pieces and admissions through
+//! [`prefill_pieces`] and [`admit`]. Each loop says through [`StepPool`] (and [`TwinPool`]:
+//! rule 6 and speculation) how its requests and its KV pool answer; the functions are generic,
+//! so each loop gets its own machine code and pays nothing for the others. [`ReqPool`] is the
+//! pool by counts ([`KvCounts`]) that the per-step and event-driven loops share; prefix
+//! caching's is `prefix.rs`'s.
 
 use std::collections::VecDeque;
 

@@ -1,5 +1,5 @@
 //! The speculative decode step (§8, milestone 4a) as a part the event loop drives
-//! ([`super::spec_events`]): the decoding requests, and what one step does to them (their
+//! ([`super::speculation`]): the decoding requests, and what one step does to them (their
 //! guesses within the token budget and the spare blocks, one acceptance draw each, their
 //! blocks, the ones that sample their last token) with the step's shape and the draft's price.
 //! It does what [`super::per_step::speculate`] and [`super::per_step::TwinPool::keep_guesses`] do to the
@@ -145,10 +145,6 @@ impl SpecDecoders {
 
     pub(super) fn len(&self) -> usize {
         self.n
-    }
-
-    pub(super) fn is_empty(&self) -> bool {
-        self.n == 0
     }
 
     /// How many decoders take a new block for the next step's token.

@@ -1,5 +1,5 @@
-"""Speculative decoding on the loop at a cost per decoding entry (the default,
-``rust/src/sim/continuous/spec_events.rs``) against the per-step speculative loop
+"""Speculative decoding on the event loop with speculation's decoders (the default,
+``rust/src/sim/continuous/speculation.rs``) against the per-step twin
 (``_per_step=True``, ``rust/src/sim/continuous/per_step.rs``), bit for bit: every column by its
 bits, the totals exactly, the trace and the batch log entry by entry, and the speculation
 counters, for k in {0, 1, 4} and acceptance in {0, 0.5, 0.8, 1}, on seeded workloads that

@@ -1,6 +1,6 @@
 """Speculative decoding in the simulator: what the option costs beside the plain run, on the
 event loop with speculation's decoders (``continuous/speculation.rs``, the default) and on the
-per-step twin (``_per_step=True``, ``continuous/per_step.rs``).
+per-step twin (``serving_core._run_twin``, ``continuous/per_step.rs``).
 
 20,000 chat requests (seed 0) with vLLM's defaults, at 2 req/s (batches of a few), 16 req/s
 (dozens running) and 64 req/s (the 256 seats full). Per workload, side by side in one process,
@@ -65,17 +65,21 @@ def _same(a, b, columns, label: str) -> None:
     assert repr(a.busy_s) == repr(b.busy_s) and a.n_steps == b.n_steps, label
 
 
+def _run(reqs, twin: bool = False, **options):
+    """The default run of `options`, or the per-step twin's."""
+    return (sc._run_twin if twin else sc.run_continuous)(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(**options))
+
+
 def _one_rate(console: Console, reqs, rate: float) -> None:
     spec = {f"k={k} a={a:g}": sc.Speculation(k, LLAMA32_1B, a) for k, a in SPECS}
     runs: dict[str, dict] = {"off": {}, "k=0, new": dict(speculative=sc.Speculation(0, LLAMA32_1B, 0.8))}
     runs[f"{HEADLINE}, new"] = dict(speculative=spec[HEADLINE])
-    runs[f"{HEADLINE}, per-step"] = dict(speculative=spec[HEADLINE], _per_step=True)
+    runs[f"{HEADLINE}, per-step"] = dict(speculative=spec[HEADLINE], twin=True)
     runs.update({f"{label}, new": dict(speculative=s) for label, s in spec.items() if label != HEADLINE})
     times, results = {}, {}
     for label, kw in runs.items():
         times[label], results[label] = best_of(
-            lambda kw=kw: sc.run_continuous(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(**kw)), 5,
-            time.thread_time)
+            lambda kw=kw: _run(reqs, **kw), 5, time.thread_time)
     plain = results["off"]
     _same(results["k=0, new"], plain, COLUMNS, "k=0")
     _same(results[f"{HEADLINE}, per-step"], results[f"{HEADLINE}, new"], SPEC_COLUMNS, "per-step")

@@ -25,7 +25,7 @@ def _record(**fields):
     """A stand-in for a ContinuousOptions that skipped its constructor's checks: what the core
     reads by attribute, each field replaceable by junk."""
     base = dict(CARD, trace=False, batch_log=False, prefix_caching=False, shared_prefixes=None, host_blocks=0,
-                host_policy="lru", speculative=None, step_extra_s=(0.0, 0.0), _per_step=False, _step_queues=False)
+                host_policy="lru", speculative=None, step_extra_s=(0.0, 0.0))
     return SimpleNamespace(**{**base, **fields})
 
 

@@ -3,7 +3,7 @@
 
 The event-driven engine (``rust/src/sim/continuous/event_driven.rs``) keeps the decoding requests as integer
 aggregates and visits a request only at its events; the per-step loop
-(``rust/src/sim/continuous/per_step.rs``, reached with ``_per_step=True``) visits every running
+(``rust/src/sim/continuous/per_step.rs``, reached with ``serving_core._run_twin``) visits every running
 sequence in every step. Both must give the same batches, so the same step totals, so the same
 IEEE-754 clock: every column is compared by its bits, the totals exactly, the trace and the
 batch log entry by entry.
@@ -55,8 +55,7 @@ def _workload(seed: int) -> tuple[Requests, dict, bool]:
 def test_event_driven_matches_the_per_step_loop(seed):
     reqs, params, keep = _workload(seed)
     try:
-        want = sc.run_continuous(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(trace=keep, batch_log=keep,
-                                                                             _per_step=True, **params))
+        want = sc._run_twin(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(trace=keep, batch_log=keep, **params))
     except ValueError as e:  # e.g. nothing fits: the new engine must fail the same way
         with pytest.raises(ValueError, match="^" + str(e).replace("(", r"\(").replace(")", r"\)")):
             sc.run_continuous_batching(reqs, LLAMA3_8B, H100, **params)
@@ -76,9 +75,13 @@ def test_the_workloads_reach_the_rare_paths():
     assert preempted >= 5 and rejected >= 5, (preempted, rejected)
 
 
-def test_per_step_switch_is_checked():
+def test_the_twin_is_no_option_of_a_run():
+    """The per-step twin is the library's own switch: not a keyword of the run, not a field of
+    its options record; its own switch is checked."""
     reqs = Requests([0.0], [4], [2])
     with pytest.raises(TypeError, match="_per_step"):
-        sc.run_continuous(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(_per_step="yes"))
-    with pytest.raises(TypeError, match="_per_step"):  # a private switch, not a public keyword
         sc.run_continuous_batching(reqs, LLAMA3_8B, H100, _per_step=True)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="_per_step"):
+        sc.ContinuousOptions(_per_step=True)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="queues"):
+        sc._run_twin(reqs, LLAMA3_8B, H100, queues="yes")

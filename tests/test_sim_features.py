@@ -2,7 +2,7 @@
 caching and speculation together): chunked prefill, prefix caching, a host tier, speculation and
 the record of the queues that ``servelab trace`` draws.
 
-Every mix runs, and the default run is the per-step twin's (``_per_step=True``,
+Every mix runs, and the default run is the per-step twin's (``serving_core._run_twin``,
 ``rust/src/sim/continuous/per_step.rs``) bit for bit. The features compose: speculation with
 ``k = 0`` is the run without it, whatever else is on; recording the queues changes nothing;
 prefix caching with nothing shared and no preemption is the run without it. With prefix caching
@@ -61,18 +61,21 @@ def workloads(draw):
     return reqs, SharedPrefixes(parent, length), card
 
 
-def options(card: dict, shared: SharedPrefixes, mix: tuple[bool, ...], k: int = 4, a: float = 0.7,
-            **kw: object) -> sc.ContinuousOptions:
-    chunked, caching, host, spec, queues = mix
+def options(card: dict, shared: SharedPrefixes, mix: tuple[bool, ...], k: int = 4,
+            a: float = 0.7) -> sc.ContinuousOptions:
+    chunked, caching, host, spec, _ = mix
     return sc.ContinuousOptions(**card, chunked_prefill=chunked, trace=True, batch_log=True,
                                 prefix_caching=caching, shared_prefixes=shared if caching else None,
                                 host_blocks=3 if host else 0,
-                                speculative=sc.Speculation(k, LLAMA32_1B, a, seed=11) if spec else None,
-                                _step_queues=queues, **kw)
+                                speculative=sc.Speculation(k, LLAMA32_1B, a, seed=11) if spec else None)
 
 
-def run(reqs: Requests, o: sc.ContinuousOptions) -> sc.SimResult:
-    return sc.run_continuous(reqs, LLAMA3_8B, H100, o)
+def run(reqs: Requests, o: sc.ContinuousOptions, mix: tuple[bool, ...], twin: bool = False) -> sc.SimResult:
+    """The default run of `o`, or the per-step twin's; with `mix`'s recording on, the twin
+    recording the queues (as ``servelab trace`` runs it)."""
+    if mix[4]:
+        return sc._run_twin(reqs, LLAMA3_8B, H100, o, queues=True)
+    return (sc._run_twin if twin else sc.run_continuous)(reqs, LLAMA3_8B, H100, o)
 
 
 def assert_same(got: sc.SimResult, want: sc.SimResult, mix: tuple[bool, ...], queues: bool = True) -> None:
@@ -91,8 +94,8 @@ def assert_same(got: sc.SimResult, want: sc.SimResult, mix: tuple[bool, ...], qu
 def test_every_mix_runs_and_is_the_twins_run(case):
     reqs, shared, card = case
     for mix in MIXES:
-        want = run(reqs, options(card, shared, mix, _per_step=True))
-        assert_same(run(reqs, options(card, shared, mix)), want, mix)
+        want = run(reqs, options(card, shared, mix), mix, twin=True)
+        assert_same(run(reqs, options(card, shared, mix), mix), want, mix)
         assert (want.step_queues is not None) == mix[4]
         assert (want.spec_proposed is not None) == mix[3] and (want.cached_tokens is not None) == mix[1]
         event(f"preempted: {int(want.n_preemptions.sum()) > 0}")
@@ -108,17 +111,17 @@ def test_the_features_compose(case):
     reqs, shared, card = case
     for mix in MIXES:
         chunked, caching, host, spec, queues = mix
-        got = run(reqs, options(card, shared, mix, k=0))
+        got = run(reqs, options(card, shared, mix, k=0), mix)
         plain = (chunked, caching, host, False, queues)
-        assert_same(got, run(reqs, options(card, shared, plain)), plain)
+        assert_same(got, run(reqs, options(card, shared, plain), plain), plain)
         silent = (chunked, caching, host, spec, False)
-        assert_same(run(reqs, options(card, shared, mix)), run(reqs, options(card, shared, silent)), silent,
-                    queues=False)
+        assert_same(run(reqs, options(card, shared, mix), mix), run(reqs, options(card, shared, silent), silent),
+                    silent, queues=False)
         if caching and not host:
-            alone = run(reqs, options(card, SharedPrefixes.none(len(reqs)), mix))
+            alone = run(reqs, options(card, SharedPrefixes.none(len(reqs)), mix), mix)
             if alone.n_preemptions.sum() == 0:
                 without = (chunked, False, False, spec, queues)
-                assert_same(alone, run(reqs, options(card, shared, without)), without)
+                assert_same(alone, run(reqs, options(card, shared, without), without), without)
 
 
 def test_the_record_follows_the_batches():
@@ -128,8 +131,9 @@ def test_the_record_follows_the_batches():
     reqs = Requests([0.0] * 4 + [0.5] * 2, [40, 40, 40, 12, 46, 50], [20, 20, 20, 30, 10, 10])
     # two share r0's system prompt; r4 is r3's next turn; r5 starts with all of r0's prompt
     shared = SharedPrefixes([-1, 0, 0, -1, 3, 0], [0, 32, 32, 0, 12 + 30, 40])
+    mix = (True, True, False, True, True)
     res = run(reqs, options({"max_num_seqs": 4, "max_num_batched_tokens": 64, "block_size": 4,
-                             "num_blocks": 48}, shared, (True, True, False, True, True)))
+                             "num_blocks": 48}, shared, mix), mix)
     q, log = res.step_queues, res.batch_log
     assert res.prefix_hits > 0 and res.spec_accepted.sum() > 0
     for s in range(len(log.offsets) - 1):

@@ -1,6 +1,6 @@
 """Speculative decoding on the event loop with speculation's decoders (the default,
 ``rust/src/sim/continuous/speculation.rs``) against the per-step twin
-(``_per_step=True``, ``rust/src/sim/continuous/per_step.rs``), bit for bit: every column by its
+(``serving_core._run_twin``, ``rust/src/sim/continuous/per_step.rs``), bit for bit: every column by its
 bits, the totals exactly, the trace and the batch log entry by entry, and the speculation
 counters, for k in {0, 1, 4} and acceptance in {0, 0.5, 0.8, 1}, on seeded workloads that
 preempt, reject, cut the guesses short by the budget or the free blocks, and on chat workloads.
@@ -50,10 +50,10 @@ def _workload(seed: int) -> tuple[Requests, dict]:
     return reqs, params
 
 
-def _run(reqs, params, k, a, seed, **kw):
+def _run(reqs, params, k, a, seed, twin=False):
     spec = sc.Speculation(k, LLAMA32_1B, a, seed=seed)
-    return sc.run_continuous(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(trace=True, batch_log=True,
-                                                                         speculative=spec, **params, **kw))
+    run = sc._run_twin if twin else sc.run_continuous
+    return run(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(trace=True, batch_log=True, speculative=spec, **params))
 
 
 @pytest.mark.parametrize("a", RATES)
@@ -62,7 +62,7 @@ def _run(reqs, params, k, a, seed, **kw):
 def test_spec_events_match_the_per_step_loop(seed, k, a):
     reqs, params = _workload(seed)
     try:
-        want = _run(reqs, params, k, a, seed, _per_step=True)
+        want = _run(reqs, params, k, a, seed, twin=True)
     except ValueError as e:  # nothing fits: the new loop must fail the same way
         with pytest.raises(ValueError, match="^" + str(e).replace("(", r"\(").replace(")", r"\)")):
             _run(reqs, params, k, a, seed)
@@ -93,11 +93,12 @@ def test_spec_events_without_the_batch_log(seed, k):
     reqs, params = _workload(seed)
     spec = sc.Speculation(k, LLAMA32_1B, 0.8, seed=seed)
 
-    def run(**kw):
-        return sc.run_continuous(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(speculative=spec, **params, **kw))
+    def run(twin=False):
+        return (sc._run_twin if twin else sc.run_continuous)(reqs, LLAMA3_8B, H100,
+                                                             sc.ContinuousOptions(speculative=spec, **params))
 
     try:
-        want = run(_per_step=True)
+        want = run(twin=True)
     except ValueError:
         return  # nothing fits: the test above checks that the new loop fails the same way
     sim_compare.assert_same_runs(run(), want, COLUMNS, TOTALS, TRACE, params)

@@ -19,7 +19,7 @@ ValueError: host_blocks=64 needs prefix_caching=True (the host tier holds cached
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -105,11 +105,6 @@ class ContinuousOptions:
     """The options of a continuous-batching run; each is described where it is used, in
     :func:`servelab.serving_core.run_continuous_batching`, whose keywords these are.
 
-    ``_per_step`` and ``_step_queues`` are for tests, benchmarks and ``servelab trace``, not
-    for students: ``_per_step=True`` runs the per-sequence-step twin that every faster loop is
-    held equal to, bit for bit, with any mix of features (``rust/src/sim/continuous/per_step.rs``);
-    ``_step_queues=True`` runs the twin and records the queues after every step.
-
     >>> o = ContinuousOptions(max_num_seqs=4, num_blocks=64, chunked_prefill=True)
     >>> o.max_num_seqs, o.num_blocks, o.pool_blocks(None, None)
     (4, 64, 64)
@@ -133,8 +128,6 @@ class ContinuousOptions:
     host_policy: str = "lru"
     speculative: Speculation | None = None
     step_extra_s: tuple[float, float] = (0.0, 0.0)
-    _per_step: bool = field(default=False, repr=False)
-    _step_queues: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -155,7 +148,6 @@ class ContinuousOptions:
         _checks.choice("host_policy", self.host_policy, HOST_POLICIES)
         if host and not caching:
             raise ValueError(f"host_blocks={host} needs prefix_caching=True (the host tier holds cached prefixes)")
-        put("_per_step", _checks.flag("_per_step", self._per_step))
         spec = self.speculative
         if spec is not None and not isinstance(spec, Speculation):
             raise TypeError("speculative must be None or a servelab.serving_core.Speculation, "
@@ -165,7 +157,6 @@ class ContinuousOptions:
             raise ValueError(f"step_extra_s must be a pair (per_token_s, per_seq_s), got {extra!r}")
         put("step_extra_s", (_checks.non_negative("step_extra_s[0]", extra[0]),
                              _checks.non_negative("step_extra_s[1]", extra[1])))
-        put("_step_queues", _checks.flag("_step_queues", self._step_queues))
 
     def pool_blocks(self, model: ModelSpec, gpu: GpuSpec) -> int:
         """``num_blocks``, or when None the blocks of ``block_size`` tokens that fit beside the

@@ -158,7 +158,7 @@ class SimResult:
     spec_accepted: np.ndarray | None = field(default=None)
     spec_steps: np.ndarray | None = field(default=None)
     draft_busy_s: float = 0.0
-    # continuous batching with _step_queues=True (servelab.trace): after each step, the waiting
+    # continuous batching on the twin with queues=True (servelab.trace): after each step, the waiting
     # ids, the running ids and their blocks, as CSR columns (rust/src/sim/continuous/trace.rs)
     step_queues: dict[str, np.ndarray] | None = field(default=None)
 
@@ -376,6 +376,28 @@ def run_continuous(requests: Requests, model: ModelSpec, gpu: GpuSpec, options: 
     >>> [round(x * 1e3, 2) for x in r.finish_s.tolist()]   # one seat: batch 1
     [17.05, 34.1]
     """
+    return _run(requests, model, gpu, options, efficiency, twin=False, queues=False)
+
+
+def _run_twin(requests: Requests, model: ModelSpec, gpu: GpuSpec, options: ContinuousOptions | None = None,
+              *, efficiency: Efficiency = DEFAULT_EFFICIENCY, queues: bool = False) -> SimResult:
+    """:func:`run_continuous` on the per-step twin (``rust/src/sim/continuous/per_step.rs``),
+    which every faster loop is held equal to, bit for bit, with any mix of features: for tests,
+    benchmarks and ``servelab trace`` (``queues=True`` records the queues after every step into
+    ``step_queues``), not for students.
+
+    >>> from servelab.hw_model import LLAMA3_8B, H100
+    >>> reqs = Requests(arrival_s=[0.0, 0.0], prompt_len=[512, 512], output_len=[2, 2])
+    >>> o = ContinuousOptions(max_num_seqs=1)
+    >>> _run_twin(reqs, LLAMA3_8B, H100, o).finish_s.tolist() == run_continuous(reqs, LLAMA3_8B, H100, o).finish_s.tolist()
+    True
+    """
+    return _run(requests, model, gpu, options, efficiency, twin=True,
+                queues=_checks.flag("queues", queues))
+
+
+def _run(requests: Requests, model: ModelSpec, gpu: GpuSpec, options: ContinuousOptions | None,
+         efficiency: Efficiency, *, twin: bool, queues: bool) -> SimResult:
     requests = _check_requests(requests)
     _check_specs(model, gpu, efficiency)
     o = ContinuousOptions() if options is None else _checks.instance(
@@ -388,7 +410,7 @@ def run_continuous(requests: Requests, model: ModelSpec, gpu: GpuSpec, options: 
     # the host tier's copy is linear in tokens: its price per token crosses beside the record
     host_s_per_token = kv_host_transfer_s(model, gpu, 1) if o.host_blocks else 0.0
     d = _core.sim_continuous_batching((model, gpu, efficiency), requests, replace(o, num_blocks=blocks),
-                                      host_s_per_token)
+                                      host_s_per_token, twin, queues)
     params: dict[str, Any] = {"max_num_seqs": o.max_num_seqs, "max_num_batched_tokens": o.max_num_batched_tokens,
                               "block_size": o.block_size, "num_blocks": blocks, "chunked_prefill": o.chunked_prefill}
     if o.prefix_caching:

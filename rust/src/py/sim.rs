@@ -150,10 +150,7 @@ impl ToPy for ContinuousRun {
 /// A `servelab.continuous_options.ContinuousOptions`, read by attribute name into typed fields.
 /// The record's constructor has checked every option (it is the one place they are written);
 /// `num_blocks` has been resolved (`ContinuousOptions.pool_blocks`). Every mix of the features
-/// runs. Its `_per_step` (tests and benchmarks: the per-step twin of
-/// `sim/continuous/per_step.rs`, the same output bit for bit, with any mix of features) and
-/// `_step_queues` (`servelab trace`: the twin recording the queues after each step,
-/// `sim/continuous/trace.rs`) are private to the library. `step_extra_s` = `(per_token_s,
+/// runs. `step_extra_s` = `(per_token_s,
 /// per_seq_s)` adds that many seconds to each step per new token and per sequence
 /// (`Pricer::with_step_extra`).
 #[derive(FromPyObject)]
@@ -171,10 +168,6 @@ struct Options<'py> {
     host_policy: String,
     speculative: Option<SpeculationRecord<'py>>,
     step_extra_s: (f64, f64),
-    #[pyo3(attribute("_per_step"))]
-    per_step: bool,
-    #[pyo3(attribute("_step_queues"))]
-    step_queues: bool,
 }
 
 /// A `servelab.workload.SharedPrefixes`' columns.
@@ -203,14 +196,19 @@ enum Acceptance<'py> {
 /// Continuous batching (`sim/continuous/event_driven.rs`) on one card, with the options of one
 /// record and the host tier's copy price per token (`hw_model.kv_host_transfer_s`; read only
 /// when `host_blocks > 0`): the dict has `ContinuousOutput`'s keys and the columns each option
-/// adds (listed in `serving_core.SimResult`).
+/// adds (listed in `serving_core.SimResult`). The library's own switches, not options of a run
+/// (`serving_core._run_twin`): `twin` runs the per-step twin (`sim/continuous/per_step.rs`, the
+/// same output bit for bit), `queues` the twin recording the queues after each step for
+/// `servelab trace` (`sim/continuous/trace.rs`).
 #[pyfunction]
+#[pyo3(signature = (hw, requests, options, host_s_per_token, twin=false, queues=false))]
 fn sim_continuous_batching<'py>(
-    py: Python<'py>, hw: Hardware, requests: Requests<'py>, options: Options<'py>, host_s_per_token: f64,
+    py: Python<'py>, hw: Hardware, requests: Requests<'py>, options: Options<'py>, host_s_per_token: f64, twin: bool,
+    queues: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let Options {
         max_num_seqs, max_num_batched_tokens, block_size, num_blocks, chunked_prefill, trace, batch_log,
-        prefix_caching, shared_prefixes, host_blocks, host_policy, speculative, step_extra_s, per_step, step_queues,
+        prefix_caching, shared_prefixes, host_blocks, host_policy, speculative, step_extra_s,
     } = options;
     let card = ContinuousParams { max_num_seqs, max_num_batched_tokens, block_size, num_blocks, chunked_prefill };
     card.validate()?;
@@ -236,9 +234,9 @@ fn sim_continuous_batching<'py>(
     simulate_priced(py, pricer, requests, |pr, w| {
         let inp = Inputs::new(pr, w, &card, trace, batch_log);
         let sp = draft.as_ref().map(|(k, acceptance, seed, d)| Speculation { k: *k, acceptance, seed: *seed, draft: d });
-        let features = Features { prefix: prefix_caching.then_some(&px), spec: sp.as_ref(), queues: step_queues };
+        let features = Features { prefix: prefix_caching.then_some(&px), spec: sp.as_ref(), queues };
         // the fast loops, each for the features it carries; the per-step twin for every mix
-        let out = match (&features, per_step) {
+        let out = match (&features, twin) {
             (Features { prefix: None, spec: None, queues: false }, false) => {
                 ContinuousRun(event_driven::run(&inp)?, None, None, None)
             }

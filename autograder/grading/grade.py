@@ -216,9 +216,11 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
                                                  f"{type(exc).__name__}: {results.describe(exc)}")
 
         notebooks = _Beside(grade_notebooks if nbgrader.notebooks_of(root) else None, jobs > 1)
+        # the notebooks' thread starts once the task workers exist (they may be forked copies of
+        # this process, which must then have no thread but its own: _worker_context)
         outcomes = _grade_tasks(manifest, only_tasks, _TaskGrading(root, folder, broken, work, limits, forbidden,
                                                                    secret, identity, shortcut), factor, jobs,
-                               tasks_s)
+                               tasks_s, then=notebooks.start)
         data = results.build(manifest, outcomes, hidden_tests(root, manifest))
         if nbgrader.notebooks_of(root):
             data = nbgrader.merge(data, root, notebooks.result())
@@ -263,12 +265,15 @@ def _grade_task(root: Path, task, folder: Path | None, broken: str | None, work:
 
 
 class _Beside:
-    """``work()`` run in a thread beside the tasks (``beside``), or when its result is asked for."""
+    """``work()`` run in a thread beside the tasks (``beside``: from :meth:`start` on), or when
+    its result is asked for."""
 
     def __init__(self, work: Callable[[], Any] | None, beside: bool) -> None:
         self._work, self._got = work, None
         self._thread = threading.Thread(target=self._run, name="notebooks", daemon=True) if work and beside else None
-        if self._thread is not None:
+
+    def start(self) -> None:
+        if self._thread is not None and self._thread.ident is None:
             self._thread.start()
 
     def _run(self) -> None:
@@ -278,6 +283,7 @@ class _Beside:
         if self._thread is None:
             self._run()
         else:
+            self.start()
             self._thread.join()
         return self._got
 
@@ -304,7 +310,8 @@ class _TaskGrading:
 
 
 def _grade_tasks(manifest: Manifest, only_tasks: frozenset[str] | None, grade_one: _TaskGrading, factor: float,
-                 jobs: int, cap_s: float = TASKS_CAP_S) -> dict[str, dict[str, Outcome]]:
+                 jobs: int, cap_s: float = TASKS_CAP_S,
+                 then: Callable[[], None] = lambda: None) -> dict[str, dict[str, Outcome]]:
     """Every task's outcomes, in the manifest's order. Each task may take its share of the time
     budget (:func:`task_budget`) and what is left of the submission's reserve, which a task that
     runs over its share draws on. ``jobs`` > 1: that many tasks at a time, each in a worker
@@ -312,7 +319,8 @@ def _grade_tasks(manifest: Manifest, only_tasks: frozenset[str] | None, grade_on
     uid), the next one started when one ends, with what is left of the reserve then; and no task
     runs past the end that the tasks one after the other could reach (every share and the
     reserve), so a stalling submission holds the grader no longer than before. Neither way do
-    the tasks run past ``cap_s`` seconds from their start (:data:`TASKS_CAP_S`)."""
+    the tasks run past ``cap_s`` seconds from their start (:data:`TASKS_CAP_S`). ``then()`` is
+    called once the workers exist (at once with ``jobs`` 1): what runs beside the tasks."""
     outcomes: dict[str, dict[str, Outcome]] = {}
     todo = []
     for task in manifest.tasks:
@@ -323,6 +331,7 @@ def _grade_tasks(manifest: Manifest, only_tasks: frozenset[str] | None, grade_on
     reserve = RESERVE_LIMITS * grade_one.limits.wall_s  # drawn on by a task that runs over its share
     end = time.monotonic() + min(cap_s, sum(task_budget(task, factor) for task in todo) + reserve)
     if jobs == 1 or len(todo) < 2:
+        then()
         for task in todo:
             share, began = task_budget(task, factor), time.monotonic()
             budget = max(0.0, min(share + reserve, end - began))
@@ -334,8 +343,7 @@ def _grade_tasks(manifest: Manifest, only_tasks: frozenset[str] | None, grade_on
     # be opened (its group set) to one worker's uid at a time (os_boundary.Boundary.reach)
     folders = {task.id: os_boundary.work_folder("servelab-task-") for task in todo}
     try:
-        # spawn, not fork: the notebooks are graded in a thread of this process meanwhile
-        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn"),
+        with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=_worker_context(),
                                  initializer=_die_with, initargs=(os.getpid(),)) as pool:
             def start(task) -> None:
                 share, now = task_budget(task, factor), time.monotonic()
@@ -344,7 +352,8 @@ def _grade_tasks(manifest: Manifest, only_tasks: frozenset[str] | None, grade_on
 
             waiting = iter(todo)
             for task in itertools.islice(waiting, jobs):
-                start(task)
+                start(task)  # the first submit starts every worker (forked ones at once)
+            then()
             while running:
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
@@ -358,6 +367,24 @@ def _grade_tasks(manifest: Manifest, only_tasks: frozenset[str] | None, grade_on
         for folder in folders.values():
             shutil.rmtree(folder, ignore_errors=True)
     return {task.id: outcomes[task.id] for task in manifest.tasks}
+
+
+def _worker_context() -> multiprocessing.context.BaseContext:
+    """How the task workers start: forked from this process where that is safe (Linux, and no
+    Python thread here but the caller's: a forked copy of a lock another thread holds would stay
+    held in the worker), so they begin with the grader's modules already imported (Hypothesis,
+    numpy, servelab: half a second of CPU a worker when spawned, on a 2-core machine a quarter
+    of a second of every grading); spawned otherwise. The one native thread here is numpy's
+    BLAS pool, which OpenBLAS shuts down around a fork (pthread_atfork), as it has for every
+    multiprocessing fork of a numpy process; servelab's Rust core starts none. Either way each
+    task runs the same code on the same data.
+
+    >>> _worker_context().get_start_method() in ("fork", "spawn")
+    True
+    """
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("spawn")
 
 
 def _die_with(parent: int) -> None:

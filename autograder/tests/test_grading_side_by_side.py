@@ -6,6 +6,7 @@ as many children at once as the grading runs tasks."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,22 @@ from autograder.selfcheck import reference_submission
 
 # quick tasks and one notebook: enough for two workers and the notebooks' thread
 SOME = frozenset({"a1_ledger", "a11_speculative", "a13_parallel_plan", "a14_host_tier", "nb01_ledger_70b"})
+
+
+def test_workers_are_forked_only_from_a_process_with_no_other_thread():
+    # a forked copy of a lock another thread holds would stay held in the worker: with a second
+    # thread alive, the workers are spawned
+    if threading.active_count() != 1:  # (the self-check's thread, in a whole run of these tests)
+        pytest.skip(f"this test process already runs other threads: {threading.enumerate()}")
+    assert grade_module._worker_context().get_start_method() == "fork"
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert grade_module._worker_context().get_start_method() == "spawn"
+    finally:
+        stop.set()
+        other.join()
 
 
 def test_tasks_side_by_side_give_the_results_of_one_after_the_other(tmp_path):
@@ -125,3 +142,4 @@ def test_a_task_worker_dies_with_the_grader_that_started_it(tmp_path):
 
 def test_control_without_the_parent_death_signal_a_worker_outlives_its_grader(tmp_path):
     assert _worker_outlives_its_grader("plain", tmp_path)
+

@@ -49,7 +49,7 @@ RESERVE_LIMITS = 1.0
 # less a minute for the container's start and the upload of results.json. The tasks may take
 # TASKS_CAP_S of it and the notebooks NOTEBOOKS_CAP_S (one after the other, the worst case;
 # side by side the grading ends sooner): a calibration factor stretches each test's limit and
-# the budgets up to these caps, never past them. An honest grading takes 20-45 s.
+# the budgets up to these caps, never past them. An honest grading takes 13-45 s.
 GRADESCOPE_TIMEOUT_S = 600.0
 TASKS_CAP_S = 330.0
 NOTEBOOKS_CAP_S = 210.0

@@ -139,10 +139,14 @@ def test_the_continuous_files_lean_on_the_vocabulary_and_the_rules_alone():
     for name, uses in (("prefix_pool", {"prefixes"}), ("prefix_alloc", {"prefixes", "prefix_pool"})):
         inside = {m for m in graph[f"{folder}::{name}"] if m.startswith(folder + "::")}
         assert inside <= {f"{folder}::{u}" for u in uses}, (name, inside)
-    # the event-driven prefix loop is an optimisation of the per-step one, on its pool, with
-    # what the event-driven loops share (aggregates.rs: a leaf beside the vocabulary)
+    # prefix caching at event speed is a part of the one event loop (event_driven.rs), on its
+    # pool, with the decoders as aggregates (aggregates.rs: a leaf beside the vocabulary); the
+    # loop knows none of its parts but its own by counts
     inside = {m for m in graph[f"{folder}::prefix_events"] if m.startswith(folder + "::")}
-    assert inside <= {f"{folder}::rules", f"{folder}::prefix", f"{folder}::prefix_pool", f"{folder}::aggregates"}, inside
+    assert inside <= {f"{folder}::rules", f"{folder}::prefix", f"{folder}::prefix_pool", f"{folder}::aggregates",
+                      f"{folder}::event_driven"}, inside
+    loop = {m for m in graph[f"{folder}::event_driven"] if m.startswith(folder + "::")}
+    assert loop <= {f"{folder}::rules", f"{folder}::aggregates"}, loop
     assert not {m for m in graph[f"{folder}::aggregates"] if m.startswith(folder + "::")}
     assert not {m for m in graph[folder] if m.startswith(folder + "::")}, graph[folder]
 

@@ -305,9 +305,9 @@ def run_continuous_batching(requests: Requests, model: ModelSpec, gpu: GpuSpec, 
     ``shared_prefixes`` (:class:`servelab.workload.SharedPrefixes`, e.g. from
     :func:`servelab.workload.chat_sessions`; ``None``: nothing shared but a preempted request's
     own computed blocks) says which earlier request each prompt starts with. The result then
-    has ``cached_tokens`` and ``computed_tokens`` per request and ``prefix_hits``. This path
-    drives the real block allocator at a cost per event (``rust/src/sim/continuous/prefix_events.rs``):
-    slower than the plain event-driven one, see ``make bench``.
+    has ``cached_tokens`` and ``computed_tokens`` per request and ``prefix_hits``. The event
+    loop then drives prefix caching's KV pool at a cost per event
+    (``rust/src/sim/continuous/prefix_events.rs``): slower than the plain run, see ``make bench``.
 
     ``host_blocks > 0`` (with prefix caching; §8 milestone 4b) adds a host tier of that many
     blocks: evicted prefix blocks move to host memory (a full tier drops by ``host_policy``,

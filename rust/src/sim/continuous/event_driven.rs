@@ -3,11 +3,14 @@
 //! themselves (what a step does, in which order) are `servelab.engine.scheduler`'s; this file
 //! only changes how much each step costs to compute, never what it decides.
 //!
-//! The decoding requests are a part the loop drives ([`Decode`]): plain, kept as aggregates
-//! ([`Plain`], below), or speculative (`spec_decoders.rs`, a cost per decoder). Everything else
-//! (arrivals, prefill pieces, admissions, the rare rules step, the clock) is this one loop for
-//! both; each is held bit for bit equal to the per-step twin (`per_step.rs`) with the same
-//! features.
+//! It is the one event loop: what differs between features is a *part* it drives ([`Part`]):
+//! the requests and KV pool by counts ([`Counts`]) with decoders that are plain, kept as
+//! aggregates ([`Plain`], below), or speculative (`speculation.rs` over `spec_decoders.rs`, a
+//! cost per decoder); or prefix caching's pool with plain decoders (`prefix_events.rs`). The
+//! arrivals, the order of a step's rules, the idle jump and the clock are this loop's for every
+//! part; each part is held bit for bit equal to the per-step twin (`per_step.rs`) with the
+//! same features, and the mixes no part carries (speculation with prefix caching, a recorded
+//! run) run on the twin.
 //!
 //! # A cost per event, not per sequence-step
 //!
@@ -44,7 +47,7 @@ use std::collections::VecDeque;
 use super::aggregates::{self, return_running, StepReturn};
 use super::rules::{
     add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, prefill_pieces, Books, Entry,
-    Piece, ReqPool,
+    Piece, Plan, ReqPool,
 };
 use super::{check_count, BatchLog, ContinuousOutput, ContinuousParams, Inputs, KvCounts, Req, DECODING, DONE, PREFILLING, WAITING};
 use crate::cost::Pricer;
@@ -172,6 +175,62 @@ pub fn run(inp: &Inputs<'_>) -> CoreResult<ContinuousOutput> {
     Ok(card.finish())
 }
 
+/// What the event loop asks of its requests, its KV pool and its decoding requests together
+/// (a *part*): the pool by counts with plain or speculative decoders ([`Counts`]), or prefix
+/// caching's pool with plain decoders (`prefix_events.rs`). The loop calls them in the per-step
+/// twin's order of rules, so that every part makes the twin's steps.
+pub(crate) trait Part {
+    /// Makes room for requests up to `n` (a resumable card is handed requests as it runs).
+    fn grow(&mut self, n: usize) -> CoreResult<()>;
+    /// How many requests decode.
+    fn live(&self) -> i64;
+    /// Whether step `step` must preempt (rule 3): more decoders take a block than are free.
+    fn runs_short(&self, step: i64) -> bool;
+    /// Rule 2 for the decoders' slots of step `step`, before anything else of the step (the
+    /// prefill pieces and admissions find the pool as the twin's rules leave it).
+    fn take_slots(&mut self, step: i64) -> CoreResult<()>;
+    /// Rule 2 for the prefilling requests and rule 4 (nobody was preempted), through the rules'
+    /// own [`prefill_pieces`] and [`admit`], `left` of the token budget: the step's pieces
+    /// beside the decoders, each admitted request's first one last. Returns how many it
+    /// admitted.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_pieces(
+        &mut self, w: &Workload<'_>, params: &ContinuousParams, prefilling: &mut Vec<usize>, waiting: &mut VecDeque<usize>,
+        left: &mut i64, pieces: &mut Vec<Piece>, rec: &mut Recorder<'_>, t: f64,
+    ) -> CoreResult<i64>;
+    /// The decoders' part of step `step` once the pieces are planned (`left` of the budget
+    /// unused): their share of the shape (their batch log entries into `log`) and the seconds
+    /// the step adds beside its forward (a draft's steps, a host tier's copies).
+    fn decode(&mut self, w: &Workload<'_>, step: i64, left: i64, log: Option<&mut BatchLog>) -> (StepShape, f64);
+    /// The token slots request `r` holds (rule 5 for a prefill piece).
+    fn held(&self, r: usize) -> i64;
+    /// Rule 6 for the decoders whose last token step `step` sampled, in running order: each
+    /// frees its blocks and finishes at `end`.
+    fn retire(&mut self, w: &Workload<'_>, step: i64, end: f64, rec: &mut Recorder<'_>) -> CoreResult<()>;
+    /// Rule 6 for the prefill pieces, in order: a completed prefill samples a token and, unless
+    /// that was its last, decodes from step `next_step` on. Returns how many completed (only
+    /// the last piece can be a partial chunk).
+    fn end_pieces(&mut self, w: &Workload<'_>, pieces: &[Piece], next_step: i64, end: f64, rec: &mut Recorder<'_>) -> CoreResult<usize>;
+    /// Housekeeping at the end of an event step.
+    fn compact(&mut self) {}
+    fn blocks_used(&self) -> i64;
+    /// The rare step in which the pool runs out of blocks: the rules themselves on every
+    /// running request (the decoders turned back into counts, then handed back). Returns the
+    /// step's end and the plan.
+    fn rules_step(&mut self, w: &Workload<'_>, c: RulesStep<'_, '_>, t: f64, step: i64) -> CoreResult<(f64, Plan)>;
+}
+
+/// What the loop hands a part's rules step: the card's parameters, its books and queues.
+pub(crate) struct RulesStep<'a, 'r> {
+    pub(crate) params: &'a ContinuousParams,
+    pub(crate) rec: &'a mut Recorder<'r>,
+    pub(crate) books: &'a mut Books,
+    pub(crate) waiting: &'a mut VecDeque<usize>,
+    pub(crate) prefilling: &'a mut Vec<usize>,
+    pub(crate) running: &'a mut Vec<usize>,
+    pub(crate) batch: &'a mut Vec<Entry>,
+}
+
 /// One card running the event loop, resumable: it can stop at any time `t`, be handed more
 /// requests (arriving at `t` or later), and go on. Several cards behind a router
 /// (`router.rs`) advance this way side by side, so the router sees what each card has
@@ -184,21 +243,20 @@ pub fn run(inp: &Inputs<'_>) -> CoreResult<ContinuousOutput> {
 /// where the uninterrupted run would be at that time too; so any sequence of `advance` calls on
 /// growing prefixes of a workload gives [`run`]'s output on the whole of it, bit for bit
 /// (`stopping_anywhere_changes_nothing` checks it).
-pub(crate) struct Card<'p, D: Decode = Plain> {
+pub(crate) struct Card<'p, X: Part = Counts<Plain>> {
     params: ContinuousParams,
     rec: Recorder<'p>,
     books: Books,
-    req: Vec<Req>,
-    state: Vec<u8>,
-    kv: KvCounts,
+    part: X,
     waiting: VecDeque<usize>,
-    dec: D,
     /// the running requests that are not decoding, in admission order: they always come after
     /// every decoding one in the rules' `running` order (see [`return_running`])
     prefilling: Vec<usize>,
     /// the step's prefill pieces
     pieces: Vec<Piece>,
-    scratch: Scratch,
+    /// buffers of the rules step, kept between its (rare) steps
+    running: Vec<usize>,
+    batch: Vec<Entry>,
     /// first request not arrived yet
     next: usize,
     /// steps run so far
@@ -207,31 +265,30 @@ pub(crate) struct Card<'p, D: Decode = Plain> {
     t: f64,
 }
 
-impl<'p> Card<'p, Plain> {
+impl<'p> Card<'p, Counts<Plain>> {
     /// An empty card; `n` requests' worth of columns are allocated up front (more grow as
     /// needed).
     pub fn new(pricer: &'p Pricer, params: &ContinuousParams, n: usize, trace: bool, batch_log: bool) -> CoreResult<Self> {
-        Card::with_decoders(pricer, params, n, trace, batch_log, Plain::new(params.block_size))
+        Card::with_part(pricer, params, n, trace, batch_log, Counts::new(params, n, Plain::new(params.block_size))?)
     }
 }
 
-impl<'p, D: Decode> Card<'p, D> {
-    /// [`Card::new`] with the decoding requests kept by `dec` (speculation's, say).
-    pub(super) fn with_decoders(pricer: &'p Pricer, params: &ContinuousParams, n: usize, trace: bool, batch_log: bool, dec: D) -> CoreResult<Self> {
+impl<'p, X: Part> Card<'p, X> {
+    /// [`Card::new`] with the requests, pool and decoders kept by `part` (with room for `n`
+    /// requests).
+    pub(super) fn with_part(pricer: &'p Pricer, params: &ContinuousParams, n: usize, trace: bool, batch_log: bool, part: X) -> CoreResult<Self> {
         params.validate()?;
         check_count(n)?;
         Ok(Card {
             params: *params,
             rec: Recorder::new(pricer, n, trace),
             books: Books::new(n, trace, batch_log),
-            req: vec![Req::default(); n],
-            state: vec![WAITING; n],
-            kv: KvCounts::new(params.num_blocks, params.block_size),
+            part,
             waiting: VecDeque::new(),
-            dec,
             prefilling: Vec::new(),
             pieces: Vec::new(),
-            scratch: Scratch::default(),
+            running: Vec::new(),
+            batch: Vec::new(),
             next: 0,
             step: 0,
             t: 0.0,
@@ -262,7 +319,7 @@ impl<'p, D: Decode> Card<'p, D> {
         let (mut next, mut step, mut t) = (self.next, self.step, self.t);
         loop {
             arrive(&self.params, w, t, &mut next, &mut self.waiting, &mut self.books.reject_code, &mut self.rec); // rule 1
-            if self.waiting.is_empty() && self.dec.live() == 0 && self.prefilling.is_empty() {
+            if self.waiting.is_empty() && self.part.live() == 0 && self.prefilling.is_empty() {
                 if next == w.len() {
                     break; // done, unless more requests come
                 }
@@ -273,7 +330,12 @@ impl<'p, D: Decode> Card<'p, D> {
                 break;
             }
             let after = step.checked_add(1).ok_or_else(counter_overflow)?;
-            t = if self.pool_runs_short(step) { self.rules_step(w, t, step)? } else { self.event_step(w, t, step)? };
+            // rule 3 preempts when more decoders take a block than are free (the budget never
+            // cuts the decoders short: every running request took at least one token of the
+            // budget in the step that admitted or ran it, so at most max_num_batched_tokens
+            // run; the test is a guard)
+            let short = self.part.live() > self.params.max_num_batched_tokens || self.part.runs_short(step);
+            t = if short { self.rules_step(w, t, step)? } else { self.event_step(w, t, step)? };
             step = after;
         }
         (self.next, self.step, self.t) = (next, step, t);
@@ -282,23 +344,13 @@ impl<'p, D: Decode> Card<'p, D> {
 
     /// Makes room for the requests of a workload of `n` (a router hands them over as it goes).
     fn grow(&mut self, n: usize) -> CoreResult<()> {
-        if n > self.state.len() {
+        if n > self.books.reject_code.len() {
             check_count(n)?;
+            self.part.grow(n)?;
             self.rec.grow(n);
             self.books.grow(n);
-            self.req.resize(n, Req::default());
-            self.state.resize(n, WAITING);
         }
         Ok(())
-    }
-
-    /// Whether step `step` must preempt (rule 3): more decoding requests cross a block boundary
-    /// than blocks are free. (The budget never cuts the decoding requests short: every running
-    /// request took at least one token of the budget in the step that admitted or ran it, so at
-    /// most `max_num_batched_tokens` run; the test is a guard.)
-    #[inline(always)]
-    fn pool_runs_short(&self, step: i64) -> bool {
-        self.dec.live() > self.params.max_num_batched_tokens || self.dec.crossing(step) > self.kv.num_free_blocks()
     }
 
     /// A step in which nobody is preempted, from integer totals: the decoding requests as one
@@ -306,68 +358,143 @@ impl<'p, D: Decode> Card<'p, D> {
     /// names and makes the same decision. Returns the step's end.
     #[inline(always)]
     fn event_step(&mut self, w: &Workload<'_>, t: f64, step: i64) -> CoreResult<f64> {
-        self.kv.take(self.dec.crossing(step)); // rule 2: each decoder's slot for this step's token
-        let mut left = self.params.max_num_batched_tokens - self.dec.live();
-        let n_admitted = self.plan_pieces(w, &mut left, t)?; // rule 2, prefilling requests; rule 4
-        if self.dec.live() == 0 && self.pieces.is_empty() {
+        self.part.take_slots(step)?; // rule 2: each decoder's slot for this step's token
+        let mut left = self.params.max_num_batched_tokens - self.part.live();
+        let Card { params, rec, books, part, waiting, prefilling, pieces, .. } = self;
+        let n_admitted = part.plan_pieces(w, params, prefilling, waiting, &mut left, pieces, rec, t)?; // rule 2, prefilling requests; rule 4
+        if part.live() == 0 && pieces.is_empty() {
             return Err(nothing_scheduled(t));
         }
-        let Card { req, state, kv, dec, books, .. } = self;
-        let mut pool = ReqPool { pl: w.prompt_len, req, state, kv };
-        let (mut shape, extra_s) = dec.step(step, left, &mut pool, books.log.as_mut()); // rule 2, decoders
-        self.price_pieces(&mut shape); // rule 5
-        let Card { rec, req, state, kv, dec, .. } = self;
+        let (mut shape, extra_s) = part.decode(w, step, left, books.log.as_mut()); // rule 2, decoders
+        for &(r, nt, c) in pieces.iter() {
+            add_entry(&mut shape, books.log.as_mut(), r, nt, c, part.held(r), false); // rule 5
+        }
+        books.end_batch();
         let end = if extra_s > 0.0 { rec.step_plus(t, shape, extra_s) } else { rec.step(t, shape) };
-        dec.retire(step, end, &mut ReqPool { pl: w.prompt_len, req, state, kv }, rec, w.output_len); // rule 6, decoders
-        self.end_prefill_pieces(w, step + 1, end); // rule 6, prefill pieces
-        self.dec.compact(&self.state);
-        self.books.end_step(self.kv.blocks_used(), 0, n_admitted);
+        part.retire(w, step, end, rec)?; // rule 6, decoders
+        let completed = part.end_pieces(w, pieces, step + 1, end, rec)?; // rule 6, prefill pieces
+        prefilling.drain(..completed);
+        part.compact();
+        books.end_step(part.blocks_used(), 0, n_admitted);
         Ok(end)
     }
 
-    /// Rule 2 for the prefilling requests and rule 4 (nobody was preempted), through the rules'
-    /// own [`prefill_pieces`] and [`admit`]: the pieces of the step beside the decoders, each
-    /// admitted request's first one last. Returns how many it admitted.
+    /// The rare step in which the pool runs out of blocks (rule 3 preempts): the part's rules
+    /// step. Kept out of line: a rare step must not crowd the fast path's registers.
+    #[inline(never)]
+    fn rules_step(&mut self, w: &Workload<'_>, t: f64, step: i64) -> CoreResult<f64> {
+        let Card { params, rec, books, part, waiting, prefilling, running, batch, .. } = self;
+        let c = RulesStep { params, rec, books, waiting, prefilling, running, batch };
+        let (end, plan) = part.rules_step(w, c, t, step)?;
+        self.books.end_step(self.part.blocks_used(), plan.n_preempted, plan.n_admitted);
+        Ok(end)
+    }
+
+    /// The run so far (after `advance(.., f64::INFINITY)`: the whole run).
+    pub fn finish(self) -> ContinuousOutput {
+        self.books.finish(self.rec)
+    }
+
+    /// [`Card::finish`], and the part (what it counted).
+    pub(super) fn finish_with_part(self) -> (ContinuousOutput, X) {
+        (self.books.finish(self.rec), self.part)
+    }
+}
+
+/// The requests and the KV pool by counts, with decoders `D`: the event loop's part without
+/// prefix caching.
+pub(crate) struct Counts<D: Decode> {
+    req: Vec<Req>,
+    state: Vec<u8>,
+    kv: KvCounts,
+    pub(super) dec: D,
+}
+
+impl<D: Decode> Counts<D> {
+    /// Room for `n` requests (more grow as needed).
+    pub(super) fn new(params: &ContinuousParams, n: usize, dec: D) -> CoreResult<Self> {
+        params.validate()?;
+        Ok(Counts { req: vec![Req::default(); n], state: vec![WAITING; n], kv: KvCounts::new(params.num_blocks, params.block_size), dec })
+    }
+}
+
+impl<D: Decode> Part for Counts<D> {
+    fn grow(&mut self, n: usize) -> CoreResult<()> {
+        self.req.resize(n, Req::default());
+        self.state.resize(n, WAITING);
+        Ok(())
+    }
+
     #[inline(always)]
-    fn plan_pieces(&mut self, w: &Workload<'_>, left: &mut i64, t: f64) -> CoreResult<i64> {
-        let Card { params, rec, req, state, kv, waiting, dec, prefilling, pieces, .. } = self;
+    fn live(&self) -> i64 {
+        self.dec.live()
+    }
+
+    #[inline(always)]
+    fn runs_short(&self, step: i64) -> bool {
+        self.dec.crossing(step) > self.kv.num_free_blocks()
+    }
+
+    #[inline(always)]
+    fn take_slots(&mut self, step: i64) -> CoreResult<()> {
+        self.kv.take(self.dec.crossing(step));
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn plan_pieces(
+        &mut self, w: &Workload<'_>, params: &ContinuousParams, prefilling: &mut Vec<usize>, waiting: &mut VecDeque<usize>,
+        left: &mut i64, pieces: &mut Vec<Piece>, rec: &mut Recorder<'_>, t: f64,
+    ) -> CoreResult<i64> {
+        let Counts { req, state, kv, dec } = self;
         let mut pool = ReqPool { pl: w.prompt_len, req, state, kv };
         prefill_pieces(&mut pool, prefilling, left, pieces)?;
         admit(&mut pool, params, dec.live(), prefilling, waiting, left, rec, t, |r, nt, c| pieces.push((r, nt, c)))
     }
 
-    /// Rule 5: the prefill pieces' share of the step's shape (integer totals, as the per-step
-    /// loop sums them), and the batch log's row closed.
     #[inline(always)]
-    fn price_pieces(&mut self, shape: &mut StepShape) {
-        for &(r, nt, c) in self.pieces.iter() {
-            add_entry(shape, self.books.log.as_mut(), r, nt, c, self.req[r].held as i64, false);
-        }
-        self.books.end_batch();
+    fn decode(&mut self, w: &Workload<'_>, step: i64, left: i64, log: Option<&mut BatchLog>) -> (StepShape, f64) {
+        let Counts { req, state, kv, dec } = self;
+        dec.step(step, left, &mut ReqPool { pl: w.prompt_len, req, state, kv }, log)
     }
 
-    /// Rule 6 for the prefill pieces: a completed prefill samples a token and, unless that was
-    /// its last, joins the decoders from step `next_step` on; the completed ones are the first
-    /// pieces (only the last piece can be a partial chunk).
     #[inline(always)]
-    fn end_prefill_pieces(&mut self, w: &Workload<'_>, next_step: i64, end: f64) {
+    fn held(&self, r: usize) -> i64 {
+        self.req[r].held as i64
+    }
+
+    #[inline(always)]
+    fn retire(&mut self, w: &Workload<'_>, step: i64, end: f64, rec: &mut Recorder<'_>) -> CoreResult<()> {
+        let Counts { req, state, kv, dec } = self;
+        dec.retire(step, end, &mut ReqPool { pl: w.prompt_len, req, state, kv }, rec, w.output_len);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn end_pieces(&mut self, w: &Workload<'_>, pieces: &[Piece], next_step: i64, end: f64, rec: &mut Recorder<'_>) -> CoreResult<usize> {
         let (pl, ol) = (w.prompt_len, w.output_len);
-        let Card { rec, req, state, kv, dec, prefilling, pieces, .. } = self;
+        let Counts { req, state, kv, dec } = self;
         let mut pool = ReqPool { pl, req, state, kv };
-        let completed = pool.end_pieces(rec, pieces, ol, end, |r, s| dec.push(r, s, pl[r], ol[r], next_step));
-        prefilling.drain(..completed);
+        Ok(pool.end_pieces(rec, pieces, ol, end, |r, s| dec.push(r, s, pl[r], ol[r], next_step)))
     }
 
-    /// The rare step in which the pool runs out of blocks (rule 3 preempts): the rules
-    /// themselves, visiting every running request, as the per-step twin runs them: the
-    /// decoders turned back into counts, the step planned, widened by the decoders' part
-    /// (speculation), priced and sampled, and the decoders handed back. Returns the step's end.
-    /// Kept out of line: a rare step must not crowd the fast path's registers.
-    #[inline(never)]
-    fn rules_step(&mut self, w: &Workload<'_>, t: f64, step: i64) -> CoreResult<f64> {
+    #[inline(always)]
+    fn compact(&mut self) {
+        self.dec.compact(&self.state);
+    }
+
+    #[inline(always)]
+    fn blocks_used(&self) -> i64 {
+        self.kv.blocks_used()
+    }
+
+    /// The rules as the per-step twin runs them: the decoders turned back into counts, the step
+    /// planned, widened by the decoders' part (speculation), priced and sampled, and the
+    /// decoders handed back.
+    fn rules_step(&mut self, w: &Workload<'_>, c: RulesStep<'_, '_>, t: f64, step: i64) -> CoreResult<(f64, Plan)> {
         let (pl, ol) = (w.prompt_len, w.output_len);
-        let Card { params, rec, books, req, state, kv, waiting, dec, prefilling, scratch, .. } = self;
-        let Scratch { running, batch } = scratch;
+        let RulesStep { params, rec, books, waiting, prefilling, running, batch } = c;
+        let Counts { req, state, kv, dec } = self;
         running.clear();
         let mut pool = ReqPool { pl, req, state, kv };
         dec.drain(step, &mut pool, ol, running);
@@ -383,26 +510,8 @@ impl<'p, D: Decode> Card<'p, D> {
         }
         let mut back = Back { pool, dec, prefilling, ol };
         return_running(&mut back, running, t, step + 1)?; // back to the decoders' part
-        self.books.end_step(self.kv.blocks_used(), plan.n_preempted, plan.n_admitted);
-        Ok(end)
+        Ok((end, plan))
     }
-
-    /// The run so far (after `advance(.., f64::INFINITY)`: the whole run).
-    pub fn finish(self) -> ContinuousOutput {
-        self.books.finish(self.rec)
-    }
-
-    /// [`Card::finish`], and the decoders' part (what it counted).
-    pub(super) fn finish_with_decoders(self) -> (ContinuousOutput, D) {
-        (self.books.finish(self.rec), self.dec)
-    }
-}
-
-/// Buffers of the rules step, kept between its (rare) steps.
-#[derive(Default)]
-struct Scratch {
-    running: Vec<usize>,
-    batch: Vec<Entry>,
 }
 
 /// Where the rules step's running requests go back to ([`return_running`]).

@@ -11,16 +11,17 @@
 //! * [`per_step`]: the per-step twin, which runs [`rules`] step by step with any mix of the
 //!   features (prefix caching, its host tier, speculation, the record for `servelab trace`):
 //!   the reference every faster loop is held equal to;
-//! * [`event_driven`]: the default loop, an optimisation of [`rules`] that prices a step from
+//! * [`event_driven`]: the one event loop, an optimisation of [`rules`] that prices a step from
 //!   integer totals and visits a request only at its events (and runs [`rules`] itself in the
-//!   rare step that preempts);
+//!   rare step that preempts), over a part: the pool by counts with plain decoders (its own),
+//!   speculation's ([`speculation`]) or prefix caching's ([`prefix_events`]);
 //! * [`prefix`]: prefix caching's KV pool for the loops, over one of two allocators:
 //!   `prefix_pool` (exact keys: the default) or `prefix_alloc` (the real block allocator: with
 //!   a host tier), both on `prefixes` (which prompts share what);
-//! * [`prefix_events`]: prefix caching at a cost per event (the default), as [`event_driven`] is to
-//!   [`per_step`];
-//! * [`speculation`]: speculative decoding on [`event_driven`]'s loop, its decoders a part of
-//!   their own (`spec_decoders`), bit for bit the twin's speculative run;
+//! * [`prefix_events`]: prefix caching's part of the event loop (the default with prefix
+//!   caching), bit for bit the twin's run;
+//! * [`speculation`]: speculation's part of the event loop, its decoders columns of their own
+//!   (`spec_decoders`), bit for bit the twin's speculative run;
 //! * [`aggregates`]: what the event-driven loops share beside the rules (the decoders as
 //!   aggregates, the end of their rare rules step);
 //! * [`trace`]: the per-step record of the queues and the KV pool (`servelab trace`).

@@ -218,6 +218,12 @@ impl<'a, K: PrefixKv> PrefixPool<'a, K> {
         pre
     }
 
+    /// The step in which decoder `r` samples its last token, while the event loop keeps its
+    /// offset `computed - step` in `computed`: `out + p - 2 - offset`.
+    pub(super) fn last_step(&self, r: usize) -> i64 {
+        self.ol[r] + self.pl[r] - 2 - self.live[r].computed
+    }
+
     /// Request `r` finished: its blocks are freed.
     pub(super) fn release(&mut self, r: usize) -> CoreResult<()> {
         self.kv.release(r)

@@ -1,8 +1,8 @@
-//! Prefix caching at event speed: an optimisation of the per-step twin ([`super::per_step`]) over the pool of [`super::prefix`]
-//! that makes the same allocator calls in the same order, and so the same hits, evictions,
-//! block ids and batches, without visiting every running request in every step. It is to
-//! `prefix.rs` what `event_driven.rs` is to `per_step.rs`; the rules are
-//! `servelab.engine.scheduler`'s, carried out by [`super::rules`].
+//! Prefix caching at event speed: the one event loop (`event_driven.rs`) with prefix caching's
+//! part ([`Prefixed`]: the pool of [`super::prefix`] and plain decoders kept as aggregates). It
+//! makes the per-step twin's ([`super::per_step`]) allocator calls in the same order, and so the
+//! same hits, evictions, block ids and batches, without visiting every running request in
+//! every step. The rules are `servelab.engine.scheduler`'s, carried out by [`super::rules`].
 //!
 //! # What a decoding request asks of the allocator
 //!
@@ -33,21 +33,19 @@
 //!
 //! # The pool
 //!
-//! The loop drives a KV pool through [`PrefixKv`]: by exact keys (`prefix_pool.rs`, the
+//! The part drives a KV pool through [`PrefixKv`]: by exact keys (`prefix_pool.rs`, the
 //! default), or the real block allocator where a host tier is asked for; the test
-//! `keyed_pool_is_the_allocator` holds the two equal under this loop.
+//! `keyed_pool_is_the_allocator` holds the two equal under the loop.
 
 use std::collections::VecDeque;
 
 use super::aggregates::{self, return_running, StepReturn};
+use super::event_driven::{Card, Part, RulesStep};
 use super::prefix::{with_kv, Live, Pools, PrefixOptions, PrefixOutput, PrefixPool};
 use super::prefix_pool::PrefixKv;
-use super::rules::{
-    add_entry, admit, arrive, batch_shape, counter_overflow, nothing_scheduled, plan_step, prefill_pieces, Books, Entry, Piece,
-    StepPool, TwinPool,
-};
-use super::{ContinuousOutput, ContinuousParams, Inputs, DECODING, DONE, PREFILLING, WAITING};
-use crate::error::CoreResult;
+use super::rules::{admit, batch_shape, plan_step, prefill_pieces, Piece, Plan, StepPool, TwinPool};
+use super::{BatchLog, ContinuousOutput, ContinuousParams, Inputs, DECODING, DONE, PREFILLING, WAITING};
+use crate::error::{CoreError, CoreResult};
 use crate::sim::{Recorder, StepShape, Workload};
 
 /// The per-step twin with prefix caching ([`super::per_step::run`]) at a cost per event: the
@@ -66,27 +64,16 @@ fn run_with(inp: &Inputs<'_>, px: &PrefixOptions<'_>, allocator: bool) -> CoreRe
 
 fn run_on<K: PrefixKv>(inp: &Inputs<'_>, px: &PrefixOptions<'_>, kv: K) -> CoreResult<(ContinuousOutput, PrefixOutput)> {
     let Inputs { w, params, .. } = *inp;
-    let pool = PrefixPool::new(w, params, px.host, kv);
-    let (rec, books) = Books::start(inp);
-    let n = w.len();
-    let mut run = Events {
-        params,
-        w,
-        rec,
-        books,
-        pool,
-        state: vec![WAITING; n],
-        waiting: VecDeque::new(),
+    let part = Prefixed {
+        pool: PrefixPool::new(w, params, px.host, kv),
+        state: vec![WAITING; w.len()],
         dec: Decoders::new(params.block_size),
         events: Calendar::new(params.block_size),
-        prefilling: Vec::new(),
-        pieces: Vec::new(),
-        running: Vec::new(),
-        batch: Vec::new(),
     };
-    run.run()?;
-    let Events { rec, books, pool, .. } = run;
-    Ok((books.finish(rec), pool.finish()))
+    let mut card = Card::with_part(inp.pricer, params, w.len(), inp.trace, inp.batch_log, part)?;
+    card.advance(w, f64::INFINITY)?;
+    let (out, part) = card.finish_with_part();
+    Ok((out, part.pool.finish()))
 }
 
 /// The decoders' next block events, by step: a calendar of at least `block_size + 1` days rather than a
@@ -180,72 +167,37 @@ fn next_event(bs: i64, c: i64, from: i64) -> i64 {
     from + to_take.min(to_fill)
 }
 
-struct Events<'a, 'p, K: PrefixKv> {
-    params: &'a ContinuousParams,
-    w: &'a Workload<'a>,
-    rec: Recorder<'p>,
-    books: Books,
+/// Prefix caching's requests, KV pool and plain decoders: the event loop's part with prefix
+/// caching (module docs).
+struct Prefixed<'a, K: PrefixKv> {
     pool: PrefixPool<'a, K>,
     state: Vec<u8>,
-    waiting: VecDeque<usize>,
     dec: Decoders,
     /// the step of each decoder's next block event (taking a block, or filling one)
     events: Calendar,
-    /// running requests that are not decoding, in admission order (after every decoding one)
-    prefilling: Vec<usize>,
-    /// the step's prefill pieces
-    pieces: Vec<Piece>,
-    /// buffers of the per-step path
-    running: Vec<usize>,
-    batch: Vec<Entry>,
 }
 
-impl<K: PrefixKv> Events<'_, '_, K> {
-    fn run(&mut self) -> CoreResult<()> {
-        let n = self.w.len();
-        let (mut next, mut step, mut t) = (0usize, 0i64, 0.0f64);
-        loop {
-            arrive(self.params, self.w, t, &mut next, &mut self.waiting, &mut self.books.reject_code, &mut self.rec); // rule 1
-            if self.waiting.is_empty() && self.dec.live == 0 && self.prefilling.is_empty() {
-                if next == n {
-                    return Ok(());
-                }
-                t = self.w.arrival_s[next]; // idle: jump to the next arrival
-                continue;
-            }
-            let after = step.checked_add(1).ok_or_else(counter_overflow)?;
-            let short = self.dec.live > self.params.max_num_batched_tokens
-                || self.dec.crossing(step) > self.pool.kv.num_free_blocks();
-            t = if short { self.rules_step(t, step)? } else { self.event_step(t, step)? };
-            step = after;
+impl<K: PrefixKv> Part for Prefixed<'_, K> {
+    /// A run is handed its whole workload at once (the pool was built for it).
+    fn grow(&mut self, n: usize) -> CoreResult<()> {
+        if n > self.state.len() {
+            return Err(CoreError::invalid(format!("internal error: a prefix-caching card was built for {} requests, got {n}", self.state.len())));
         }
+        Ok(())
     }
 
-    /// A step in which nobody is preempted: rules 2-6 from the aggregates and the events, in
-    /// the per-step loop's order of allocator calls (module docs). Returns the step's end.
-    fn event_step(&mut self, t: f64, step: i64) -> CoreResult<f64> {
-        let mut shape = self.decode_aggregate(step)?; // rule 2, decoding requests
-        let mut left = self.params.max_num_batched_tokens - self.dec.live;
-        let n_admitted = self.plan_pieces(&mut left, t)?; // rule 2, prefilling requests; rule 4
-        if shape.seqs == 0 && self.pieces.is_empty() {
-            return Err(nothing_scheduled(t));
-        }
-        for &(r, nt, c) in self.pieces.iter() {
-            add_entry(&mut shape, self.books.log.as_mut(), r, nt, c, self.pool.live[r].held, false); // rule 5
-        }
-        self.books.end_batch();
-        let extra_s = self.pool.copies_s(); // the host tier's copies back
-        let end = if extra_s > 0.0 { self.rec.step_plus(t, shape, extra_s) } else { self.rec.step(t, shape) };
-        self.retire_decoders(step, end)?; // rule 6, decoding requests
-        self.end_prefill_pieces(step + 1, end)?; // rule 6, prefill pieces
-        self.dec.compact(&self.state);
-        self.books.end_step(self.pool.blocks_used(), 0, n_admitted);
-        Ok(end)
+    #[inline(always)]
+    fn live(&self) -> i64 {
+        self.dec.live
     }
 
-    /// Rule 2 for the decoding requests: one token each, from the aggregates; those at a block
-    /// boundary this step take or fill their block, in running order.
-    fn decode_aggregate(&mut self, step: i64) -> CoreResult<StepShape> {
+    #[inline(always)]
+    fn runs_short(&self, step: i64) -> bool {
+        self.dec.crossing(step) > self.pool.kv.num_free_blocks()
+    }
+
+    /// The decoders at a block boundary this step take or fill their block, in running order.
+    fn take_slots(&mut self, step: i64) -> CoreResult<()> {
         let bs = self.dec.block_size();
         let today = self.events.take(step);
         for &(seq, r) in &today {
@@ -261,22 +213,23 @@ impl<K: PrefixKv> Events<'_, '_, K> {
                 self.pool.kv.append_same(r, (held + 1 - live.pending) as usize)?;
             }
             live.pending = held + 1;
-            let (p, out) = (self.w.prompt_len[r], self.w.output_len[r]);
-            let ev = next_event(bs, live.computed, step + 1);
-            if ev <= out + p - 2 - live.computed {
+            let c = live.computed;
+            let ev = next_event(bs, c, step + 1);
+            let last = self.pool.last_step(r);
+            if ev <= last {
                 self.events.push(ev, seq, r as u32);
             }
         }
         self.events.give_back(step, today);
-        let live = &self.pool.live;
-        Ok(self.dec.shape(step, self.books.log.as_mut(), &self.state, |r| live[r].computed))
+        Ok(())
     }
 
-    /// Rule 2 for the prefilling requests (each chunk's blocks registered as it is scheduled)
-    /// and rule 4, through the rules' own [`prefill_pieces`] and [`admit`]. Returns how many it
-    /// admitted.
-    fn plan_pieces(&mut self, left: &mut i64, t: f64) -> CoreResult<i64> {
-        let Events { params, rec, pool, waiting, dec, prefilling, pieces, state, .. } = self;
+    /// Each chunk's blocks registered as it is scheduled.
+    fn plan_pieces(
+        &mut self, _w: &Workload<'_>, params: &ContinuousParams, prefilling: &mut Vec<usize>, waiting: &mut VecDeque<usize>,
+        left: &mut i64, pieces: &mut Vec<Piece>, rec: &mut Recorder<'_>, t: f64,
+    ) -> CoreResult<i64> {
+        let Prefixed { pool, state, dec, .. } = self;
         prefill_pieces(pool, prefilling, left, pieces)?;
         let first = prefilling.len();
         let n = admit(pool, params, dec.live, prefilling, waiting, left, rec, t, |r, nt, c| pieces.push((r, nt, c)))?;
@@ -286,27 +239,35 @@ impl<K: PrefixKv> Events<'_, '_, K> {
         Ok(n)
     }
 
-    /// Rule 6 for the decoding requests whose last token this step samples: in running order,
-    /// each frees its blocks.
-    fn retire_decoders(&mut self, step: i64, end: f64) -> CoreResult<()> {
+    /// One token each, from the aggregates; the host tier's copies back of this step's recalls.
+    fn decode(&mut self, _w: &Workload<'_>, step: i64, _left: i64, log: Option<&mut BatchLog>) -> (StepShape, f64) {
+        let live = &self.pool.live;
+        let shape = self.dec.shape(step, log, &self.state, |r| live[r].computed);
+        (shape, self.pool.copies_s())
+    }
+
+    #[inline(always)]
+    fn held(&self, r: usize) -> i64 {
+        self.pool.live[r].held
+    }
+
+    /// Each frees its blocks, in running order.
+    fn retire(&mut self, w: &Workload<'_>, step: i64, end: f64, rec: &mut Recorder<'_>) -> CoreResult<()> {
         while let Some(r) = self.dec.pop_finished(step) {
             let c = self.pool.live[r].computed;
             self.dec.remove(c);
             self.pool.release(r)?;
-            self.pool.live[r] = Live { computed: 0, held: 0, pending: 0, generated: self.w.output_len[r] };
+            self.pool.live[r] = Live { computed: 0, held: 0, pending: 0, generated: w.output_len[r] };
             self.state[r] = DONE;
-            self.rec.set_finish(r, end);
+            rec.set_finish(r, end);
         }
         Ok(())
     }
 
-    /// Rule 6 for the prefill pieces, in order: a completed prefill samples a token and, unless
-    /// it was its last, decodes from step `next_step` on (only the last piece can be partial).
-    fn end_prefill_pieces(&mut self, next_step: i64, end: f64) -> CoreResult<()> {
+    fn end_pieces(&mut self, w: &Workload<'_>, pieces: &[Piece], next_step: i64, end: f64, rec: &mut Recorder<'_>) -> CoreResult<usize> {
         let mut completed = 0;
-        for k in 0..self.pieces.len() {
-            let (r, nt, _) = self.pieces[k];
-            if self.pool.end_entry(&mut self.rec, r, nt, 1, self.w.output_len[r], end)? {
+        for &(r, nt, _) in pieces {
+            if self.pool.end_entry(rec, r, nt, 1, w.output_len[r], end)? {
                 self.state[r] = DONE;
             } else if self.pool.live[r].computed == self.pool.live[r].held {
                 self.push_decoder(r, next_step);
@@ -315,71 +276,63 @@ impl<K: PrefixKv> Events<'_, '_, K> {
             }
             completed += 1;
         }
-        self.prefilling.drain(..completed);
-        Ok(())
+        Ok(completed)
     }
 
-    /// The rare step in which the pool runs out of blocks (rule 3 preempts): the per-step
-    /// loop's own step on the decoders turned back into counts, then the aggregates rebuilt.
-    #[inline(never)]
-    fn rules_step(&mut self, t: f64, step: i64) -> CoreResult<f64> {
-        self.running.clear();
+    fn compact(&mut self) {
+        self.dec.compact(&self.state);
+    }
+
+    #[inline(always)]
+    fn blocks_used(&self) -> i64 {
+        self.pool.blocks_used()
+    }
+
+    /// The per-step twin's own step on the decoders turned back into counts, then the
+    /// aggregates rebuilt.
+    fn rules_step(&mut self, w: &Workload<'_>, c: RulesStep<'_, '_>, t: f64, step: i64) -> CoreResult<(f64, Plan)> {
+        let RulesStep { params, rec, books, waiting, prefilling, running, batch } = c;
+        running.clear();
         let order = std::mem::take(&mut self.dec.order);
         for &r in &order {
             let r = r as usize;
             if self.state[r] != DECODING {
                 continue;
             }
-            let (p, out) = (self.w.prompt_len[r], self.w.output_len[r]);
+            let p = w.prompt_len[r];
             let s = self.pool.live[r];
             let computed = s.computed + step;
             // the steps it will not run as an aggregate any more
-            self.pool.pre.computed_tokens[r] -= out + p - 2 - s.computed - step + 1;
+            self.pool.pre.computed_tokens[r] -= self.pool.last_step(r) - step + 1;
             self.pool.live[r] = Live { computed, held: computed, pending: computed - s.pending, generated: computed + 1 - p };
             self.state[r] = PREFILLING;
-            self.running.push(r);
+            running.push(r);
         }
         self.dec.order = order;
         self.dec.clear();
         self.events.clear();
-        self.running.append(&mut self.prefilling);
+        running.append(prefilling);
 
-        let plan = plan_step(&mut self.pool, self.params, &mut self.running, &mut self.waiting, &mut self.batch, &mut self.books, &mut self.rec, t)?; // rules 2-4
-        for &r in self.waiting.iter().take(plan.n_preempted as usize) {
+        let plan = plan_step(&mut self.pool, params, running, waiting, batch, books, rec, t)?; // rules 2-4
+        for &r in waiting.iter().take(plan.n_preempted as usize) {
             self.state[r] = WAITING;
         }
         let extra_s = self.pool.copies_s();
-        let shape = batch_shape(&self.pool, &self.batch, &mut self.books); // rule 5
-        let end = if extra_s > 0.0 { self.rec.step_plus(t, shape, extra_s) } else { self.rec.step(t, shape) };
-        for e in 0..self.batch.len() {
-            let (r, nt, _) = self.batch[e];
-            self.pool.end_entry(&mut self.rec, r, nt, 1, self.w.output_len[r], end)?; // rule 6
+        let shape = batch_shape(&self.pool, batch, books); // rule 5
+        let end = if extra_s > 0.0 { rec.step_plus(t, shape, extra_s) } else { rec.step(t, shape) };
+        for &(r, nt, _) in batch.iter() {
+            self.pool.end_entry(rec, r, nt, 1, w.output_len[r], end)?; // rule 6
         }
-        let running = std::mem::take(&mut self.running);
-        return_running(self, &running, t, step + 1)?; // back to aggregates
-        self.running = running;
-        self.books.end_step(self.pool.blocks_used(), plan.n_preempted, plan.n_admitted);
-        Ok(end)
+        let mut back = Back { part: self, prefilling };
+        return_running(&mut back, running, t, step + 1)?; // back to aggregates
+        Ok((end, plan))
     }
 }
 
-impl<K: PrefixKv> StepReturn for Events<'_, '_, K> {
-    fn finished(&mut self, r: usize) -> bool {
-        let done = self.pool.is_done(r);
-        if done {
-            self.state[r] = DONE;
-        }
-        done
-    }
-
-    fn decodes(&self, r: usize) -> bool {
-        self.pool.live[r].computed == self.pool.live[r].held
-    }
-
+impl<K: PrefixKv> Prefixed<'_, K> {
     /// Decoder `r`, whose tokens are all computed after step `step - 1`, joins the aggregates;
     /// its KV slots are all written into the allocator but `pending`.
     fn push_decoder(&mut self, r: usize, step: i64) {
-        let (p, out) = (self.w.prompt_len[r], self.w.output_len[r]);
         let s = &mut self.pool.live[r];
         let c = s.computed - step;
         let flushed = s.held - s.pending;
@@ -388,7 +341,7 @@ impl<K: PrefixKv> StepReturn for Events<'_, '_, K> {
         let seq = self.pool.admitted[r];
         // it samples its last token in step out + p - 2 - c (the one that makes c + s + 2 - p
         // tokens generated); it computes one token in each step until then
-        let last = out + p - 2 - c;
+        let last = self.pool.last_step(r);
         self.pool.pre.computed_tokens[r] += last - step + 1;
         self.dec.push(r, c, last, seq);
         let ev = next_event(self.dec.block_size(), c, step);
@@ -396,9 +349,33 @@ impl<K: PrefixKv> StepReturn for Events<'_, '_, K> {
             self.events.push(ev, seq, r as u32);
         }
     }
+}
+
+/// Where the rules step's running requests go back to ([`return_running`]).
+struct Back<'b, 'a, K: PrefixKv> {
+    part: &'b mut Prefixed<'a, K>,
+    prefilling: &'b mut Vec<usize>,
+}
+
+impl<K: PrefixKv> StepReturn for Back<'_, '_, K> {
+    fn finished(&mut self, r: usize) -> bool {
+        let done = self.part.pool.is_done(r);
+        if done {
+            self.part.state[r] = DONE;
+        }
+        done
+    }
+
+    fn decodes(&self, r: usize) -> bool {
+        self.part.pool.live[r].computed == self.part.pool.live[r].held
+    }
+
+    fn push_decoder(&mut self, r: usize, step: i64) {
+        self.part.push_decoder(r, step);
+    }
 
     fn push_prefilling(&mut self, r: usize) {
-        self.state[r] = PREFILLING;
+        self.part.state[r] = PREFILLING;
         self.prefilling.push(r);
     }
 }

@@ -10,7 +10,7 @@
 //! on the decoders turned back into counts. `tests/test_sim_spec_events.py` and the tests below
 //! hold the two equal.
 
-use super::event_driven::{Card, Decode};
+use super::event_driven::{Card, Counts, Decode};
 use super::per_step::{speculate, SpecOutput, Speculation};
 use super::rules::{Entry, ReqPool, TwinPool};
 use super::spec_decoders::SpecDecoders;
@@ -24,10 +24,10 @@ pub fn run(inp: &Inputs<'_>, spec: &Speculation<'_>) -> CoreResult<(ContinuousOu
     let Inputs { w, params, .. } = *inp;
     spec.validate(w.len())?; // the twin's order of checks, so its first message
     let part = SpecPart { sp: spec, dec: SpecDecoders::new(spec.k), so: SpecOutput::empty(w.len()), bs: params.block_size, guessed: Vec::new() };
-    let mut card = Card::with_decoders(inp.pricer, params, w.len(), inp.trace, inp.batch_log, part)?;
+    let mut card = Card::with_part(inp.pricer, params, w.len(), inp.trace, inp.batch_log, Counts::new(params, w.len(), part)?)?;
     card.advance(w, f64::INFINITY)?;
-    let (out, part) = card.finish_with_decoders();
-    Ok((out, part.so))
+    let (out, counts) = card.finish_with_part();
+    Ok((out, counts.dec.so))
 }
 
 /// The speculative decoding requests as the event loop's part: the decoder columns, what

@@ -3,7 +3,7 @@ replaced and the pure-Python reference, and a million requests.
 
 1. The headline: 4,096 chat requests (seed 0) at 64 req/s, 128 seats, a 4,096-token
    budget, the whole KV pool. Three runs side by side in one process: the event-driven Rust
-   engine (the default), the per-sequence-step Rust loop it replaced (``serving_core._run_twin``, kept
+   engine (the default), the per-sequence-step Rust loop it replaced (``serving_core.run_twin``, kept
    only as this baseline and for tests) and the pure-Python reference. Their results are first
    asserted equal (every timestamp, bit for bit), then timed: Rust best of 7, Python once. Per
    simulated step, per scheduled sequence-step and per request, in ns.
@@ -49,7 +49,7 @@ n, per_step = int(sys.argv[1]), sys.argv[2] == "per_step"
 reqs = chat_requests(n=n, rate=20.0, seed=0)
 before = status("VmRSS:")
 t0 = time.perf_counter()
-r = (sc._run_twin if per_step else sc.run_continuous)(reqs, LLAMA3_8B, H100, sc.ContinuousOptions())
+r = (sc.run_twin if per_step else sc.run_continuous)(reqs, LLAMA3_8B, H100, sc.ContinuousOptions())
 wall = time.perf_counter() - t0
 ok = ~r.rejected
 assert (r.finish_s[ok] >= r.first_token_s[ok]).all() and (r.first_token_s[ok] > r.start_s[ok]).all()
@@ -78,7 +78,7 @@ def _headline(console: Console, n: int) -> None:
                   num_blocks=kv_capacity_tokens(LLAMA3_8B, H100) // 16)
     runs = {
         "Rust events": lambda: sc.run_continuous_batching(reqs, LLAMA3_8B, H100, **params),
-        "Rust per-step": lambda: sc._run_twin(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(**params)),
+        "Rust per-step": lambda: sc.run_twin(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(**params)),
         "Python ref.": lambda: ref.run_continuous_batching(reqs, LLAMA3_8B, H100, DEFAULT_EFFICIENCY,
                                                                 **params),
     }
@@ -100,7 +100,7 @@ def _headline(console: Console, n: int) -> None:
                   "-" if name == "Rust events" else f"{secs / times['Rust events']:,.0f}x faster")
     console.print(t)
     console.print("   Rust events: the event-driven engine (the default); Rust per-step: the per-sequence-step "
-                  "loop it replaced (serving_core._run_twin); Python ref.: servelab.reference. The three agree bit for "
+                  "loop it replaced (serving_core.run_twin); Python ref.: servelab.reference. The three agree bit for "
                   "bit (asserted before timing). Rust: best of 7 calls through serving_core (argument checks "
                   "and result columns included); Python: one call.")
 
@@ -119,7 +119,7 @@ def _parity_and_speed(console: Console, n: int) -> None:
         t.add_column(c, justify="left" if c == "case" else "right")
     for name, reqs, params in cases:
         t_rust, r = best_of(lambda: sc.run_continuous_batching(reqs, LLAMA3_8B, H100, **params), 5)
-        t_step, s = best_of(lambda: sc._run_twin(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(**params)), 5)
+        t_step, s = best_of(lambda: sc.run_twin(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(**params)), 5)
         t_py, p = best_of(lambda: ref.run_continuous_batching(reqs, LLAMA3_8B, H100, DEFAULT_EFFICIENCY,
                                                               **params), 1)
         _same(r, p, name)  # equal first, then timed

@@ -1,6 +1,6 @@
 """Speculative decoding in the simulator: what the option costs beside the plain run, on the
 event loop with speculation's decoders (``continuous/speculation.rs``, the default) and on the
-per-step twin (``serving_core._run_twin``, ``continuous/per_step.rs``).
+per-step twin (``serving_core.run_twin``, ``continuous/per_step.rs``).
 
 20,000 chat requests (seed 0) with vLLM's defaults, at 2 req/s (batches of a few), 16 req/s
 (dozens running) and 64 req/s (the 256 seats full). Per workload, side by side in one process,
@@ -67,7 +67,7 @@ def _same(a, b, columns, label: str) -> None:
 
 def _run(reqs, twin: bool = False, **options):
     """The default run of `options`, or the per-step twin's."""
-    return (sc._run_twin if twin else sc.run_continuous)(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(**options))
+    return (sc.run_twin if twin else sc.run_continuous)(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(**options))
 
 
 def _one_rate(console: Console, reqs, rate: float) -> None:

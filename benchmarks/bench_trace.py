@@ -7,7 +7,7 @@ five: numpy may use other threads).
    requests at 24 req/s, 1,024 blocks) and on 4,096 requests, with recording off: the loop
    ``servelab sweep`` runs. Recording never enters it (``event_driven.rs`` has no recording
    code; a recorded run takes the per-step loop, its equal bit for bit).
-2. The Rust per-step loop without and with its queues recorded (``serving_core._run_twin(..., queues=True)``,
+2. The Rust per-step loop without and with its queues recorded (``serving_core.run_twin(..., queues=True)``,
    ``rust/src/sim/continuous/trace.rs``), and then read into :class:`servelab.trace.StepRecorder`
    (what ``servelab trace`` does).
 3. The Python twin of the simulator (``servelab.reference.continuous``) with ``recorder=None``
@@ -49,8 +49,8 @@ def run(console: Console, quick: bool = False) -> None:
     rust, fast = best_of(lambda: sc.run_continuous_batching(reqs, model, gpu, **LIMITS), 5, cpu)
     rust_big, _ = best_of(lambda: sc.run_continuous_batching(big, model, gpu, **LIMITS), 5, cpu)
     opts = dict(trace=True, batch_log=True)
-    step_off, _ = best_of(lambda: sc._run_twin(reqs, model, gpu, sc.ContinuousOptions(**opts, **LIMITS)), 5, cpu)
-    step_on, _ = best_of(lambda: sc._run_twin(reqs, model, gpu, sc.ContinuousOptions(**opts, **LIMITS),
+    step_off, _ = best_of(lambda: sc.run_twin(reqs, model, gpu, sc.ContinuousOptions(**opts, **LIMITS)), 5, cpu)
+    step_on, _ = best_of(lambda: sc.run_twin(reqs, model, gpu, sc.ContinuousOptions(**opts, **LIMITS),
                                               queues=True), 5, cpu)
     read, _ = best_of(lambda: simulate(reqs, model=model, gpu=gpu, **LIMITS), repeat, cpu)
 

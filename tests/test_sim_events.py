@@ -3,7 +3,7 @@
 
 The event-driven engine (``rust/src/sim/continuous/event_driven.rs``) keeps the decoding requests as integer
 aggregates and visits a request only at its events; the per-step loop
-(``rust/src/sim/continuous/per_step.rs``, reached with ``serving_core._run_twin``) visits every running
+(``rust/src/sim/continuous/per_step.rs``, reached with ``serving_core.run_twin``) visits every running
 sequence in every step. Both must give the same batches, so the same step totals, so the same
 IEEE-754 clock: every column is compared by its bits, the totals exactly, the trace and the
 batch log entry by entry.
@@ -55,7 +55,7 @@ def _workload(seed: int) -> tuple[Requests, dict, bool]:
 def test_event_driven_matches_the_per_step_loop(seed):
     reqs, params, keep = _workload(seed)
     try:
-        want = sc._run_twin(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(trace=keep, batch_log=keep, **params))
+        want = sc.run_twin(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(trace=keep, batch_log=keep, **params))
     except ValueError as e:  # e.g. nothing fits: the new engine must fail the same way
         with pytest.raises(ValueError, match="^" + str(e).replace("(", r"\(").replace(")", r"\)")):
             sc.run_continuous_batching(reqs, LLAMA3_8B, H100, **params)
@@ -84,4 +84,4 @@ def test_the_twin_is_no_option_of_a_run():
     with pytest.raises(TypeError, match="_per_step"):
         sc.ContinuousOptions(_per_step=True)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="queues"):
-        sc._run_twin(reqs, LLAMA3_8B, H100, queues="yes")
+        sc.run_twin(reqs, LLAMA3_8B, H100, queues="yes")

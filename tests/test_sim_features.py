@@ -2,7 +2,7 @@
 caching and speculation together): chunked prefill, prefix caching, a host tier, speculation and
 the record of the queues that ``servelab trace`` draws.
 
-Every mix runs, and the default run is the per-step twin's (``serving_core._run_twin``,
+Every mix runs, and the default run is the per-step twin's (``serving_core.run_twin``,
 ``rust/src/sim/continuous/per_step.rs``) bit for bit. The features compose: speculation with
 ``k = 0`` is the run without it, whatever else is on; recording the queues changes nothing;
 prefix caching with nothing shared and no preemption is the run without it. With prefix caching
@@ -74,8 +74,8 @@ def run(reqs: Requests, o: sc.ContinuousOptions, mix: tuple[bool, ...], twin: bo
     """The default run of `o`, or the per-step twin's; with `mix`'s recording on, the twin
     recording the queues (as ``servelab trace`` runs it)."""
     if mix[4]:
-        return sc._run_twin(reqs, LLAMA3_8B, H100, o, queues=True)
-    return (sc._run_twin if twin else sc.run_continuous)(reqs, LLAMA3_8B, H100, o)
+        return sc.run_twin(reqs, LLAMA3_8B, H100, o, queues=True)
+    return (sc.run_twin if twin else sc.run_continuous)(reqs, LLAMA3_8B, H100, o)
 
 
 def assert_same(got: sc.SimResult, want: sc.SimResult, mix: tuple[bool, ...], queues: bool = True) -> None:

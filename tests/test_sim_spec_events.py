@@ -1,6 +1,6 @@
 """Speculative decoding on the event loop with speculation's decoders (the default,
 ``rust/src/sim/continuous/speculation.rs``) against the per-step twin
-(``serving_core._run_twin``, ``rust/src/sim/continuous/per_step.rs``), bit for bit: every column by its
+(``serving_core.run_twin``, ``rust/src/sim/continuous/per_step.rs``), bit for bit: every column by its
 bits, the totals exactly, the trace and the batch log entry by entry, and the speculation
 counters, for k in {0, 1, 4} and acceptance in {0, 0.5, 0.8, 1}, on seeded workloads that
 preempt, reject, cut the guesses short by the budget or the free blocks, and on chat workloads.
@@ -52,7 +52,7 @@ def _workload(seed: int) -> tuple[Requests, dict]:
 
 def _run(reqs, params, k, a, seed, twin=False):
     spec = sc.Speculation(k, LLAMA32_1B, a, seed=seed)
-    run = sc._run_twin if twin else sc.run_continuous
+    run = sc.run_twin if twin else sc.run_continuous
     return run(reqs, LLAMA3_8B, H100, sc.ContinuousOptions(trace=True, batch_log=True, speculative=spec, **params))
 
 
@@ -94,7 +94,7 @@ def test_spec_events_without_the_batch_log(seed, k):
     spec = sc.Speculation(k, LLAMA32_1B, 0.8, seed=seed)
 
     def run(twin=False):
-        return (sc._run_twin if twin else sc.run_continuous)(reqs, LLAMA3_8B, H100,
+        return (sc.run_twin if twin else sc.run_continuous)(reqs, LLAMA3_8B, H100,
                                                              sc.ContinuousOptions(speculative=spec, **params))
 
     try:

@@ -93,7 +93,7 @@ def sim_static_batching(
 def sim_fixed_service(arrival_s: _F64, service_s: float, slo_s: float | None) -> dict[str, object]: ...
 # options: a ContinuousOptions record, read by attribute name, with num_blocks resolved (an int);
 # host_s_per_token: the host tier's copy price per token (read when options.host_blocks > 0);
-# twin / queues: the per-step twin, and it recording the queues (serving_core._run_twin)
+# twin / queues: the per-step twin, and it recording the queues (serving_core.run_twin)
 def sim_continuous_batching(
     hw: _Hardware, requests: Requests, options: ContinuousOptions, host_s_per_token: float,
     twin: bool = False, queues: bool = False

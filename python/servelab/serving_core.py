@@ -379,7 +379,7 @@ def run_continuous(requests: Requests, model: ModelSpec, gpu: GpuSpec, options: 
     return _run(requests, model, gpu, options, efficiency, twin=False, queues=False)
 
 
-def _run_twin(requests: Requests, model: ModelSpec, gpu: GpuSpec, options: ContinuousOptions | None = None,
+def run_twin(requests: Requests, model: ModelSpec, gpu: GpuSpec, options: ContinuousOptions | None = None,
               *, efficiency: Efficiency = DEFAULT_EFFICIENCY, queues: bool = False) -> SimResult:
     """:func:`run_continuous` on the per-step twin (``rust/src/sim/continuous/per_step.rs``),
     which every faster loop is held equal to, bit for bit, with any mix of features: for tests,
@@ -389,7 +389,7 @@ def _run_twin(requests: Requests, model: ModelSpec, gpu: GpuSpec, options: Conti
     >>> from servelab.hw_model import LLAMA3_8B, H100
     >>> reqs = Requests(arrival_s=[0.0, 0.0], prompt_len=[512, 512], output_len=[2, 2])
     >>> o = ContinuousOptions(max_num_seqs=1)
-    >>> _run_twin(reqs, LLAMA3_8B, H100, o).finish_s.tolist() == run_continuous(reqs, LLAMA3_8B, H100, o).finish_s.tolist()
+    >>> run_twin(reqs, LLAMA3_8B, H100, o).finish_s.tolist() == run_continuous(reqs, LLAMA3_8B, H100, o).finish_s.tolist()
     True
     """
     return _run(requests, model, gpu, options, efficiency, twin=True,

@@ -57,7 +57,7 @@ def simulate_chat(*, n: int = SIM_DEFAULTS["n"], rate: float = SIM_DEFAULTS["rat
                   prefix_caching: bool = False, host_blocks: int = 0,
                   speculative: Speculation | None = None) -> Trace:
     """``n`` of demo 03's chat requests (§4.5) at ``rate`` req/s through continuous batching, on
-    the Rust simulator's per-step twin with its queues recorded (``serving_core._run_twin``; the
+    the Rust simulator's per-step twin with its queues recorded (``serving_core.run_twin``; the
     faster loops make the same run bit for bit), read step by step into the recorder.
 
     With ``prefix_caching`` the requests are chats that open with one of four shared system
@@ -87,13 +87,13 @@ def simulate(requests: Requests, *, model: hw_model.ModelSpec, gpu: hw_model.Gpu
              **about: Any) -> Trace:
     """Any :class:`~servelab.workload.Requests` as :func:`simulate_chat` runs its own, with any
     mix of the simulator's features; ``about`` joins the trace's config (the rate and seed, say)."""
-    from servelab.serving_core import ContinuousOptions, _run_twin
+    from servelab.serving_core import ContinuousOptions, run_twin
 
     options = ContinuousOptions(max_num_seqs, max_num_batched_tokens, block_size, num_blocks, chunked_prefill,
                                 trace=True, batch_log=True, prefix_caching=prefix_caching,
                                 shared_prefixes=shared_prefixes, host_blocks=host_blocks,
                                 speculative=speculative)
-    res = _run_twin(requests, model, gpu, options, efficiency=efficiency, queues=True)
+    res = run_twin(requests, model, gpu, options, efficiency=efficiency, queues=True)
     if speculative is not None:
         about = dict(about, speculative_k=speculative.k)
     rec = StepRecorder(num_blocks=num_blocks, block_size=block_size,

@@ -197,7 +197,7 @@ enum Acceptance<'py> {
 /// record and the host tier's copy price per token (`hw_model.kv_host_transfer_s`; read only
 /// when `host_blocks > 0`): the dict has `ContinuousOutput`'s keys and the columns each option
 /// adds (listed in `serving_core.SimResult`). The library's own switches, not options of a run
-/// (`serving_core._run_twin`): `twin` runs the per-step twin (`sim/continuous/per_step.rs`, the
+/// (`serving_core.run_twin`): `twin` runs the per-step twin (`sim/continuous/per_step.rs`, the
 /// same output bit for bit), `queues` the twin recording the queues after each step for
 /// `servelab trace` (`sim/continuous/trace.rs`).
 #[pyfunction]

@@ -6,7 +6,8 @@ as many children at once as the grading runs tasks."""
 from __future__ import annotations
 
 import json
-import threading
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,20 +23,28 @@ from autograder.selfcheck import reference_submission
 SOME = frozenset({"a1_ledger", "a11_speculative", "a13_parallel_plan", "a14_host_tier", "nb01_ledger_70b"})
 
 
+_FORK_OR_SPAWN = """
+import threading
+from autograder.grading.grade import _worker_context
+alone = _worker_context().get_start_method()
+stop = threading.Event()
+other = threading.Thread(target=stop.wait)
+other.start()
+beside = _worker_context().get_start_method()
+stop.set()
+other.join()
+print(alone, beside)
+"""
+
+
 def test_workers_are_forked_only_from_a_process_with_no_other_thread():
     # a forked copy of a lock another thread holds would stay held in the worker: with a second
-    # thread alive, the workers are spawned
-    if threading.active_count() != 1:  # (the self-check's thread, in a whole run of these tests)
-        pytest.skip(f"this test process already runs other threads: {threading.enumerate()}")
-    assert grade_module._worker_context().get_start_method() == "fork"
-    stop = threading.Event()
-    other = threading.Thread(target=stop.wait)
-    other.start()
-    try:
-        assert grade_module._worker_context().get_start_method() == "spawn"
-    finally:
-        stop.set()
-        other.join()
+    # thread alive, the workers are spawned (asked in a fresh process: this one may run other
+    # threads, the self-check's in a whole run of these tests)
+    run = subprocess.run([sys.executable, "-c", _FORK_OR_SPAWN], capture_output=True, text=True, timeout=120,
+                         cwd=grade_module.ROOT)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["fork", "spawn"]
 
 
 def test_tasks_side_by_side_give_the_results_of_one_after_the_other(tmp_path):

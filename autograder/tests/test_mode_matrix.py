@@ -196,8 +196,7 @@ def test_bubblewrap_as_a_user_holds_the_file_and_code_tricks(user_course):
     print("bubblewrap as a user, scores:", {name: r["score"] for name, r in got.items()})
 
 
-TWO_STUDENTS = ("ada", "grace")  # side by side under grade-all --jobs 2 (uid-only: their uids and folders)
-ONE_STUDENT = ("ada",)  # where what the mode could break is a grading's own: its TMPDIR, its packages
+TWO_STUDENTS = ("ada", "grace")  # side by side under grade-all (uid-only: their uids and folders)
 
 
 def honest_class(into: Path, students: Sequence[str] = TWO_STUDENTS) -> Path:
@@ -249,13 +248,14 @@ def readable_by_all(folder: Path) -> Path:
 
 
 def test_an_honest_class_keeps_its_points_as_a_user(user_course):
-    """One student of the class graded by a non-root user (bubblewrap in a user namespace), on
-    a course copy of its own under /opt, with a TMPDIR of that user's."""
+    """The class of two graded by a non-root user (bubblewrap in a user namespace), ``grade-all``
+    with its defaults (every core: both side by side), on a course copy of its own under /opt,
+    with a TMPDIR of that user's."""
     source, user_tmp = user_course
-    subs = readable_by_all(honest_class(source.parent / "class", ONE_STUDENT))
+    subs = readable_by_all(honest_class(source.parent / "class"))
     out = user_tmp / "gradebook"
     grade_all(source / ".venv" / "bin" / "python", source, subs, out, user_env(user_tmp), AS_NOBODY)
-    assert_honest_points(out, ONE_STUDENT)
+    assert_honest_points(out)
 
 
 def points_lost(data: dict) -> dict[str, str]:
@@ -330,3 +330,39 @@ def test_run_autograder_under_a_docker_default_gives_carried_native_code_nothing
     assert a1 and data["score"] == 0 and sum(t["score"] for t in a1) == 0, [t["output"][:200] for t in a1][:3]
     # graded, not refused: a grader that could not reach its own work folder gives 0 too
     assert not [t["name"] for t in data["tests"] if "could not grade" in t["output"]]
+
+
+
+# Every entry point's options in every mode. The rest of the 3 x 3 is above, on the whole
+# reference or the class of two: Gradescope's (``grade SUB --out R``, run_autograder's and an
+# instructor's) in uid-only and as root with bubblewrap; the Classroom step's as a user;
+# grade-all's in all three (test_gradebook.py's as root). Here, the three missing, on one honest
+# student's hand-in (the two tasks and the notebook of :func:`honest_class`).
+OPTIONS = {"gradescope": [], "classroom": ["--trust-submission"]}
+DOCKER_DEFAULT = [sys.executable, str(Path(__file__).with_name("docker_default.py"))]
+
+
+def honest_points_lost(data: dict) -> dict[str, str]:
+    """:func:`points_lost` on the honest student's tasks and notebook, which must all be graded."""
+    honest = HONEST_TASKS | {HONEST_NOTEBOOK}
+    graded = {t["extra_data"]["task"] for t in data["tests"]}
+    assert honest <= graded, graded
+    lost = points_lost(data)
+    return {t["name"]: lost[t["name"]] for t in data["tests"] if t["extra_data"]["task"] in honest and t["name"] in lost}
+
+
+@pytest.mark.parametrize("entry, mode", [("classroom", "uid"), ("classroom", "bwrap"), ("gradescope", "user")])
+def test_every_entry_points_options_give_an_honest_student_every_point_in_every_mode(entry, mode, request, tmp_path):
+    """``uid``: namespaces refused as in Docker's default, so ``auto`` picks uid-only; ``bwrap``:
+    root with namespaces, the default mode; ``user``: a non-root user, bubblewrap in a user
+    namespace. Each on the course copy under /opt, ``grade`` with the entry point's options."""
+    if mode == "user":
+        course, user_tmp = request.getfixturevalue("user_course")
+        sub = readable_by_all(honest_class(Path(tempfile.mkdtemp(dir=course.parent)), ("ada",))) / "ada"
+        out, env, prefix = user_tmp / f"{entry}.json", user_env(user_tmp), AS_NOBODY
+    else:
+        course = request.getfixturevalue("opt_course")
+        sub = honest_class(tmp_path / "class", ("ada",)) / "ada"
+        out, env = tmp_path / "results.json", grader_env(Path("/tmp"), None)
+        prefix = DOCKER_DEFAULT if mode == "uid" else []
+    assert honest_points_lost(grade_once(course, sub, out, env, OPTIONS[entry], prefix)) == {}

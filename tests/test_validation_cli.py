@@ -81,3 +81,30 @@ def test_fit_and_leave_one_model_out_flags(tmp_path, capsys, monkeypatch):
     text = capsys.readouterr().out
     assert f"wrote {out}" in text and "leave-one-model-out" in text and "held out" in text
     assert json.loads(out.read_text())["allreduce"] == "one_shot"
+
+
+def test_a_model_configs_folder_beside_the_experiments_is_read(tmp_path, capsys):
+    """The shared data's layout, ``DATA/*`` with a model servelab does not ship: its config in
+    ``DATA/model_configs`` is found without ``--model-configs``, and the run is the one its
+    shape gives (here the 7B's shape under another name: the 7B's predictions)."""
+    import shutil
+
+    source = shipped_experiment_dirs()[0]
+    data = tmp_path / "data"
+    renamed = data / "renamed-run"
+    shutil.copytree(source, renamed)
+    config = renamed / "exp-config.yaml"
+    text = config.read_text()
+    assert "meta-llama/Llama-2-7b-hf" in text
+    config.write_text(text.replace("meta-llama/Llama-2-7b-hf", "someone/Renamed-7b"))
+    assert main(["validate", *map(str, data.iterdir())]) == 2
+    assert "'Renamed-7b', which has no config.json" in capsys.readouterr().err
+    (data / "model_configs" / "Renamed-7b").mkdir(parents=True)
+    shutil.copyfile(shipped_data_dir() / "model_configs" / "Llama-2-7b-hf" / "config.json",
+                    data / "model_configs" / "Renamed-7b" / "config.json")
+    assert main(["validate", *map(str, data.iterdir()), "--json", str(tmp_path / "renamed.json")]) == 0
+    assert main(["validate", str(source), "--json", str(tmp_path / "original.json")]) == 0
+    renamed_records = json.loads((tmp_path / "renamed.json").read_text())
+    original = json.loads((tmp_path / "original.json").read_text())
+    assert [r["experiment"] for r in renamed_records] == ["renamed-run"] * len(original)
+    assert [r["predicted"] for r in renamed_records] == [r["predicted"] for r in original]

@@ -9,7 +9,10 @@
 
 An argument that is an experiment folder (it has ``results/``) is read; a folder holding
 experiment folders is read as all of them; anything else (a README, ``model_configs``) is
-skipped with a note, so that ``servelab validate DATA/*`` works.
+skipped with a note, so that ``servelab validate DATA/*`` works. Without ``--model-configs``,
+the models are those servelab ships and those of any ``model_configs`` folder beside the
+experiment folders (the shared data's own layout: ``DATA/model_configs/NAME/config.json``),
+which win where both name a model.
 
 >>> from servelab.validation.command import experiment_dirs
 >>> from servelab.validation.experiment import shipped_data_dir
@@ -53,6 +56,23 @@ def experiment_dirs(paths: Sequence[Path]) -> tuple[list[Path], list[Path]]:
     return found, skipped
 
 
+def models_for(dirs: Sequence[Path], model_configs: str | None) -> dict[str, ServedModel]:
+    """The models the experiments in ``dirs`` may serve: ``model_configs``'s when given, else
+    the shipped ones updated by every ``model_configs`` folder beside an experiment folder.
+
+    >>> from servelab.validation.experiment import shipped_experiment_dirs
+    >>> sorted(models_for(shipped_experiment_dirs(), None))
+    ['Llama-2-70b-hf', 'Llama-2-7b-hf', 'Mixtral-8x7B-v0.1']
+    """
+    if model_configs:
+        return read_model_configs(model_configs)
+    models = shipped_models()
+    for beside in dict.fromkeys(d.parent / "model_configs" for d in dirs):
+        if beside.is_dir():
+            models.update(read_model_configs(beside))
+    return models
+
+
 def predict_all(experiments: Sequence[Experiment], models: dict[str, ServedModel], calibration: Calibration,
                 seed: int = 0) -> list[ExperimentPrediction]:
     """Every experiment simulated with ``calibration``."""
@@ -69,7 +89,8 @@ def add_validate_parser(sub: Any, check_out_dir: Callable[..., Path]) -> None:
     p.add_argument("dirs", nargs="*", metavar="DIR",
                    help="experiment folders, or folders of them (default: the runs servelab ships)")
     p.add_argument("--model-configs", metavar="DIR",
-                   help="folder of NAME/config.json (default: the configurations servelab ships)")
+                   help="folder of NAME/config.json (default: the configurations servelab ships, and those of a "
+                        "model_configs folder beside the experiment folders)")
     p.add_argument("--calibration", metavar="FILE",
                    help=f"a calibration JSON file, or '{FITTED}' for the shipped fit (default: the paper GPU as is)")
     p.add_argument("--json", metavar="OUT", help="write the records (experiment, stage, metric, predicted, measured)")
@@ -121,7 +142,7 @@ def _validate(args: argparse.Namespace, console: Any, check_out_dir: Callable[..
     if not dirs:
         raise ValueError("no experiment folder among the arguments (one holds results/stage_N_lifecycle_metrics.json)")
     experiments = [read_experiment(d) for d in dirs]
-    models = read_model_configs(args.model_configs) if args.model_configs else shipped_models()
+    models = models_for(dirs, args.model_configs)
     for e in experiments:
         model_for(e, models)  # every model known before any work
     calibration = load_calibration(args.calibration) if args.calibration else PAPER

@@ -196,8 +196,19 @@ impl<K: PrefixKv> Part for Prefixed<'_, K> {
         self.dec.crossing(step) > self.pool.kv.num_free_blocks()
     }
 
-    /// The decoders at a block boundary this step take or fill their block, in running order.
+    /// The decoders at a block boundary this step take or fill their block, in running order:
+    /// in one bulk where the pool keeps them (`prefix_pool/lazy.rs`), else one by one.
     fn take_slots(&mut self, step: i64) -> CoreResult<()> {
+        if K::LAZY {
+            let Prefixed { pool, state, dec, .. } = self;
+            let (live, bs, order) = (&pool.live, dec.block_size(), &dec.order);
+            // how many takers run before decoder `o` (asked only in a race: the pool's docs)
+            let before = |o: usize| {
+                let takes = |&&q: &&u32| state[q as usize] == DECODING && (live[q as usize].computed + step).rem_euclid(bs) == 0;
+                order.iter().take_while(|&&q| q as usize != o).filter(takes).count() as i64
+            };
+            return pool.kv.take_for_decoders(dec.crossing(step), step, before);
+        }
         let bs = self.dec.block_size();
         let today = self.events.take(step);
         for &(seq, r) in &today {
@@ -304,7 +315,10 @@ impl<K: PrefixKv> Part for Prefixed<'_, K> {
             let computed = s.computed + step;
             // the steps it will not run as an aggregate any more
             self.pool.pre.computed_tokens[r] -= self.pool.last_step(r) - step + 1;
-            self.pool.live[r] = Live { computed, held: computed, pending: computed - s.pending, generated: computed + 1 - p };
+            // a decoder the pool kept has its slots written now
+            self.pool.kv.stop_decoding(r, step - 1)?;
+            let written = if K::LAZY { computed } else { s.pending };
+            self.pool.live[r] = Live { computed, held: computed, pending: computed - written, generated: computed + 1 - p };
             self.state[r] = PREFILLING;
             running.push(r);
         }
@@ -344,6 +358,10 @@ impl<K: PrefixKv> Prefixed<'_, K> {
         let last = self.pool.last_step(r);
         self.pool.pre.computed_tokens[r] += last - step + 1;
         self.dec.push(r, c, last, seq);
+        if K::LAZY {
+            self.pool.kv.start_decoding(r, c);
+            return;
+        }
         let ev = next_event(self.dec.block_size(), c, step);
         if ev <= last {
             self.events.push(ev, seq, r as u32);

@@ -34,6 +34,8 @@
 
 use std::collections::VecDeque;
 
+mod lazy;
+
 use super::prefixes::Prefixes;
 use crate::error::{CoreError, CoreResult};
 use crate::sim::Workload;
@@ -68,6 +70,22 @@ pub(super) trait PrefixKv {
     }
     /// (prefix hits, lookups, evictions, host hits).
     fn counters(&self) -> (u64, u64, u64, u64);
+
+    /// Whether the pool keeps the event loop's decoders itself (`prefix_pool/lazy.rs`: their
+    /// block takes in bulk, their fills written when someone could tell them apart); else the
+    /// loop makes each decoder's block events one by one ([`PrefixKv::append`]).
+    const LAZY: bool = false;
+    /// Decoder `r`, of offset `offset` (`computed - step`), is kept by the pool from now on.
+    fn start_decoding(&mut self, _r: usize, _offset: i64) {}
+    /// Decoder `r` leaves the pool's keeping: its slots up to step `through`'s written.
+    fn stop_decoding(&mut self, _r: usize, _through: i64) -> CoreResult<()> {
+        Ok(())
+    }
+    /// Step `step`'s `n` decoders at a block boundary take their blocks, in running order;
+    /// `before(o)`: how many of them run before decoder `o` (asked only where it matters).
+    fn take_for_decoders(&mut self, _n: i64, _step: i64, _before: impl FnMut(usize) -> i64) -> CoreResult<()> {
+        Err(internal("this pool keeps no decoders"))
+    }
 }
 
 /// One key: the reference count of its cached block ([`NONE`]: not cached; 0: free, in the
@@ -80,14 +98,16 @@ struct Slot {
 }
 
 /// An origin's keys: its first slot (of key `first`, the block its own tokens begin in) or
-/// [`NONE`], how many of them are cached (its range is given back at 0), and its range's size
-/// class (`1 << class` slots).
+/// [`NONE`], how many of them are cached (its range is given back at 0), its range's size
+/// class (`1 << class` slots), and whether it is a decoder the pool keeps (`lazy.rs`): 16
+/// bytes, read by every eviction.
 #[derive(Debug, Clone, Copy)]
 struct Origin {
     base: u32,
     cached: u32,
     first: u32,
-    class: u32,
+    class: u16,
+    lazy: bool,
 }
 
 /// A run of blocks `[lo, hi)` of a request's chain whose last tokens have origin `o`.
@@ -102,6 +122,8 @@ struct Seq {
     segs: Vec<Segment>,
     marked: usize,
     tokens: i64,
+    /// a decoder the pool keeps: `computed - step` (`lazy.rs`)
+    offset: i64,
 }
 
 pub(super) struct KeyedPool {
@@ -136,6 +158,8 @@ pub(super) struct KeyedPool {
     /// a free), and the request whose allocation failed last with the state it failed in
     epoch: u64,
     blocked: Option<(usize, i64, i64, u64)>,
+    /// the last step whose decoders took their slots (`lazy.rs`)
+    now: i64,
 }
 
 fn internal(msg: &str) -> CoreError {
@@ -160,7 +184,7 @@ impl KeyedPool {
                     // may share (`prompt + output` tokens)
                     let first = prefixes.len[o] / bs;
                     let size = ((w.prompt_len[o] + w.output_len[o]) / bs - first).max(1);
-                    Origin { base: NONE, cached: 0, first: first as u32, class: (size as u64).next_power_of_two().trailing_zeros() }
+                    Origin { base: NONE, cached: 0, first: first as u32, class: (size as u64).next_power_of_two().trailing_zeros() as u16, lazy: false }
                 })
                 .collect(),
             spare: vec![Vec::new(); 33],
@@ -177,6 +201,7 @@ impl KeyedPool {
             evictions: 0,
             epoch: 0,
             blocked: None,
+            now: 0,
         }
     }
 
@@ -240,24 +265,30 @@ impl KeyedPool {
     }
 
     /// Takes `n` blocks from the front of the free queue (the caller checked they are free).
-    fn take(&mut self, n: i64) {
+    fn take(&mut self, n: i64) -> CoreResult<()> {
         for _ in 0..n {
-            self.pop();
+            self.pop(|pool, e| pool.settle_evicted(e))?;
         }
+        Ok(())
     }
 
-    /// Takes the front block of the free queue for new content, evicting its key.
+    /// Takes the front block of the free queue for new content, evicting its key; `lazy` runs
+    /// first where the key's origin is a decoder the pool keeps (`lazy.rs`).
     #[inline(always)]
-    fn pop(&mut self) {
+    fn pop(&mut self, mut lazy: impl FnMut(&mut Self, u32) -> CoreResult<()>) -> CoreResult<()> {
         loop {
-            let e = self.queue.pop_front().expect("a free block has a live entry");
+            let e = self.queue.pop_front().ok_or_else(|| internal("a free block has a live entry"))?;
             let pos = self.qbase;
             self.qbase = self.qbase.wrapping_add(1);
             if e == NONE {
-                return;
+                return Ok(());
             }
-            let s = &mut self.slots[e as usize];
+            let s = self.slots[e as usize];
             if s.pins == 0 && s.qpos == pos {
+                if self.origins[s.owner as usize].lazy {
+                    lazy(self, e)?;
+                }
+                let s = &mut self.slots[e as usize];
                 s.pins = NONE;
                 self.evictions += 1;
                 let g = &mut self.origins[s.owner as usize];
@@ -267,7 +298,7 @@ impl KeyedPool {
                     self.spare[g.class as usize].push(g.base);
                     g.base = NONE;
                 }
-                return;
+                return Ok(());
             }
         }
     }
@@ -325,6 +356,9 @@ impl KeyedPool {
     /// [`KeyedPool::offer`] of `r`'s blocks `lo..hi`, all of origin `o`.
     #[inline]
     fn register(&mut self, r: usize, o: usize, lo: usize, hi: usize) -> CoreResult<()> {
+        if o != r && self.origins[o].lazy {
+            self.materialize(o, self.now)?; // its fills came first
+        }
         let off = self.range(o)? as i64 - self.first_key(o);
         let (slots, chain) = (&mut self.slots, &mut self.seqs[r].chain);
         let mut won = 0;
@@ -409,6 +443,10 @@ impl KeyedPool {
 
 impl PrefixKv for KeyedPool {
     fn allocate(&mut self, r: usize, tokens: i64) -> CoreResult<Option<i64>> {
+        if self.caching {
+            self.segments(r);
+            self.settle_segments()?; // the fills of the decoders it could hit, before its check
+        }
         if let Some((b, t, free, epoch)) = self.blocked {
             // nothing happened that could make the same allocation fit (the same answer)
             if b == r && t == tokens && self.free <= free && self.epoch == epoch {
@@ -418,9 +456,6 @@ impl PrefixKv for KeyedPool {
         let bs = self.bs;
         let n_blocks = (tokens + bs - 1) / bs;
         let max_hits = if self.caching { (tokens - 1) / bs } else { 0 };
-        if self.caching {
-            self.segments(r);
-        }
         let mut chain = self.chains.pop().unwrap_or_default();
         let h = if n_blocks <= self.free {
             // it fits whatever it hits (each hit takes at most the one block it saves): one
@@ -456,12 +491,12 @@ impl PrefixKv for KeyedPool {
         self.blocked = None;
         self.lookups += max_hits as u64;
         self.hits += h as u64;
-        self.take(need);
+        self.take(need)?;
         self.free -= need;
         chain.resize(n_blocks as usize, NONE);
         let mut segs = self.spare_segs.pop().unwrap_or_default();
         segs.extend_from_slice(&self.segs);
-        self.seqs[r] = Seq { chain, segs, marked: h as usize, tokens };
+        self.seqs[r] = Seq { chain, segs, marked: h as usize, tokens, offset: 0 };
         Ok(Some(h * bs))
     }
 
@@ -477,7 +512,7 @@ impl PrefixKv for KeyedPool {
         if self.free == 0 || self.seqs[r].tokens % self.bs != 0 {
             return Err(internal("an append opening a block found none free"));
         }
-        self.pop();
+        self.pop(|pool, e| pool.settle_evicted(e))?;
         self.free -= 1;
         let s = &mut self.seqs[r];
         s.chain.push(NONE);
@@ -511,11 +546,13 @@ impl PrefixKv for KeyedPool {
     }
 
     fn release(&mut self, r: usize) -> CoreResult<()> {
+        self.stop_decoding(r, self.now)?;
         self.free_seq(r);
         Ok(())
     }
 
     fn preempt(&mut self, r: usize) -> CoreResult<()> {
+        self.stop_decoding(r, self.now)?;
         self.free_seq(r);
         Ok(())
     }
@@ -531,5 +568,19 @@ impl PrefixKv for KeyedPool {
 
     fn counters(&self) -> (u64, u64, u64, u64) {
         (self.hits, self.lookups, self.evictions, 0)
+    }
+
+    const LAZY: bool = true;
+
+    fn start_decoding(&mut self, r: usize, offset: i64) {
+        self.keep_decoder(r, offset);
+    }
+
+    fn stop_decoding(&mut self, r: usize, through: i64) -> CoreResult<()> {
+        self.drop_decoder(r, through)
+    }
+
+    fn take_for_decoders(&mut self, n: i64, step: i64, before: impl FnMut(usize) -> i64) -> CoreResult<()> {
+        self.bulk_take(n, step, before)
     }
 }

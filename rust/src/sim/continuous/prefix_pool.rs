@@ -36,6 +36,7 @@ use std::collections::VecDeque;
 
 mod lazy;
 
+use super::prefix_lineage::{Lineage, Segment};
 use super::prefixes::Prefixes;
 use crate::error::{CoreError, CoreResult};
 use crate::sim::Workload;
@@ -110,8 +111,6 @@ struct Origin {
     lazy: bool,
 }
 
-/// A run of blocks `[lo, hi)` of a request's chain whose last tokens have origin `o`.
-type Segment = (usize, i64, i64);
 
 /// A request's blocks while it holds some: its chain (a slot where it holds the cached block of
 /// that key, else [`NONE`]), the leading full blocks offered to the cache, the slots written.
@@ -131,9 +130,8 @@ pub(super) struct KeyedPool {
     caching: bool,
     num_blocks: i64,
     free: i64,
-    /// per request: its parent and the length of its shared prefix, side by side (one miss on
-    /// memory a step up the parents, where the two columns of [`Prefixes`] took two)
-    links: Vec<(i64, i64)>,
+    /// per request, the runs of origins of its tokens
+    lineage: Lineage,
     slots: Vec<Slot>,
     /// per origin: its range of slots (one miss on memory for what an eviction reads)
     origins: Vec<Origin>,
@@ -176,7 +174,7 @@ impl KeyedPool {
             caching,
             num_blocks,
             free: num_blocks,
-            links: prefixes.parent.iter().zip(prefixes.len).map(|(&p, &l)| (p, l)).collect(),
+            lineage: Lineage::new(w, prefixes, caching),
             slots: Vec::new(),
             origins: (0..n)
                 .map(|o| {
@@ -211,31 +209,13 @@ impl KeyedPool {
         self.origins[o].first as i64
     }
 
-    /// Request `r`'s chain of keys as segments, from its first block on (module docs): walking
-    /// up its parents, each request's own tokens run from its `len` to where its child's shared
-    /// part ends.
+    /// Request `r`'s chain of keys as segments, from its first block on (module docs).
     fn segments(&mut self, r: usize) {
         if self.segs_of == r {
             return;
         }
         self.segs_of = r;
-        self.segs.clear();
-        let (mut cur, mut hi) = (r, i64::MAX);
-        loop {
-            let (p, lo) = self.links[cur];
-            if lo < hi {
-                let end = if hi == i64::MAX { i64::MAX } else { hi / self.bs };
-                if lo / self.bs < end {
-                    self.segs.push((cur, lo / self.bs, end));
-                }
-                hi = lo;
-            }
-            if p < 0 || hi == 0 {
-                break;
-            }
-            cur = p as usize;
-        }
-        self.segs.reverse();
+        self.lineage.segments(r, self.bs, &mut self.segs);
     }
 
     /// Origin `o`'s range of slots, made if it has none.

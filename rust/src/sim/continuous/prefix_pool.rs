@@ -246,40 +246,60 @@ impl KeyedPool {
 
     /// Takes `n` blocks from the front of the free queue (the caller checked they are free).
     fn take(&mut self, n: i64) -> CoreResult<()> {
-        for _ in 0..n {
-            self.pop(|pool, e| pool.settle_evicted(e))?;
-        }
-        Ok(())
+        self.evict(n, |pool, e, _| pool.settle_evicted(e))
     }
 
-    /// Takes the front block of the free queue for new content, evicting its key; `lazy` runs
-    /// first where the key's origin is a decoder the pool keeps (`lazy.rs`).
+    /// Takes the `n` front blocks of the free queue for new content, evicting their keys;
+    /// `lazy(pool, slot, k)` runs before the `k`-th where the key's origin is a decoder the pool
+    /// keeps (`lazy.rs`). An origin's count of cached keys is updated once per run of its
+    /// keys (a freed chain's keys sit side by side in the queue): one origin read a run, not
+    /// one an eviction, which held each eviction up behind its slot's read.
     #[inline(always)]
-    fn pop(&mut self, mut lazy: impl FnMut(&mut Self, u32) -> CoreResult<()>) -> CoreResult<()> {
-        loop {
+    fn evict(&mut self, n: i64, mut lazy: impl FnMut(&mut Self, u32, i64) -> CoreResult<()>) -> CoreResult<()> {
+        let (mut owner, mut owner_lazy, mut gone) = (NONE, false, 0u32);
+        let mut k = 0;
+        while k < n {
             let e = self.queue.pop_front().ok_or_else(|| internal("a free block has a live entry"))?;
             let pos = self.qbase;
             self.qbase = self.qbase.wrapping_add(1);
             if e == NONE {
-                return Ok(());
+                k += 1;
+                continue;
             }
             let s = self.slots[e as usize];
-            if s.pins == 0 && s.qpos == pos {
-                if self.origins[s.owner as usize].lazy {
-                    lazy(self, e)?;
-                }
-                let s = &mut self.slots[e as usize];
-                s.pins = NONE;
-                self.evictions += 1;
-                let g = &mut self.origins[s.owner as usize];
-                g.cached -= 1;
-                if g.cached == 0 {
-                    // its last cached key: the range goes back for reuse (all its slots NONE)
-                    self.spare[g.class as usize].push(g.base);
-                    g.base = NONE;
-                }
-                return Ok(());
+            if s.pins != 0 || s.qpos != pos {
+                continue; // stale: hit since it was freed
             }
+            if s.owner != owner {
+                self.uncache(owner, gone);
+                (owner, owner_lazy, gone) = (s.owner, self.origins[s.owner as usize].lazy, 0);
+            }
+            if owner_lazy {
+                self.uncache(owner, gone);
+                gone = 0;
+                lazy(self, e, k)?;
+            }
+            self.slots[e as usize].pins = NONE;
+            gone += 1;
+            k += 1;
+        }
+        self.uncache(owner, gone);
+        Ok(())
+    }
+
+    /// `gone` cached keys of origin `o` (or [`NONE`]) were evicted; at its last, its range goes
+    /// back for reuse (all its slots NONE).
+    #[inline(always)]
+    fn uncache(&mut self, o: u32, gone: u32) {
+        if gone == 0 {
+            return;
+        }
+        self.evictions += gone as u64;
+        let g = &mut self.origins[o as usize];
+        g.cached -= gone;
+        if g.cached == 0 {
+            self.spare[g.class as usize].push(g.base);
+            g.base = NONE;
         }
     }
 
@@ -492,7 +512,7 @@ impl PrefixKv for KeyedPool {
         if self.free == 0 || self.seqs[r].tokens % self.bs != 0 {
             return Err(internal("an append opening a block found none free"));
         }
-        self.pop(|pool, e| pool.settle_evicted(e))?;
+        self.take(1)?;
         self.free -= 1;
         let s = &mut self.seqs[r];
         s.chain.push(NONE);

@@ -92,9 +92,7 @@ impl KeyedPool {
         if n > self.free {
             return Err(internal("the decoders' takes found too few free blocks"));
         }
-        for k in 0..n {
-            self.pop(|pool, e| pool.settle_taken(e, step, k, &mut before))?;
-        }
+        self.evict(n, |pool, e, k| pool.settle_taken(e, step, k, &mut before))?;
         self.free -= n;
         self.now = step;
         Ok(())

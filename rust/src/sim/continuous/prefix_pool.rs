@@ -35,6 +35,7 @@
 use std::collections::VecDeque;
 
 mod lazy;
+mod shared;
 
 use super::prefix_lineage::{Lineage, Segment};
 use super::prefixes::Prefixes;
@@ -111,7 +112,6 @@ struct Origin {
     lazy: bool,
 }
 
-
 /// A request's blocks while it holds some: its chain (a slot where it holds the cached block of
 /// that key, else [`NONE`]), the leading full blocks offered to the cache, the slots written.
 #[derive(Debug, Default)]
@@ -123,6 +123,8 @@ struct Seq {
     tokens: i64,
     /// a decoder the pool keeps: `computed - step` (`lazy.rs`)
     offset: i64,
+    /// its chain's first blocks held as a range (`shared.rs`; their entries [`NONE`])
+    ranged: usize,
 }
 
 pub(super) struct KeyedPool {
@@ -135,6 +137,9 @@ pub(super) struct KeyedPool {
     slots: Vec<Slot>,
     /// per origin: its range of slots (one miss on memory for what an eviction reads)
     origins: Vec<Origin>,
+    /// per origin: its first keys held as a range, as (how many keys, how many holders)
+    /// (`shared.rs`)
+    held: Vec<(u32, u32)>,
     /// given back ranges, by size class (`1 << c` slots)
     spare: Vec<Vec<u32>>,
     queue: VecDeque<u32>,
@@ -185,6 +190,7 @@ impl KeyedPool {
                     Origin { base: NONE, cached: 0, first: first as u32, class: (size as u64).next_power_of_two().trailing_zeros() as u16, lazy: false }
                 })
                 .collect(),
+            held: vec![(0, 0); if caching { n } else { 0 }],
             spare: vec![Vec::new(); 33],
             queue: (0..num_blocks).map(|_| NONE).collect(),
             qbase: 0,
@@ -377,23 +383,27 @@ impl KeyedPool {
 
     /// Pins the cached blocks of the chain in `segs` from its first on, up to `limit` of them
     /// or the first key not cached, pushing their slots to `chain`: a prefix hit on each (a
-    /// free one leaves the free queue). Returns how many.
+    /// free one leaves the free queue). Returns how many, and how many of them are held as a
+    /// range (`shared.rs`).
     #[inline(always)]
-    fn pin(&mut self, limit: i64, chain: &mut Vec<u32>) -> i64 {
-        let mut h = 0;
-        'walk: for &(o, lo, hi) in &self.segs {
+    fn pin(&mut self, limit: i64, chain: &mut Vec<u32>) -> (i64, usize) {
+        let ranged = self.hold_first(limit).unwrap_or(0);
+        chain.resize(ranged as usize, NONE);
+        let mut h = ranged;
+        'walk: for &(o, lo, hi) in &self.segs[(ranged > 0) as usize..] {
             let g = self.origins[o];
             if lo >= limit || g.base == NONE {
                 break;
             }
             let off = g.base as i64 - g.first as i64;
+            let cov = self.covered(o, lo);
             for i in lo..hi.min(limit) {
                 let k = (off + i) as usize;
                 let s = &mut self.slots[k];
                 if s.pins == NONE {
                     break 'walk;
                 }
-                if s.pins == 0 {
+                if s.pins == 0 && i >= cov {
                     self.free -= 1;
                     self.epoch += 1;
                 }
@@ -402,7 +412,7 @@ impl KeyedPool {
                 h += 1;
             }
         }
-        h
+        (h, ranged as usize)
     }
 
     /// Frees `r`'s blocks: those it alone held join the back of the free queue, last first.
@@ -414,11 +424,17 @@ impl KeyedPool {
         let pos = self.qbase.wrapping_add(self.queue.len() as u32);
         // the freed entries gathered first, then joined to the queue in one copy (a push at a
         // time wrapped its index at every entry)
+        // its first blocks held as a range, its own; those covered by another's (`shared.rs`)
+        let ranged = self.seqs[r].ranged;
+        let (first, cov) = match self.seqs[r].segs.first() {
+            Some(&(o, 0, hi)) if !self.held.is_empty() => (o, (self.covered(o, 0).min(hi) as usize).clamp(ranged, chain.len())),
+            _ => (NONE as usize, ranged),
+        };
         let out = &mut self.freeing;
         out.clear();
         out.resize(chain.len(), NONE);
         let mut freed = 0;
-        for &e in chain.iter().rev() {
+        for &e in chain[cov..].iter().rev() {
             if e != NONE {
                 let s = &mut self.slots[e as usize];
                 s.pins -= 1;
@@ -430,8 +446,25 @@ impl KeyedPool {
             out[freed] = e;
             freed += 1;
         }
+        // covered by another's range: not free when no one holds them block by block
+        let stale = self.qbase.wrapping_sub(1);
+        for &e in chain[ranged..cov].iter().rev() {
+            if e != NONE {
+                let s = &mut self.slots[e as usize];
+                s.pins -= 1;
+                if s.pins == 0 {
+                    s.qpos = stale;
+                }
+                continue;
+            }
+            out[freed] = e;
+            freed += 1;
+        }
         self.queue.extend(&out[..freed]);
         self.free += freed as i64;
+        if ranged > 0 {
+            self.leave_first(first);
+        }
         chain.clear();
         self.chains.push(chain);
         let mut segs = std::mem::take(&mut self.seqs[r].segs);
@@ -457,7 +490,7 @@ impl PrefixKv for KeyedPool {
         let n_blocks = (tokens + bs - 1) / bs;
         let max_hits = if self.caching { (tokens - 1) / bs } else { 0 };
         let mut chain = self.chains.pop().unwrap_or_default();
-        let h = if n_blocks <= self.free {
+        let (h, ranged) = if n_blocks <= self.free {
             // it fits whatever it hits (each hit takes at most the one block it saves): one
             // walk that pins as it goes
             self.pin(max_hits, &mut chain)
@@ -470,13 +503,14 @@ impl PrefixKv for KeyedPool {
                         break;
                     }
                     let off = g.base as i64 - g.first as i64;
+                    let cov = self.covered(o, lo); // held as a range: pinned
                     for i in lo..hi.min(max_hits) {
                         let pins = self.slots[(off + i) as usize].pins;
                         if pins == NONE {
                             break 'walk;
                         }
                         h += 1;
-                        hits_free += (pins == 0) as i64;
+                        hits_free += (pins == 0 && i >= cov) as i64;
                     }
                 }
             }
@@ -496,7 +530,7 @@ impl PrefixKv for KeyedPool {
         chain.resize(n_blocks as usize, NONE);
         let mut segs = self.spare_segs.pop().unwrap_or_default();
         segs.extend_from_slice(&self.segs);
-        self.seqs[r] = Seq { chain, segs, marked: h as usize, tokens, offset: 0 };
+        self.seqs[r] = Seq { chain, segs, marked: h as usize, tokens, offset: 0, ranged };
         Ok(Some(h * bs))
     }
 

@@ -43,7 +43,6 @@ pub mod per_step;
 pub mod prefix;
 mod prefix_alloc;
 pub mod prefix_events;
-mod prefix_lineage;
 mod prefix_pool;
 mod prefixes;
 pub(crate) mod rules;

@@ -37,8 +37,7 @@ use std::collections::VecDeque;
 mod lazy;
 mod shared;
 
-use super::prefix_lineage::{Lineage, Segment};
-use super::prefixes::Prefixes;
+use super::prefixes::{Lineage, Prefixes, Segment};
 use crate::error::{CoreError, CoreResult};
 use crate::sim::Workload;
 

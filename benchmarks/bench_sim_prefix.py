@@ -7,7 +7,7 @@ H100, vLLM's defaults): single-turn requests with one of 4 shared 1024-token sys
 * **off**: prefix caching off, the event-driven loop (``continuous/event_driven.rs``, cost per event);
 * **on, none**: prefix caching on without ``shared_prefixes``: the event-driven prefix loop
   (``continuous/prefix_events.rs``) over its KV pool by exact keys (``continuous/prefix_pool.rs``:
-  no hashing, no token storage), alone;
+  no hashing, no token storage; the decoders' block events kept by the pool, in bulk), alone;
 * **on**: prefix caching on the shared prefixes.
 
 Then the acceptance rows of prefix caching at event speed: 4-turn chats at 20 new a second,
@@ -74,8 +74,9 @@ def run(console: Console, quick: bool = False) -> None:
                       "-" if label == "off" else f"{times[label] / times['off']:.0f}x")
     console.print(t)
     console.print("   off: the event-driven loop (cost per event); on: the event-driven prefix loop over its KV pool "
-                  "by exact keys (a block named by its last token's request and its index: no hashing): it touches "
-                  "the pool when a request crosses a block boundary, is admitted, finishes or is preempted. on, none: "
+                  "by exact keys (a block named by its last token's request and its index: no hashing): the "
+                  "decoders' block takes one bulk a step, their fills written when a lookup could tell; a shared "
+                  "system prompt held as one range. on, none: "
                   "prefix caching without shared prefixes (the loop's own cost). cached: prompt tokens served from "
                   "the prefix cache. vs off: times the event-driven run's time.")
     for sessions in ((500, 2_000) if quick else (25_000, 100_000)):

@@ -30,7 +30,8 @@
 //! On the per-step twin, every running request is visited in every step: `O(tokens)`, not the
 //! event-driven loop's `O(events)`. A decoder touches the pool only twice a block (when it
 //! takes the block and when it fills it: the only moments the pool or the cache can tell),
-//! writing the slots in between in one call. `make bench` shows both loops. With prefix caching
+//! writing the slots in between in one call (the event-driven loop over the exact-key pool
+//! not even that: `prefix_pool/lazy.rs`). `make bench` shows both loops. With prefix caching
 //! off it makes the event-driven loop's batches and clock, bit for bit (the tests below check
 //! it). With speculation, kept guesses take their slots one by one after the step, as the
 //! engine appends them, so they can evict a cached block or fill one.

@@ -12,9 +12,15 @@
 //! the decoder changes but its context, one token a step. So the decoders are kept as in
 //! `event_driven.rs`: their count, the sum of their offsets `computed - step`, a count per
 //! residue of the offset modulo the block size (how many take a block in a step: more than
-//! are free, and rule 3 preempts, which runs the per-step way), a heap of the steps they
-//! finish in, and a calendar of their next block events. The allocator is touched only when a
-//! request crosses a block boundary, is admitted, finishes or is preempted.
+//! are free, and rule 3 preempts, which runs the per-step way), and a heap of the steps they
+//! finish in.
+//!
+//! The exact-key pool (the default) keeps the decoders' block events itself
+//! (`prefix_pool/lazy.rs`): a step's takes are one bulk of pops, `n` from the residue count,
+//! and a decoder's fills are written when a lookup, a registration or an eviction could tell
+//! them apart, or when it leaves; no decoder is visited per block. The real allocator (a host
+//! tier) hears of each one instead, from a calendar of the decoders' next block events: it is
+//! touched when a request crosses a block boundary, is admitted, finishes or is preempted.
 //!
 //! # The order of the calls
 //!
@@ -24,7 +30,8 @@
 //! the price the finishing decoders in running order, then the completed prefills. The
 //! running order is the order of admission (a preempted request leaves it, and joins at the
 //! back when it is admitted again), so both the heap and each day of the calendar are ordered
-//! by (step, admission count).
+//! by (step, admission count); the exact-key pool asks for it only where a take and a fill of
+//! the same step race for one slot.
 //!
 //! # A head that does not fit
 //!

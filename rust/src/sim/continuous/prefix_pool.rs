@@ -31,6 +31,14 @@
 //! As in `blocks/free_queue.rs`: a ring of entries (a slot, or [`NONE`] for an anonymous block)
 //! with lazy removal, each slot stamped with its position when pushed; a prefix hit on a free
 //! cached block only makes its entry stale.
+//!
+//! # Less than a call per block
+//!
+//! Beside the allocator's calls, the pool keeps the event loop's decoders itself
+//! (`prefix_pool/lazy.rs`: their block takes in bulk, their fills written late) and holds a
+//! first segment that many chains share, a system prompt, as one range with a count of
+//! holders (`prefix_pool/shared.rs`); a request's chain of keys comes from its listed runs of
+//! origins ([`Lineage`], not a walk up the parents).
 
 use std::collections::VecDeque;
 

@@ -1,0 +1,149 @@
+//! The free queue of the exact-key pool (lecture §3.5, vLLM's per-block LRU order): evictions
+//! from its front, frees onto its back, and the compaction of its stale entries (the module
+//! docs of `prefix_pool.rs`, "The free queue").
+
+use super::{internal, KeyedPool, Seq, NONE};
+use crate::error::CoreResult;
+
+/// Stale queue entries tolerated beyond the live ones (a few in the tests, so that they compact).
+const SLACK: usize = if cfg!(test) { 2 } else { 1024 };
+
+impl KeyedPool {
+    /// Takes `n` blocks from the front of the free queue (the caller checked they are free).
+    #[inline]
+    pub(super) fn take(&mut self, n: i64) -> CoreResult<()> {
+        self.evict(n, |pool, e, _| pool.settle_evicted(e))
+    }
+
+    /// Takes the `n` front blocks of the free queue for new content, evicting their keys;
+    /// `lazy(pool, slot, k)` runs before the `k`-th where the key's origin is a decoder the pool
+    /// keeps (`lazy.rs`). An origin's count of cached keys is updated once per run of its
+    /// keys (a freed chain's keys sit side by side in the queue): one origin read a run, not
+    /// one an eviction, which held each eviction up behind its slot's read.
+    #[inline(always)]
+    pub(super) fn evict(&mut self, n: i64, mut lazy: impl FnMut(&mut Self, u32, i64) -> CoreResult<()>) -> CoreResult<()> {
+        let (mut owner, mut owner_lazy, mut gone) = (NONE, false, 0u32);
+        let mut k = 0;
+        while k < n {
+            let e = self.queue.pop_front().ok_or_else(|| internal("a free block has a live entry"))?;
+            let pos = self.qbase;
+            self.qbase = self.qbase.wrapping_add(1);
+            if e == NONE {
+                k += 1;
+                continue;
+            }
+            let s = self.slots[e as usize];
+            if s.pins != 0 || s.qpos != pos {
+                continue; // stale: hit since it was freed
+            }
+            if s.owner != owner {
+                self.uncache(owner, gone);
+                (owner, owner_lazy, gone) = (s.owner, self.origins[s.owner as usize].lazy, 0);
+            }
+            if owner_lazy {
+                self.uncache(owner, gone);
+                gone = 0;
+                lazy(self, e, k)?;
+            }
+            self.slots[e as usize].pins = NONE;
+            gone += 1;
+            k += 1;
+        }
+        self.uncache(owner, gone);
+        Ok(())
+    }
+
+    /// `gone` cached keys of origin `o` (or [`NONE`]) were evicted; at its last, its range goes
+    /// back for reuse (all its slots NONE).
+    #[inline(always)]
+    fn uncache(&mut self, o: u32, gone: u32) {
+        if gone == 0 {
+            return;
+        }
+        self.evictions += gone as u64;
+        let g = &mut self.origins[o as usize];
+        g.cached -= gone;
+        if g.cached == 0 {
+            self.spare[g.class as usize].push(g.base);
+            g.base = NONE;
+        }
+    }
+
+    /// Drops the stale entries of the free queue, restamping the live ones. Positions are
+    /// u32 and wrap: a stale entry lives until the ring holds twice the free blocks (at most
+    /// `2 * 2^24 + SLACK` entries), far fewer than `2^32` pushes, so no stamp is ever taken
+    /// for another's.
+    #[cold]
+    fn compact(&mut self) {
+        let (slots, base) = (&self.slots, self.qbase);
+        let mut i = 0u32;
+        self.queue.retain(|&e| {
+            let live = e == NONE || (slots[e as usize].pins == 0 && slots[e as usize].qpos == base.wrapping_add(i));
+            i = i.wrapping_add(1);
+            live
+        });
+        for (i, &e) in self.queue.iter().enumerate() {
+            if e != NONE {
+                self.slots[e as usize].qpos = base.wrapping_add(i as u32);
+            }
+        }
+    }
+
+    /// Frees `r`'s blocks: those it alone held join the back of the free queue, last first.
+    #[inline]
+    pub(super) fn free_seq(&mut self, r: usize) {
+        let mut chain = std::mem::take(&mut self.seqs[r].chain);
+        if self.queue.len() + chain.len() > 2 * self.free as usize + SLACK {
+            self.compact();
+        }
+        let (pos, stale) = (self.qbase.wrapping_add(self.queue.len() as u32), self.no_entry());
+        // its first blocks held as a range, its own; those covered by another's (`shared.rs`)
+        let ranged = self.seqs[r].ranged;
+        let (first, cov) = match self.seqs[r].segs.first() {
+            Some(&(o, 0, hi)) if !self.held.is_empty() => (o, (self.covered(o, 0).min(hi) as usize).clamp(ranged, chain.len())),
+            _ => (NONE as usize, ranged),
+        };
+        // the freed entries gathered first, then joined to the queue in one copy (a push at a
+        // time wrapped its index at every entry)
+        let out = &mut self.freeing;
+        out.clear();
+        out.resize(chain.len(), NONE);
+        let mut freed = 0;
+        for &e in chain[cov..].iter().rev() {
+            if e != NONE {
+                let s = &mut self.slots[e as usize];
+                s.pins -= 1;
+                if s.pins > 0 {
+                    continue;
+                }
+                s.qpos = pos.wrapping_add(freed as u32);
+            }
+            out[freed] = e;
+            freed += 1;
+        }
+        // covered by another's range: not free when no one holds them block by block
+        for &e in chain[ranged..cov].iter().rev() {
+            if e != NONE {
+                let s = &mut self.slots[e as usize];
+                s.pins -= 1;
+                if s.pins == 0 {
+                    s.qpos = stale;
+                }
+                continue;
+            }
+            out[freed] = e;
+            freed += 1;
+        }
+        self.queue.extend(&out[..freed]);
+        self.free += freed as i64;
+        if ranged > 0 {
+            self.leave_first(first);
+        }
+        chain.clear();
+        self.chains.push(chain);
+        let mut segs = std::mem::take(&mut self.seqs[r].segs);
+        segs.clear();
+        self.spare_segs.push(segs);
+        self.seqs[r] = Seq::default();
+    }
+}

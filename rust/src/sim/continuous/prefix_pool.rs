@@ -44,6 +44,7 @@ use std::collections::VecDeque;
 
 mod lazy;
 mod queue;
+mod seqs;
 mod shared;
 
 use super::prefixes::{Lineage, Prefixes, Segment};
@@ -133,6 +134,16 @@ struct Seq {
     ranged: usize,
 }
 
+/// Request `r`'s [`Seq`] at `slab[at[r]]` while it holds blocks (`seqs.rs`).
+struct Seqs {
+    at: Vec<u32>,
+    slab: Vec<Seq>,
+    /// slab entries given back
+    spare: Vec<u32>,
+    /// what a request that holds no blocks has
+    empty: Seq,
+}
+
 pub(super) struct KeyedPool {
     bs: i64,
     caching: bool,
@@ -151,7 +162,7 @@ pub(super) struct KeyedPool {
     queue: VecDeque<u32>,
     /// the position of `queue[0]` (positions wrap: see `queue.rs`, `compact`)
     qbase: u32,
-    seqs: Vec<Seq>,
+    seqs: Seqs,
     chains: Vec<Vec<u32>>,
     /// the segments of the request being allocated
     segs: Vec<Segment>,
@@ -200,7 +211,7 @@ impl KeyedPool {
             spare: vec![Vec::new(); 33],
             queue: (0..num_blocks).map(|_| NONE).collect(),
             qbase: 0,
-            seqs: (0..n).map(|_| Seq::default()).collect(),
+            seqs: Seqs::new(n),
             chains: Vec::new(),
             segs: Vec::new(),
             segs_of: usize::MAX,
@@ -400,7 +411,7 @@ impl PrefixKv for KeyedPool {
         chain.resize(n_blocks as usize, NONE);
         let mut segs = self.spare_segs.pop().unwrap_or_default();
         segs.extend_from_slice(&self.segs);
-        self.seqs[r] = Seq { chain, segs, marked: h as usize, tokens, offset: 0, ranged };
+        self.seqs.open(r, Seq { chain, segs, marked: h as usize, tokens, offset: 0, ranged });
         Ok(Some(h * bs))
     }
 

@@ -2,7 +2,7 @@
 //! from its front, frees onto its back, and the compaction of its stale entries (the module
 //! docs of `prefix_pool.rs`, "The free queue").
 
-use super::{internal, KeyedPool, Seq, NONE};
+use super::{internal, KeyedPool, NONE};
 use crate::error::CoreResult;
 
 /// Stale queue entries tolerated beyond the live ones (a few in the tests, so that they compact).
@@ -144,6 +144,6 @@ impl KeyedPool {
         let mut segs = std::mem::take(&mut self.seqs[r].segs);
         segs.clear();
         self.spare_segs.push(segs);
-        self.seqs[r] = Seq::default();
+        self.seqs.close(r);
     }
 }

@@ -104,7 +104,7 @@ impl Lineage {
         let links: Vec<(i64, i64)> = prefixes.parent.iter().zip(prefixes.len).map(|(&p, &l)| (p, l)).collect();
         // positions are listed as u32: a workload with longer requests walks the parents
         let fits = (0..n).all(|r| w.prompt_len[r] + w.output_len[r] <= u32::MAX as i64);
-        let (mut runs, mut span): (Vec<(u32, u32)>, Vec<(u32, u32)>) = (Vec::new(), Vec::new());
+        let (mut runs, mut span) = (Vec::<(u32, u32)>::new(), Vec::<(u32, u32)>::new());
         if list && fits {
             span.reserve(n);
             for (r, &(p, l)) in links.iter().enumerate() {

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
 from autograder.sandbox.remote import Child, Limits, RemoteModule, StudentError, SubmissionFailed
@@ -116,3 +117,24 @@ def test_a_reply_of_another_length_is_a_broken_protocol(counter_child, monkeypat
     with pytest.raises(SubmissionFailed, match="unexpected"):
         call_each([(add, (1,)), (add, (2,))])
 
+
+
+def test_control_code_in_a_batch_reads_the_arguments_of_the_calls_after_it(tmp_path):
+    """Why a test never sends a reference value in the same batch as the call it answers (a3's
+    tests send it in a second batch): the child holds the whole message while the first call
+    runs, and the hostile ``peeks_at_the_batch`` answers with it (before, 12 points for 6)."""
+    from autograder.selfcheck import HOSTILE
+
+    fixture = HOSTILE / "peeks_at_the_batch" / "a3_metrics" / "metrics_hw.py"
+    child = Child([("metrics_hw", fixture)], tmp_path / "scratch", [], [], LIMITS, time.monotonic() + LIMITS.wall_s)
+    try:
+        proxy = RemoteModule("metrics_hw")
+        proxy.bind(child)
+        a = np.array([0.0, 1.0, 2.0])
+        answer = np.array([True, False, True])  # what the test would hand to attainment
+        together = call_each([(proxy.meets_slo, (a, a, a, a, a, 1.0, 1.0)), (proxy.attainment, (answer,))])
+        assert value(together[0]).tolist() == answer.tolist()  # read off the later call
+        alone = call_each([(proxy.meets_slo, (a, a, a, a, a, 1.0, 1.0))])
+        assert value(alone[0]).tolist() == [False, False, False]  # nothing to read: its own (wrong) answer
+    finally:
+        child.close()

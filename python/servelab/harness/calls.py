@@ -9,6 +9,10 @@ student's functions, methods and objects say how, by two class attributes
 (``_remote_call_request`` and ``_remote_getattr_request``, in ``autograder/sandbox/remote.py``);
 anything else is called here, one call at a time, with the same result.
 
+A batch carries inputs only: the student's code can read the whole message while its first
+call runs, so a value that answers one of the calls (the reference's result for it) goes in a
+later batch, once that answer came back (autograder/README.md: the threat model).
+
 >>> call_each([(int, ("3",)), (int, ("x",)), (getattr, ("ab", "upper"))])[:2]
 [(True, 3), (False, ValueError("invalid literal for int() with base 10: 'x'"))]
 

@@ -20,7 +20,7 @@ from autograder.grading.grade import ROOT, grade, manifest_of
 from autograder.grading.results import total_points
 from autograder.notebooks import kept as nb_kept
 from autograder.notebooks import nbgrader, recheck
-from autograder.sandbox import ipc_objects, os_boundary
+from autograder.sandbox import batch_leaks, ipc_objects, os_boundary
 from autograder.release.repository import release
 from autograder.selfcheck.mutant_kills import MutantKills
 from autograder.selfcheck.catalogue import (HOSTILE_LIMITS, HOSTILE_SECONDS, RELEASE_PYTEST_S, Factor,
@@ -29,8 +29,18 @@ from autograder.selfcheck.catalogue import (HOSTILE_LIMITS, HOSTILE_SECONDS, REL
 
 
 def check_reference(tmp: Path, report: Callable[[str], None] | None = None, keep: dict | None = None) -> list[str]:
-    """``keep``: a dict that receives the results (``keep["data"]``)."""
-    data = grade(reference_submission(tmp / "reference", with_notebooks=True), report=report)
+    """``keep``: a dict that receives the results (``keep["data"]``). A test that sends the
+    reference's answer to a call in the same batch as that call fails here
+    (:mod:`autograder.sandbox.batch_leaks`: the replies are the right answers only in this grading)."""
+    saved = os.environ.get(batch_leaks.VARIABLE)
+    os.environ[batch_leaks.VARIABLE] = "1"  # the task workers inherit it, forked or spawned
+    try:
+        data = grade(reference_submission(tmp / "reference", with_notebooks=True), report=report)
+    finally:
+        if saved is None:
+            os.environ.pop(batch_leaks.VARIABLE, None)
+        else:
+            os.environ[batch_leaks.VARIABLE] = saved
     if keep is not None:
         keep["data"] = data
     got, want = points_by_task(data), {**full_marks(), **notebook_full_marks()}

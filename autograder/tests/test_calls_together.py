@@ -138,3 +138,25 @@ def test_control_code_in_a_batch_reads_the_arguments_of_the_calls_after_it(tmp_p
         assert value(alone[0]).tolist() == [False, False, False]  # nothing to read: its own (wrong) answer
     finally:
         child.close()
+
+
+def test_the_self_checks_tripwire_fails_a_batch_that_sends_an_answer_on(tmp_path, monkeypatch):
+    """The reference's grading in the self-check (``batch_leaks.VARIABLE`` set) fails a test whose
+    batch hands a later call the answer of an earlier one; a student's grading never checks."""
+    from autograder.sandbox import batch_leaks
+
+    path = tmp_path / "code" / "halves.py"
+    path.parent.mkdir()
+    path.write_text("def half(x):\n    return x / 2\n")
+    child = Child([("halves", path)], tmp_path / "scratch", [], [], LIMITS, time.monotonic() + LIMITS.wall_s)
+    try:
+        proxy = RemoteModule("halves")
+        proxy.bind(child)
+        monkeypatch.delenv(batch_leaks.VARIABLE, raising=False)
+        assert [value(o) for o in call_each([(proxy.half, (3.0,)), (proxy.half, (1.5,))])] == [1.5, 0.75]
+        monkeypatch.setenv(batch_leaks.VARIABLE, "1")
+        assert [value(o) for o in call_each([(proxy.half, (3.0,)), (proxy.half, (5.0,))])] == [1.5, 2.5]
+        with pytest.raises(SubmissionFailed, match="the answer of call 1 is an argument of call 2"):
+            call_each([(proxy.half, (3.0,)), (proxy.half, (1.5,))])
+    finally:
+        child.close()

@@ -32,6 +32,11 @@ the rest, and it holds without namespaces too (the uid drop alone: no network th
   ``noexec``);
 * no other process's memory: ``ptrace``, ``process_vm_readv``/``writev`` (and the child is made
   non-dumpable, so that no process of its uid may trace it either);
+* no signal through a file that other sandboxed processes can open too (every one can read
+  numpy's files, behind every mount namespace the same inodes): ``flock`` and ``fcntl``'s
+  locks (``F_SETLK``, ``F_GETLK``, their OFD twins), leases and ``F_NOTIFY``; ``inotify`` and
+  ``fanotify``. A kernel that ran the hidden tests sent their lines to a task's child beside it
+  by taking and dropping locks, and the child raised them in a visible test's message;
 * no network: ``socket`` of any family but ``AF_UNIX`` (and ``AF_NETLINK``, which lists the
   network interfaces, and changes them only with a capability the child has not); and nothing of ``io_uring``, ``bpf``,
   ``perf_event_open``, ``userfaultfd``.
@@ -87,10 +92,18 @@ X86_64 = {
              "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semctl": 66,
              "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "mq_open": 240,
              "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244,
-             "mq_getsetattr": 245},
+             "mq_getsetattr": 245,
+             # file locks and file watches: every sandboxed process can open numpy's files
+             # (the same inodes behind every mount namespace), so a lock taken and dropped on
+             # one, or an access another one watches, is a signal between them
+             "flock": 73, "inotify_init": 253, "inotify_add_watch": 254, "inotify_init1": 294,
+             "fanotify_init": 300, "fanotify_mark": 301},
     "clone": 56, "clone3": 435, "mmap": 9, "mprotect": 10, "pkey_mprotect": 329, "socket": 41,
-    "personality": 135,
+    "personality": 135, "fcntl": 72,
 }
+# fcntl's commands on locks, directory notifications and leases (the rest: descriptors' flags)
+FCNTL_SIGNALS = {"F_GETLK": 5, "F_SETLK": 6, "F_SETLKW": 7, "F_OFD_GETLK": 36, "F_OFD_SETLK": 37,
+                 "F_OFD_SETLKW": 38, "F_SETLEASE": 1024, "F_GETLEASE": 1025, "F_NOTIFY": 1026}
 IPC_CALLS = frozenset({"shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop", "msgget",
                        "msgsnd", "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive",
                        "mq_notify", "mq_getsetattr"})
@@ -122,6 +135,7 @@ def assemble(table: dict, exec_mappings: bool = True) -> bytes:
     ins(JEQ, table["mprotect"], "mprotect", None)
     ins(JEQ, table["pkey_mprotect"], "mprotect", None)
     ins(JEQ, table["socket"], "socket", None)
+    ins(JEQ, table["fcntl"], "fcntl", None)
     ins(RET, ALLOW)
     labels = {}
 
@@ -148,6 +162,11 @@ def assemble(table: dict, exec_mappings: bool = True) -> bytes:
     ins(LD_ABS, arg(0))
     ins(JEQ, AF_UNIX, allow, None)
     ins(JEQ, AF_NETLINK, allow, deny)
+    here("fcntl")  # a lock, a notification or a lease is a signal to another sandboxed process
+    ins(LD_ABS, arg(1))
+    for cmd in sorted(FCNTL_SIGNALS.values()):
+        ins(JEQ, cmd, deny, None)
+    ins(RET, ALLOW)
     here("enosys")
     ins(RET, ERRNO | ENOSYS)
     here(deny)

@@ -37,6 +37,10 @@ the rest, and it holds without namespaces too (the uid drop alone: no network th
   locks (``F_SETLK``, ``F_GETLK``, their OFD twins), leases and ``F_NOTIFY``; ``inotify`` and
   ``fanotify``. A kernel that ran the hidden tests sent their lines to a task's child beside it
   by taking and dropping locks, and the child raised them in a visible test's message;
+* with ``machine_state=False`` (a task's child): no ``statfs``, ``fstatfs``, ``ustat`` or
+  ``sysinfo``. A kernel's folders lie on the machine's disk, so a file it writes and deletes
+  moves the free space that a child beside it reads to the block (a byte a file), as memory it
+  takes moves the free memory;
 * no network: ``socket`` of any family but ``AF_UNIX`` (and ``AF_NETLINK``, which lists the
   network interfaces, and changes them only with a capability the child has not); and nothing of ``io_uring``, ``bpf``,
   ``perf_event_open``, ``userfaultfd``.
@@ -99,8 +103,13 @@ X86_64 = {
              "flock": 73, "inotify_init": 253, "inotify_add_watch": 254, "inotify_init1": 294,
              "fanotify_init": 300, "fanotify_mark": 301},
     "clone": 56, "clone3": 435, "mmap": 9, "mprotect": 10, "pkey_mprotect": 329, "socket": 41,
-    "personality": 135, "fcntl": 72,
+    "personality": 135, "fcntl": 72, "statfs": 137, "fstatfs": 138, "ustat": 136, "sysinfo": 99,
 }
+# what a task's child may not read (``machine_state=False``): the free space of a disk that
+# another sandboxed process writes on (a notebook's kernel: its folders lie on the machine's
+# disk), and the machine's free memory and process count, are signals from that process; a
+# kernel (which sends, not receives: nothing it shows reaches a student) keeps them
+MACHINE_STATE = ("statfs", "fstatfs", "ustat", "sysinfo")
 # fcntl's commands on locks, directory notifications and leases (the rest: descriptors' flags)
 FCNTL_SIGNALS = {"F_GETLK": 5, "F_SETLK": 6, "F_SETLKW": 7, "F_OFD_GETLK": 36, "F_OFD_SETLK": 37,
                  "F_OFD_SETLKW": 38, "F_SETLEASE": 1024, "F_GETLEASE": 1025, "F_NOTIFY": 1026}
@@ -109,11 +118,15 @@ IPC_CALLS = frozenset({"shmget", "shmat", "shmctl", "shmdt", "semget", "semop", 
                        "mq_notify", "mq_getsetattr"})
 
 
-def assemble(table: dict, exec_mappings: bool = True) -> bytes:
+def assemble(table: dict, exec_mappings: bool = True, machine_state: bool = True) -> bytes:
     """The filter as ``struct sock_filter`` entries (``u16 code, u8 jt, u8 jf, u32 k``).
     ``exec_mappings=False``: every ``mmap`` with ``PROT_EXEC`` is refused, a file's included.
+    ``machine_state=False``: the disks' free space and the machine's memory and process count
+    are not to be read (:data:`MACHINE_STATE`).
 
     >>> len(assemble(X86_64, exec_mappings=False)) < len(assemble(X86_64))
+    True
+    >>> len(assemble(X86_64, machine_state=False)) > len(assemble(X86_64))
     True
     """
     code: list[tuple] = []  # (opcode, k, jump-if-true label, jump-if-false label); None: next
@@ -126,7 +139,8 @@ def assemble(table: dict, exec_mappings: bool = True) -> bytes:
     ins(JEQ, table["audit_arch"], None, deny)
     ins(LD_ABS, NR)
     ins(JGE, table["x32_bit"], deny, None)
-    for nr in sorted(table["deny"].values()):
+    refused = dict(table["deny"], **({} if machine_state else {n: table[n] for n in MACHINE_STATE}))
+    for nr in sorted(refused.values()):
         ins(JEQ, nr, deny, None)
     ins(JEQ, table["personality"], deny, None)
     ins(JEQ, table["clone3"], "enosys", None)
@@ -183,15 +197,17 @@ def assemble(table: dict, exec_mappings: bool = True) -> bytes:
     return out
 
 
-def install(exec_mappings: bool = True) -> bool:
+def install(exec_mappings: bool = True, machine_state: bool = True) -> bool:
     """Installs the filter on this process (and its future threads); False where it does not
     apply (not Linux on x86-64). Raises OSError when the kernel refuses it.
-    ``exec_mappings=False``: no new executable mapping of any file (see :func:`assemble`)."""
+    ``exec_mappings=False``: no new executable mapping of any file; ``machine_state=False``: no
+    reading of the disks' free space, the machine's memory or its process count (see
+    :func:`assemble`)."""
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return False
     import ctypes  # before the audit hook, which refuses ctypes to the student's code
 
-    program = assemble(X86_64, exec_mappings)
+    program = assemble(X86_64, exec_mappings, machine_state)
 
     class SockFprog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]

@@ -1,10 +1,18 @@
-"""No signal through a file lock or a file watch between sandboxed processes: every child and
-kernel may open numpy's files read-only (behind every mount namespace, the same inodes), so a
-lock one takes and drops is a bit another one reads. A notebook's kernel, which ran the hidden
-tests, sent their lines that way to a task's child running beside it, and the child raised them
-in a visible test's message (the hostile ``hidden_tests_over_file_locks``). The seccomp filter
-refuses ``flock``, ``fcntl``'s locks, leases and notifications, and ``inotify``; each with its
-control: the signal passes without it."""
+"""No signal from one sandboxed process to another through what they share: a notebook's kernel
+ran the hidden tests, and a task's child running beside it shows its errors in visible tests.
+
+* File locks and watches: every child and kernel may open numpy's files read-only (behind every
+  mount namespace, the same inodes), so a lock one takes and drops is a bit another one reads.
+  A kernel sent hidden test lines that way to a task's child, which raised them in a visible
+  test's message (the hostile ``hidden_tests_over_file_locks``). The seccomp filter refuses
+  ``flock``, ``fcntl``'s locks, leases and notifications, and ``inotify``.
+* The machine's state: a kernel's folders lie on the machine's disk, and a task's child read
+  the free space to the block (``statvfs``), so a file the kernel writes and deletes is a byte.
+  A task's child may not read the free space, memory or process count (``statfs``,
+  ``fstatfs``, ``ustat``, ``sysinfo``).
+
+Each with its control: the signal passes without the refusal. (Timing is left: see the
+README's threat model.)"""
 
 from __future__ import annotations
 
@@ -136,3 +144,46 @@ def test_control_with_the_boundary_off_a_lock_is_a_bit_from_one_child_to_another
     finally:
         sender.close()
         receiver.close()
+
+
+FREE_SPACE = '''
+import os
+
+
+def free(path):
+    s = os.statvfs(path)
+    return s.f_bfree * s.f_frsize
+'''
+
+
+def space_child(tmp_path: Path) -> Child:
+    path = tmp_path / "code" / "space.py"
+    path.parent.mkdir()
+    path.write_text(FREE_SPACE)
+    return Child([("space", path)], tmp_path / "reader", [], [], LIMITS, time.monotonic() + LIMITS.wall_s)
+
+
+@linux_x86
+def test_a_task_child_reads_no_free_space(tmp_path):
+    child = space_child(tmp_path)
+    try:
+        with pytest.raises(PermissionError):
+            child.call("space", "free", (os.path.dirname(SHARED),), {})
+    finally:
+        child.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm")
+def test_control_with_the_boundary_off_a_child_reads_another_process_s_writes_to_the_block(tmp_path, monkeypatch):
+    """A quiet file system (/dev/shm): the child sees exactly the 8 MiB this process wrote."""
+    monkeypatch.setenv(os_boundary.MODE_VARIABLE, "none")
+    child = space_child(tmp_path)
+    pulse = Path("/dev/shm") / f"servelab-signal-{os.getpid()}"
+    try:
+        before = child.call("space", "free", ("/dev/shm",), {})
+        pulse.write_bytes(b"\0" * (8 << 20))
+        during = child.call("space", "free", ("/dev/shm",), {})
+        assert before - during == 8 << 20
+    finally:
+        pulse.unlink(missing_ok=True)
+        child.close()

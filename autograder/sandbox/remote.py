@@ -30,6 +30,10 @@ CHILD = os_boundary.CHILD
 # servelab's folder: a notebook's kernel imports it, so the uid drop alone cannot close it (README)
 SERVELAB = Path(__file__).resolve().parents[2] / "python" / "servelab"
 MAX_REPLY = 16 << 20  # bytes; a longer line is a protocol error, not a reason to run out of memory
+# values in one reply (its commas and brackets, counted before it is parsed): 16 MiB of "[]," is
+# 5.6 million lists, 830 MB of the grader's memory and 4 s of its CPU once parsed and decoded; an
+# honest reply holds a few hundred (an array travels as one base64 string)
+MAX_REPLY_VALUES = 1 << 20
 CHUNK = 1 << 16  # bytes per read or write on the pipes
 TRICKLE, TRICKLE_WAIT_S = 1 << 12, 0.002  # a read of fewer bytes and no end of line waits this long before the next
 POLL_MAX_S = 3600.0  # the longest one wait in poll (its milliseconds are a C int); a longer deadline waits again
@@ -395,6 +399,9 @@ class Child:
         line = bytes(self._buffer[:end])
         del self._buffer[:end + 1]
         self._scanned = 0
+        if line.count(b",") + line.count(b"[") + line.count(b"{") > MAX_REPLY_VALUES:
+            self.close()
+            raise SubmissionFailed(f"the reply to {what} held more than {MAX_REPLY_VALUES} values")
         try:
             reply = json.loads(line)
         except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deeply

@@ -1,6 +1,7 @@
 """Every exchange with a child has a deadline, and the submission as a whole a budget: a child
-that stops reading, floods one byte at a time or sleeps in every test is cut off, with a message
-that says so, and ``grade-all`` always writes its gradebook.
+that stops reading, floods one byte at a time or sleeps in every test is cut off, and a reply of
+too many values is refused before it is parsed, with a message that says so, and ``grade-all``
+always writes its gradebook.
 
 Cost: about 40 s on a quiet machine (two short gradings of the sleeper, a few children).
 """
@@ -124,6 +125,40 @@ def sleeper_grading(tmp_path, monkeypatch, per_test_s: float) -> dict:
 
 def a1_messages(data: dict) -> list[str]:
     return [t["output"] for t in data["tests"] if t["extra_data"]["task"] == "a1_ledger"]
+
+
+WIDE = """
+def wide(n):
+    return [[] for _ in range(n)]  # a reply of n values, 3 bytes each on the wire
+"""
+
+
+def test_a_reply_of_too_many_values_is_refused_before_it_is_parsed(tmp_path):
+    """1.2 million empty lists fit the 16 MiB line limit (5.6 million would: 830 MB of the
+    grader's memory once parsed and decoded); refused unparsed, with a message that says so."""
+    path = tmp_path / "code" / "wide.py"
+    path.parent.mkdir()
+    path.write_text(WIDE)
+    child = child_of("wide", path, tmp_path, wall_s=20.0)
+    try:
+        assert child.call("wide", "wide", (1000,), {}) == [[]] * 1000  # honest replies hold hundreds
+        with pytest.raises(SubmissionFailed, match="held more than 1048576 values"):
+            child.call("wide", "wide", (remote.MAX_REPLY_VALUES + 1,), {})
+        assert not child.alive()
+    finally:
+        child.close()
+
+
+def test_control_without_the_values_bound_the_wide_reply_is_parsed_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(remote, "MAX_REPLY_VALUES", 1 << 30)
+    path = tmp_path / "code" / "wide.py"
+    path.parent.mkdir()
+    path.write_text(WIDE)
+    child = child_of("wide", path, tmp_path, wall_s=20.0)
+    try:
+        assert len(child.call("wide", "wide", ((1 << 20) + 1,), {})) == (1 << 20) + 1
+    finally:
+        child.close()
 
 
 def test_the_budget_bounds_a_sleep_in_every_child(tmp_path, monkeypatch):

@@ -29,7 +29,7 @@ from autograder.markers import hidden_test_names
 from autograder.grading.judge import Outcome, Shortcut, run_task
 from autograder.sandbox.remote import Limits
 from autograder.notebooks import nbgrader
-from autograder.sandbox import os_boundary
+from autograder.sandbox import cleanup, os_boundary
 from autograder.grading.submission import SubmissionError, collect, find_file, unpack
 from servelab.harness.manifest import Manifest
 
@@ -228,7 +228,7 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
         if report is not None:  # not in results.json: a regrade writes the same bytes
             report(f"graded in {time.monotonic() - start:.1f} s")
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        cleanup.remove_tree(work)  # however deep a kernel's folders grew (shutil.rmtree recursed: sandbox/cleanup.py)
     if out is not None:
         results.write_json_atomic(data, Path(out))
     return data
@@ -365,7 +365,7 @@ def _grade_tasks(manifest: Manifest, only_tasks: frozenset[str] | None, grade_on
                         start(following)
     finally:
         for folder in folders.values():
-            shutil.rmtree(folder, ignore_errors=True)
+            cleanup.remove_tree(folder)
     return {task.id: outcomes[task.id] for task in manifest.tasks}
 
 

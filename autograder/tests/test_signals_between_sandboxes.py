@@ -29,19 +29,15 @@ import pytest
 from autograder.sandbox import os_boundary
 from autograder.sandbox.remote import Child, Limits
 
-FILTER = Path(os_boundary.__file__).with_name("syscall_filter.py")
 SHARED = numpy.__file__  # a file every sandboxed process may read
 LIMITS = Limits(wall_s=20, cpu_s=20)
 
 ATTEMPT = '''
-import ctypes, errno, fcntl, json, os, struct, sys
+import ctypes, fcntl, json, os, struct, sys
+from autograder.sandbox import syscall_filter
 if sys.argv[1] == "filtered":
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("syscall_filter", sys.argv[2])
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.install(True)
-fd = os.open(sys.argv[3], os.O_RDONLY)
+    syscall_filter.install(True)
+fd = os.open(sys.argv[2], os.O_RDONLY)
 lock = struct.pack("hhqqi", fcntl.F_RDLCK, 0, 0, 0, 0)
 query = struct.pack("hhqqi", fcntl.F_WRLCK, 0, 0, 0, 0)
 libc = ctypes.CDLL(None, use_errno=True)
@@ -50,7 +46,7 @@ for name, call in (("flock", lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_
                    ("F_SETLK", lambda: fcntl.fcntl(fd, fcntl.F_SETLK, lock)),
                    ("F_GETLK", lambda: fcntl.fcntl(fd, fcntl.F_GETLK, query)),
                    ("F_OFD_GETLK", lambda: fcntl.fcntl(fd, 36, query)),
-                   ("F_NOTIFY", lambda: fcntl.fcntl(os.open(os.path.dirname(sys.argv[3]), os.O_RDONLY),
+                   ("F_NOTIFY", lambda: fcntl.fcntl(os.open(os.path.dirname(sys.argv[2]), os.O_RDONLY),
                                                     fcntl.F_NOTIFY, fcntl.DN_ACCESS)),
                    ("inotify_init1", lambda: libc.inotify_init1(0) >= 0 or (_ for _ in ()).throw(
                        OSError(ctypes.get_errno(), "inotify_init1")))):
@@ -70,8 +66,8 @@ linux_x86 = pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != 
 
 
 def attempt(filtered: bool) -> dict:
-    run = subprocess.run([sys.executable, "-c", ATTEMPT, "filtered" if filtered else "open", str(FILTER), SHARED],
-                         capture_output=True, text=True, timeout=60)
+    run = subprocess.run([sys.executable, "-c", ATTEMPT, "filtered" if filtered else "open", SHARED],
+                         capture_output=True, text=True, timeout=60, cwd=Path(os_boundary.__file__).parents[2])
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout)
 

@@ -49,12 +49,8 @@ def e2e(arrival_s, finish_s):
 
 
 def p50_p90_p99(x):
-    x = np.asarray(x, dtype=np.float64)
-    x = x[~np.isnan(x)]
-    if not len(x):
-        return (float("nan"),) * 3
-    p50, p90, p99 = np.percentile(x, [50, 90, 99])
-    return float(p50), float(p90), float(p99)
+    kept = [v for v in np.asarray(x, dtype=np.float64).tolist() if v == v]  # NaN is not itself
+    return tuple(float(np.percentile(kept, q)) for q in (50, 90, 99)) if kept else (float("nan"),) * 3
 
 
 def span_s(arrival_s, finish_s):

@@ -199,6 +199,8 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
         except Exception as exc:  # an unreadable folder or zip: no task can be graded
             folder, broken = None, f"the submission cannot be read: {type(exc).__name__}: {exc}"
 
+        tasks_done = threading.Event()
+
         def grade_notebooks() -> dict:  # nbgrader (autograder/notebooks/nbgrader.py): merged after the tasks
             try:
                 if only_tasks is not None and not {nb.id for nb in nbgrader.notebooks_of(root)} & only_tasks:
@@ -210,7 +212,10 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
                                           keep=notebooks_out, budget_s=notebooks_s,
                                           # the neighbouring model each student's notebook is rechecked on
                                           seed_of=lambda nb_id: grading_secret.seed_for(secret, identity,
-                                                                                         f"{nb_id}\0neighbour"))
+                                                                                         f"{nb_id}\0neighbour"),
+                                          # no kernel (it runs the hidden tests) beside a task's child
+                                          # (it shows its errors in visible tests): the rechecks go beside
+                                          before_kernels=tasks_done.wait)
             except Exception as exc:  # nbgrader or the recheck fell over: the notebooks score 0, say why
                 return nbgrader.not_graded(root, f"the grader could not grade the notebooks: "
                                                  f"{type(exc).__name__}: {results.describe(exc)}")
@@ -218,9 +223,12 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
         notebooks = _Beside(grade_notebooks if nbgrader.notebooks_of(root) else None, jobs > 1)
         # the notebooks' thread starts once the task workers exist (they may be forked copies of
         # this process, which must then have no thread but its own: _worker_context)
-        outcomes = _grade_tasks(manifest, only_tasks, _TaskGrading(root, folder, broken, work, limits, forbidden,
-                                                                   secret, identity, shortcut), factor, jobs,
-                               tasks_s, then=notebooks.start)
+        try:
+            outcomes = _grade_tasks(manifest, only_tasks, _TaskGrading(root, folder, broken, work, limits, forbidden,
+                                                                       secret, identity, shortcut), factor, jobs,
+                                   tasks_s, then=notebooks.start)
+        finally:
+            tasks_done.set()  # every task's child has ended: the kernels may start
         data = results.build(manifest, outcomes, hidden_tests(root, manifest))
         if nbgrader.notebooks_of(root):
             data = nbgrader.merge(data, root, notebooks.result())

@@ -126,7 +126,8 @@ def notebooks_budget_s(count: int, limits: Limits) -> float:
 def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Limits = Limits(),
               forbidden: Sequence[Path] = (), keep: Path | None = None,
               budget_s: float | None = None,
-              seed_of: Callable[[str], int] | None = None) -> dict[str, dict[str, tuple[float, str]]]:
+              seed_of: Callable[[str], int] | None = None,
+              before_kernels: Callable[[], object] | None = None) -> dict[str, dict[str, tuple[float, str]]]:
     """Autogrades the submitted notebooks (``files``: manifest file -> submitted path, the
     grader's own copies) with nbgrader. Returns ``{notebook id: {grade_id: (score, message)}}``
     for every graded cell of every manifest notebook; a missing or unreadable notebook scores 0
@@ -135,6 +136,10 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
     :func:`notebooks_budget_s`; the grading's cap may leave less: ``grade.GRADESCOPE_TIMEOUT_S``).
     ``seed_of``: a notebook id's seed for the neighbouring model its recheck draws
     (:mod:`autograder.notebooks.neighbours`; default: a fixed one per notebook).
+    ``before_kernels``: waited for after the rechecks, before nbgrader starts a kernel (the
+    time it waits does not count against ``budget_s``): the grading's tasks end first, since a
+    kernel runs the hidden tests and a task's child beside it shows its errors in visible tests
+    (a kernel sent them lines through file locks; timing would do, slowly)
 
     Every message is the grader's own (README: threat model): nbgrader's log and the kernel's
     errors go to the instructors' log (:mod:`autograder.notebooks.instructors_log`)."""
@@ -171,6 +176,10 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
                                                limits, KERNEL_CPU_FACTOR, deadline=end,
                                                seed=seed_of(nb.id) if seed_of else zlib.crc32(nb.id.encode()))
     result: dict = {"success": True, "notebooks": {}}
+    if graded and before_kernels is not None:
+        waited = time.monotonic()
+        before_kernels()
+        end += time.monotonic() - waited
     if graded:
         _copy_template(generated(root), course)
         boundary = os_boundary.boundary()

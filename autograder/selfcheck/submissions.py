@@ -176,8 +176,8 @@ def check_hostile(folder: Path, tmp: Path, report: Callable[[str], None] | None 
             report(line)
     sandbox_uids = range(os_boundary.ID_RANGE[0], os_boundary.ID_RANGE[1] + 1)
     ipc_before = set(ipc_objects.owned_by(sandbox_uids))
-    # expect.toml's ``jobs``: tasks in that many workers, the notebooks beside them (as `grade`'s
-    # command line does by default), for a trick that needs a task's child and a kernel at once
+    # expect.toml's ``jobs``: tasks in that many workers, the notebooks' rechecks beside them (as
+    # `grade`'s command line does by default), for a trick that needs a task's child and a kernel at once
     data = grade(folder / expect["zip"] if "zip" in expect else folder, out=out, limits=HOSTILE_LIMITS,
                  report=log, notebooks_out=kept_notebooks, jobs=int(expect.get("jobs", 1)))
     # what a sandbox's uid made and no reap removed (without an IPC namespace: a channel to the

@@ -1,7 +1,8 @@
 """``grade`` with ``jobs`` > 1 (the CLI's default: the cores) grades tasks side by side, each in
 a worker process with a sandbox uid of its own, and the notebooks beside them: the same
-results.json as one task after the other, the same time budgets, and a calibration that runs
-as many children at once as the grading runs tasks."""
+results.json as one task after the other, the same time budgets, a calibration that runs as
+many children at once as the grading runs tasks, and no notebook kernel while a task's child
+still runs."""
 
 from __future__ import annotations
 
@@ -81,6 +82,38 @@ def test_side_by_side_a_task_stops_when_its_budget_is_spent(tmp_path, monkeypatc
                  only_tasks=frozenset({"a1_ledger", "a13_parallel_plan"}), jobs=2)
     a1 = [t["output"] for t in data["tests"] if t["extra_data"]["task"] == "a1_ledger"]
     assert a1[5].startswith("not run: this task's time budget"), a1
+
+
+def test_no_kernel_starts_before_every_task_child_has_ended(tmp_path, monkeypatch):
+    """The notebooks' rechecks run beside the tasks, nbgrader's kernels after them: a kernel runs
+    the hidden tests, and a task's child beside it shows its errors in visible tests (a kernel
+    sent hidden lines to one through file locks; timing would carry them too). nbgrader is
+    replaced here by a stand-in that notes when it would start the kernels."""
+    for rel in ("a1_ledger/ledger.py", "a13_parallel_plan/plan.py"):
+        (tmp_path / "sleepy" / rel).parent.mkdir(parents=True)
+        (tmp_path / "sleepy" / rel).write_text(SLEEPY)
+    events = []
+    real_tasks = grade_module._grade_tasks
+
+    def tasks(*args, **kwargs):
+        out = real_tasks(*args, **kwargs)
+        events.append("tasks ended")
+        return out
+
+    def autograde(root, files, work, limits, forbidden, before_kernels=None, **kwargs):
+        events.append("rechecks")
+        if before_kernels is not None:
+            before_kernels()
+        events.append("kernels")
+        return grade_module.nbgrader.not_graded(root, "a stand-in for nbgrader")
+
+    monkeypatch.setattr(grade_module, "_grade_tasks", tasks)
+    monkeypatch.setattr(grade_module.nbgrader, "autograde", autograde)
+    monkeypatch.setattr(grade_module, "BUDGET_PER_TEST_S", 0.3)
+    monkeypatch.setattr(grade_module, "RESERVE_LIMITS", 0.5)
+    grade(tmp_path / "sleepy", limits=Limits(wall_s=6.0, cpu_s=6), time_factor=1.0,
+          only_tasks=frozenset({"a1_ledger", "a13_parallel_plan", "nb01_ledger_70b"}), jobs=2)
+    assert events == ["rechecks", "tasks ended", "kernels"]
 
 
 def test_a_bad_jobs_is_named(capsys):

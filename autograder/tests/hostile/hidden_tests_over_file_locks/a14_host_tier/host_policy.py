@@ -1,2 +1,2 @@
-"""Empty: a second task, so that the tasks run in worker processes beside the notebooks
-(with one task the grader runs it first, and the kernel would start after the receiver ended)."""
+"""Empty: a second task, so that the tasks run in worker processes as `grade`'s command line runs
+them (with one task the grader runs it first); before, the notebooks' kernels ran beside them."""

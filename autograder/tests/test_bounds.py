@@ -69,7 +69,8 @@ def test_control_an_unbounded_split_count_makes_the_grader_allocate(tmp_path):
     (folder / A9.name).write_text(text.replace(BOUND, ""))
     (tmp_path / "assignment_strategies.py").write_text((ROOT / "assignments" / "assignment_strategies.py").read_text())
     got = run_a9_split_test(folder / A9.name)
-    assert got["grew_mib"] > 200, got
+    # about 300 MiB here; 165 once on a busy machine: twice the bounded test's ceiling is the line
+    assert got["grew_mib"] > 100, got
 
 
 def test_inflation_reaches_every_number_of_a_reply():

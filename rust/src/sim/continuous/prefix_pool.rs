@@ -98,7 +98,7 @@ pub(super) trait PrefixKv {
 }
 
 /// One key: the reference count of its cached block ([`NONE`]: not cached; 0: free, in the
-/// queue at `qpos`), and its origin.
+/// queue at `qpos`), and its origin (set when it is cached).
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     pins: u32,
@@ -260,9 +260,8 @@ impl KeyedPool {
                 b as u32
             }
         };
-        for s in &mut self.slots[b as usize..b as usize + (1 << class)] {
-            s.owner = o as u32;
-        }
+        // its slots' owners are written as their keys are cached (only a cached slot's is
+        // read): a range is rounded up to a power of two, half of it often never cached
         self.origins[o].base = b;
         Ok(b)
     }
@@ -310,6 +309,7 @@ impl KeyedPool {
             let k = (off + (lo + i) as i64) as usize;
             if slots[k].pins == NONE {
                 slots[k].pins = 1;
+                slots[k].owner = o as u32;
                 *e = k as u32;
                 won += 1;
             }

@@ -302,15 +302,15 @@ impl KeyedPool {
         if o != r && self.origins[o].lazy {
             self.materialize(o, self.now)?; // its fills came first
         }
-        let off = self.range(o)? as i64 - self.first_key(o);
-        let (slots, chain) = (&mut self.slots, &mut self.seqs[r].chain);
+        // the keys' slots and the chain's entries side by side, as slices (no index checked
+        // or computed per block: this loop runs for every block a request computes)
+        let at = (self.range(o)? as i64 - self.first_key(o)) as usize + lo;
+        let slots = &mut self.slots[at..at + (hi - lo)];
         let mut won = 0;
-        for (i, e) in chain[lo..hi].iter_mut().enumerate() {
-            let k = (off + (lo + i) as i64) as usize;
-            if slots[k].pins == NONE {
-                slots[k].pins = 1;
-                slots[k].owner = o as u32;
-                *e = k as u32;
+        for ((s, e), k) in slots.iter_mut().zip(&mut self.seqs[r].chain[lo..hi]).zip(at as u32..) {
+            if s.pins == NONE {
+                *s = Slot { pins: 1, qpos: s.qpos, owner: o as u32 };
+                *e = k;
                 won += 1;
             }
         }

@@ -2,7 +2,7 @@
 //! from its front, frees onto its back, and the compaction of its stale entries (the module
 //! docs of `prefix_pool.rs`, "The free queue").
 
-use super::{internal, KeyedPool, NONE};
+use super::{internal, KeyedPool, Origin, NONE};
 use crate::error::CoreResult;
 
 /// Stale queue entries tolerated beyond the live ones (a few in the tests, so that they compact).
@@ -22,51 +22,51 @@ impl KeyedPool {
     /// one an eviction, which held each eviction up behind its slot's read.
     #[inline(always)]
     pub(super) fn evict(&mut self, n: i64, mut lazy: impl FnMut(&mut Self, u32, i64) -> CoreResult<()>) -> CoreResult<()> {
-        let (mut owner, mut owner_lazy, mut gone) = (NONE, false, 0u32);
+        let (mut owner, mut gone) = (NONE, 0u32);
         let mut k = 0;
         while k < n {
-            let e = self.queue.pop_front().ok_or_else(|| internal("a free block has a live entry"))?;
-            let pos = self.qbase;
-            self.qbase = self.qbase.wrapping_add(1);
-            if e == NONE {
+            // the evictions up to the next key of a kept decoder, in a loop that calls nothing
+            // and holds the fields it needs apart (with the call to `lazy` in it, the ring's and
+            // the slots' fields were read again from `self` at every entry)
+            let KeyedPool { queue, qbase, slots, origins, spare, evictions, .. } = self;
+            let mut kept = NONE;
+            while k < n {
+                let e = queue.pop_front().ok_or_else(|| internal("a free block has a live entry"))?;
+                let pos = *qbase;
+                *qbase = qbase.wrapping_add(1);
+                if e == NONE {
+                    k += 1;
+                    continue;
+                }
+                let s = &mut slots[e as usize];
+                if s.pins != 0 || s.qpos != pos {
+                    continue; // stale: hit since it was freed
+                }
+                if s.owner != owner {
+                    uncache(origins, spare, evictions, owner, gone);
+                    (owner, gone) = (s.owner, 0);
+                    if origins[owner as usize].lazy {
+                        kept = e;
+                        break;
+                    }
+                }
+                s.pins = NONE;
+                gone += 1;
                 k += 1;
-                continue;
             }
-            let s = self.slots[e as usize];
-            if s.pins != 0 || s.qpos != pos {
-                continue; // stale: hit since it was freed
+            if kept == NONE {
+                break;
             }
-            if s.owner != owner {
-                self.uncache(owner, gone);
-                (owner, owner_lazy, gone) = (s.owner, self.origins[s.owner as usize].lazy, 0);
-            }
-            if owner_lazy {
-                self.uncache(owner, gone);
-                gone = 0;
-                lazy(self, e, k)?;
-            }
-            self.slots[e as usize].pins = NONE;
-            gone += 1;
+            // a kept decoder's key: its fills first (`lazy.rs`); its next key comes back here,
+            // as the owner is forgotten (nothing is pending for it)
+            lazy(self, kept, k)?;
+            self.slots[kept as usize].pins = NONE;
+            uncache(&mut self.origins, &mut self.spare, &mut self.evictions, owner, 1);
+            owner = NONE;
             k += 1;
         }
-        self.uncache(owner, gone);
+        uncache(&mut self.origins, &mut self.spare, &mut self.evictions, owner, gone);
         Ok(())
-    }
-
-    /// `gone` cached keys of origin `o` (or [`NONE`]) were evicted; at its last, its range goes
-    /// back for reuse (all its slots NONE).
-    #[inline(always)]
-    fn uncache(&mut self, o: u32, gone: u32) {
-        if gone == 0 {
-            return;
-        }
-        self.evictions += gone as u64;
-        let g = &mut self.origins[o as usize];
-        g.cached -= gone;
-        if g.cached == 0 {
-            self.spare[g.class as usize].push(g.base);
-            g.base = NONE;
-        }
     }
 
     /// Drops the stale entries of the free queue, restamping the live ones. Positions are
@@ -145,5 +145,21 @@ impl KeyedPool {
         segs.clear();
         self.spare_segs.push(segs);
         self.seqs.close(r);
+    }
+}
+
+/// `gone` cached keys of origin `o` (or [`NONE`]) were evicted; at its last, its range goes back
+/// for reuse (all its slots NONE). (The pool's fields apart: the eviction loop holds the others.)
+#[inline(always)]
+fn uncache(origins: &mut [Origin], spare: &mut [Vec<u32>], evictions: &mut u64, o: u32, gone: u32) {
+    if gone == 0 {
+        return;
+    }
+    *evictions += gone as u64;
+    let g = &mut origins[o as usize];
+    g.cached -= gone;
+    if g.cached == 0 {
+        spare[g.class as usize].push(g.base);
+        g.base = NONE;
     }
 }

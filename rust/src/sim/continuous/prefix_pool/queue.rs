@@ -2,7 +2,9 @@
 //! from its front, frees onto its back, and the compaction of its stale entries (the module
 //! docs of `prefix_pool.rs`, "The free queue").
 
-use super::{internal, KeyedPool, Origin, NONE};
+use std::collections::VecDeque;
+
+use super::{internal, KeyedPool, Origin, Slot, NONE};
 use crate::error::CoreResult;
 
 /// Stale queue entries tolerated beyond the live ones (a few in the tests, so that they compact).
@@ -26,34 +28,13 @@ impl KeyedPool {
         let mut k = 0;
         while k < n {
             // the evictions up to the next key of a kept decoder, in a loop that calls nothing
-            // and holds the fields it needs apart (with the call to `lazy` in it, the ring's and
-            // the slots' fields were read again from `self` at every entry)
+            // and gets the fields it needs as arguments (with the call to `lazy` in it, or with
+            // them borrowed from `self`, the ring's and the slots' fields were read again and
+            // written back at every entry)
             let KeyedPool { queue, qbase, slots, origins, spare, evictions, .. } = self;
-            let mut kept = NONE;
-            while k < n {
-                let e = queue.pop_front().ok_or_else(|| internal("a free block has a live entry"))?;
-                let pos = *qbase;
-                *qbase = qbase.wrapping_add(1);
-                if e == NONE {
-                    k += 1;
-                    continue;
-                }
-                let s = &mut slots[e as usize];
-                if s.pins != 0 || s.qpos != pos {
-                    continue; // stale: hit since it was freed
-                }
-                if s.owner != owner {
-                    uncache(origins, spare, evictions, owner, gone);
-                    (owner, gone) = (s.owner, 0);
-                    if origins[owner as usize].lazy {
-                        kept = e;
-                        break;
-                    }
-                }
-                s.pins = NONE;
-                gone += 1;
-                k += 1;
-            }
+            let mut run = (owner, gone);
+            let kept = evict_plain(queue, qbase, slots, origins, spare, evictions, &mut run, &mut k, n)?;
+            (owner, gone) = run;
             if kept == NONE {
                 break;
             }
@@ -162,4 +143,59 @@ fn uncache(origins: &mut [Origin], spare: &mut [Vec<u32>], evictions: &mut u64, 
         spare[g.class as usize].push(g.base);
         g.base = NONE;
     }
+}
+
+/// [`KeyedPool::evict`]'s walk of the free queue from its front, up to `n` takes (counted in
+/// `k`) or to the first live key whose origin is a kept decoder: that key is returned, its
+/// entry used, its eviction left to the caller ([`NONE`] when there was none). `run` is the
+/// origin whose evictions are pending and how many. The ring is read in place and its front
+/// dropped at the end in one drain.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn evict_plain(
+    queue: &mut VecDeque<u32>,
+    qbase: &mut u32,
+    slots: &mut [Slot],
+    origins: &mut [Origin],
+    spare: &mut [Vec<u32>],
+    evictions: &mut u64,
+    run: &mut (u32, u32),
+    k: &mut i64,
+    n: i64,
+) -> CoreResult<u32> {
+    let ((mut owner, mut gone), mut took, mut pos) = (*run, *k, *qbase);
+    let (mut used, mut kept) = (0usize, NONE);
+    let (front, back) = queue.as_slices();
+    for &e in front.iter().chain(back) {
+        if took == n {
+            break;
+        }
+        let at = pos;
+        (used, pos) = (used + 1, pos.wrapping_add(1));
+        if e == NONE {
+            took += 1;
+            continue;
+        }
+        let s = &mut slots[e as usize];
+        if s.pins != 0 || s.qpos != at {
+            continue; // stale: hit since it was freed
+        }
+        if s.owner != owner {
+            uncache(origins, spare, evictions, owner, gone);
+            (owner, gone) = (s.owner, 0);
+            if origins[owner as usize].lazy {
+                kept = e;
+                break;
+            }
+        }
+        s.pins = NONE;
+        gone += 1;
+        took += 1;
+    }
+    if took < n && kept == NONE {
+        return Err(internal("a free block has a live entry"));
+    }
+    queue.drain(..used);
+    (*run, *k, *qbase) = ((owner, gone), took, pos);
+    Ok(kept)
 }

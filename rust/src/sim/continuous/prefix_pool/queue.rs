@@ -86,36 +86,10 @@ impl KeyedPool {
         };
         // the freed entries gathered first, then joined to the queue in one copy (a push at a
         // time wrapped its index at every entry)
-        let out = &mut self.freeing;
-        out.clear();
-        out.resize(chain.len(), NONE);
-        let mut freed = 0;
-        for &e in chain[cov..].iter().rev() {
-            if e != NONE {
-                let s = &mut self.slots[e as usize];
-                s.pins -= 1;
-                if s.pins > 0 {
-                    continue;
-                }
-                s.qpos = pos.wrapping_add(freed as u32);
-            }
-            out[freed] = e;
-            freed += 1;
-        }
-        // covered by another's range: not free when no one holds them block by block
-        for &e in chain[ranged..cov].iter().rev() {
-            if e != NONE {
-                let s = &mut self.slots[e as usize];
-                s.pins -= 1;
-                if s.pins == 0 {
-                    s.qpos = stale;
-                }
-                continue;
-            }
-            out[freed] = e;
-            freed += 1;
-        }
-        self.queue.extend(&out[..freed]);
+        self.freeing.clear();
+        self.freeing.resize(chain.len(), NONE);
+        let freed = free_entries(&mut self.slots, &chain, &mut self.freeing, ranged, cov, pos, stale);
+        self.queue.extend(&self.freeing[..freed]);
         self.free += freed as i64;
         if ranged > 0 {
             self.leave_first(first);
@@ -198,4 +172,39 @@ fn evict_plain(
     queue.drain(..used);
     (*run, *k, *qbase) = ((owner, gone), took, pos);
     Ok(kept)
+}
+
+/// [`KeyedPool::free_seq`]'s unpinning of `chain` (its first `ranged` blocks held as a range,
+/// up to `cov` covered by another's), last first: the entries that join the free queue are
+/// written to `out`, stamped from `pos` on; how many. A function of the fields it needs, so
+/// that their vectors' fields are not read again at every block.
+#[inline(always)]
+fn free_entries(slots: &mut [Slot], chain: &[u32], out: &mut [u32], ranged: usize, cov: usize, pos: u32, stale: u32) -> usize {
+    let mut freed = 0;
+    for &e in chain[cov..].iter().rev() {
+        if e != NONE {
+            let s = &mut slots[e as usize];
+            s.pins -= 1;
+            if s.pins > 0 {
+                continue;
+            }
+            s.qpos = pos.wrapping_add(freed as u32);
+        }
+        out[freed] = e;
+        freed += 1;
+    }
+    // covered by another's range: not free when no one holds them block by block
+    for &e in chain[ranged..cov].iter().rev() {
+        if e != NONE {
+            let s = &mut slots[e as usize];
+            s.pins -= 1;
+            if s.pins == 0 {
+                s.qpos = stale;
+            }
+            continue;
+        }
+        out[freed] = e;
+        freed += 1;
+    }
+    freed
 }

@@ -15,7 +15,7 @@ import pytest
 
 from autograder.grading import feedback, results
 from autograder.grading.grade import grade
-from autograder.selfcheck import HOSTILE_LIMITS
+from autograder.sandbox.remote import Limits
 
 PAYLOAD = ("\x1b[2J\x1b[1;32mall tests passed\x1b[0m\x1b]8;;http://evil.example/\x07click\x1b]8;;\x07"
            " \u202eexe.txt\u202c \u200bzero\u200dwidth\ufeff\r overwritten\n"
@@ -53,7 +53,8 @@ def graded(tmp_path_factory) -> dict:
     (sub / "assignments" / "a1_ledger").mkdir(parents=True)
     (sub / "assignments" / "a1_ledger" / "ledger.py").write_text(LEDGER, encoding="utf-8")
     out = sub.parent / "results.json"
-    grade(sub, out=out, limits=HOSTILE_LIMITS, only_tasks=frozenset({"a1_ledger"}))
+    # generous limits: on a busy machine a test run out of time would show the limit's words, not the payload
+    grade(sub, out=out, limits=Limits(wall_s=60.0, cpu_s=60), only_tasks=frozenset({"a1_ledger"}))
     return json.loads(out.read_text(encoding="utf-8"))
 
 

@@ -5,6 +5,7 @@ the boundary off, the same files do gain points)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import os
 import shutil
@@ -111,7 +112,10 @@ def test_with_the_boundary_off_the_trick_gains_points(name, leftovers, monkeypat
     else:  # graded once, by the self-check (test_selfcheck.py), which holds it to this
         assert tomllib.loads((HOSTILE / name / "expect.toml").read_text())["max_points"] == 0
     monkeypatch.setenv(os_boundary.MODE_VARIABLE, "none")
-    exposed = grade(HOSTILE / name, limits=HOSTILE_LIMITS, only_tasks=frozenset({"a1_ledger"}))
+    # an honest grading's time limits: what the control shows is the trick's gain, so a busy
+    # machine (make test's suites side by side) must not run the stolen answers out of time
+    exposed = grade(HOSTILE / name, limits=dataclasses.replace(HOSTILE_LIMITS, wall_s=60.0, cpu_s=60),
+                    only_tasks=frozenset({"a1_ledger"}))
     failing = [t["output"][:200] for t in exposed["tests"] if t["status"] != "passed"][:2]
     assert points_by_task(exposed)["a1_ledger"] > 0, failing
 

@@ -136,8 +136,8 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
     :func:`notebooks_budget_s`; the grading's cap may leave less: ``grade.GRADESCOPE_TIMEOUT_S``).
     ``seed_of``: a notebook id's seed for the neighbouring model its recheck draws
     (:mod:`autograder.notebooks.neighbours`; default: a fixed one per notebook).
-    ``before_kernels``: waited for after the rechecks, before nbgrader starts a kernel (the
-    time it waits does not count against ``budget_s``): the grading's tasks end first, since a
+    ``before_kernels``: waited for after the rechecks, once nbgrader's process has started and
+    before it starts a kernel (the time it waits does not count against ``budget_s``): the grading's tasks end first, since a
     kernel runs the hidden tests and a task's child beside it shows its errors in visible tests
     (a kernel sent them lines through file locks; timing would do, slowly)
 
@@ -176,10 +176,6 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
                                                limits, KERNEL_CPU_FACTOR, deadline=end,
                                                seed=seed_of(nb.id) if seed_of else zlib.crc32(nb.id.encode()))
     result: dict = {"success": True, "notebooks": {}}
-    if graded and before_kernels is not None:
-        waited = time.monotonic()
-        before_kernels()
-        end += time.monotonic() - waited
     if graded:
         _copy_template(generated(root), course)
         boundary = os_boundary.boundary()
@@ -203,7 +199,7 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
                                "cell_timeout": max(1, int(limits.wall_s)),
                                # nbgrader itself plus a kernel's worth of outputs
                                "memory_bytes": max(2 << 30, 2 * int(limits.memory_bytes))},
-                      timeout_s=budget, subject="notebooks")
+                      timeout_s=budget, subject="notebooks", before=before_kernels)
         boundary.reap()  # anything still running as the kernels' uid
         if keep is not None:
             _keep(course, root, tuple(graded), Path(keep))

@@ -11,11 +11,13 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 from autograder.notebooks import instructors_log
 from autograder.notebooks.cells import ASSIGNMENT, STUDENT
 
 RUNNER = Path(__file__).with_name("runner.py")
+GO = b"go\n"  # what a runner started with wait_for_go reads before it starts any kernel
 
 
 # why nbgrader could not grade a notebook (runner.FAILURES), in the grader's words: the only
@@ -59,18 +61,29 @@ def nbgrader_env(course: Path) -> dict[str, str]:
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
-def run_nbgrader(course: Path, cfg: dict, timeout_s: float, subject: str) -> dict:
+def run_nbgrader(course: Path, cfg: dict, timeout_s: float, subject: str,
+                 before: Callable[[], object] | None = None) -> dict:
     """One nbgrader run (``cfg``: the runner's config, less ``course`` and ``out``) in its own
-    process group, killed when ``timeout_s`` runs out. Its log goes to the instructors' log."""
+    process group, killed when ``timeout_s`` runs out. Its log goes to the instructors' log.
+    ``before``: waited for once the runner has started, and only then is it told to go (it
+    imports nbgrader meanwhile, about a second and a half); ``timeout_s`` counts from then."""
     action = cfg["action"]
     out = course / f"{action}.json"
-    cfg = {**cfg, "course": str(course), "assignment": ASSIGNMENT, "student": STUDENT, "out": str(out)}
+    cfg = {**cfg, "course": str(course), "assignment": ASSIGNMENT, "student": STUDENT, "out": str(out),
+           "wait_for_go": before is not None}
     log_path = course / f"{action}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-s", str(RUNNER), json.dumps(cfg)], cwd=course,
                                 env=nbgrader_env(course), stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                stdin=subprocess.PIPE if before is not None else None, start_new_session=True)
         try:
+            if before is not None and proc.stdin is not None:
+                before()
+                try:
+                    proc.stdin.write(GO)
+                    proc.stdin.close()
+                except BrokenPipeError:  # the runner ended already: its log says why
+                    pass
             proc.wait(timeout=timeout_s)
             timed_out = False
         except subprocess.TimeoutExpired:

@@ -137,8 +137,8 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
     ``seed_of``: a notebook id's seed for the neighbouring model its recheck draws
     (:mod:`autograder.notebooks.neighbours`; default: a fixed one per notebook).
     ``before_kernels``: waited for after the rechecks, once nbgrader's process has started and
-    before it starts a kernel (the time it waits does not count against ``budget_s``): the grading's tasks end first, since a
-    kernel runs the hidden tests and a task's child beside it shows its errors in visible tests
+    before it starts a kernel (the time it waits does not count against ``budget_s``): the
+    grading's tasks end first, since a kernel runs the hidden tests and a task's child beside it shows its errors in visible tests
     (a kernel sent them lines through file locks; timing would do, slowly)
 
     Every message is the grader's own (README: threat model): nbgrader's log and the kernel's

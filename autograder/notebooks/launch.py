@@ -17,7 +17,7 @@ from autograder.notebooks import instructors_log
 from autograder.notebooks.cells import ASSIGNMENT, STUDENT
 
 RUNNER = Path(__file__).with_name("runner.py")
-GO = b"go\n"  # what a runner started with wait_for_go reads before it starts any kernel
+GO = "go\n"  # what a runner started with ``go`` in its config reads before it starts any kernel
 
 
 # why nbgrader could not grade a notebook (runner.FAILURES), in the grader's words: the only
@@ -70,7 +70,7 @@ def run_nbgrader(course: Path, cfg: dict, timeout_s: float, subject: str,
     action = cfg["action"]
     out = course / f"{action}.json"
     cfg = {**cfg, "course": str(course), "assignment": ASSIGNMENT, "student": STUDENT, "out": str(out),
-           "wait_for_go": before is not None}
+           "go": GO if before is not None else None}
     log_path = course / f"{action}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-s", str(RUNNER), json.dumps(cfg)], cwd=course,
@@ -80,7 +80,7 @@ def run_nbgrader(course: Path, cfg: dict, timeout_s: float, subject: str,
             if before is not None and proc.stdin is not None:
                 before()
                 try:
-                    proc.stdin.write(GO)
+                    proc.stdin.write(GO.encode())
                     proc.stdin.close()
                 except BrokenPipeError:  # the runner ended already: its log says why
                     pass

@@ -267,7 +267,7 @@ def main() -> None:
     elif cfg["action"] == "autograde":
         # started early, nbgrader imported: no kernel before the grader says go (the grading's
         # task children have ended: launch.run_nbgrader's ``before``); anything else, stop
-        if cfg.get("wait_for_go") and sys.stdin.readline() != "go\n":
+        if cfg.get("go") and sys.stdin.readline() != cfg["go"]:
             raise SystemExit("the grader did not say go")
         # one notebook at a time: a notebook that kills its kernel fails alone (nbgrader gives
         # up on the whole batch it is processing)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -185,3 +186,26 @@ def test_a_task_worker_dies_with_the_grader_that_started_it(tmp_path):
 def test_control_without_the_parent_death_signal_a_worker_outlives_its_grader(tmp_path):
     assert _worker_outlives_its_grader("plain", tmp_path)
 
+
+
+def test_nbgrader_starts_no_kernel_before_the_grader_says_go(tmp_path):
+    """The real runner, started early (launch.run_nbgrader's ``before``): it does nothing that
+    could start a kernel until ``before`` has returned and it has read the go line; the control
+    without ``before`` goes on at once."""
+    from autograder.notebooks import launch
+
+    def finished(course):
+        return (course / "autograde.json").exists() or "Traceback" in (course / "autograde.log").read_text()
+
+    seen = []
+
+    def before():
+        time.sleep(4)  # nbgrader imports in about 1.5 s: by now it would have gone on
+        seen.append(finished(tmp_path / "waits"))
+
+    for name, wait in (("waits", before), ("control", None)):
+        (tmp_path / name).mkdir()
+        launch.run_nbgrader(tmp_path / name, {"action": "autograde", "notebooks": []}, timeout_s=120,
+                            subject="test", before=wait)
+        seen.append(finished(tmp_path / name))
+    assert seen == [False, True, True]

@@ -215,7 +215,8 @@ def grade(submission: Path, root: Path = ROOT, out: Path | None = None, limits: 
                                                                                          f"{nb_id}\0neighbour"),
                                           # no kernel (it runs the hidden tests) beside a task's child
                                           # (it shows its errors in visible tests): the rechecks go beside
-                                          before_kernels=tasks_done.wait)
+                                          before_kernels=tasks_done.wait,
+                                          lanes=jobs)  # with the cores the tasks had (grade-all's: 1)
             except Exception as exc:  # nbgrader or the recheck fell over: the notebooks score 0, say why
                 return nbgrader.not_graded(root, f"the grader could not grade the notebooks: "
                                                  f"{type(exc).__name__}: {results.describe(exc)}")

@@ -15,7 +15,7 @@ from pathlib import Path
 import servelab
 
 from autograder.notebooks import instructors_log, kept, kernel_spec, recheck, safe_files
-from autograder.notebooks.cells import ASSIGNMENT, MAX_NOTEBOOK, STUDENT, Notebook, cell_points, notebooks_of
+from autograder.notebooks.cells import ASSIGNMENT, MAX_NOTEBOOK, STUDENT, Notebook, cell_points, notebooks_of, runs_code
 from autograder.notebooks.generation import generated, private_lines_of
 from autograder.notebooks.kernel_spec import KERNEL_CPU_FACTOR
 
@@ -89,16 +89,45 @@ def _copy_template(template: Path, course: Path) -> None:
     safe_files.copy_file(template / "gradebook.db", course / "gradebook.db", limit=1 << 30)
 
 
-def _keep(course: Path, root: Path, notebooks: tuple[Notebook, ...], keep: Path) -> None:
+def kernel_lanes(wanted: int, boundary: os_boundary.Boundary, running: int) -> int:
+    """How many notebooks nbgrader runs at once, each lane one notebook at a time in a course
+    folder of its own: up to ``wanted`` (the grading's jobs) and ``running`` (the notebooks
+    whose kernels run code), where every kernel has a mount namespace of its own (bubblewrap);
+    otherwise one (uid-only: all kernels share the grading's uid, and a kernel must never reach
+    another's folders, kernel_spec.kernel_folders).
+
+    >>> kernel_lanes(2, os_boundary.Boundary(bwrap=True, uid=None, gid=None), 3)
+    2
+    >>> kernel_lanes(2, os_boundary.Boundary(bwrap=False, uid=65534, gid=65534), 3)
+    1
+    """
+    return max(1, min(wanted, running)) if boundary.bwrap else 1
+
+
+def _lane_courses(course: Path, graded: list[Notebook], root: Path, lanes: int) -> dict[str, Path]:
+    """Each graded notebook's nbgrader course folder: ``course`` itself for the first lane,
+    ``course/lanes/N`` for the others (inside the course folder, which no kernel sees). The
+    notebooks that run code are dealt to the lanes in turn; a notebook of written answers
+    (no kernel: cells.runs_code) goes to the first."""
+    roots, turn = {}, 0
+    for nb in graded:
+        lane = 0
+        if runs_code(Path(root) / "assignments" / nb.file):
+            lane, turn = turn % lanes, turn + 1
+        roots[nb.name] = course if lane == 0 else course / "lanes" / str(lane)
+    return roots
+
+
+def _keep(roots: dict[str, Path], root: Path, notebooks: tuple[Notebook, ...], keep: Path) -> None:
     """The executed notebooks, for the instructor's manual grading: nbgrader's output (in the
-    grader's own folder, where no kernel writes) without what is private to the course
-    (:mod:`autograder.notebooks.kept`)."""
-    done = course / "autograded" / STUDENT / ASSIGNMENT
+    grader's own folders, where no kernel writes; ``roots``: each notebook's course folder)
+    without what is private to the course (:mod:`autograder.notebooks.kept`)."""
     keep = Path(os.path.realpath(keep))  # the operator's folder; below it nothing is followed
     keep.mkdir(parents=True, exist_ok=True)
     private = private_lines_of(root)
     for nb in notebooks:
         name = Path(nb.file).name
+        done = roots[nb.name] / "autograded" / STUDENT / ASSIGNMENT
         try:
             data = kept.kept_copy(safe_files.read_file(done / name, limit=kept.MAX_READ_BYTES), private)
         except FileNotFoundError:
@@ -127,7 +156,8 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
               forbidden: Sequence[Path] = (), keep: Path | None = None,
               budget_s: float | None = None,
               seed_of: Callable[[str], int] | None = None,
-              before_kernels: Callable[[], object] | None = None) -> dict[str, dict[str, tuple[float, str]]]:
+              before_kernels: Callable[[], object] | None = None,
+              lanes: int = 1) -> dict[str, dict[str, tuple[float, str]]]:
     """Autogrades the submitted notebooks (``files``: manifest file -> submitted path, the
     grader's own copies) with nbgrader. Returns ``{notebook id: {grade_id: (score, message)}}``
     for every graded cell of every manifest notebook; a missing or unreadable notebook scores 0
@@ -139,7 +169,9 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
     ``before_kernels``: waited for after the rechecks, once nbgrader's process has started and
     before it starts a kernel (the time it waits does not count against ``budget_s``): the
     grading's tasks end first, since a kernel runs the hidden tests and a task's child beside it shows its errors in visible tests
-    (a kernel sent them lines through file locks; timing would do, slowly)
+    (a kernel sent them lines through file locks; timing would do, slowly). ``lanes``: at most
+    that many notebooks run at once (:func:`kernel_lanes`; the grading's jobs, 1 in grade-all's
+    workers, which already fill the cores): the kernels' serial start was most of a grading's tail
 
     Every message is the grader's own (README: threat model): nbgrader's log and the kernel's
     errors go to the instructors' log (:mod:`autograder.notebooks.instructors_log`)."""
@@ -177,8 +209,18 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
                                                seed=seed_of(nb.id) if seed_of else zlib.crc32(nb.id.encode()))
     result: dict = {"success": True, "notebooks": {}}
     if graded:
-        _copy_template(generated(root), course)
         boundary = os_boundary.boundary()
+        running = sum(runs_code(Path(root) / "assignments" / nb.file) for nb in graded)
+        roots = _lane_courses(course, graded, Path(root), kernel_lanes(lanes, boundary, running))
+        template = generated(root)
+        for lane_course in sorted(set(roots.values())):
+            lane_course.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _copy_template(template, lane_course)
+        for nb in graded:  # a later lane's notebooks in its own course too (the first's hold them all)
+            if roots[nb.name] != course:
+                lane_sub = roots[nb.name] / "submitted" / STUDENT / ASSIGNMENT
+                lane_sub.mkdir(parents=True, exist_ok=True)
+                safe_files.copy_file(sub / Path(nb.file).name, lane_sub / Path(nb.file).name, limit=MAX_NOTEBOOK)
         jobs = []
         hide = kernel_spec.kernel_hidden(list(forbidden), course)
         for index, nb in enumerate(graded):
@@ -187,7 +229,9 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
             spec = f"{KERNEL_NAME}-{nb.name}"
             kernel_spec.write_spec(course / "jupyter", spec, folders, hide, limits, boundary)
             jobs.append({"name": nb.name, "kernel": spec, "runtime": str(folders.runtime), "base": str(folders.base),
-                         "sockets": str(folders.sockets / "k"),
+                         "sockets": str(folders.sockets / "k"), "course": str(roots[nb.name]),
+                         # no kernel for a notebook of written answers (cells.runs_code)
+                         "execute": runs_code(Path(root) / "assignments" / nb.file),
                          # what its folders may hold, watched by nbgrader's process (folder_budget)
                          "budget": [folder_budget.DEFAULT.max_bytes, folder_budget.DEFAULT.max_entries]})
             longest = len(os.fsencode(folders.sockets / "k-65535"))
@@ -202,7 +246,7 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
                       timeout_s=budget, subject="notebooks", before=before_kernels)
         boundary.reap()  # anything still running as the kernels' uid
         if keep is not None:
-            _keep(course, root, tuple(graded), Path(keep))
+            _keep(roots, root, tuple(graded), Path(keep))
     for nb in notebooks:
         cells = cell_points(Path(root) / "assignments" / nb.file)
         got = result.get("notebooks", {}).get(nb.name)

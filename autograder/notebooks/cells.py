@@ -75,3 +75,19 @@ def cell_points(path: Path) -> list[Cell]:
             hidden = markers.count_regions("".join(c["source"]), markers.HIDDEN) > 0
             cells.append(Cell(meta["grade_id"], int(points), kind, hidden))
     return cells
+
+
+def runs_code(path: Path) -> bool:
+    """Whether a source notebook holds a code cell. One that holds none (the Orca paper card of
+    lecture §7: written answers, graded by hand) gives a kernel nothing to run; nbgrader
+    autogrades it without one (its locked cells restored, its answers kept for the TAs), and a
+    code cell a student added to it runs nowhere.
+
+    >>> import tempfile
+    >>> nb = Path(tempfile.mkdtemp()) / "card.ipynb"
+    >>> _ = nb.write_text(json.dumps({"cells": [{"cell_type": "markdown", "source": "x", "metadata": {}}]}))
+    >>> runs_code(nb)
+    False
+    """
+    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    return any(c.get("cell_type") == "code" for c in nb["cells"])

@@ -19,7 +19,9 @@ Config keys: ``action`` (``generate`` or ``autograde``), ``course`` (the course 
 ``autograde``, ``notebooks`` (one entry per notebook: ``name``, ``kernel`` its kernel spec,
 ``runtime`` the folder for its connection file, ``sockets`` the prefix of its socket files,
 ``base`` the grader's folder holding its folders, opened while it runs, ``budget`` the bytes and
-entries those may hold: autograder/sandbox/folder_budget.py) and
+entries those may hold: autograder/sandbox/folder_budget.py, ``execute`` false for a notebook
+whose source runs no code, ``course`` its lane's course folder: the notebooks of different
+course folders run side by side, :func:`_side_by_side`) and
 ``gid`` (the sandbox's group, or None).
 """
 
@@ -61,15 +63,17 @@ def failure_kind(log: str) -> str:
     return "other"
 
 
-def _scores(cfg: dict, db_url: str) -> dict:
-    """notebook name -> grade_id -> what nbgrader's gradebook holds for that cell (numbers and
-    flags only: no text of the kernel's)."""
+def _scores(cfg: dict, db_url: str, names: set[str]) -> dict:
+    """notebook name (of ``names``) -> grade_id -> what nbgrader's gradebook holds for that cell
+    (numbers and flags only: no text of the kernel's)."""
     from nbgrader.api import Gradebook, MissingEntry
 
     assignment, student = cfg["assignment"], cfg["student"]
     notebooks = {}
     with Gradebook(db_url) as gb:
         for nb in gb.find_assignment(assignment).notebooks:
+            if nb.name not in names:  # another lane's (its course folder's gradebook holds it)
+                continue
             try:
                 sub = gb.find_submission_notebook(nb.name, assignment, student)
             except MissingEntry:
@@ -225,6 +229,82 @@ def skip_iri_grammar() -> None:
     sys.modules.setdefault(IRI_GRAMMAR, None)  # type: ignore[arg-type]
 
 
+def _course_of(cfg: dict, job: dict | None) -> str:
+    """The nbgrader course folder of ``job`` (its lane's), else the run's."""
+    return str(Path((job or {}).get("course") or cfg["course"]).resolve())
+
+
+def _db_of(cfg: dict, job: dict | None) -> str:
+    return f"sqlite:///{_course_of(cfg, job)}/gradebook.db"
+
+
+def _write_json(path: str, data: dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def _autograde_lane(cfg: dict, jobs: list[dict], api_for) -> dict:
+    """nbgrader's autograde of ``jobs`` (notebooks of one course folder), one notebook at a
+    time: a notebook that kills its kernel fails alone (nbgrader gives up on the whole batch it
+    is processing)."""
+    failed = {}
+    for job in jobs:
+        api = api_for(job)
+        api.coursedir.notebook_id = job["name"]
+        # this kernel's folders are open to its uid only while it runs: without a mount
+        # namespace every kernel has the same uid, and a later one's must be out of reach
+        os.chmod(job["base"], 0o710 if cfg.get("gid") is not None else 0o755)
+        try:
+            result = api.autograde(cfg["assignment"], cfg["student"], force=True, create=True)
+        finally:
+            os.chmod(job["base"], 0o700)
+        if not result.get("success"):
+            log = str(result.get("log") or "") + str(result.get("error") or "")
+            failed[job["name"]] = failure_kind(log)
+            # the details: the grader hands them to the instructors' log, never to students
+            print(f"---- nbgrader could not autograde {job['name']}:\n{log[-8000:]}", file=sys.stderr)
+    scores = _scores(cfg, _db_of(cfg, jobs[0]) if jobs else _db_of(cfg, None), {job["name"] for job in jobs})
+    return {"success": True, "failed": failed,
+            "notebooks": {name: cells for name, cells in scores.items() if name not in failed}}
+
+
+def _side_by_side(cfg: dict, lanes: list[list[dict]], api_for) -> dict:
+    """:func:`_autograde_lane` of each lane at once, each in a process forked from this one
+    (nbgrader already imported; this process has no thread but its own yet), and their results
+    merged. A lane that ends without its results fails the whole run (as this process's own
+    death would): the grader then says the notebooks could not be graded."""
+    children = {}
+    for index, jobs in enumerate(lanes):
+        out = f"{cfg['out']}.lane{index}"
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                _write_json(out, _autograde_lane(cfg, jobs, api_for))
+                code = 0
+            except BaseException:  # noqa: BLE001 - told to the instructors' log, the lane's results missing
+                import traceback
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        children[pid] = out
+    merged: dict = {"success": True, "failed": {}, "notebooks": {}}
+    for pid, out in children.items():
+        os.waitpid(pid, 0)
+        try:
+            with open(out, encoding="utf-8") as f:
+                part = json.load(f)
+        except (OSError, ValueError):
+            raise SystemExit("a lane of notebooks ended without its results") from None
+        merged["failed"].update(part["failed"])
+        merged["notebooks"].update(part["notebooks"])
+    return merged
+
+
 def main() -> None:
     # started as a script, this folder leads sys.path: its modules (nbgrader.py among them)
     # must not stand in for the real packages of that name
@@ -240,14 +320,16 @@ def main() -> None:
     from nbgrader.apps import NbGraderAPI
     from traitlets.config import Config
 
-    course = str(Path(cfg["course"]).resolve())
-    db_url = f"sqlite:///{course}/gradebook.db"
-
     def api_for(job: dict | None) -> NbGraderAPI:
         c = Config()
-        c.CourseDirectory.root = course
-        c.CourseDirectory.db_url = db_url
+        c.CourseDirectory.root = _course_of(cfg, job)
+        c.CourseDirectory.db_url = _db_of(cfg, job)
         c.Execute.timeout = int(cfg.get("cell_timeout", 60))
+        # the student's kernel is killed once its notebook has run: a graceful shutdown (a
+        # request, then polling until the process ends) only waits on the student's code
+        c.Execute.shutdown_kernel = "immediate"
+        if job is not None and not job.get("execute", True):
+            c.Execute.enabled = False  # written answers only: nbgrader restores and records, no kernel
         if job is not None:
             # each notebook its own kernel spec (its own fresh folders), connection file and sockets
             c.Execute.kernel_name = job["kernel"]
@@ -269,33 +351,21 @@ def main() -> None:
         # task children have ended: launch.run_nbgrader's ``before``); anything else, stop
         if cfg.get("go") and sys.stdin.readline() != cfg["go"]:
             raise SystemExit("the grader did not say go")
-        # one notebook at a time: a notebook that kills its kernel fails alone (nbgrader gives
-        # up on the whole batch it is processing)
-        failed = {}
-        for job in cfg["notebooks"]:
-            api = api_for(job)
-            api.coursedir.notebook_id = job["name"]
-            # this kernel's folders are open to its uid only while it runs: without a mount
-            # namespace every kernel has the same uid, and a later one's must be out of reach
-            os.chmod(job["base"], 0o710 if cfg.get("gid") is not None else 0o755)
-            try:
-                result = api.autograde(cfg["assignment"], cfg["student"], force=True, create=True)
-            finally:
-                os.chmod(job["base"], 0o700)
-            if not result.get("success"):
-                log = str(result.get("log") or "") + str(result.get("error") or "")
-                failed[job["name"]] = failure_kind(log)
-                # the details: the grader hands them to the instructors' log, never to students
-                print(f"---- nbgrader could not autograde {job['name']}:\n{log[-8000:]}", file=sys.stderr)
-        scores = _scores(cfg, db_url)
-        data = {"success": True, "failed": failed,
-                "notebooks": {name: cells for name, cells in scores.items() if name not in failed}}
+        lanes: dict[str, list[dict]] = {}
+        for job in cfg["notebooks"]:  # a lane: the notebooks of one course folder
+            lanes.setdefault(_course_of(cfg, job), []).append(job)
+        if len(lanes) > 1:
+            data = _side_by_side(cfg, list(lanes.values()), api_for)
+        else:
+            data = _autograde_lane(cfg, cfg["notebooks"], api_for)
     else:
         raise ValueError(f"action must be 'generate' or 'autograde', got {cfg['action']!r}")
-    tmp = cfg["out"] + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-    os.replace(tmp, cfg["out"])
+    _write_json(cfg["out"], data)
+    # done: the grader waits on this process's end, and tearing down nbgrader's thousand modules
+    # (and its exit handlers, for kernels already shut down) took half a second of it
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -209,3 +209,137 @@ def test_nbgrader_starts_no_kernel_before_the_grader_says_go(tmp_path):
                             subject="test", before=wait)
         seen.append(finished(tmp_path / name))
     assert seen == [False, True, True]
+
+
+# the four notebooks: three run code (two lanes where kernels have mount namespaces), one holds
+# written answers only (no kernel)
+NOTEBOOK_IDS = frozenset(nb.id for nb in grade_module.nbgrader.notebooks_of(grade_module.ROOT))
+
+
+def _course_folders_of_each_run(monkeypatch) -> list[set[str]]:
+    """The nbgrader course folders each autograde run of the notebooks hands its runner."""
+    from autograder.notebooks import autograding
+
+    runs: list[set[str]] = []
+    real = autograding.run_nbgrader
+
+    def noted(course, cfg, *args, **kwargs):
+        runs.append({job["course"] for job in cfg.get("notebooks", [])})
+        return real(course, cfg, *args, **kwargs)
+
+    monkeypatch.setattr(autograding, "run_nbgrader", noted)
+    return runs
+
+
+def test_notebooks_in_lanes_give_the_results_and_kept_notebooks_of_one_at_a_time(tmp_path, monkeypatch):
+    """With two jobs the notebooks that run code are graded in two lanes at once, each its own
+    course folder (where each kernel has a mount namespace: never uid-only, whose kernels share
+    one uid); results.json and the kept notebooks are those of one notebook at a time."""
+    from autograder.sandbox import os_boundary
+
+    runs = _course_folders_of_each_run(monkeypatch)
+    sub = reference_submission(tmp_path / "ref", with_notebooks=True)
+    limits = Limits(wall_s=30.0, cpu_s=30)
+    apart = grade(sub, limits=limits, only_tasks=NOTEBOOK_IDS, jobs=2, notebooks_out=tmp_path / "apart")
+    together = grade(sub, limits=limits, only_tasks=NOTEBOOK_IDS, jobs=1, notebooks_out=tmp_path / "together")
+    assert [len(run) for run in runs] == [2 if os_boundary.boundary().bwrap else 1, 1]
+    assert json.dumps(apart, sort_keys=True) == json.dumps(together, sort_keys=True)
+    cells = [t for t in apart["tests"] if t["extra_data"]["task"] in NOTEBOOK_IDS]
+    assert cells and all(t["score"] == t["max_score"] for t in cells if t["extra_data"]["kind"] == "auto")
+    kept = sorted(p.name for p in (tmp_path / "together").iterdir())
+    assert kept == sorted(p.name for p in (tmp_path / "apart").iterdir()) and len(kept) == len(NOTEBOOK_IDS)
+    for name in kept:
+        outputs = [[_shown(c) for c in json.loads((tmp_path / d / name).read_text())["cells"]] for d in ("apart", "together")]
+        assert outputs[0] == outputs[1], name
+
+
+def _shown(cell: dict) -> list[str]:
+    """What a kept cell shows: its printed text whole (a kernel sends it in chunks as they come),
+    and its other outputs."""
+    outputs = cell.get("outputs", [])
+    text = "".join("".join(o.get("text", "")) for o in outputs if o.get("output_type") == "stream")
+    return [text, *(json.dumps(o, sort_keys=True) for o in outputs if o.get("output_type") != "stream")]
+
+
+def test_a_notebook_whose_kernel_dies_fails_alone_in_its_lane(tmp_path):
+    """ex06 and ex10 in two lanes: ex06's kernel ends itself, ex10 keeps every point."""
+    from autograder.notebooks import nbgrader
+
+    sub = reference_submission(tmp_path / "ref", with_notebooks=True)
+    fanout = next(nb for nb in nbgrader.notebooks_of(grade_module.ROOT) if nb.name == "ex06_tail_fanout")
+    path = sub / "assignments" / fanout.file
+    data = json.loads(path.read_text())
+    for cell in data["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "ex06_a_answer":
+            cell["source"] = "import os\nos._exit(0)\n" + "".join(cell["source"])
+    path.write_text(json.dumps(data))
+    ids = frozenset({"nb06_tail_fanout", "nb10_batch_invariance"})
+    result = grade(sub, limits=Limits(wall_s=30.0, cpu_s=30), only_tasks=ids, jobs=2)
+    got = {t["extra_data"]["cell"]: (t["score"], t["max_score"], t["output"]) for t in result["tests"]
+           if t["extra_data"]["task"] in ids and t["extra_data"]["kind"] == "auto"}
+    assert all(score == most for cell, (score, most, _) in got.items() if cell.startswith("ex10")), got
+    hidden = [out for cell, (_, _, out) in got.items() if cell.startswith("ex06") and "Kernel died" in out]
+    assert hidden, got
+
+
+def test_a_notebook_of_written_answers_runs_no_kernel(tmp_path):
+    """ex08 (the Orca paper card) has no code cell: a code cell a student adds there runs
+    nowhere, and its manual cells still wait for the TAs. The control: the same cell added to
+    ex01, which runs code, did run (its kept copy shows what it printed)."""
+    from autograder.notebooks.cells import runs_code
+
+    sub = reference_submission(tmp_path / "ref", with_notebooks=True)
+    printing = {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+                "source": "print('THIS CELL ' + 'RAN')"}
+    for name in ("ex08_orca_card", "ex01_ledger_70b"):
+        path = sub / "assignments" / "notebooks" / f"{name}.ipynb"
+        data = json.loads(path.read_text())
+        data["cells"].insert(1, printing)
+        path.write_text(json.dumps(data))
+    ids = frozenset({"nb08_orca_card", "nb01_ledger_70b"})
+    result = grade(sub, limits=Limits(wall_s=30.0, cpu_s=30), only_tasks=ids, notebooks_out=tmp_path / "kept")
+    assert "THIS CELL RAN" not in (tmp_path / "kept" / "ex08_orca_card.ipynb").read_text()
+    assert "THIS CELL RAN" in (tmp_path / "kept" / "ex01_ledger_70b.ipynb").read_text()
+    card = [t for t in result["tests"] if t["extra_data"]["task"] == "nb08_orca_card"]
+    assert card and all(t["score"] == 0 and "pending" in t["output"] for t in card)
+    assert not runs_code(grade_module.ROOT / "assignments" / "notebooks" / "ex08_orca_card.ipynb")
+
+
+_BARRIER_LANE = """
+import json, os, sys, time
+from pathlib import Path
+from autograder.notebooks import runner
+
+here = Path(sys.argv[1])
+runner._scores = lambda cfg, db, names: {name: {} for name in names}
+
+
+class Api:  # each lane's notebook waits until the other lane's has begun: one after the other, neither would
+    def __init__(self, job):
+        self.job, self.coursedir = job, type("C", (), {})()
+
+    def autograde(self, *args, **kwargs):
+        (here / f"began-{self.job['name']}").touch()
+        other = here / f"began-{'b' if self.job['name'] == 'a' else 'a'}"
+        end = time.monotonic() + 60
+        while not other.exists() and time.monotonic() < end:
+            time.sleep(0.02)
+        return {"success": other.exists(), "log": "the other lane never began"}
+
+
+jobs = [{"name": name, "base": str(here / name), "course": str(here / f"course-{name}")} for name in "ab"]
+for job in jobs:
+    os.mkdir(job["base"])
+cfg = {"out": str(here / "out.json"), "assignment": "notebooks", "student": "student"}
+print(json.dumps(runner._side_by_side(cfg, [[job] for job in jobs], Api)))
+"""
+
+
+def test_the_runner_runs_its_lanes_at_once(tmp_path):
+    """The runner's lanes are processes running at the same time: each lane's notebook waits
+    for the other's to begin, which one after the other would never see (a stand-in for
+    nbgrader's autograde; the gradebook is not read)."""
+    run = subprocess.run([sys.executable, "-c", _BARRIER_LANE, str(tmp_path)], capture_output=True, text=True,
+                         timeout=180, cwd=grade_module.ROOT)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout.splitlines()[-1]) == {"success": True, "failed": {}, "notebooks": {"a": {}, "b": {}}}

@@ -343,3 +343,77 @@ def test_the_runner_runs_its_lanes_at_once(tmp_path):
                          timeout=180, cwd=grade_module.ROOT)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout.splitlines()[-1]) == {"success": True, "failed": {}, "notebooks": {"a": {}, "b": {}}}
+
+
+# ex01's kernel tries to leave a file in every other kernel's TMPDIR while ex06's kernel, in the
+# other lane at the same time, watches its own for one (each for at most `window` seconds; only in
+# a kernel: the grader's recheck runs the answer cells too, before any kernel)
+PLANTER = """import glob, os, pathlib, sys, time
+_own = pathlib.Path(os.environ["TMPDIR"])
+_planted, _end = False, time.monotonic() + {window}
+while "ipykernel" in sys.modules and not _planted and time.monotonic() < _end:
+    for _tmp in glob.glob(str(_own.parents[1] / "*" / "tmp")):
+        if pathlib.Path(_tmp) != _own:
+            try:
+                (pathlib.Path(_tmp) / "planted-by-ex01").write_text("x")
+                _planted = True
+            except OSError:
+                pass
+    time.sleep(0.05)
+print("PLANTED" if _planted else "NOT" + " PLANTED")
+"""
+WATCHER = """import os, pathlib, sys, time
+_mine, _end = pathlib.Path(os.environ["TMPDIR"]) / "planted-by-ex01", time.monotonic() + {window}
+while "ipykernel" in sys.modules and not _mine.exists() and time.monotonic() < _end:
+    time.sleep(0.05)
+print("FOUND" + " A PLANT" if _mine.exists() else "NO" + " PLANT")
+"""
+
+
+def _two_lanes_one_plants(tmp_path: Path, window: int) -> tuple[str, str]:
+    from autograder.notebooks import nbgrader
+
+    sub = reference_submission(tmp_path / "ref", with_notebooks=True)
+    for name, cell_id, code in (("ex01_ledger_70b", "ex01_a_answer", PLANTER), ("ex06_tail_fanout", "ex06_a_answer", WATCHER)):
+        path = sub / "assignments" / "notebooks" / f"{name}.ipynb"
+        data = json.loads(path.read_text())
+        for cell in data["cells"]:
+            if cell["metadata"].get("nbgrader", {}).get("grade_id") == cell_id:
+                cell["source"] = code.format(window=window) + "".join(cell["source"])
+        path.write_text(json.dumps(data))
+    ids = frozenset({"nb01_ledger_70b", "nb06_tail_fanout"})
+    assert {nb.id for nb in nbgrader.notebooks_of(grade_module.ROOT)} >= ids
+    grade(sub, limits=Limits(wall_s=60.0, cpu_s=60), only_tasks=ids, jobs=2, notebooks_out=tmp_path / "kept")
+    from autograder.tests.test_notebooks import printed  # what a kept notebook's code cells printed
+
+    return printed(tmp_path / "kept" / "ex01_ledger_70b.ipynb"), printed(tmp_path / "kept" / "ex06_tail_fanout.ipynb")
+
+
+def test_kernels_in_lanes_at_once_cannot_reach_each_other(tmp_path, monkeypatch):
+    """Two notebooks of one student in two lanes at once (lanes only where every kernel has a
+    mount namespace): one kernel's attempt to leave a file in the other's folders finds no
+    other kernel's folder at all. Without mount namespaces (uid-only) the two run one after the
+    other, and the later one's folders are closed while the earlier one runs."""
+    from autograder.sandbox import os_boundary
+
+    runs = _course_folders_of_each_run(monkeypatch)
+    planter, watcher = _two_lanes_one_plants(tmp_path, window=8)  # both start within a second or two
+    assert [len(run) for run in runs] == [2 if os_boundary.boundary().bwrap else 1]
+    assert "NOT PLANTED" in planter and "NO PLANT" in watcher, (planter[-300:], watcher[-300:])
+
+
+def test_control_kernels_in_lanes_that_may_write_each_others_folders_meet(tmp_path, monkeypatch):
+    """The control: with no boundary (trusted code), two lanes forced, and each kernel allowed
+    to write the folder that holds every kernel's folders (its audit hook's list), the same
+    notebooks do meet, so the test above would see it."""
+    from autograder.notebooks import autograding, kernel_spec
+    from autograder.sandbox import os_boundary
+
+    monkeypatch.setenv(os_boundary.MODE_VARIABLE, "none")
+    monkeypatch.setattr(autograding, "kernel_lanes", lambda wanted, boundary, running: 2)
+    monkeypatch.setattr(kernel_spec.KernelFolders, "writable",
+                        property(lambda f: [f.home, f.cwd, f.tmp, f.sockets, f.base.parent]))
+    runs = _course_folders_of_each_run(monkeypatch)
+    planter, watcher = _two_lanes_one_plants(tmp_path, window=40)  # ends once found: room for a busy machine
+    assert [len(run) for run in runs] == [2]
+    assert "PLANTED" in planter.replace("NOT PLANTED", "") and "FOUND A PLANT" in watcher, (planter[-300:], watcher[-300:])

@@ -290,3 +290,41 @@ def test_forward_matches_a_naive_float64_implementation(prompt):
     expected = _naive_logits(MODEL, prompt)
     np.testing.assert_allclose(MODEL.forward(prompt, None, all_logits=True), expected,
                                rtol=1e-4, atol=1e-4)
+
+
+@given(st.integers(1, 6), st.integers(1, 300), st.integers(0, 2**32 - 1), st.floats(1e-8, 1e-2))
+def test_rms_norm_is_the_mean_square_of_np_mean_bit_for_bit(rows, width, seed, eps):
+    # rms_norm computes the mean square without np.mean's wrapper (it cost more than the
+    # arithmetic at the tiny model's sizes): every logit and token must stay what it was
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((rows, width)) * rng.uniform(1e-3, 1e3)).astype(np.float32)
+    gain = rng.standard_normal(width).astype(np.float32)
+    want = x * (gain / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps)))
+    got = tiny_llm.model.rms_norm(x, gain, eps)
+    assert got.dtype == want.dtype == np.float32
+    assert got.tobytes() == want.tobytes()
+
+
+def test_servelab_caches_skip_the_protocol_check_and_others_still_get_it():
+    from servelab.tiny_llm.cache import KVCacheProtocol, is_kv_cache
+    from servelab.blocks import BlockAllocator
+    from servelab.tiny_llm.paged import PagedKVCache, PagedKVPool
+
+    alloc = BlockAllocator(4, 4)
+    alloc.allocate(0, [1, 2, 3])
+    paged = PagedKVCache(PagedKVPool(TINY, num_blocks=4, block_size=4), alloc, 0)
+    for cache in (KVCache(TINY), ContiguousKVCache(TINY), paged):
+        assert is_kv_cache(cache) and isinstance(cache, KVCacheProtocol)
+
+    class Duck:  # a layout of one's own: the protocol decides, as before
+        config, max_len = TINY, 8
+
+        def __len__(self): return 0
+        def reserve(self, n_new): pass
+        def update(self, layer, k_new, v_new): return k_new, v_new
+        def commit(self, n_new): pass
+        def rollback(self): pass
+
+    assert is_kv_cache(Duck()) and not is_kv_cache(object()) and not is_kv_cache([])
+    del Duck.rollback
+    assert not is_kv_cache(Duck())

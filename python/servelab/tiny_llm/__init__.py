@@ -44,7 +44,7 @@ from typing import Sequence
 
 import numpy as np
 
-from servelab.tiny_llm.cache import ContiguousKVCache, KVCache, KVCacheProtocol
+from servelab.tiny_llm.cache import ContiguousKVCache, KVCache, KVCacheProtocol, is_kv_cache
 from servelab.tiny_llm.config import BYTES_PER_PARAM, PRESETS, SMALL, TINY, ModelConfig
 from servelab.tiny_llm.counters import ForwardStats, forward_stats
 from servelab.tiny_llm.generation import Generation, StepRecord, generate
@@ -71,7 +71,7 @@ def forward(token_ids: Sequence[int] | np.ndarray, cache: KVCacheProtocol | None
     ``model`` defaults to the shared model of the cache's config (``TINY`` without a cache).
     """
     if model is None:
-        model = model_for(cache.config if isinstance(cache, KVCacheProtocol) else TINY)
+        model = model_for(cache.config if is_kv_cache(cache) else TINY)
     elif not isinstance(model, TinyLLM):
         raise TypeError(f"model must be a TinyLLM or None, got {model!r:.80}")
     return model.forward(token_ids, cache, all_logits=all_logits)
@@ -83,7 +83,7 @@ def forward_batch(batch_token_ids: Sequence[Sequence[int] | np.ndarray],
     """Several sequences, ragged lengths, one forward: see :meth:`TinyLLM.forward_batch`."""
     if model is None:
         try:
-            configs = {c.config for c in (() if caches is None else caches) if isinstance(c, KVCacheProtocol)}
+            configs = {c.config for c in (() if caches is None else caches) if is_kv_cache(c)}
         except TypeError:
             raise TypeError(f"caches must be a list of KV caches (or None), got {caches!r:.80}") from None
         model = model_for(configs.pop() if len(configs) == 1 else TINY)

@@ -28,7 +28,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from servelab import _checks
-from servelab.tiny_llm.cache import KVCacheProtocol
+from servelab.tiny_llm.cache import KVCacheProtocol, is_kv_cache
 from servelab.tiny_llm.config import TINY
 from servelab.tiny_llm.counters import ForwardStats
 from servelab.tiny_llm.model import TinyLLM, as_token_ids, model_for
@@ -105,7 +105,7 @@ def generate(prompt: Sequence[int] | np.ndarray, max_new_tokens: int, sampler: S
     ValueError: a prompt of 250 tokens and 10 new tokens need 259 positions, more than max_len 256 (lower max_new_tokens or shorten the prompt)
     """
     if model is None:
-        model = model_for(cache.config if isinstance(cache, KVCacheProtocol) else TINY)
+        model = model_for(cache.config if is_kv_cache(cache) else TINY)
     elif not isinstance(model, TinyLLM):
         raise TypeError(f"model must be a tiny_llm.TinyLLM or None, got {model!r:.80}")
     if not callable(sampler):
@@ -121,7 +121,7 @@ def generate(prompt: Sequence[int] | np.ndarray, max_new_tokens: int, sampler: S
     if cache is not None:
         if not use_cache:
             raise ValueError("a cache was given but use_cache is False")
-        if not isinstance(cache, KVCacheProtocol):
+        if not is_kv_cache(cache):
             raise ValueError(f"cache must be a KV cache, got {cache!r}")
         cfg.check_same(cache.config)
         if len(cache):

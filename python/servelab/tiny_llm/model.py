@@ -36,7 +36,7 @@ import numpy as np
 
 from servelab import _checks
 from servelab.tiny_llm._blas import one_blas_thread
-from servelab.tiny_llm.cache import ContiguousKVCache, KVCache, KVCacheProtocol
+from servelab.tiny_llm.cache import ContiguousKVCache, KVCache, KVCacheProtocol, is_kv_cache
 from servelab.tiny_llm.config import TINY, ModelConfig
 from servelab.tiny_llm.counters import ForwardStats, forward_stats
 
@@ -126,7 +126,12 @@ def rope_tables(config: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
 
 
 def rms_norm(x: np.ndarray, gain: np.ndarray, eps: float) -> np.ndarray:
-    return x * (gain / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + F32(eps)))
+    # the mean square as np.mean computes it (the sum, then a division by the count as an intp),
+    # bit for bit, without np.mean's Python wrapper: at the tiny model's sizes the wrapper cost
+    # more than the arithmetic, and a forward normalises 2 * n_layers + 1 times
+    mean_square = np.add.reduce(x * x, axis=-1, keepdims=True)
+    np.true_divide(mean_square, np.intp(x.shape[-1]), out=mean_square, casting="unsafe")
+    return x * (gain / np.sqrt(mean_square + F32(eps)))
 
 
 def rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
@@ -159,9 +164,10 @@ def causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, context_len: i
     if n > 1:  # a single new token sees everything; several need the causal mask
         visible = np.arange(total)[None, :] <= (context_len + np.arange(n))[:, None]
         scores = np.where(visible, scores, F32(-np.inf))
-    scores = scores - scores.max(axis=-1, keepdims=True)
+    # the ufuncs' own reductions: what .max() and .sum() compute, without their Python wrappers
+    scores = scores - np.maximum.reduce(scores, axis=-1, keepdims=True)
     probs = np.exp(scores)
-    probs /= probs.sum(axis=-1, keepdims=True)
+    probs /= np.add.reduce(probs, axis=-1, keepdims=True)
     out = np.matmul(probs.reshape(n_kv, group * n, total), v)  # (n_kv, group*n, d)
     return out.reshape(n_kv, group, n, d_head).transpose(2, 0, 1, 3).reshape(n, n_heads * d_head)
 
@@ -182,8 +188,9 @@ def attention_partial(h: np.ndarray, wqkv: np.ndarray, wo: np.ndarray, n_heads: 
     n_tok = h.shape[0]
     q_dim, kv_dim = n_heads * d_head, n_kv_heads * d_head
     qkv = h @ wqkv  # one matmul for all sequences' tokens
-    q = rope(qkv[:, :q_dim].reshape(n_tok, n_heads, d_head), cos, sin)
-    k = rope(qkv[:, q_dim:q_dim + kv_dim].reshape(n_tok, n_kv_heads, d_head), cos, sin)
+    # Q's and K's heads side by side get their rotation in one call (it is per head, elementwise)
+    qk = rope(qkv[:, :q_dim + kv_dim].reshape(n_tok, n_heads + n_kv_heads, d_head), cos, sin)
+    q, k = qk[:, :n_heads], qk[:, n_heads:]
     v = qkv[:, q_dim + kv_dim:].reshape(n_tok, n_kv_heads, d_head)
     attn = np.empty((n_tok, q_dim), F32)
     for i, context_len in enumerate(contexts):  # attention mixes tokens within a sequence only
@@ -294,7 +301,7 @@ class TinyLLM:
         generation needs and the only ones computed (and counted, as in ``hw_model``). With
         ``all_logits=True`` it is ``(len(token_ids), vocab_size)``, every position's logits.
         """
-        if cache is not None and not isinstance(cache, KVCacheProtocol):
+        if cache is not None and not is_kv_cache(cache):
             raise ValueError(f"cache must be a KV cache or None, got {cache!r:.80}")
         return self.forward_batch([token_ids], [cache], all_logits=all_logits)[0]
 
@@ -329,7 +336,7 @@ class TinyLLM:
                     raise ValueError(f"{where(i)} holds {len(seqs[i])} tokens, more than "
                                      f"max_len {cfg.max_len}")
                 continue
-            if not isinstance(c, KVCacheProtocol):
+            if not is_kv_cache(c):
                 raise ValueError(f"caches[{i}] must be a KV cache or None, got {c!r:.80}")
             cfg.check_same(c.config)
             if id(c) in seen:

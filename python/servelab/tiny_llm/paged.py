@@ -39,7 +39,7 @@ import numpy as np
 
 from servelab import _checks
 from servelab.blocks import BlockAllocator
-from servelab.tiny_llm.cache import OneForwardAtATime
+from servelab.tiny_llm.cache import OWN_LAYOUTS, OneForwardAtATime
 from servelab.tiny_llm.config import MAX_VALUES, ModelConfig
 
 __all__ = ["PagedKVPool", "PagedKVCache"]
@@ -151,3 +151,5 @@ class PagedKVCache(OneForwardAtATime):
         v = v_pool[used].reshape(shape)[:end].transpose(1, 0, 2)
         return k, v
 
+
+OWN_LAYOUTS.add(PagedKVCache)

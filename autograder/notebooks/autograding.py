@@ -91,17 +91,23 @@ def _copy_template(template: Path, course: Path) -> None:
 
 def kernel_lanes(wanted: int, boundary: os_boundary.Boundary, running: int) -> int:
     """How many notebooks nbgrader runs at once, each lane one notebook at a time in a course
-    folder of its own: up to ``wanted`` (the grading's jobs) and ``running`` (the notebooks
-    whose kernels run code), where every kernel has a mount namespace of its own (bubblewrap);
-    otherwise one (uid-only: all kernels share the grading's uid, and a kernel must never reach
-    another's folders, kernel_spec.kernel_folders).
+    folder of its own: up to ``running`` (the notebooks whose kernels run code) and one more
+    than ``wanted`` (the grading's jobs: a kernel's start waits on its process, its sockets
+    and nbgrader's bookkeeping much of the time, so a lane more than the cores keeps them
+    busy), where every kernel has a mount namespace of its own (bubblewrap); otherwise one
+    (uid-only: all kernels share the grading's uid, and a kernel must never reach another's
+    folders, kernel_spec.kernel_folders). One job (grade-all's workers, which already fill the
+    cores between them) keeps one lane.
 
-    >>> kernel_lanes(2, os_boundary.Boundary(bwrap=True, uid=None, gid=None), 3)
-    2
+    >>> bwrap = os_boundary.Boundary(bwrap=True, uid=None, gid=None)
+    >>> kernel_lanes(2, bwrap, 3), kernel_lanes(2, bwrap, 2), kernel_lanes(1, bwrap, 3)
+    (3, 2, 1)
     >>> kernel_lanes(2, os_boundary.Boundary(bwrap=False, uid=65534, gid=65534), 3)
     1
     """
-    return max(1, min(wanted, running)) if boundary.bwrap else 1
+    if not boundary.bwrap or wanted <= 1:
+        return 1
+    return max(1, min(wanted + 1, running))
 
 
 def _lane_courses(course: Path, graded: list[Notebook], root: Path, lanes: int) -> dict[str, Path]:
@@ -170,8 +176,9 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
     before it starts a kernel (the time it waits does not count against ``budget_s``): the
     grading's tasks end first, since a kernel runs the hidden tests and a task's child beside it shows its errors in visible tests
     (a kernel sent them lines through file locks; timing would do, slowly). ``lanes``: at most
-    that many notebooks run at once (:func:`kernel_lanes`; the grading's jobs, 1 in grade-all's
-    workers, which already fill the cores): the kernels' serial start was most of a grading's tail
+    at most one more notebook than that runs at once (:func:`kernel_lanes`; the grading's jobs,
+    1 in grade-all's workers, which already fill the cores): the kernels' serial start was most of
+    a grading's tail
 
     Every message is the grader's own (README: threat model): nbgrader's log and the kernel's
     errors go to the instructors' log (:mod:`autograder.notebooks.instructors_log`)."""

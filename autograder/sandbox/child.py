@@ -36,6 +36,9 @@ from types import MethodType, SimpleNamespace
 HANDLES: dict = {}  # id -> an object that stays here; the grader holds only its id
 
 
+PLAIN = frozenset({type(None), bool, int, float, str})  # JSON's own values: sent as they are
+
+
 def encode(x, depth=0):
     if depth > 50:
         raise TypeError("value nested too deeply")
@@ -43,6 +46,8 @@ def encode(x, depth=0):
     if x is None or t in (bool, int, float, str):
         return x
     if t is list:
+        if all(type(v) in PLAIN for v in x):  # plain values encode to themselves
+            return x
         return [encode(v, depth + 1) for v in x]
     if t is tuple:
         return {"__tuple__": [encode(v, depth + 1) for v in x]}
@@ -67,6 +72,8 @@ def encode(x, depth=0):
 
 def decode(x):
     if isinstance(x, list):
+        if all(type(v) in PLAIN for v in x):
+            return x
         return [decode(v) for v in x]
     if isinstance(x, dict):
         if "__tuple__" in x:

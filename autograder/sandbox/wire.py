@@ -43,6 +43,8 @@ def encode(x, depth: int = 0, handle=None):
     if x is None or isinstance(x, (bool, int, float, str)):
         return x
     if isinstance(x, list):
+        if all(type(v) in _PLAIN for v in x):  # token ids, lengths: no call per value
+            return list(x)
         return [encode(v, depth + 1, handle) for v in x]
     if isinstance(x, tuple) and not hasattr(x, "_fields"):
         return {"__tuple__": [encode(v, depth + 1, handle) for v in x]}
@@ -70,6 +72,8 @@ def decode(x, depth: int = 0, handle=None):
     if x is None or type(x) in (bool, int, float, str):
         return x
     if type(x) is list:
+        if all(type(v) in _PLAIN for v in x):  # plain values decode to themselves
+            return x
         return [decode(v, depth + 1, handle) for v in x]
     if type(x) is not dict or len(x) != 1:
         raise ValueError(f"reply: unknown tagged object with keys {sorted(x) if type(x) is dict else type(x)}")

@@ -68,3 +68,14 @@ def test_numeric_arrays_travel_as_their_bits(a):
 def test_anything_else_is_refused(reply):
     with pytest.raises(ValueError):
         wire.decode(reply)
+    # inside a list of plain values too (a list of plain values alone skips the call per value)
+    with pytest.raises(ValueError):
+        wire.decode([1, 2.5, "s", None, True, reply])
+
+
+def test_a_list_of_plain_values_comes_back_as_a_list_of_its_own():
+    sent = [1, 2.5, "s", None, False]
+    encoded = wire.encode(sent)
+    assert encoded == sent and encoded is not sent  # the caller's list is never the one sent
+    assert wire.decode(json.loads(json.dumps(encoded))) == sent
+    assert wire.encode([1, (2, 3)]) == [1, {"__tuple__": [2, 3]}]  # a tuple in it is still tagged

@@ -328,3 +328,16 @@ def test_servelab_caches_skip_the_protocol_check_and_others_still_get_it():
     assert is_kv_cache(Duck()) and not is_kv_cache(object()) and not is_kv_cache([])
     del Duck.rollback
     assert not is_kv_cache(Duck())
+
+
+@given(st.lists(st.one_of(st.integers(-3, 300), st.booleans(), st.just(2**70), st.floats(0, 3)), max_size=6))
+def test_a_list_of_token_ids_is_checked_as_any_sequence_is(items):
+    # a list of Python ints takes a one-pass path (an engine step's tokens); whatever the list
+    # holds, it gives what a tuple of the same items, through the general path, gives
+    def outcome(ids):
+        try:
+            arr = tiny_llm.model.as_token_ids(ids, 256)
+            return arr.dtype, arr.tolist()
+        except ValueError as exc:
+            return str(exc)
+    assert outcome(list(items)) == outcome(tuple(items))

@@ -233,6 +233,11 @@ def as_token_ids(token_ids: Any, vocab_size: int, what: str = "token_ids") -> np
     ...
     ValueError: prompt must hold at least one token, got []
     """
+    if type(token_ids) is list and token_ids and type(vocab_size) is int and vocab_size > 0 \
+            and all(type(t) is int and 0 <= t < vocab_size for t in token_ids):
+        # what an engine step passes (a few Python ints a sequence): checked in one pass, where
+        # the general path below costs ten numpy calls
+        return np.array(token_ids, dtype=np.int64)
     if isinstance(token_ids, (str, bytes)):
         raise ValueError(f"{what} must be a sequence of integer token ids, got {token_ids!r} "
                          "(encode text first, e.g. list(text.encode()))")

@@ -175,10 +175,10 @@ def autograde(root: Path, files: dict[str, Path | None], work: Path, limits: Lim
     ``before_kernels``: waited for after the rechecks, once nbgrader's process has started and
     before it starts a kernel (the time it waits does not count against ``budget_s``): the
     grading's tasks end first, since a kernel runs the hidden tests and a task's child beside it shows its errors in visible tests
-    (a kernel sent them lines through file locks; timing would do, slowly). ``lanes``: at most
-    at most one more notebook than that runs at once (:func:`kernel_lanes`; the grading's jobs,
-    1 in grade-all's workers, which already fill the cores): the kernels' serial start was most of
-    a grading's tail
+    (a kernel sent them lines through file locks; timing would do, slowly). ``lanes``: the
+    grading's jobs (1 in grade-all's workers, which already fill the cores); at most one more
+    notebook than that runs at once (:func:`kernel_lanes`): the kernels' serial start was most
+    of a grading's tail
 
     Every message is the grader's own (README: threat model): nbgrader's log and the kernel's
     errors go to the instructors' log (:mod:`autograder.notebooks.instructors_log`)."""

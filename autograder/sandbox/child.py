@@ -43,7 +43,7 @@ def encode(x, depth=0):
     if depth > 50:
         raise TypeError("value nested too deeply")
     t = type(x)  # exact types only: a subclass could carry an always-true __eq__
-    if x is None or t in (bool, int, float, str):
+    if t in PLAIN:
         return x
     if t is list:
         if all(type(v) in PLAIN for v in x):  # plain values encode to themselves
